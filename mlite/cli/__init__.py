@@ -1,0 +1,72 @@
+"""The ``mlite`` command line.
+
+Each sub-command lives in its own module of this package and defines ``COMMAND`` (its name),
+``add_parser(subparsers)`` and ``run(args) -> int``; modules are discovered, so adding a command touches
+no other file. Contract: bad input (:class:`mlite.errors.MliteError`, argparse errors) exits 2 with one
+line on stderr and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import sys
+
+from ..errors import MliteError
+
+
+def _commands():
+    mods = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(mod, "COMMAND"):
+            mods.append(mod)
+    return sorted(mods, key=lambda m: getattr(m, "ORDER", 50))
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own contract), no usage dump
+        self.exit(2, f"mlite: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="mlite", description="Plan, debug-run and analyze verl + Megatron Lite training.")
+    from .. import __version__
+
+    p.add_argument("--version", action="version", version=f"mlite-lab {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for mod in _commands():
+        sp = mod.add_parser(sub)
+        sp.set_defaults(_run=mod.run)
+    return p
+
+
+def print_json(obj) -> None:
+    """The ``--json`` output: one JSON document on stdout."""
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except MliteError as e:
+        print(f"mlite {args.command}: {e.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # python -m mlite.cli
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""ipywidgets views that compose :mod:`mlite` calls; no logic lives here."""
