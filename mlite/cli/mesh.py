@@ -1,0 +1,86 @@
+"""``mlite mesh CONFIG --ngpu N [mesh flags] [--rank R] [--list] [--json]``: validate or enumerate meshes.
+
+Exit 0 when the mesh is valid (or ``--list`` found at least one), 1 when invalid, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+COMMAND = "mesh"
+ORDER = 20
+
+
+def add_mesh_flags(p, *, with_seq_len: bool = True) -> None:
+    """The mesh flags shared by ``mesh``, ``memory`` and ``export``."""
+    g = p.add_argument_group("mesh")
+    g.add_argument("--tp", type=int, default=1, help="tensor parallel size")
+    g.add_argument("--pp", type=int, default=1, help="pipeline parallel size")
+    g.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages per rank")
+    g.add_argument("--cp", type=int, default=1, help="context parallel size")
+    g.add_argument("--ep", type=int, default=1, help="expert parallel size")
+    g.add_argument("--etp", type=int, default=None, help="expert tensor parallel size (default 1)")
+    g.add_argument("--pp-layout", default=None, help="uneven stages, e.g. 'E|t*5|t*6|t,m,L'")
+    g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    if with_seq_len:
+        g.add_argument("--seq-len", type=int, default=4096, help="sequence length (default 4096)")
+
+
+def parallel_from_args(args):
+    from ..mesh import ParallelConfig
+
+    return ParallelConfig(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep, etp=args.etp,
+                          pp_layout=args.pp_layout)
+
+
+def add_parser(sub):
+    p = sub.add_parser(COMMAND, help="validate a parallel mesh for a model, list rank groups, enumerate meshes",
+                       description="Dense ranks = TP*CP*DP*PP, expert ranks = ETP*EP*EDP*PP (mlite's rule).")
+    p.add_argument("config", metavar="CONFIG", help="config.json path or a name in data/models/")
+    p.add_argument("--ngpu", type=int, required=True, help="GPU count (world size)")
+    add_mesh_flags(p)
+    p.add_argument("--rank", type=int, default=None, help="print this rank's tp/cp/dp/pp/dp_cp/ep/etp/edp groups")
+    p.add_argument("--list", action="store_true", help="enumerate every valid mesh, best first")
+    p.add_argument("--limit", type=int, default=20, help="rows of --list in text output (JSON has all)")
+    p.add_argument("--json", action="store_true", help="print the JSON document")
+    return p
+
+
+def run(args) -> int:
+    from ..mesh import enumerate_meshes, resolve
+    from ..models import from_hf_config
+    from . import print_json
+
+    spec = from_hf_config(args.config)
+    if args.list:
+        meshes = enumerate_meshes(spec, args.ngpu, seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
+        if args.json:
+            print_json({"meshes": [m.to_dict() for m in meshes]})
+        else:
+            print(f"{len(meshes)} valid meshes for {spec.name} on {args.ngpu} GPUs (best first):")
+            print(f"  {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'etp':>3} {'dp':>5} {'edp':>5} {'score':>7}  layout")
+            for m in meshes[: args.limit]:
+                d = m.to_dict()
+                print(f"  {d['tp']:>3} {d['pp']:>3} {d['vpp']:>3} {d['cp']:>3} {d['ep']:>4} {d['etp']:>3} {d['dp']:>5} "
+                      f"{d['edp']:>5} {d['score']:>7.2f}  {d['pp_layout']}")
+        return 0 if meshes else 1
+    plan = resolve(spec, args.ngpu, parallel_from_args(args), seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
+    doc = plan.to_dict()
+    if args.rank is not None:
+        if not plan.dp or not plan.edp:
+            from ..errors import MliteError
+
+            raise MliteError("--rank needs a GPU count divisible by the model-parallel sizes; fix the errors first")
+        doc["groups"] = plan.groups(args.rank)
+    if args.json:
+        print_json(doc)
+    else:
+        p = plan.parallel
+        print(f"{spec.name} on {args.ngpu} GPUs: tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} etp={p.etp_size}"
+              f" -> dp={plan.dp} edp={plan.edp}  [{'valid' if plan.valid else 'INVALID'}]")
+        if plan.layout:
+            print(f"  stages: {plan.layout}  ({plan.layout_source})")
+        for f in plan.findings:
+            print(f"  {f.level}: [{f.rule}] {f.message}")
+        if "groups" in doc:
+            for k, v in doc["groups"].items():
+                print(f"  rank {args.rank} {k:5s} {v}")
+    return 0 if plan.valid else 1

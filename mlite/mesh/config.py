@@ -1,0 +1,59 @@
+"""``ParallelConfig``: the mesh as mlite names it (tp, pp, vpp, cp, ep, etp, pp_layout).
+
+Dense layers: world = TP x CP x DP x PP. Expert layers: world = ETP x EP x EDP x PP. DP and EDP are what is left
+once the model-parallel sizes are fixed; :func:`mlite.mesh.resolve` derives them for a GPU count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import MliteError
+
+
+@dataclass(kw_only=True, slots=True)
+class ParallelConfig:
+    """Model-parallel sizes, as in ``megatron.lite`` ``ParallelConfig``."""
+
+    tp: int = 1
+    """Tensor parallel size (dense layers; attention heads and FFN columns split)."""
+    pp: int = 1
+    """Pipeline parallel size (layers split into stages)."""
+    vpp: int = 1
+    """Virtual pipeline stages per pipeline rank (interleaved 1F1B); > 1 needs pp > 1."""
+    cp: int = 1
+    """Context parallel size (the sequence split; dense optimizer state is sharded over DP x CP)."""
+    ep: int = 1
+    """Expert parallel size (routed experts split)."""
+    etp: int | None = None
+    """Expert tensor parallel size; None means 1 (mlite's default)."""
+    pp_layout: str | None = None
+    """Uneven pipeline stages, e.g. ``"E|t*5|t*6|t,m,L"`` (E embedding, t layer, m MTP, L loss/head)."""
+
+    def __post_init__(self):
+        for name in ("tp", "pp", "vpp", "cp", "ep"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise MliteError(f"{name} must be a positive integer, got {v!r}")
+        if self.etp is not None and (isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1):
+            raise MliteError(f"etp must be a positive integer or None, got {self.etp!r}")
+        if self.pp_layout is not None and not str(self.pp_layout).strip():
+            self.pp_layout = None
+
+    @property
+    def etp_size(self) -> int:
+        """ETP with None resolved to 1."""
+        return self.etp or 1
+
+    @property
+    def dense_model_parallel(self) -> int:
+        """TP x CP x PP: ranks one dense data-parallel replica spans."""
+        return self.tp * self.cp * self.pp
+
+    @property
+    def expert_model_parallel(self) -> int:
+        """ETP x EP x PP: ranks one expert data-parallel replica spans."""
+        return self.etp_size * self.ep * self.pp
+
+    def to_dict(self) -> dict:
+        return asdict(self)
