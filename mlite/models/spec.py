@@ -161,12 +161,12 @@ class ModelSpec:
     """The (text) config dict the spec was read from."""
 
     # ----------------------------------------------------------------- layers
-    @property
+    @cached_property
     def main_layers(self) -> tuple[LayerSpec, ...]:
         """The main decoder layers."""
         return tuple(layer for layer in self.layers if not layer.mtp)
 
-    @property
+    @cached_property
     def mtp_layers(self) -> tuple[LayerSpec, ...]:
         """The MTP layers."""
         return tuple(layer for layer in self.layers if layer.mtp)

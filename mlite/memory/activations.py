@@ -1,0 +1,186 @@
+"""Activation memory per layer and micro-batch (bytes), after Korthikanti et al. 2022, per component.
+
+Notation: s local sequence length (seq_len / CP), b micro-batch, h hidden, a heads, t TP, D = s*b tokens.
+Everything is bf16 (2 bytes) unless noted; dropout masks are 1 byte. For a GPT layer (MHA, GeLU FFN 4h, dropout)
+the components add up to the paper's ``s*b*h*(34 + 5*a*s/h)``; with TP and no sequence parallelism the unsplit part
+is 10*s*b*h (two norm inputs, the QKV and FC1 inputs, two dropout masks); with sequence parallelism all of it is
+divided by t. Selective recompute drops the attention-core term; full recompute keeps only each layer's input
+(2*s*b*h, /t with SP). Flash attention never stores the s^2 scores (it keeps a fp32 log-sum-exp per head and token).
+
+Per layer kind:
+  GQA attention   QKV input 2Dh* + Q 2D*a*dh + K,V 2D*kv*dh each + out-proj input 2D*a*dv (+ output gate 4D*a*dh
+                  for gated attention, + Q/K norm inputs 2D*(a+kv)*dh)      (* = not split by TP without SP)
+  MLA             Q/KV down inputs 2Dh*, latent norm and up-proj inputs 4D*(q_lora + kv_lora)*, rope key 2D*dr*,
+                  Q, K 2D*a*(dn+dr) each, V and out-proj input 2D*a*dv each
+  DSA indexer     index queries 2D*ih*idh, keys 2D*idh, weights 2D*ih, top-k indices 8D*topk (int64)
+  Gated DeltaNet  in-proj input 2Dh*, projections 2D*(2kd+2vd+2nv), conv input and output 2D*(2kd+vd) each, q/k/v
+                  into the kernel 2D*(2kd+vd), gates g and beta fp32 8D*nv, chunk matrices fp32 4D*nv*64, output
+                  and gated-norm output 2D*vd each
+  dense MLP       FC1 input 2Dh*, SwiGLU: FC1 output 4D*ffn and FC2 input 2D*ffn (GeLU: 2D*ffn each)
+  MoE             router probabilities fp32 4D*E*, per routed token copy (top_k of them): FC1 input 2Dh,
+                  FC1 output 4D*f/etp, FC2 input 2D*f/etp; shared expert as a dense MLP of its width
+  norms           two norm inputs 4Dh*
+  DeepSeek-V4     hyper-connection streams: two fp32 inputs 8D*hc*h per layer (approximate: MLA-like attention)
+Pipeline (1F1B): rank i holds min(PP - i, M) micro-batches in flight; interleaved (VPP > 1) multiplies by
+1 + (PP-1)/(PP*VPP). Last stage: logits 2*D*V/t bf16 plus a fp32 copy 4*D*V/t for the loss unless fused, and a
+fp32 logits gradient 4*D*V/t during its backward (transient). CP divides s; with unfused attention the score
+matrices of a rank are (s/CP) x (s/CP) blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ActDims:
+    """What the per-layer formulas need, resolved for one mesh and option set."""
+
+    s: int
+    """Local sequence length (seq_len / CP)."""
+    b: int
+    """Micro-batch size."""
+    t: int
+    """Tensor-parallel size."""
+    etp: int
+    """Expert tensor-parallel size."""
+    sp: bool
+    """Sequence parallelism on."""
+    flash: bool
+    """Flash attention (no score matrices)."""
+    dropout: bool
+    """Dropout masks stored."""
+    recompute: str
+    """none | selective | full."""
+    modules: frozenset
+    """Extra recomputed mlite modules."""
+
+
+def _split(x: float, d: ActDims) -> float:
+    """A tensor TP does not split (unless sequence parallelism is on)."""
+    return x / d.t if d.sp else x
+
+
+def attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
+    """Attention activations of one layer by component (``attention``, ``attention_core``)."""
+    D = d.s * d.b
+    h, a, t = spec.hidden_size, spec.num_attention_heads, d.t
+    out = {"attention": 0.0, "attention_core": 0.0}
+    if kind == "gdn":
+        kd = spec.linear_num_key_heads * spec.linear_key_head_dim
+        vd = spec.linear_num_value_heads * spec.linear_value_head_dim
+        nv = spec.linear_num_value_heads
+        core = 2 * D * (2 * kd + vd) + 8 * D * nv + 4 * D * nv * 64
+        lin = _split(2 * D * h, d) + (2 * D * (2 * kd + 2 * vd + 2 * nv) + 4 * D * (2 * kd + vd) + 4 * D * vd) / t
+        if "gdn" in d.modules:
+            return {"linear_attention": _split(2 * D * h, d), "attention_core": 0.0, "attention": 0.0}
+        return {"linear_attention": lin + core / t, "attention_core": 0.0, "attention": 0.0}
+    if kind in ("mla", "dsa", "csa", "hca", "swa"):
+        if kind in ("mla", "dsa"):
+            dqk, dv = spec.head_dim, spec.v_head_dim
+            qlr, kvlr, dr = spec.q_lora_rank or 0, spec.kv_lora_rank or 0, spec.qk_pos_emb_head_dim
+            lin = _split(2 * D * h + 4 * D * (qlr + kvlr) + 2 * D * dr, d)
+            lin += (2 * D * a * dqk * 2 + 2 * D * a * dv * 2) / t
+            if kind == "dsa":
+                cfg = spec.config
+                ih, idh, topk = cfg.get("index_n_heads", 0), cfg.get("index_head_dim", 0), cfg.get("index_topk", 0)
+                lin += _split(2 * D * ih * idh + 2 * D * idh + 2 * D * ih + 8 * D * min(topk, d.s), d)
+        else:  # DeepSeek-V4 compressed attention: single-KV-head MLA-like core plus grouped output projection
+            dqk = dv = spec.head_dim
+            qlr = spec.q_lora_rank or 0
+            cfg = spec.config
+            og, olr = cfg.get("o_groups", 1), cfg.get("o_lora_rank", 0)
+            lin = _split(2 * D * h + 4 * D * qlr + 4 * D * dqk, d) + (2 * D * a * dqk + 2 * D * a * dv + 2 * D * og * olr) / t
+            lin += _split(8 * D * spec.hc_mult * h, d)
+        heads_core = a
+    else:  # full / gated_full GQA
+        dh, kv = spec.head_dim, spec.num_key_value_heads
+        lin = _split(2 * D * h, d) + (2 * D * a * dh + 4 * D * kv * dh + 2 * D * a * dh) / t
+        if kind == "gated_full":
+            lin += 4 * D * a * dh / t
+        qk_norm = any(g.name.endswith(("q_norm.weight", "q_a_layernorm.weight")) for g in _first_layer_groups(spec))
+        if qk_norm:
+            lin += 2 * D * (a + kv) * dh / t
+        if d.dropout:
+            lin += _split(D * h, d)  # post-attention dropout mask
+        heads_core = a
+    # attention core
+    if "attention" in d.modules:
+        return {"attention": _split(2 * D * h, d), "attention_core": 0.0}
+    if d.flash:
+        core = 4 * D * heads_core / t  # fp32 log-sum-exp
+    else:
+        core = (5 if d.dropout else 2) * heads_core * d.s * d.s * d.b / t
+    if d.recompute == "selective" or "core_attn" in d.modules:
+        core = 0.0 if not d.flash else core
+    out["attention"] = lin
+    out["attention_core"] = core
+    return out
+
+
+def _first_layer_groups(spec):
+    for layer in spec.main_layers:
+        return layer.groups
+    return ()
+
+
+def mlp_bytes(spec, kind: str, d: ActDims, *, gated: bool = True) -> dict[str, float]:
+    """MLP / MoE activations of one layer by component."""
+    D = d.s * d.b
+    h, t = spec.hidden_size, d.t
+    fc1 = 4 if gated else 2
+    if kind == "dense":
+        ffn = spec.ffn_hidden_size
+        x = _split(2 * D * h, d) + (fc1 * D * ffn + 2 * D * ffn) / t
+        if d.dropout:
+            x += _split(D * h, d)
+        if "mlp" in d.modules:
+            x = _split(2 * D * h, d)
+        return {"mlp": x}
+    k, f, E = spec.moe_router_topk, spec.moe_ffn_hidden_size, spec.num_experts
+    tokens = D / t if d.sp else D
+    routed = k * tokens * (2 * h + (4 * f + 2 * f) / d.etp)
+    if "moe_act" in d.modules:
+        routed -= k * tokens * 2 * f / d.etp
+    router = 4 * tokens * E
+    shared = (fc1 * D * spec.shared_expert_ffn_hidden_size + 2 * D * spec.shared_expert_ffn_hidden_size) / t
+    x = _split(2 * D * h, d) + routed + router + shared
+    if "moe" in d.modules or "mlp" in d.modules:
+        x = _split(2 * D * h, d)
+    return {"moe": x}
+
+
+def layer_bytes(spec, layer, d: ActDims) -> dict[str, float]:
+    """All activations one layer keeps for its backward, by component."""
+    D = d.s * d.b
+    if d.recompute == "full":
+        return {"layer_inputs": _split(2 * D * spec.hidden_size * max(1, spec.hc_mult), d)}
+    out = attention_bytes(spec, layer.attention, d)
+    out.update(mlp_bytes(spec, layer.mlp, d))
+    norms = _split(4 * D * spec.hidden_size, d)
+    out["norms"] = 0.0 if "layernorm" in d.modules else norms
+    return out
+
+
+def layer_bytes_no_recompute(spec, layer, d: ActDims) -> float:
+    """One layer's full activations (what full recompute rebuilds transiently during backward)."""
+    full = ActDims(d.s, d.b, d.t, d.etp, d.sp, d.flash, d.dropout, "none", frozenset())
+    return sum(layer_bytes(spec, layer, full).values())
+
+
+def gpt_layer_bytes(s: int, b: int, h: int, a: int, t: int, *, sp: bool, recompute: str) -> float:
+    """Korthikanti et al.'s GPT layer (MHA, GeLU 4h FFN, dropout, unfused attention) through the same components."""
+    from types import SimpleNamespace
+
+    from ..models.spec import LayerSpec, ParamGroup
+
+    layer = LayerSpec(0, "full", "dense", False, (ParamGroup("x", 1, "attention", "tp"),))
+    spec = SimpleNamespace(hidden_size=h, num_attention_heads=a, num_key_value_heads=a, head_dim=h // a,
+                           v_head_dim=h // a, ffn_hidden_size=4 * h, hc_mult=1, main_layers=(layer,))
+    d = ActDims(s, b, t, 1, sp, False, True, recompute, frozenset())
+    if recompute == "full":
+        return sum(layer_bytes(spec, layer, d).values())
+    parts = attention_bytes(spec, "full", d)
+    parts.update(mlp_bytes(spec, "dense", d, gated=False))
+    parts["norms"] = _split(4 * s * b * h, d)
+    return sum(parts.values())

@@ -1,0 +1,329 @@
+"""``estimate(spec, mesh, training) -> MemoryEstimate``: per-GPU and host memory of one training configuration.
+
+Per pipeline rank (the most loaded one is reported on top): parameters, gradients, optimizer state (master,
+exp_avg, exp_avg_sq apart), activations by component, logits, transients (FSDP2 all-gather / reduce-scatter of
+the largest unit, full-recompute rebuild, the fp32 logits gradient), and other (framework overhead outside
+PyTorch's allocator, distributed-optimizer buffer padding). ``static`` is what the allocator holds after the
+optimizer step (params + grads + optimizer state); ``peak`` adds activations and the largest transient; ``total``
+adds the framework overhead, and ``fits`` compares it with the device memory less the headroom.
+
+Runtime context offload (verl ``param_offload`` / ``optimizer_offload`` / ``grad_offload``) is reported per phase:
+``training`` (everything resident for the step) and ``idle`` (rollout or waiting: offloaded state on the host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..errors import MliteError
+from ..mesh import MeshPlan, ParallelConfig, resolve
+from .activations import ActDims, layer_bytes, layer_bytes_no_recompute
+from .optimizer import DTYPE_BYTES, state_bytes
+from .options import TrainingOptions
+from .params import StageParams, stage_params
+
+GIB = 1024**3
+
+
+@dataclass(kw_only=True)
+class RankMemory:
+    """Memory of one pipeline rank (any of its DP replicas; they are identical)."""
+
+    pp_rank: int
+    """Pipeline rank."""
+    local_params: float
+    """Parameters this GPU holds before optimizer sharding (TP/PP/EP-local)."""
+    params: float
+    """Parameter bytes on the GPU."""
+    grads: float
+    """Gradient bytes on the GPU."""
+    master: float
+    """Master weights (fp32 or int16 remainders) on the GPU."""
+    exp_avg: float
+    """Adam first moment on the GPU."""
+    exp_avg_sq: float
+    """Adam second moment on the GPU."""
+    activations: dict
+    """Activation bytes by component (all micro-batches in flight), logits included."""
+    transients: dict
+    """Short-lived buffers; the largest at any moment counts towards the peak."""
+    other: dict
+    """Framework overhead and buffer padding."""
+    host: dict
+    """Host bytes of this GPU's process, by item."""
+    idle_gpu: float
+    """GPU bytes between training steps with runtime context offload (rollout / idle phase)."""
+
+    @cached_property
+    def optimizer(self) -> float:
+        return self.master + self.exp_avg + self.exp_avg_sq
+
+    @cached_property
+    def static(self) -> float:
+        """Allocator bytes after the optimizer step."""
+        return self.params + self.grads + self.optimizer
+
+    @cached_property
+    def activation_total(self) -> float:
+        return sum(self.activations.values())
+
+    @cached_property
+    def transient_peak(self) -> float:
+        t = self.transients
+        backward = t.get("fsdp2_all_gather", 0) + t.get("fsdp2_reduce_scatter", 0) + t.get("recompute_layer", 0)
+        return max(backward, t.get("logits_grad", 0), t.get("optimizer_step", 0))
+
+    @cached_property
+    def peak(self) -> float:
+        """Allocator bytes at the peak of a steady-state step."""
+        return self.static + self.activation_total + self.transient_peak
+
+    @cached_property
+    def total(self) -> float:
+        """Peak plus memory outside the allocator."""
+        return self.peak + sum(self.other.values())
+
+    @cached_property
+    def host_total(self) -> float:
+        return sum(self.host.values())
+
+
+@dataclass(kw_only=True)
+class MemoryEstimate:
+    """The estimate for one model, mesh and option set."""
+
+    model: str
+    """Model name."""
+    plan: MeshPlan
+    """The mesh."""
+    options: TrainingOptions
+    """The training options."""
+    ranks: list[RankMemory]
+    """One entry per pipeline rank."""
+    formulas: list[dict] = field(default_factory=list)
+    """Why: each number with its formula and the values that went in."""
+
+    @cached_property
+    def worst(self) -> RankMemory:
+        """The most loaded rank (largest total)."""
+        return max(self.ranks, key=lambda r: r.total)
+
+    @property
+    def gpu_mem(self) -> float:
+        return self.options.gpu_memory_gib * GIB
+
+    @property
+    def usable(self) -> float:
+        return self.gpu_mem * (1 - self.options.headroom)
+
+    @property
+    def fits(self) -> bool:
+        return self.worst.total <= self.usable
+
+    @property
+    def bytes_per_param(self) -> float:
+        w = self.worst
+        return w.static / w.local_params if w.local_params else 0.0
+
+    def to_dict(self) -> dict:
+        """The ``mlite memory --json`` document (bytes as integers)."""
+        w = self.worst
+        per_node = max(r.host_total for r in self.ranks) * min(self.options.gpus_per_node, self.plan.ngpu)
+        act = w.activation_total
+        other = sum(w.other.values()) + w.transient_peak
+        return {
+            "per_gpu": {"params": round(w.params), "grads": round(w.grads), "optimizer": round(w.optimizer),
+                        "activations": round(act), "other": round(other),
+                        "total": round(w.static) + round(act) + round(other)},
+            "optimizer_detail": {"master": round(w.master), "exp_avg": round(w.exp_avg),
+                                 "exp_avg_sq": round(w.exp_avg_sq)},
+            "host": {"per_gpu": round(w.host_total), "per_node": round(per_node)},
+            "bytes_per_param": self.bytes_per_param,
+            "local_params": round(w.local_params),
+            "stage": w.pp_rank,
+            "fits": self.fits,
+            "gpu_mem": round(self.gpu_mem),
+            "static": round(w.static),
+            "peak": round(w.peak),
+            "usable": round(self.usable),
+            "activations_detail": {k: round(v) for k, v in w.activations.items()},
+            "transients": {k: round(v) for k, v in w.transients.items()},
+            "other_detail": {k: round(v) for k, v in w.other.items()},
+            "host_detail": {k: round(v) for k, v in w.host.items()},
+            "phases": {"training": {"gpu": round(w.peak + sum(w.other.values()))},
+                       "idle": {"gpu": round(w.idle_gpu), "host": round(w.host_total)}},
+            "stages": [{"pp_rank": r.pp_rank, "local_params": round(r.local_params), "static": round(r.static),
+                        "activations": round(r.activation_total), "peak": round(r.peak), "total": round(r.total)}
+                       for r in self.ranks],
+            "mesh": {k: v for k, v in self.plan.to_dict().items() if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp",
+                                                                            "edp", "ngpu", "pp_layout")},
+            "formulas": self.formulas,
+        }
+
+
+def _act_dims(spec, plan: MeshPlan, o: TrainingOptions) -> ActDims:
+    p = plan.parallel
+    sp = o.sequence_parallel or (spec.num_experts > 0 and p.tp > 1)
+    return ActDims(s=o.seq_len // p.cp, b=o.micro_batch_size, t=p.tp, etp=p.etp_size, sp=sp and p.tp > 1,
+                   flash=o.attention == "flash", dropout=o.dropout, recompute=o.recompute,
+                   modules=frozenset(o.recompute_modules))
+
+
+def _in_flight(plan: MeshPlan, o: TrainingOptions, pp_rank: int) -> float:
+    p = plan.parallel
+    if p.pp == 1:
+        return 1.0
+    n = min(p.pp - pp_rank, o.num_microbatches)
+    return n * (1 + (p.pp - 1) / (p.pp * p.vpp)) if p.vpp > 1 else float(n)
+
+
+_LAYER_CACHE: dict = {}
+
+
+def _layer_cache(spec, d: ActDims) -> dict:
+    ckey = (id(spec), d)
+    hit = _LAYER_CACHE.get(ckey)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if len(_LAYER_CACHE) > 4096:
+        _LAYER_CACHE.clear()
+    cache: dict = {}
+    for layer in {(x.attention, x.mlp): x for x in spec.layers}.values():
+        key = (layer.attention, layer.mlp)
+        if key not in cache:
+            cache[key] = (layer_bytes(spec, layer, d), layer_bytes_no_recompute(spec, layer, d) if d.recompute == "full"
+                          else 0.0)
+    _LAYER_CACHE[ckey] = (spec, cache)
+    return cache
+
+
+def _padding(sp: StageParams, spec, plan: MeshPlan, o: TrainingOptions, pb: int, gb: int) -> float:
+    """Expected distributed-optimizer buffer padding: each tensor starts 64-aligned (32 elements on average), each
+    bucket (max(40M, 1M x DP) elements) ends at a multiple of lcm(DP, 128) (half of it on average)."""
+    import math
+
+    if o.optimizer != "dist_opt" or not o.use_distributed_optimizer:
+        return 0.0
+    tensors = sp.tensors
+    d = plan.dp * plan.parallel.cp
+    bucket = max(40_000_000, 1_000_000 * d)
+    buckets = max(1, math.ceil(sp.total / bucket))
+    pad_elems = 32 * tensors + buckets * math.lcm(d, 128) / 2
+    return pad_elems * (pb + gb)
+
+
+def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: TrainingOptions | None = None, *,
+             ngpu: int | None = None, explain: bool = True) -> MemoryEstimate:
+    """Estimate memory for ``spec`` on a resolved ``mesh`` (or a ParallelConfig + ``ngpu``)."""
+    o = training or TrainingOptions()
+    if not isinstance(mesh, MeshPlan):
+        if ngpu is None:
+            raise MliteError("estimate() needs a resolved MeshPlan, or a ParallelConfig and ngpu")
+        mesh = resolve(spec, ngpu, mesh or ParallelConfig(), seq_len=o.seq_len, gpus_per_node=o.gpus_per_node,
+                       auto_uneven=True)
+    plan = mesh
+    if not plan.valid:
+        raise MliteError("invalid mesh: " + plan.errors[0].message)
+    sb = state_bytes(o)
+    p = plan.parallel
+    d_dense = plan.dp * p.cp if sb.shard_optimizer else 1
+    d_exp = plan.edp if sb.shard_optimizer else 1
+    f = float(o.offload_fraction)
+    dims = _act_dims(spec, plan, o)
+    cache = _layer_cache(spec, dims)
+    D = dims.s * dims.b
+    vocab_local = plan.padded_vocab / p.tp
+    ranks = []
+    stages = stage_params(spec, plan)
+    for sp in stages:
+        local = sp.total
+        shard = sp.dense / d_dense + sp.expert / d_exp
+        held = shard if sb.params_sharded else local
+        params = held * sb.param
+        grads = held * sb.grad
+        master, m, v = ((1 - f) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
+        # activations
+        acts: dict[str, float] = {}
+        flight = _in_flight(plan, o, sp.pp_rank)
+        recompute_layer = 0.0
+        for layer, n in sp.layer_kinds:
+            per, full = cache[(layer.attention, layer.mlp)]
+            for k, x in per.items():
+                acts[k] = acts.get(k, 0.0) + x * n * flight
+            recompute_layer = max(recompute_layer, full)
+        if sp.has_embedding:
+            acts["embedding"] = 2 * D * spec.hidden_size * flight
+        transients: dict[str, float] = {}
+        if sp.has_head:
+            acts["logits"] = D * vocab_local * (2 if o.fused_cross_entropy else 6)
+            transients["logits_grad"] = 4 * D * vocab_local
+        if o.optimizer == "fsdp2":
+            unit = sp.max_layer
+            transients["fsdp2_all_gather"] = 2 * unit * sb.param
+            transients["fsdp2_reduce_scatter"] = unit * (sb.param + 4)
+        if recompute_layer:
+            transients["recompute_layer"] = recompute_layer
+        other = {"framework": o.framework_overhead_gib * GIB}
+        pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
+        if pad:
+            other["buffer_padding"] = pad
+        host = {}
+        if f:
+            host["offloaded_optimizer"] = f * shard * sb.host_per_offloaded
+            if o.optimizer == "fsdp2":
+                host["cpu_update_grads"] = f * shard * 4
+        idle = params + grads + master + m + v
+        if o.param_offload:
+            host["offloaded_params"] = params
+            idle -= params
+        if o.optimizer_offload:
+            host["offloaded_optimizer_state"] = master + m + v
+            idle -= master + m + v
+        if o.grad_offload and o.optimizer == "dist_opt":
+            host["offloaded_grads"] = grads
+            idle -= grads
+        elif o.optimizer == "fsdp2":
+            idle -= grads  # fsdp2 frees gradients after the step (zero_grad sets them to None)
+        ranks.append(RankMemory(pp_rank=sp.pp_rank, local_params=local, params=params, grads=grads, master=master,
+                                exp_avg=m, exp_avg_sq=v, activations=acts, transients=transients, other=other,
+                                host=host, idle_gpu=idle))
+    est = MemoryEstimate(model=spec.name, plan=plan, options=o, ranks=ranks)
+    if explain:
+        est.formulas = _formulas(est, stages, sb, d_dense, d_exp, f, dims)
+    return est
+
+
+def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[dict]:
+    w = est.worst
+    sp = stages[w.pp_rank]
+    o = est.options
+    g = lambda x: f"{x / GIB:.2f} GiB"  # noqa: E731
+    shard = sp.dense / d_dense + sp.expert / d_exp
+    held = "shard" if sb.params_sharded else "local"
+    rows = [
+        ("local_params", "dense_local + expert_local", f"{sp.dense:,.0f} + {sp.expert:,.0f}", sp.total),
+        ("shard", "dense_local / d_dense + expert_local / d_expert",
+         f"{sp.dense:,.0f} / {d_dense} + {sp.expert:,.0f} / {d_exp}", shard),
+        ("params", f"{held} x {sb.param} B", f"{(shard if sb.params_sharded else sp.total):,.0f} x {sb.param}",
+         w.params),
+        ("grads", f"{held} x {sb.grad} B", f"{(shard if sb.params_sharded else sp.total):,.0f} x {sb.grad}", w.grads),
+        ("master", "(1 - offload_fraction) x shard x master_bytes", f"(1 - {f}) x {shard:,.0f} x {sb.master}",
+         w.master),
+        ("exp_avg", "(1 - offload_fraction) x shard x exp_avg_bytes", f"(1 - {f}) x {shard:,.0f} x {sb.exp_avg}",
+         w.exp_avg),
+        ("exp_avg_sq", "(1 - offload_fraction) x shard x exp_avg_sq_bytes",
+         f"(1 - {f}) x {shard:,.0f} x {sb.exp_avg_sq}", w.exp_avg_sq),
+        ("activations", "sum over layers of per-layer bytes x micro-batches in flight (+ logits)",
+         f"s={dims.s}, b={dims.b}, t={dims.t}, sp={dims.sp}, recompute={dims.recompute}, "
+         f"in flight={_in_flight(est.plan, o, w.pp_rank):g}", w.activation_total),
+        ("transient", "max(FSDP2 all-gather + reduce-scatter + recompute, logits gradient)",
+         ", ".join(f"{k}={g(v)}" for k, v in w.transients.items()) or "none", w.transient_peak),
+        ("other", "framework overhead + buffer padding", ", ".join(f"{k}={g(v)}" for k, v in w.other.items()),
+         sum(w.other.values())),
+        ("host", "offload_fraction x shard x host_bytes (+ runtime-offloaded state)",
+         f"{f} x {shard:,.0f} x {sb.host_per_offloaded}", w.host_total),
+        ("fits", "total <= gpu_mem x (1 - headroom)", f"{g(w.total)} <= {o.gpu_memory_gib} GiB x (1 - {o.headroom})",
+         w.total),
+    ]
+    return [{"name": n, "formula": fm, "values": v, "bytes": round(b)} for n, fm, v, b in rows]

@@ -1,0 +1,69 @@
+"""Bytes of parameters, gradients and optimizer state per local parameter (``memory.md`` is the specification).
+
+d = optimizer shard size: DP x CP for dense parameters, EDP for routed experts.
+
+dist_opt (Megatron-Core DDP + distributed optimizer), bytes per local parameter:
+  param 2 (bf16 buffer, not sharded) + main grad 4 (fp32) or 2 (bf16, PAO) + (master + exp_avg + exp_avg_sq) / d
+  master 4 (fp32), or 2 with PAO + store_param_remainders (int16 low half; the bf16 param is the high half)
+  exp_avg, exp_avg_sq 4 each, or 2 each in bf16 (PAO). No distributed optimizer: d = 1.
+  -> 18; 6 + 12/d; PAO: 16 (fp32 grads, remainders) ... 14 (bf16 grads, remainders); 10 (+ bf16 moments).
+  offload_fraction f (HybridDeviceOptimizer): the GPU keeps 12 bytes per resident shard parameter (PAO dtypes are
+  not applied under offload), the host 16 per offloaded one (fp32 param copy, pinned fp32 grad, m, v).
+fsdp2 (PyTorch fully_shard, mlite's fsdp2 and the kit's lite runtime): everything sharded over d:
+  param 2 + grad 2 (sharded grads in the param dtype) + master 4 (2 with PAO remainders) + exp_avg + exp_avg_sq
+  -> 16/d, 14/d with PAO, 10/d with bf16 moments too; offload_fraction f moves f of (master, m, v) to the host
+  (dtypes kept) and runs their update on the CPU.
+With fp32 parameters there is no separate master copy (the parameters are the master weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class StateBytes:
+    """Bytes per parameter of each kind of state, and what is sharded."""
+
+    param: int
+    """Model parameter bytes per local parameter (per shard parameter for fsdp2)."""
+    grad: int
+    """Gradient bytes per local parameter (per shard parameter for fsdp2)."""
+    master: int
+    """Master weight bytes per shard parameter (fp32 4, int16 remainder 2, none 0)."""
+    exp_avg: int
+    """Adam first moment bytes per shard parameter."""
+    exp_avg_sq: int
+    """Adam second moment bytes per shard parameter."""
+    host_per_offloaded: int
+    """Host bytes per offloaded shard parameter."""
+    params_sharded: bool
+    """Parameters and gradients are sharded too (fsdp2)."""
+    shard_optimizer: bool
+    """Optimizer state is sharded over d (distributed optimizer or fsdp2)."""
+
+
+def state_bytes(o) -> StateBytes:
+    """Per-parameter bytes for a :class:`~mlite.memory.options.TrainingOptions`."""
+    pb = DTYPE_BYTES[o.param_dtype]
+    pao = o.use_precision_aware_optimizer
+    offload = o.offload_fraction > 0
+    if pb == 4:
+        master = 0
+    elif pao and o.store_param_remainders and o.param_dtype == "bf16" and not (offload and o.optimizer == "dist_opt"):
+        master = 2
+    else:
+        master = 4
+    if o.optimizer == "dist_opt":
+        if offload:  # HybridDeviceOptimizer: fp32 state, PAO dtypes not applied
+            master, m, v = (4 if pb != 4 else 0), 4, 4
+        else:
+            m = DTYPE_BYTES[o.exp_avg_dtype] if pao else 4
+            v = DTYPE_BYTES[o.exp_avg_sq_dtype] if pao else 4
+        grad = DTYPE_BYTES[o.main_grads_dtype] if pao else 4
+        return StateBytes(pb, grad, master, m, v, 16, False, o.use_distributed_optimizer)
+    m = DTYPE_BYTES[o.exp_avg_dtype]
+    v = DTYPE_BYTES[o.exp_avg_sq_dtype]
+    return StateBytes(pb, pb, master, m, v, master + m + v, True, True)

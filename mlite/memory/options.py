@@ -1,0 +1,119 @@
+"""``TrainingOptions``: the training settings that decide memory, named as Megatron-Core / mlite / verl name them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..errors import MliteError
+
+GPU_MEMORY_GIB = {"H100": 80.0, "H200": 141.0, "B200": 180.0, "B300": 288.0, "A100": 80.0, "A100-40": 40.0,
+                  "GB200": 186.0, "MI300X": 192.0, "L40S": 48.0}
+"""Nominal device memory (GiB, as vendors state them) of common training GPUs."""
+
+RECOMPUTE = ("none", "selective", "full")
+"""Recompute granularities (Megatron's ``--recompute-granularity``)."""
+
+
+@dataclass(kw_only=True)
+class TrainingOptions:
+    """Everything besides the model and the mesh that decides per-GPU and host memory."""
+
+    optimizer: str = "dist_opt"
+    """``dist_opt`` (Megatron-Core DDP + distributed optimizer) or ``fsdp2`` (PyTorch fully_shard)."""
+    use_distributed_optimizer: bool = True
+    """dist_opt only: shard optimizer state over DP x CP (dense) and EDP (experts); False keeps it whole."""
+    use_precision_aware_optimizer: bool = False
+    """Megatron's precision-aware optimizer (PAO): allows bf16 main grads, bf16 moments and param remainders."""
+    main_grads_dtype: str = "fp32"
+    """Gradient buffer dtype (``fp32`` or ``bf16``; bf16 needs PAO)."""
+    exp_avg_dtype: str = "fp32"
+    """Adam first moment dtype (``fp32`` or ``bf16``; bf16 needs PAO)."""
+    exp_avg_sq_dtype: str = "fp32"
+    """Adam second moment dtype (``fp32`` or ``bf16``; bf16 needs PAO)."""
+    store_param_remainders: bool = True
+    """With PAO and bf16 params: keep only the low 16 bits of the fp32 master (int16), lossless; Megatron's default."""
+    offload_fraction: float = 0.0
+    """Share of the optimizer state moved to host RAM (Megatron ``optimizer_offload_fraction``; fsdp2 uses 1.0)."""
+    param_offload: bool = False
+    """Runtime context offload: parameters move to CPU between training phases (verl ``param_offload``)."""
+    optimizer_offload: bool = False
+    """Runtime context offload: optimizer state moves to CPU between training phases (verl ``optimizer_offload``)."""
+    grad_offload: bool = False
+    """Runtime context offload: gradients move to CPU between training phases (verl ``grad_offload``)."""
+    param_dtype: str = "bf16"
+    """Parameter (and compute) dtype: ``bf16``, ``fp16`` or ``fp32``."""
+    seq_len: int = 4096
+    """Tokens per sequence (per micro-batch row)."""
+    micro_batch_size: int = 1
+    """Sequences per micro-batch."""
+    num_microbatches: int = 8
+    """Micro-batches per optimizer step (gradient accumulation / pipeline depth)."""
+    recompute: str = "none"
+    """``none``, ``selective`` (attention core recomputed), ``full`` (each layer's input kept only)."""
+    recompute_modules: tuple[str, ...] = ()
+    """mlite module names recomputed in addition (e.g. ``("mlp",)``, ``("moe",)``, ``("core_attn",)``, ``("gdn",)``)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism (activations split over TP); forced on for MoE with TP > 1."""
+    attention: str = "flash"
+    """``flash`` (no score matrix stored) or ``unfused`` (scores materialised, Megatron's local spec without TE)."""
+    dropout: bool = False
+    """Hidden/attention dropout masks stored (Korthikanti's GPT cases); LLM fine-tuning runs without."""
+    fused_cross_entropy: bool = False
+    """Cross-entropy fused with the output layer (no fp32 copy of the logits kept)."""
+    activation_model: str = "megatron"
+    """``megatron`` (Korthikanti/Megatron layers) or ``lite`` (the kit's lite runtime, calibrated to its kernels)."""
+    gpu_memory_gib: float = 80.0
+    """Device memory in GiB (H100 80, H200 141, B200 180; see GPU_MEMORY_GIB)."""
+    headroom: float = 0.05
+    """Share of device memory kept free (allocator fragmentation, spikes) in the fits verdict."""
+    framework_overhead_gib: float = 2.0
+    """CUDA context, NCCL buffers and workspace outside PyTorch's allocator (documented guess, GiB)."""
+    gpus_per_node: int = 8
+    """GPU processes per node (host memory per node)."""
+    extra: dict = field(default_factory=dict)
+    """Free-form notes carried along (not used by the estimate)."""
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`MliteError` naming the first inconsistent option."""
+        if self.optimizer not in ("dist_opt", "fsdp2"):
+            raise MliteError(f"optimizer must be dist_opt or fsdp2, got {self.optimizer!r}")
+        for name in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+            if getattr(self, name) not in ("fp32", "bf16"):
+                raise MliteError(f"{name} must be fp32 or bf16, got {getattr(self, name)!r}")
+        if self.param_dtype not in ("bf16", "fp16", "fp32"):
+            raise MliteError(f"param_dtype must be bf16, fp16 or fp32, got {self.param_dtype!r}")
+        if not self.use_precision_aware_optimizer:
+            names = ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype") if self.optimizer == "dist_opt" \
+                else ("exp_avg_dtype", "exp_avg_sq_dtype")
+            bf16 = [n for n in names if getattr(self, n) == "bf16"]
+            if bf16:
+                raise MliteError(f"{bf16[0]}=bf16 needs the precision-aware optimizer (--pao), as in Megatron-Core")
+        if self.use_precision_aware_optimizer and self.optimizer == "dist_opt" and not self.use_distributed_optimizer:
+            raise MliteError("the precision-aware optimizer needs the distributed optimizer (drop "
+                             "--no-distributed-optimizer)")
+        if not 0.0 <= float(self.offload_fraction) <= 1.0:
+            raise MliteError(f"offload_fraction must be in [0, 1], got {self.offload_fraction}")
+        if self.recompute not in RECOMPUTE:
+            raise MliteError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.attention not in ("flash", "unfused"):
+            raise MliteError(f"attention must be flash or unfused, got {self.attention!r}")
+        if self.activation_model not in ("megatron", "lite"):
+            raise MliteError(f"activation_model must be megatron or lite, got {self.activation_model!r}")
+        for name in ("seq_len", "micro_batch_size", "num_microbatches", "gpus_per_node"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise MliteError(f"{name} must be a positive integer, got {v!r}")
+        if self.gpu_memory_gib <= 0:
+            raise MliteError(f"gpu_memory_gib must be positive, got {self.gpu_memory_gib}")
+        if isinstance(self.recompute_modules, str):
+            self.recompute_modules = tuple(m for m in self.recompute_modules.split(",") if m)
+
+    @property
+    def pao(self) -> bool:
+        return self.use_precision_aware_optimizer
+
+    def to_dict(self) -> dict:
+        return asdict(self)
