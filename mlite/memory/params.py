@@ -124,8 +124,24 @@ class StageParams:
         return self.dense + self.expert
 
 
+_STAGE_CACHE: dict = {}
+
+
 def stage_params(spec, plan) -> list[StageParams]:
-    """Per pipeline rank parameter counts for a resolved mesh."""
+    """Per pipeline rank parameter counts for a resolved mesh (cached: they depend on the stages, TP, EP x ETP)."""
+    p = plan.parallel
+    key = (id(spec), tuple(plan.stages), p.pp, p.tp, p.ep * p.etp_size)
+    hit = _STAGE_CACHE.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if len(_STAGE_CACHE) > 8192:
+        _STAGE_CACHE.clear()
+    out = _stage_params(spec, plan)
+    _STAGE_CACHE[key] = (spec, out)
+    return out
+
+
+def _stage_params(spec, plan) -> list[StageParams]:
     p = plan.parallel
     tp, ep_etp = p.tp, p.ep * p.etp_size
     vocab_scale = pad_vocab(spec.vocab_size, tp) / spec.vocab_size
