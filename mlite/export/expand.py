@@ -1,0 +1,241 @@
+"""Expansion for :mod:`mlite.export.shell`: ``$X``, ``${X}``, ``${X:-default}`` (nested), ``${X-d}``,
+``${X:=d}``, ``${X:+w}``, ``${X:?msg}``, ``"${ARR[@]}"``, ``$((NNODES * 8))``, ``"$@"`` (no extra arguments), quotes and
+backslashes. Unknown variables and ``$(...)`` stay in the text and are reported, with the variables each value was
+computed from (so a warning can name the override they reach).
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import operator
+import re
+from dataclasses import dataclass, field
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
+        ast.Pow: operator.pow}
+
+
+def _arith(expr: str) -> int:
+    def ev(n):
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return n.value
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            v = ev(n.operand)
+            return -v if isinstance(n.op, ast.USub) else v
+        if isinstance(n, ast.BinOp):
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, (ast.Div, ast.FloorDiv)):
+                if b == 0:
+                    raise ZeroDivisionError
+                q = abs(a) // abs(b)
+                return q if (a >= 0) == (b >= 0) else -q
+            if type(n.op) in _OPS:
+                return _OPS[type(n.op)](a, b)
+        raise ValueError(expr)
+
+    return ev(ast.parse(expr.replace("/", "//"), mode="eval"))
+
+
+@dataclass
+class Shell:
+    """Variables and what could not be resolved while expanding."""
+
+    vars: dict = field(default_factory=dict)
+    """Name -> str, or list[str] for arrays."""
+    unresolved: set = field(default_factory=set)
+    """Names (or ``$(...)`` texts) that expanded to nothing known during the last :meth:`expand`."""
+    taint: dict = field(default_factory=dict)
+    """Name -> what could not be resolved when the variable was assigned (carried into every use)."""
+    used: set = field(default_factory=set)
+    """Variables read during the last :meth:`expand` (with the variables their values came from)."""
+    deps: dict = field(default_factory=dict)
+    """Name -> variables its value was computed from (one set per element for arrays)."""
+
+    def lookup(self, name: str):
+        """A variable's value (str or list, None when unset); its taint joins :attr:`unresolved`."""
+        v = self.vars.get(name)
+        self.used.add(name)
+        for store, into in ((self.taint, self.unresolved), (self.deps, self.used)):
+            t = store.get(name)
+            if v is not None and t:
+                into |= set().union(*t) if isinstance(t, list) else t
+        return v
+
+    def expand_each(self, raw: str) -> list[tuple[str, set, set]]:
+        """Like :meth:`expand`, with what could not be resolved and which variables were read, per word."""
+        m = re.fullmatch(r'"?\$\{([A-Za-z_]\w*)\[[@*]\]\}"?', raw)
+        if m and isinstance(self.vars.get(m.group(1)), list):
+            name = m.group(1)
+            v, t, d = self.vars[name], self.taint.get(name), self.deps.get(name)
+            pick = lambda x, i: set(x[i]) if isinstance(x, list) else set(x or ())  # noqa: E731
+            return [(x, pick(t, i), pick(d, i) | {name}) for i, x in enumerate(v)]
+        self.unresolved, self.used = set(), set()
+        out = self.expand(raw)
+        return [(x, set(self.unresolved), set(self.used)) for x in out]
+
+    def assign(self, name: str, value, taint: list | None = None, deps: list | None = None) -> None:
+        """Set ``name``; what was unresolved / read while computing ``value`` stays attached to it (``taint`` and
+        ``deps``: one set per element of an array)."""
+        self.vars[name] = value
+        for store, given, cur in ((self.taint, taint, self.unresolved), (self.deps, deps, self.used)):
+            if given is not None:
+                store[name] = given
+            elif cur:
+                store[name] = set(cur)
+            else:
+                store.pop(name, None)
+
+    # a word -> list of words (arrays and "$@" may give several or none)
+    def expand(self, raw: str) -> list[str]:
+        m = re.fullmatch(r'"?\$\{([A-Za-z_]\w*)\[[@*]\]\}"?', raw)
+        if m:
+            v = self.lookup(m.group(1))
+            if v is None:
+                self.unresolved.add(m.group(1))
+                return []
+            return list(v) if isinstance(v, list) else [v]
+        if raw in ('"$@"', "$@", '"$*"', "$*", '"${@}"'):
+            return []
+        return [self._expand_text(raw, quoted=False)]
+
+    def _expand_text(self, s: str, quoted: bool) -> str:
+        out, i = [], 0
+        while i < len(s):
+            c = s[i]
+            if c == "'" and not quoted:
+                j = s.index("'", i + 1) if "'" in s[i + 1:] else len(s)
+                out.append(s[i + 1:j])
+                i = j + 1
+            elif c == '"' and not quoted:
+                j, depth = i + 1, 0
+                while j < len(s):
+                    if s[j] == "\\":
+                        j += 2
+                        continue
+                    if s[j:j + 2] in ("${", "$("):
+                        depth += 1
+                    elif s[j] in "})" and depth:
+                        depth -= 1
+                    elif s[j] == '"' and not depth:
+                        break
+                    j += 1
+                out.append(self._expand_text(s[i + 1:j], quoted=True))
+                i = j + 1
+            elif c == "\\":
+                nxt = s[i + 1:i + 2]
+                out.append(nxt if (not quoted or nxt in '$`"\\') else "\\" + nxt)
+                i += 2
+            elif c == "$":
+                text, i = self._dollar(s, i)
+                out.append(text)
+            else:
+                out.append(c)
+                i += 1
+        return "".join(out)
+
+    def _dollar(self, s: str, i: int) -> tuple[str, int]:
+        if s.startswith("$((", i):
+            j = _match(s, i + 1, "(", ")")
+            inner = s[i + 3:j - 1]
+            try:
+                body = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", self._expand_text(inner, quoted=True))
+                unknown = False
+
+                def name(m):
+                    nonlocal unknown
+                    v = self.lookup(m.group(0))
+                    if v is None or isinstance(v, list) or not re.fullmatch(r"-?\d+", str(v).strip()):
+                        unknown = True
+                        self.unresolved.add(m.group(0))
+                        return "0"
+                    return str(v).strip()
+
+                body = _NAME.sub(name, body)
+                if unknown:
+                    return s[i:j + 1], j + 1
+                return str(_arith(body.strip())), j + 1
+            except (ValueError, SyntaxError, ZeroDivisionError):
+                self.unresolved.add(f"$(({inner}))")
+                return s[i:j + 1], j + 1
+        if s.startswith("$(", i):
+            j = _match(s, i + 1, "(", ")")
+            self.unresolved.add(s[i:j + 1])
+            return s[i:j + 1], j + 1
+        if s.startswith("${", i):
+            j = _match(s, i + 1, "{", "}")
+            return self._brace(s[i + 2:j]), j + 1
+        m = _NAME.match(s, i + 1)
+        if m:
+            v = self._value(m.group(0))
+            if v is None:
+                self.unresolved.add(m.group(0))
+                return "${" + m.group(0) + "}", m.end()
+            return v, m.end()
+        if s[i + 1:i + 2] in ("@", "*"):
+            return "", i + 2
+        return "$", i + 1
+
+    def _value(self, name: str):
+        v = self.lookup(name)
+        return " ".join(v) if isinstance(v, list) else v
+
+    def _brace(self, body: str) -> str:
+        if body.startswith("#"):
+            v = self.vars.get(body[1:].split("[")[0])
+            return str(len(v) if isinstance(v, list) else len(v or ""))
+        m = re.match(r"([A-Za-z_]\w*)(\[[^\]]*\])?(:?[-=+?])?(.*)$", body, re.S)
+        if not m:
+            self.unresolved.add("${" + body + "}")
+            return "${" + body + "}"
+        name, idx, op, word = m.group(1), m.group(2), m.group(3), m.group(4)
+        v = self.lookup(name)
+        if idx and isinstance(v, list):
+            k = idx[1:-1]
+            v = " ".join(v) if k in "@*" else (v[int(k)] if k.isdigit() and int(k) < len(v) else None)
+        elif isinstance(v, list):
+            v = v[0] if v else ""
+        empty = v is None or (op or "").startswith(":") and v == ""
+        if op in (":-", "-"):
+            return self._expand_text(word, quoted=False) if (v is None if op == "-" else empty) else v
+        if op in (":=", "="):
+            if v is None if op == "=" else empty:
+                v = self._expand_text(word, quoted=False)
+                self.assign(name, v)
+            return v
+        if op in (":+", "+"):
+            return "" if (v is None if op == "+" else empty) else self._expand_text(word, quoted=False)
+        if v is None:
+            self.unresolved.add(name)
+            return "${" + name + "}"
+        return v
+
+
+def _match(s: str, i: int, o: str, c: str) -> int:
+    depth, j = 0, i
+    while j < len(s):
+        ch = s[j]
+        if ch == "\\":
+            j += 2
+            continue
+        if ch == "'" and o == "{":
+            k = s.find("'", j + 1)
+            j = (k if k >= 0 else len(s) - 1) + 1
+            continue
+        if ch == o:
+            depth += 1
+        elif ch == c:
+            depth -= 1
+            if depth == 0:
+                return j
+        j += 1
+    return len(s) - 1
+
+
+def case_matches(pattern: str, word: str) -> bool:
+    """A ``case`` pattern (``a|b*``) against a word."""
+    return any(fnmatch.fnmatchcase(word, p.strip().strip("'\"")) for p in pattern.split("|"))

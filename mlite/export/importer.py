@@ -1,0 +1,268 @@
+"""``import_launcher``: read the Hydra overrides of an existing verl command line back into a plan.
+
+Accepts a launcher script (bash arrays, ``${X:-default}`` knobs, ``case`` variants — see :mod:`.shell`), a resolved
+command (what ``DRY_RUN=1`` or ``set -x`` prints), or the launchers ``mlite export`` writes. Reads the mesh from the
+mlite engine keys (``engine.tp`` ... / ``actor_rollout_ref.actor.engine.tp`` ...) or verl's Megatron keys
+(``actor_rollout_ref.actor.megatron.*_parallel_size``; ETP ``null`` means ETP = TP there, 1 for mlite), the GPU count
+from ``trainer.nnodes x trainer.n_gpus_per_node`` (else torchrun's flags), and the training options the memory
+estimator needs. The mesh is then judged by the planner with the runtime's rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import MliteError
+from .mapping import read_options, read_parallel
+from .overrides import ParsedOverride, parse_override
+from .script import run_script, uses_launcher_rule
+
+_TARGETS = {("mlite", False): "verl-mlite-grpo", ("mlite", True): "verl-mlite-sft",
+            ("megatron", False): "verl-megatron-grpo", ("megatron", True): "verl-megatron-sft",
+            ("fsdp", False): "verl-fsdp-grpo", ("fsdp", True): "verl-fsdp-sft"}
+
+
+@dataclass(kw_only=True)
+class ImportedLauncher:
+    """What a verl command line sets, as a plan."""
+
+    source: str
+    """File read (or ``<text>``)."""
+    target: str
+    """``verl-mlite-grpo``, ``verl-mlite-sft``, ``verl-megatron-grpo`` (export targets), or ``verl-megatron-sft``,
+    ``verl-fsdp-*`` (read, not exported)."""
+    entry: str
+    """The verl module launched."""
+    config_name: str | None
+    """``--config-name`` (e.g. ``ppo_megatron_trainer``), None for the entry's default."""
+    overrides: list[ParsedOverride]
+    """Every Hydra override, values expanded."""
+    nnodes: int
+    """Nodes."""
+    gpus_per_node: int
+    """GPUs per node."""
+    parallel: object
+    """The :class:`mlite.mesh.ParallelConfig` read."""
+    options: dict
+    """:class:`mlite.memory.TrainingOptions` keyword arguments read (only what the launcher says)."""
+    model_path: str | None = None
+    """``model.path`` / ``actor_rollout_ref.model.path`` as written."""
+    warnings: list[str] = field(default_factory=list)
+    """What could not be resolved, keys ignored that look like mesh or memory settings, rule disagreements."""
+    unresolved: dict = field(default_factory=dict)
+    """Variable or substitution -> the overrides it appears in."""
+    ignored: list[str] = field(default_factory=list)
+    """Override keys that are not part of a mesh / memory plan."""
+    launcher_rule: bool = False
+    """The script computes DP with verl's rule ngpu / PP = TP * EP * DP."""
+
+    @property
+    def ngpu(self) -> int:
+        return self.nnodes * self.gpus_per_node
+
+    def training_options(self):
+        """:class:`mlite.memory.TrainingOptions` from :attr:`options` (defaults for the rest)."""
+        from ..memory import TrainingOptions
+
+        return TrainingOptions(**self.options, gpus_per_node=self.gpus_per_node)
+
+    def model_ref(self, config: str | None = None) -> str | None:
+        """The model config to judge the mesh with: ``config``, else ``model.path`` when it is a local folder or
+        file, else its last component when it names a config in ``data/models/``."""
+        from ..models import available_models
+
+        if config:
+            return config
+        if not self.model_path:
+            return None
+        p = Path(self.model_path).expanduser()
+        if (p.is_dir() and (p / "config.json").is_file()) or (p.is_file() and p.suffix == ".json"):
+            return str(p)
+        names = {n.lower(): n for n in available_models()}
+        return names.get(p.name.lower())
+
+    def plan(self, config: str | None = None):
+        """``(MeshPlan or None, model ref or None)``: the planner's verdict on the mesh read."""
+        from ..mesh import resolve
+        from ..models import from_hf_config
+
+        ref = self.model_ref(config)
+        if ref is None:
+            return None, None
+        spec = from_hf_config(ref)
+        seq = int(self.options.get("seq_len", 4096))
+        return resolve(spec, self.ngpu, self.parallel, seq_len=seq, gpus_per_node=self.gpus_per_node,
+                       auto_uneven=True), ref
+
+    def to_dict(self, config: str | None = None) -> dict:
+        """The ``mlite import-launcher --json`` document: ``ngpu``, the mesh keys as ``mlite mesh`` prints them,
+        ``warnings`` (the planner's and the import's), and what was read."""
+        mp, ref = self.plan(config)
+        p = self.parallel
+        warnings = list(self.warnings)
+        if mp is not None:
+            doc = mp.to_dict()
+            warnings = doc["warnings"] + warnings
+        else:
+            dense, expert = p.tp * p.cp * p.pp, p.etp_size * p.ep * p.pp
+            errors = [f"ngpu {self.ngpu} is not divisible by {w} = {n}" for w, n in
+                      (("TP*CP*PP", dense), ("ETP*EP*PP", expert)) if self.ngpu % n]
+            doc = {"valid": not errors, "errors": errors, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp,
+                   "ep": p.ep, "etp": p.etp_size, "dp": self.ngpu // dense if not self.ngpu % dense else 0,
+                   "edp": self.ngpu // expert if not self.ngpu % expert else 0, "pp_layout": p.pp_layout or "",
+                   "layout_source": "pp_layout" if p.pp_layout else "unknown"}
+            warnings.append(f"no model config for '{self.model_path or '?'}': only the GPU-count rule was checked "
+                            "(pass --config NAME_OR_PATH for heads, experts, layers)")
+        out = {"ngpu": self.ngpu}
+        for k in ("valid", "errors"):
+            out[k] = doc[k]
+        out["warnings"] = warnings
+        for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp", "pp_layout", "layout_source"):
+            out[k] = doc[k]
+        ldp = self.ngpu / p.pp / (p.tp * p.ep)
+        out.update({
+            "nnodes": self.nnodes, "gpus_per_node": self.gpus_per_node, "target": self.target,
+            "entry": self.entry, "config_name": self.config_name, "model_path": self.model_path,
+            "model_config": ref, "options": self.options,
+            "launcher_rule": {"used": self.launcher_rule, "dp": int(ldp) if ldp.is_integer() else round(ldp, 3)},
+            "unresolved": self.unresolved, "ignored": self.ignored, "source": self.source,
+        })
+        return out
+
+    def to_export_plan(self, *, model: str | None = None, target: str | None = None, **kw):
+        """An :class:`mlite.export.ExportPlan` with this mesh, cluster and options (the header then states the
+        difference to this launcher's rule when it used verl's)."""
+        from .plan import ExportPlan
+
+        ref = self.model_ref(model)
+        if ref is None:
+            raise MliteError(f"no model config for '{self.model_path}': pass model= (a data/models name or path)")
+        p = self.parallel
+        ldp = self.ngpu / p.pp / (p.tp * p.ep)
+        return ExportPlan(model=ref, target=target or (self.target if self.target in
+                                                       ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
+                                                       else "verl-mlite-grpo"),
+                          parallel=p, options=self.training_options(), nodes=self.nnodes,
+                          gpus_per_node=self.gpus_per_node, model_path=self.model_path or None,
+                          source_launcher=self.source, source_rule_dp=ldp if self.launcher_rule else None, **kw)
+
+
+def import_launcher(src: str | Path, *, env: dict | None = None, text: str | None = None) -> ImportedLauncher:
+    """Read a launcher file (or ``text``) into an :class:`ImportedLauncher`; ``env`` supplies outside variables."""
+    if text is None:
+        path = Path(src).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except (FileNotFoundError, IsADirectoryError) as e:
+            what = "no such file" if isinstance(e, FileNotFoundError) else "is a folder"
+            raise MliteError(f"{src}: {what}; give a launcher script or a file with a verl command line") from None
+        source = str(src)
+    else:
+        source = str(src or "<text>")
+    res = run_script(text, env)
+    if not res.launches:
+        raise MliteError(f"{source}: no verl launch line found (expected python3 -m verl.trainer.main_ppo or "
+                         "torchrun ... verl.trainer.sft_trainer with Hydra overrides)")
+    warnings = list(res.notes)
+    outside = [ln for ln in res.launches if not ln.in_block]
+    launch = (outside or res.launches)[-1]
+    if len(outside or res.launches) > 1:
+        warnings.append(f"{len(outside or res.launches)} verl launch lines found; read the last (line {launch.line})")
+    ovs, unresolved, config_name, torchrun = [], {}, None, {}
+    for k, w in enumerate(launch.words[:launch.entry]):
+        if w.startswith("--nnodes") or w.startswith("--nproc_per_node") or w.startswith("--nproc-per-node"):
+            key, _, val = w.partition("=")
+            val = val or (launch.words[k + 1] if k + 1 < launch.entry else "")
+            torchrun[key.lstrip("-").replace("-", "_")] = val
+    words = launch.words[launch.entry + 1:]
+    unres = launch.unresolved[launch.entry + 1:]
+    deps = launch.used[launch.entry + 1:]
+    used_by: dict[str, set] = {}
+    i = 0
+    while i < len(words):
+        w, u, d = words[i], unres[i], deps[i]
+        i += 1
+        if w.startswith("--config-name") or w.startswith("--config-path") or w.startswith("-cn"):
+            key, _, val = w.partition("=")
+            if not val and i < len(words):
+                val, i = words[i], i + 1
+            if key in ("--config-name", "-cn"):
+                config_name = val[:-5] if val.endswith(".yaml") else val
+            continue
+        ov = parse_override(w)
+        if ov is None:
+            if w.strip():
+                warnings.append(f"'{w}' is not a Hydra override; ignored")
+            continue
+        ovs.append(ov)
+        used_by[ov.key] = d
+        for name in u:
+            unresolved.setdefault(name, []).append(ov.key)
+    for name, keys in unresolved.items():
+        label = name if name.startswith("$") else "$" + name
+        shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        warnings.append(f"could not resolve {label} (used in {shown}); pass --env {name.strip('$')}=VALUE"
+                        if not name.startswith("$") else f"could not resolve {label} (used in {shown})")
+    is_sft = "sft" in launch.module
+    backend, parallel, consumed, mesh_warn = read_parallel(ovs, is_sft=is_sft, config_name=config_name)
+    warnings += mesh_warn
+    nnodes, gpn, consumed_c, cw = _cluster(ovs, torchrun, is_sft)
+    warnings += cw
+    options, consumed_o, ow = read_options(ovs, backend=backend, is_sft=is_sft)
+    warnings += ow
+    consumed |= consumed_c | consumed_o
+    model_path = next((str(o.value) for o in ovs if o.key in ("model.path", "actor_rollout_ref.model.path")), None)
+    if model_path is not None:
+        consumed.add("model.path" if is_sft else "actor_rollout_ref.model.path")
+    ignored = [o.key for o in ovs if o.key not in consumed]
+    read_vars = set().union(*(used_by.get(k, set()) for k in consumed)) if consumed else set()
+    for name in sorted(res.block_assignments & read_vars):
+        warnings.append(f"{name} is also assigned inside an if/loop block that was not evaluated; the value "
+                        "set outside it was used")
+    for k in ignored:
+        low = k.lower()
+        if any(t in low for t in ("parallel_size", "offload", "recompute", ".engine.", "impl_cfg")) and \
+                not low.startswith(("actor_rollout_ref.rollout.", "actor_rollout_ref.ref.", "critic.")):
+            warnings.append(f"{k}: looks like a mesh or memory setting but is not read; ignored")
+        elif low.startswith(("actor_rollout_ref.ref.", "critic.")) and "parallel_size" in low:
+            warnings.append(f"{k}: the plan is the actor's mesh; the reference/critic setting is ignored")
+    text_rule = uses_launcher_rule(text)
+    if text_rule:
+        p = parallel
+        ldp = nnodes * gpn / p.pp / (p.tp * p.ep)
+        rdp = nnodes * gpn / (p.tp * p.cp * p.pp)
+        if ldp != rdp:
+            warnings.append(f"this launcher computes DP with verl's rule ngpu/PP = TP*EP*DP = {ldp:g}; the runtime's "
+                            f"rule ngpu = TP*CP*DP*PP gives DP = {rdp:g} (they differ because CP {p.cp} != EP {p.ep})")
+    return ImportedLauncher(source=source, target=_TARGETS[(backend, is_sft)], entry=launch.module,
+                            config_name=config_name, overrides=ovs, nnodes=nnodes, gpus_per_node=gpn,
+                            parallel=parallel, options=options, model_path=model_path, warnings=warnings,
+                            unresolved=unresolved, ignored=ignored, launcher_rule=text_rule)
+
+
+def _int(ov: ParsedOverride | None, what: str, warnings: list[str]) -> int | None:
+    if ov is None:
+        return None
+    if isinstance(ov.value, int) and not isinstance(ov.value, bool) and ov.value > 0:
+        return ov.value
+    warnings.append(f"{ov.key}={ov.raw}: {what} is not a positive integer; not used")
+    return None
+
+
+def _cluster(ovs, torchrun: dict, is_sft: bool) -> tuple[int, int, set, list[str]]:
+    by = {o.key: o for o in ovs}
+    w: list[str] = []
+    nn = _int(by.get("trainer.nnodes"), "the node count", w)
+    g = _int(by.get("trainer.n_gpus_per_node"), "the GPUs per node", w)
+    if nn is None and str(torchrun.get("nnodes", "")).isdigit():
+        nn = int(torchrun["nnodes"])
+    if g is None and str(torchrun.get("nproc_per_node", "")).isdigit():
+        g = int(torchrun["nproc_per_node"])
+    if nn is None:
+        nn = 1
+        w.append("trainer.nnodes not set: verl's default 1 node")
+    if g is None:
+        g = 1 if is_sft else 8
+        w.append(f"trainer.n_gpus_per_node not set: verl's default {g}")
+    return nn, g, {"trainer.nnodes", "trainer.n_gpus_per_node"}, w

@@ -1,0 +1,153 @@
+"""Shared shape of the three verl launchers: header, knobs, the mesh check (runtime rule), environment, Hydra
+override arrays, and the launch line with ``DRY_RUN=1`` (prints the resolved command, one line, and exits).
+
+The target modules (:mod:`.verl_sft`, :mod:`.verl_grpo_mlite`, :mod:`.verl_grpo_megatron`) fill a :class:`Launcher`;
+:func:`render` turns it into bash that passes ``bash -n`` and ``shellcheck`` with no findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .overrides import Override, shell_word
+
+
+@dataclass(kw_only=True)
+class Knob:
+    """A variable at the top of a launcher: ``NAME=${NAME:-default}`` (the environment wins)."""
+
+    name: str
+    """Variable name (verl's example launchers' names where they have one)."""
+    default: str
+    """Default value (a literal; quoted for bash by :func:`shell_word`)."""
+    comment: str = ""
+    """Trailing explanation."""
+    raw: bool = False
+    """``default`` is bash text (e.g. ``${SLURM_NODEID:-0}``), written without quoting."""
+
+
+@dataclass(kw_only=True)
+class Launcher:
+    """One launcher script, before rendering."""
+
+    filename: str
+    """File name, e.g. ``run_verl_mlite_grpo.sh``."""
+    header: list[str]
+    """Comment lines under the shebang (without ``# ``)."""
+    knob_groups: list[tuple[str, list[Knob]]]
+    """Titled groups of knobs."""
+    derived: list[str] = field(default_factory=list)
+    """Bash lines after the knobs (mesh check, log path)."""
+    env: list[tuple[str, str]] = field(default_factory=list)
+    """``export NAME="${NAME:-value}"`` lines."""
+    sections: list[tuple[str, list[Override]]] = field(default_factory=list)
+    """Bash arrays of Hydra overrides, in order."""
+    command: list[str] = field(default_factory=list)
+    """Words before the overrides, e.g. ``python3 -m verl.trainer.main_ppo`` (bash text, may expand variables)."""
+
+
+def mesh_knobs(plan, mp, *, vpp_null: bool = False) -> list[Knob]:
+    """NNODES, NDEVICES_PER_NODE, TP, PP, VPP, CP, EP, ETP from a resolved plan."""
+    p = mp.parallel
+    vpp = "null" if vpp_null and p.vpp == 1 else str(p.vpp)
+    return [
+        Knob(name="NNODES", default=str(plan.nodes), comment="trainer.nnodes"),
+        Knob(name="NDEVICES_PER_NODE", default=str(plan.gpus_per_node), comment="trainer.n_gpus_per_node"),
+        Knob(name="TP", default=str(p.tp)),
+        Knob(name="PP", default=str(p.pp)),
+        Knob(name="VPP", default=vpp, comment="null: no interleaving (Megatron-Core rejects 1)" if vpp == "null"
+             else ""),
+        Knob(name="CP", default=str(p.cp)),
+        Knob(name="EP", default=str(p.ep)),
+        Knob(name="ETP", default=str(p.etp_size)),
+    ]
+
+
+def path_knobs(plan) -> list[Knob]:
+    """MODEL_PATH, TRAIN_FILES, VAL_FILES, LOG_DIR, PROJECT_NAME, EXPERIMENT_NAME."""
+    return [
+        Knob(name="MODEL_PATH", default=plan.checkpoint_path, comment="Hugging Face checkpoint directory"),
+        Knob(name="TRAIN_FILES", default=plan.train_files),
+        Knob(name="VAL_FILES", default=plan.val_files),
+        Knob(name="LOG_DIR", default=plan.log_dir, comment="Slurm .out files and verl's JSONL metrics"),
+        Knob(name="PROJECT_NAME", default=plan.project_name),
+        Knob(name="EXPERIMENT_NAME", default=plan.name),
+    ]
+
+
+def mesh_check(vpp_var: str = "VPP") -> list[str]:
+    """Bash that recomputes DP and EDP with the runtime's rule and refuses a mesh that does not divide the GPUs."""
+    return [
+        "NGPU=$((NNODES * NDEVICES_PER_NODE))",
+        "if (( NGPU % (TP * CP * PP) != 0 )); then",
+        '    echo "Invalid mesh: NGPU=${NGPU} is not divisible by TP*CP*PP=$((TP * CP * PP)) '
+        '(dense ranks = TP*CP*DP*PP)" >&2',
+        "    exit 1",
+        "fi",
+        "if (( NGPU % (ETP * EP * PP) != 0 )); then",
+        '    echo "Invalid mesh: NGPU=${NGPU} is not divisible by ETP*EP*PP=$((ETP * EP * PP)) '
+        '(expert ranks = ETP*EP*EDP*PP)" >&2',
+        "    exit 1",
+        "fi",
+        "DP=$((NGPU / (TP * CP * PP)))",
+        "EDP=$((NGPU / (ETP * EP * PP)))",
+        'echo "MLITE_MESH ngpu=${NGPU} tp=${TP} pp=${PP} vpp=${' + vpp_var + '} cp=${CP} ep=${EP} etp=${ETP} '
+        'dp=${DP} edp=${EDP}" >&2',
+    ]
+
+
+def log_path_lines() -> list[str]:
+    """An absolute ``LOG_DIR`` and ``VERL_FILE_LOGGER_PATH`` (verl's file logger: one JSON object per step)."""
+    return [
+        'if [[ "${LOG_DIR}" != /* ]]; then LOG_DIR="${PWD}/${LOG_DIR}"; fi',
+        'export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-${LOG_DIR}/${EXPERIMENT_NAME}.jsonl}"',
+    ]
+
+
+COMMON_ENV = [
+    ("CUDA_DEVICE_MAX_CONNECTIONS", "1"),
+    ("TORCH_NCCL_AVOID_RECORD_STREAMS", "1"),
+    ("NCCL_DEBUG", "WARN"),
+    ("PYTHONUNBUFFERED", "1"),
+]
+"""Environment every launcher exports (verl's Megatron / mlite examples; a Slurm job's values win)."""
+
+
+def render(lc: Launcher) -> str:
+    """The launcher as bash text."""
+    out = ["#!/usr/bin/env bash"]
+    out += [f"# {h}".rstrip() for h in lc.header]
+    out += ["", "set -euo pipefail", ""]
+    for title, knobs in lc.knob_groups:
+        out.append(f"########################### {title} ###########################")
+        for k in knobs:
+            line = f"{k.name}=${{{k.name}:-{k.default if k.raw else shell_word(k.default)}}}"
+            out.append(line + (f"  # {k.comment}" if k.comment else ""))
+        out.append("")
+    if lc.derived:
+        out += lc.derived + [""]
+    if lc.env:
+        out.append("########################### environment ###########################")
+        out += [f'export {n}="${{{n}:-{v}}}"' for n, v in lc.env]
+        out.append("")
+    out.append("########################### Hydra overrides ###########################")
+    for name, ovs in lc.sections:
+        out.append(f"{name}=(")
+        out += [f"    {o.render()}" for o in ovs]
+        out += [")", ""]
+    out.append("########################### launch ###########################")
+    cmd = ["CMD=("] + [f"    {w}" for w in lc.command]
+    cmd += [f'    "${{{name}[@]}}"' for name, _ in lc.sections]
+    cmd += ['    "$@"', ")"]
+    out += cmd
+    out += [
+        'if [[ "${DRY_RUN:-0}" == 1 ]]; then',
+        "    printf '%q ' \"${CMD[@]}\"",
+        "    echo",
+        "    exit 0",
+        "fi",
+        'mkdir -p "$(dirname "${VERL_FILE_LOGGER_PATH}")"',
+        'exec "${CMD[@]}"',
+        "",
+    ]
+    return "\n".join(out)

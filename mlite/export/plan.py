@@ -1,0 +1,176 @@
+"""``ExportPlan``: everything a launcher and its Slurm job need — model, mesh, training options, cluster, paths, names.
+
+``plan.resolve()`` checks the mesh with the planner (:func:`mlite.mesh.resolve`, uneven layouts allowed: the
+planner picks one and the launchers carry it) and returns the model spec and the :class:`MeshPlan`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from ..errors import MliteError
+from ..memory import TrainingOptions
+from ..mesh import MeshPlan, ParallelConfig, resolve
+
+TARGETS = ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
+"""What ``mlite export --target`` writes: verl SFT on the mlite engine, verl GRPO with the mlite actor, verl GRPO on
+verl's built-in Megatron backend."""
+
+DEFAULT_LOG_DIR = "runs/slurm"
+"""Where Slurm output (``%x-%j.out``) and verl's JSONL metrics go; the analysis notebook looks here."""
+
+
+@dataclass(kw_only=True)
+class ExportPlan:
+    """A plan to hand over to verl (launcher) and Slurm + Ray (sbatch)."""
+
+    model: str
+    """Model config: a name in ``data/models/`` or a path to a ``config.json`` (for the mesh checks)."""
+    target: str = "verl-mlite-grpo"
+    """One of :data:`TARGETS`."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """The mesh (tp, pp, vpp, cp, ep, etp, pp_layout)."""
+    options: TrainingOptions = field(default_factory=TrainingOptions)
+    """Optimizer, PAO, offload, recompute, sequence length, micro-batches (as for the memory estimate)."""
+    nodes: int = 1
+    """Slurm nodes (``trainer.nnodes``)."""
+    gpus_per_node: int = 8
+    """GPUs per node (``trainer.n_gpus_per_node``, ``--gpus-per-node``)."""
+    model_path: str | None = None
+    """Hugging Face checkpoint directory on the cluster; default: the model name (a hub id style placeholder)."""
+    train_files: str = "~/data/gsm8k/train.parquet"
+    """Training parquet (SFT: a ``messages`` column; GRPO: a ``prompt`` column as verl's GSM8K preprocessing)."""
+    val_files: str = "~/data/gsm8k/test.parquet"
+    """Validation parquet."""
+    log_dir: str = DEFAULT_LOG_DIR
+    """Folder for ``%x-%j.out`` and the ``VERL_FILE_LOGGER_PATH`` JSONL (relative: to the Slurm submit directory)."""
+    project_name: str = "mlite-lab"
+    """``trainer.project_name``."""
+    experiment_name: str | None = None
+    """``trainer.experiment_name`` and the Slurm job name; default ``<model>-<target>-<nodes>x<gpus>``."""
+    lr: float | None = None
+    """Learning rate; default 1e-5 (SFT) or 1e-6 (GRPO), as verl's mlite examples."""
+    train_batch_size: int | None = None
+    """SFT: sequences per step (default micro_batch x num_microbatches x DP); GRPO: prompts per step (default
+    max(32, DP))."""
+    total_epochs: int = 1
+    """``trainer.total_epochs``."""
+    rollout_n: int = 8
+    """GRPO: responses per prompt (``actor_rollout_ref.rollout.n``)."""
+    rollout_tp: int | None = None
+    """GRPO: vLLM tensor parallel size; default the GPUs per node (at most 8)."""
+    rollout_gpu_memory_utilization: float = 0.6
+    """GRPO: vLLM ``gpu_memory_utilization`` (the training state shares the GPU)."""
+    max_prompt_length: int | None = None
+    """GRPO: prompt tokens; default min(1024, seq_len // 2); responses get the rest of ``options.seq_len``."""
+    partition: str | None = None
+    """``#SBATCH --partition`` (left as a commented line when None)."""
+    account: str | None = None
+    """``#SBATCH --account`` (left as a commented line when None)."""
+    time_limit: str | None = None
+    """``#SBATCH --time`` (e.g. ``24:00:00``; commented when None)."""
+    cpus_per_task: int = 64
+    """``#SBATCH --cpus-per-task``: CPUs for the one task per node (Ray's ``--num-cpus``); set to the node's cores."""
+    ray_port: int = 6379
+    """Ray head GCS port."""
+    ray_wait_timeout: int = 900
+    """Seconds the job waits for every GPU to join the Ray cluster before it fails with a clear error."""
+    setup: tuple[str, ...] = ()
+    """Shell lines run on every node before Ray/torchrun starts (module load, venv activate, ...)."""
+    source_launcher: str | None = None
+    """Launcher this plan was imported from (``mlite import-launcher``), for the header's mesh accounting."""
+    source_rule_dp: float | None = None
+    """DP that ``source_launcher`` computed with verl's rule ngpu/PP = TP*EP*DP (None: it did not use that rule)."""
+
+    def __post_init__(self):
+        if self.target not in TARGETS:
+            raise MliteError(f"--target {self.target!r}: expected one of {', '.join(TARGETS)}")
+        for name in ("nodes", "gpus_per_node", "total_epochs", "rollout_n", "cpus_per_task", "ray_port",
+                     "ray_wait_timeout"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise MliteError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+        for name in ("train_batch_size", "rollout_tp", "max_prompt_length"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise MliteError(f"{name} must be a positive integer or None, got {v!r}")
+        if not 0 < self.rollout_gpu_memory_utilization < 1:
+            raise MliteError(f"rollout_gpu_memory_utilization must be in (0, 1), got "
+                             f"{self.rollout_gpu_memory_utilization}")
+        if self.max_prompt_length is not None and self.max_prompt_length >= self.options.seq_len:
+            raise MliteError(f"max_prompt_length {self.max_prompt_length} leaves no room for responses in seq_len "
+                             f"{self.options.seq_len}: lower it or raise --seq-len")
+        for name in ("model", "train_files", "val_files", "log_dir", "project_name"):
+            if not str(getattr(self, name)).strip():
+                raise MliteError(f"{name} must not be empty")
+        if self.options.gpus_per_node != self.gpus_per_node:
+            self.options = replace(self.options, gpus_per_node=self.gpus_per_node)
+
+    # -- derived -------------------------------------------------------------------------------------------------
+    @property
+    def ngpu(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def is_sft(self) -> bool:
+        return self.target == "verl-mlite-sft"
+
+    @property
+    def is_mlite(self) -> bool:
+        return self.target.startswith("verl-mlite")
+
+    @property
+    def name(self) -> str:
+        """The experiment / job name (safe for file names and Slurm)."""
+        if self.experiment_name:
+            return _safe(self.experiment_name)
+        base = self.model.rstrip("/").split("/")[-1]
+        base = base[:-5] if base.endswith(".json") else base
+        if base == "config" and "/" in self.model:
+            base = self.model.rstrip("/").split("/")[-2]
+        return _safe(f"{base}-{self.target.removeprefix('verl-')}-{self.nodes}x{self.gpus_per_node}")
+
+    @property
+    def checkpoint_path(self) -> str:
+        """``model.path`` default: the given checkpoint path, else the model name."""
+        if self.model_path:
+            return self.model_path
+        base = self.model.rstrip("/").split("/")[-1]
+        return base[:-5] if base.endswith(".json") else base
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else (1e-5 if self.is_sft else 1e-6)
+
+    @property
+    def prompt_length(self) -> int:
+        return self.max_prompt_length or min(1024, self.options.seq_len // 2)
+
+    @property
+    def response_length(self) -> int:
+        return self.options.seq_len - self.prompt_length
+
+    @property
+    def rollout_tensor_parallel(self) -> int:
+        return self.rollout_tp or min(self.gpus_per_node, 8)
+
+    def batch_size(self, dp: int) -> int:
+        """``data.train_batch_size`` for a DP size (see :attr:`train_batch_size`)."""
+        if self.train_batch_size:
+            return self.train_batch_size
+        o = self.options
+        return o.micro_batch_size * o.num_microbatches * dp if self.is_sft else max(32, dp)
+
+    def resolve(self) -> tuple[object, MeshPlan]:
+        """``(ModelSpec, MeshPlan)`` for this plan's model on ``nodes x gpus_per_node`` GPUs."""
+        from ..models import from_hf_config
+
+        spec = from_hf_config(self.model)
+        plan = resolve(spec, self.ngpu, self.parallel, seq_len=self.options.seq_len,
+                       gpus_per_node=self.gpus_per_node, auto_uneven=True)
+        return spec, plan
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.") or "run"

@@ -1,0 +1,51 @@
+"""The export view, driven in-process: the button writes the files the exporter writes and shows them in tabs;
+an invalid mesh is one inline line."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlite.export import ExportPlan, render
+from mlite.memory import TrainingOptions
+from mlite.mesh import ParallelConfig
+
+
+@pytest.fixture
+def view(tmp_path):
+    from widgets.export_view import ExportView
+
+    return ExportView("Qwen3-30B-A3B", out=str(tmp_path))
+
+
+def test_write_button_writes_and_shows_the_files(view, tmp_path):
+    opts = TrainingOptions(optimizer="fsdp2", offload_fraction=1.0, recompute="full")
+    view.set_plan(parallel=ParallelConfig(pp=2, cp=2, ep=8), options=opts, nodes=4, target="verl-megatron-grpo")
+    view._write.click()
+    assert view.errors.message == ""
+    res = view.result
+    expected = render(ExportPlan(model="Qwen3-30B-A3B", target="verl-megatron-grpo", options=opts, nodes=4,
+                                 parallel=ParallelConfig(pp=2, cp=2, ep=8)))
+    assert list(res.files) == list(expected.files)
+    for i, (name, text) in enumerate(res.files.items()):
+        assert view._tabs.get_title(i) == name
+        on_disk = [p for p in res.paths if p.endswith(name)][0]
+        assert open(on_disk).read() == text
+        assert "mlite-export-file" in view._tabs.children[i].value
+    assert res.files[res.launcher] == expected.files[expected.launcher]
+    assert "dp=8" in view._summary.value and "sbatch job_megatron_grpo.sbatch" in view._summary.value
+
+
+def test_invalid_mesh_is_one_inline_line(view):
+    view.set_plan(parallel=ParallelConfig(pp=3), nodes=4)
+    view._write.click()
+    assert "not divisible by TP*CP*PP" in view.errors.message
+    assert view.result is None and not view._tabs.children
+    view.set_plan(parallel=ParallelConfig(pp=2))
+    view._write.click()
+    assert view.errors.message == "" and view.result is not None
+
+
+def test_bad_model_is_one_inline_line(view):
+    view.model = "NoSuchModel"
+    view._write.click()
+    assert "NoSuchModel" in view.errors.message
