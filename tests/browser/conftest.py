@@ -108,10 +108,14 @@ def _free_port() -> int:
 
 
 def _write_lab_settings(settings_dir: Path) -> None:
-    """No news prompt, no update check: nothing pops over the notebook."""
+    """No news prompt, no update check: nothing pops over the notebook. Every cell stays rendered (JupyterLab's
+    default ``contentVisibility`` windowing stops rendering off-screen cells, so their text would read empty)."""
     f = settings_dir / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    nb = settings_dir / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    nb.parent.mkdir(parents=True, exist_ok=True)
+    nb.write_text(json.dumps({"windowingMode": "none"}))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,542 @@
+"""``MemoryView``: per-GPU and host memory of the planner's mesh, and of every valid mesh, as options change.
+
+Controls: GPU type (or GiB), optimizer (``dist_opt`` / ``fsdp2``), ``use_distributed_optimizer``, the
+precision-aware optimizer (PAO) with its dtype pickers (``main_grads_dtype``, moments, ``store_param_remainders``;
+disabled and fp32 while PAO is off, as Megatron-Core requires), ``offload_fraction`` (a live slider), runtime
+context offload, ``recompute``, ``seq_len`` (the planner's own box, shown here too), micro-batch size and count,
+sequence parallelism, attention kernel. Output: the GPU total of the most loaded rank against the usable memory,
+a stacked bar per pipeline stage (params / grads / optimizer / activations / other) with the capacity line and
+the host memory next to it, "why" (each number with its formula and the values that went in, from
+``MemoryEstimate.to_dict()["formulas"]``), the cheapest mesh that fits, and every valid mesh with its estimate
+(:func:`mlite.memory.mesh_table`), OOM cells in red; clicking a row applies that mesh in the planner.
+
+"Cheapest mesh that fits": the best-ranked mesh among those that fit on this GPU count, i.e. the first row of
+:func:`mlite.memory.mesh_table` (meshes that fit come first, then the planner's score: TP and EP inside a node,
+the smallest pipeline bubble, the least CP, smaller TP/ETP). The mesh with the least GPU memory is shown next to it.
+
+The whole-mesh table is recomputed after the controls stop moving for a moment (a quarter second, debounced on the
+kernel's event loop) so dragging the slider stays live; the picked mesh's own figures follow every move.
+
+CSS classes for tests: ``mlite-memory`` (the view), ``mlite-memory-<control>`` (controls, named after the
+``TrainingOptions`` fields: gpu, gpu_memory_gib, optimizer, use_distributed_optimizer,
+use_precision_aware_optimizer, main_grads_dtype, moment_dtype, store_param_remainders, offload_fraction, ...),
+``mlite-memory-gpu-total`` (card; ``.mlite-figure-value`` "78.93 GiB", ``.mlite-figure-exact`` the bytes),
+``mlite-memory-fits``, ``mlite-memory-host``, ``mlite-memory-bpp``, ``mlite-memory-chart`` (SVG; bars
+``g.mlite-memory-bar[data-pp][data-total]``), ``mlite-memory-why``, ``mlite-memory-details``,
+``mlite-memory-cheapest``, ``mlite-memory-table`` (a :class:`widgets.planner.MeshTable`; OOM cells
+``td.mlite-oom``), ``mlite-memory-invalid`` (the planner's mesh is invalid), ``mlite-error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import ipywidgets as W
+import traitlets
+
+from mlite.errors import MliteError
+from mlite.memory import GIB, GPU_MEMORY_GIB, RECOMPUTE, TrainingOptions, estimate, mesh_table, state_bytes
+
+from ._common import ErrorBanner, esc, fmt_count
+from .planner import MESH_COLUMNS, RANK_COLUMN, Column, MeshTable, mesh_key, planner_rows
+
+SEGMENTS = (  # (key, label, colour)
+    ("params", "params", "#4C72B0"),
+    ("grads", "grads", "#55A868"),
+    ("master", "optimizer: master", "#C44E52"),
+    ("exp_avg", "optimizer: exp_avg", "#D9777A"),
+    ("exp_avg_sq", "optimizer: exp_avg_sq", "#E8A3A5"),
+    ("activations", "activations", "#8172B3"),
+    ("other", "other (transients, framework, padding)", "#937860"),
+)
+HOST_COLOR = "#9E9E9E"
+DEBOUNCE_S = 0.25
+"""Quiet time before the whole-mesh table is recomputed."""
+
+
+def gib(x: float, digits: int = 2) -> str:
+    return f"{x / GIB:.{digits}f} GiB"
+
+
+def _segments(r) -> list[tuple[str, str, str, float]]:
+    values = {"params": r.params, "grads": r.grads, "master": r.master, "exp_avg": r.exp_avg,
+              "exp_avg_sq": r.exp_avg_sq, "activations": r.activation_total,
+              "other": sum(r.other.values()) + r.transient_peak}
+    return [(k, label, color, values[k]) for k, label, color in SEGMENTS]
+
+
+def _nice_step(top: float) -> float:
+    raw = top / 6
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+
+
+def memory_svg(est) -> str:
+    """Stacked GPU bar and host bar per pipeline rank, with the device capacity and the usable line."""
+    ranks = est.ranks
+    cap, usable = est.gpu_mem, est.usable
+    top = max([cap] + [r.total for r in ranks] + [r.host_total for r in ranks]) * 1.08 / GIB
+    n = len(ranks)
+    bar, hbar, group = (64, 28, 130) if n <= 2 else (44, 20, 90) if n <= 8 else (22, 10, 44) if n <= 24 \
+        else (10, 5, 20)
+    left, right, top_pad, plot_h, bottom = 58, 110, 16, 250, 34
+    width = left + n * group + right
+    height = top_pad + plot_h + bottom
+    y = lambda v: top_pad + plot_h * (1 - v / top)  # noqa: E731  (v in GiB)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" style="font-family:sans-serif">']
+    step = _nice_step(top)
+    t = 0.0
+    while t <= top:
+        out.append(f'<line x1="{left}" x2="{left + n * group}" y1="{y(t):.1f}" y2="{y(t):.1f}" stroke="#eee"/>'
+                   f'<text x="{left - 6}" y="{y(t) + 3:.1f}" font-size="10" text-anchor="end">{t:g}</text>')
+        t += step
+    out.append(f'<text x="12" y="{top_pad + plot_h / 2}" font-size="11" transform="rotate(-90 12 '
+               f'{top_pad + plot_h / 2})" text-anchor="middle">GiB</text>')
+    worst = est.worst.pp_rank
+    for i, r in enumerate(ranks):
+        x = left + i * group + (group - bar - hbar - 4) / 2
+        acc = 0.0
+        segs = []
+        for key, label, color, v in _segments(r):
+            if v <= 0:
+                continue
+            h = v / GIB
+            segs.append(f'<rect class="mlite-memory-seg-{key}" x="{x:.1f}" y="{y(acc + h):.1f}" width="{bar}" '
+                        f'height="{max(plot_h * h / top, 0.5):.1f}" fill="{color}" data-bytes="{round(v)}">'
+                        f'<title>pp {r.pp_rank} · {esc(label)}: {gib(v)}</title></rect>')
+            acc += h
+        out.append(f'<g class="mlite-memory-bar" data-pp="{r.pp_rank}" data-total="{round(r.total)}">{"".join(segs)}'
+                   f'<text x="{x + bar / 2:.1f}" y="{y(acc) - 4:.1f}" font-size="10" text-anchor="middle" '
+                   f'font-weight="{700 if r.pp_rank == worst else 400}">{r.total / GIB:.1f}</text></g>')
+        hx, acc = x + bar + 4, 0.0
+        for k, v in r.host.items():
+            h = v / GIB
+            out.append(f'<rect class="mlite-memory-host-seg" x="{hx:.1f}" y="{y(acc + h):.1f}" width="{hbar}" '
+                       f'height="{max(plot_h * h / top, 0.5):.1f}" fill="{HOST_COLOR}" stroke="#fff" '
+                       f'stroke-width="0.5"><title>pp {r.pp_rank} · host: {esc(k)} {gib(v)}</title></rect>')
+            acc += h
+        label = f"pp {r.pp_rank}" + (" ▲" if r.pp_rank == worst and n > 1 else "")
+        out.append(f'<text x="{x + (bar + hbar + 4) / 2:.1f}" y="{top_pad + plot_h + 14}" font-size="10" '
+                   f'text-anchor="middle">{esc(label)}</text>')
+        if n <= 8:
+            out.append(f'<text x="{hx + hbar / 2:.1f}" y="{top_pad + plot_h + 26}" font-size="8.5" fill="#777" '
+                       'text-anchor="middle">host</text>')
+    x1 = left + n * group
+    for v, label, dash, color in ((cap, f"capacity {cap / GIB:g} GiB", "", "#b00020"),
+                                  (usable, f"usable {usable / GIB:.1f} GiB", "5 3", "#b00020")):
+        out.append(f'<line x1="{left}" x2="{x1}" y1="{y(v / GIB):.1f}" y2="{y(v / GIB):.1f}" stroke="{color}" '
+                   f'stroke-width="1.5"' + (f' stroke-dasharray="{dash}"' if dash else "") + "/>"
+                   f'<text x="{x1 + 4}" y="{y(v / GIB) + (-2 if v == cap else 10):.1f}" font-size="10" '
+                   f'fill="{color}">{esc(label)}</text>')
+    out.append(f'<line x1="{left}" x2="{left}" y1="{top_pad}" y2="{top_pad + plot_h}" stroke="#999"/></svg>')
+    legend = "".join(f'<span style="margin-right:12px;white-space:nowrap"><span style="display:inline-block;width:10px;'
+                     f'height:10px;background:{color};vertical-align:middle"></span> {esc(label)}</span>'
+                     for _, label, color in (*SEGMENTS, ("host", "host RAM (per GPU process)", HOST_COLOR)))
+    return (f'<div style="line-height:1.4">{"".join(out)}<div style="font-size:85%;max-width:{max(width, 420)}px">'
+            f'{legend}</div></div>')
+
+
+def _card(label: str, value: str, sub: str, css: str, color: str = "#222", tip: str = "") -> str:
+    return (f'<div class="{css}" title="{esc(tip)}" style="padding:4px 16px 4px 0;min-width:150px">'
+            f'<div class="mlite-figure-label" style="color:#666;font-size:90%">{esc(label)}</div>'
+            f'<div class="mlite-figure-value" style="font-size:150%;font-weight:600;color:{color}">{esc(value)}</div>'
+            f'<div class="mlite-figure-exact" style="font-family:monospace;color:#444">{esc(sub)}</div></div>')
+
+
+def _small_table(title: str, items: dict) -> str:
+    if not items:
+        return ""
+    rows = "".join(f"<tr><td style='padding:0 10px 0 0'>{esc(k)}</td><td style='text-align:right'>{gib(v)}</td></tr>"
+                   for k, v in items.items())
+    return (f"<div style='margin-right:28px'><b>{esc(title)}</b><table style='font-size:92%'>{rows}</table></div>")
+
+
+class _Debounce:
+    """Call ``fn`` once the calls stop for ``wait`` seconds (on the kernel's asyncio loop); at once without one."""
+
+    def __init__(self, fn, wait: float = DEBOUNCE_S):
+        self.fn, self.wait, self._handle = fn, wait, None
+        self.enabled = False
+        """False while the view is being built (the first table is computed synchronously)."""
+
+    def __call__(self) -> None:
+        try:
+            loop = asyncio.get_running_loop() if self.enabled else None
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            self.fn()
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = loop.call_later(self.wait, self.fn)
+
+
+MEMORY_COLUMNS = [
+    RANK_COLUMN, *MESH_COLUMNS,
+    Column("total", "GPU GiB", fmt=lambda r: f"{r['total'] / GIB:.1f}", css=lambda r: "" if r["fits"] else "mlite-oom",
+           tip="GPU memory of the most loaded rank (peak + framework overhead)"),
+    Column("static", "static GiB", fmt=lambda r: f"{r['static'] / GIB:.1f}", tip="params + grads + optimizer state"),
+    Column("dynamic", "act+tmp GiB", fmt=lambda r: f"{r['dynamic'] / GIB:.1f}",
+           tip="activations and the largest transient buffer"),
+    Column("host", "host GiB", fmt=lambda r: f"{r['host'] / GIB:.1f}", tip="host RAM per GPU process"),
+    Column("fits_text", "fits", numeric=False, css=lambda r: "" if r["fits"] else "mlite-oom",
+           tip="total <= usable (device memory less the headroom)"),
+    Column("score", "score", fmt=lambda r: f"{r['score']:.2f}", tip="the planner's score (lower is better)"),
+]
+
+
+def memory_rows(meshes) -> list[dict]:
+    """:func:`widgets.planner.planner_rows` plus the estimate's columns."""
+    rows = planner_rows(meshes)
+    for row, m in zip(rows, meshes):
+        e = m.extra
+        row.update(total=e["total_bytes"], static=e["static_bytes"], dynamic=e["peak_bytes"] - e["static_bytes"],
+                   host=e["host_bytes"], fits=bool(m.fits), fits_text="✓" if m.fits else "OOM")
+    return rows
+
+
+def _row_layout() -> W.Layout:
+    return W.Layout(align_items="center", flex_flow="row wrap", grid_gap="4px 8px")
+
+
+class MemoryView(W.VBox):
+    """Memory of the planner's mesh and of every valid mesh; follows the planner, applies meshes back to it."""
+
+    estimate = traitlets.Any(None, allow_none=True)
+    """The :class:`mlite.memory.MemoryEstimate` shown (None while the planner's mesh is invalid)."""
+
+    def __init__(self, planner, *, gpu: str | float = "H100", **options):
+        super().__init__()
+        self.add_class("mlite-memory")
+        self.planner = planner
+        self.errors = ErrorBanner()
+        self._busy = True
+        self._table_key = None
+        self._pending_key = None
+        o = TrainingOptions(**options)
+        gpu_name = gpu if isinstance(gpu, str) and gpu in GPU_MEMORY_GIB else "custom"
+        gib_value = GPU_MEMORY_GIB[gpu_name] if gpu_name != "custom" else float(gpu)
+        lay = lambda w: W.Layout(width=w)  # noqa: E731
+        narrow = {"description_width": "initial"}
+        c = self.controls = {
+            "gpu": W.Dropdown(options=[(f"{k} ({v:g} GiB)", k) for k, v in GPU_MEMORY_GIB.items()]
+                              + [("custom", "custom")], value=gpu_name, description="GPU", layout=lay("220px")),
+            "gpu_memory_gib": W.BoundedFloatText(value=gib_value, min=1, max=4096, step=1, description="GiB",
+                                                 continuous_update=False, layout=lay("150px")),
+            "optimizer": W.ToggleButtons(options=["dist_opt", "fsdp2"], value=o.optimizer,
+                                         tooltips=["Megatron-Core DDP + distributed optimizer",
+                                                   "PyTorch fully_shard (mlite fsdp2)"],
+                                         style={"button_width": "80px"}),
+            "use_distributed_optimizer": W.Checkbox(value=o.use_distributed_optimizer,
+                                                    description="distributed optimizer", indent=False,
+                                                    layout=lay("180px")),
+            "use_precision_aware_optimizer": W.Checkbox(value=o.use_precision_aware_optimizer,
+                                                        description="precision-aware optimizer (PAO)", indent=False,
+                                                        layout=lay("250px")),
+            "main_grads_dtype": W.Dropdown(options=["fp32", "bf16"], value=o.main_grads_dtype, description="grads",
+                                           layout=lay("140px"), style=narrow),
+            "moment_dtype": W.Dropdown(options=["fp32", "bf16"], value=o.exp_avg_dtype, description="moments",
+                                       layout=lay("160px"), style=narrow),
+            "store_param_remainders": W.Checkbox(value=o.store_param_remainders, description="param remainders",
+                                                 indent=False, layout=lay("160px")),
+            "offload_fraction": W.FloatSlider(value=o.offload_fraction, min=0.0, max=1.0, step=0.05,
+                                              description="offload_fraction", readout_format=".2f",
+                                              continuous_update=True, layout=lay("420px"), style=narrow),
+            "param_offload": W.Checkbox(value=o.param_offload, description="param_offload", indent=False,
+                                        layout=lay("130px")),
+            "optimizer_offload": W.Checkbox(value=o.optimizer_offload, description="optimizer_offload",
+                                            indent=False, layout=lay("150px")),
+            "recompute": W.Dropdown(options=list(RECOMPUTE), value=o.recompute, description="recompute",
+                                    layout=lay("190px"), style=narrow),
+            "micro_batch_size": W.BoundedIntText(value=o.micro_batch_size, min=1, max=4096, description="micro-batch",
+                                                 continuous_update=False, layout=lay("150px"), style=narrow),
+            "num_microbatches": W.BoundedIntText(value=o.num_microbatches, min=1, max=1 << 16,
+                                                 description="micro-batches", continuous_update=False,
+                                                 layout=lay("160px"), style=narrow),
+            "sequence_parallel": W.Checkbox(value=o.sequence_parallel, description="sequence_parallel",
+                                            indent=False, layout=lay("150px")),
+            "attention": W.Dropdown(options=["flash", "unfused"], value=o.attention, description="attention",
+                                    layout=lay("170px"), style=narrow),
+        }
+        """Every control by name (TrainingOptions names; ``moment_dtype`` sets exp_avg and exp_avg_sq)."""
+        for name, w in c.items():
+            w.add_class(f"mlite-memory-{name}")
+        seq = planner.controls["seq_len"]  # the planner's box: one seq_len for the mesh rules and the activations
+        self._invalid = W.HTML()
+        self._invalid.add_class("mlite-memory-invalid")
+        self._cards = W.HTML()
+        self._chart = W.HTML()
+        self._chart.add_class("mlite-memory-chart")
+        self._stages = W.HTML()
+        self._stages.add_class("mlite-memory-stages")
+        self._why = W.HTML()
+        self._why.add_class("mlite-memory-why")
+        self._details = W.HTML()
+        self._details.add_class("mlite-memory-details")
+        self._results = W.VBox([self._cards, W.HBox([self._chart, self._stages]), self._why, self._details])
+        self._cheapest_html = W.HTML()
+        self._cheapest_best = W.Button(description="apply best-ranked", layout=W.Layout(width="auto"))
+        self._cheapest_best.add_class("mlite-memory-apply-cheapest")
+        self._cheapest_least = W.Button(description="apply least memory", layout=W.Layout(width="auto"))
+        self._cheapest_least.add_class("mlite-memory-apply-least")
+        self._cheapest = W.VBox([self._cheapest_html, W.HBox([self._cheapest_best, self._cheapest_least])])
+        self._cheapest.add_class("mlite-memory-cheapest")
+        self._picks: dict[str, dict | None] = {"best": None, "least": None}
+        self._cheapest_best.on_click(self.errors.guard(lambda _b: self._apply_pick("best")))
+        self._cheapest_least.on_click(self.errors.guard(lambda _b: self._apply_pick("least")))
+        self.table = MeshTable(MEMORY_COLUMNS, on_pick=lambda row: self.planner.apply(row["cfg"]),
+                               css="mlite-memory-table", errors=self.errors)
+        """Every valid mesh with its estimate (fits first)."""
+        self._table_title = W.HTML()
+        self.children = (
+            W.HBox([c["gpu"], c["gpu_memory_gib"], c["optimizer"], c["use_distributed_optimizer"]],
+                   layout=_row_layout()),
+            W.HBox([c["use_precision_aware_optimizer"], c["main_grads_dtype"], c["moment_dtype"],
+                    c["store_param_remainders"]], layout=_row_layout()),
+            W.HBox([c["offload_fraction"], c["param_offload"], c["optimizer_offload"]],
+                   layout=_row_layout()),
+            W.HBox([c["recompute"], seq, c["micro_batch_size"], c["num_microbatches"], c["sequence_parallel"],
+                    c["attention"]], layout=_row_layout()),
+            self.errors, self._invalid, self._results, self._cheapest, self._table_title, self.table)
+        self._debounce = _Debounce(self.errors.guard(self._compute_table))
+        self._busy = False
+        for name, w in c.items():
+            w.observe(self.errors.guard(lambda ch, name=name: self._on_control(name, ch)), names="value")
+        planner.observe(self.errors.guard(lambda _c: self.refresh()), names="plan")
+        self.errors.run(self.refresh)
+        self._debounce.enabled = True
+
+    # ------------------------------------------------------------------ state
+    def options(self) -> TrainingOptions:
+        """The TrainingOptions of the controls (seq_len and gpus_per_node from the planner)."""
+        c = self.controls
+        moment = c["moment_dtype"].value
+        return TrainingOptions(
+            optimizer=c["optimizer"].value, use_distributed_optimizer=c["use_distributed_optimizer"].value,
+            use_precision_aware_optimizer=c["use_precision_aware_optimizer"].value,
+            main_grads_dtype=c["main_grads_dtype"].value, exp_avg_dtype=moment, exp_avg_sq_dtype=moment,
+            store_param_remainders=c["store_param_remainders"].value,
+            offload_fraction=round(float(c["offload_fraction"].value), 4), param_offload=c["param_offload"].value,
+            optimizer_offload=c["optimizer_offload"].value, seq_len=self.planner.seq_len,
+            micro_batch_size=c["micro_batch_size"].value, num_microbatches=c["num_microbatches"].value,
+            recompute=c["recompute"].value, sequence_parallel=c["sequence_parallel"].value,
+            attention=c["attention"].value, gpu_memory_gib=float(c["gpu_memory_gib"].value),
+            gpus_per_node=self.planner.gpus_per_node)
+
+    def set(self, **values) -> None:
+        """Set controls by name (``offload_fraction=0.5``, ``gpu="H200"``), then estimate once."""
+        self._busy = True
+        try:
+            for k, v in values.items():
+                self.controls[k].value = v
+                if k == "gpu" and v != "custom":
+                    self.controls["gpu_memory_gib"].value = GPU_MEMORY_GIB[v]
+        finally:
+            self._busy = False
+        self.refresh()
+
+    def command(self) -> str:
+        """The ``mlite memory`` command line of what is shown."""
+        plan = self.planner.plan
+        if plan is None:
+            return ""
+        o = self.options()
+        gpu = self.controls["gpu"].value
+        parts = [self.planner.command(plan).replace("mlite mesh", "mlite memory", 1)]
+        flags = [("--optimizer fsdp2", o.optimizer == "fsdp2"),
+                 ("--no-distributed-optimizer", o.optimizer == "dist_opt" and not o.use_distributed_optimizer),
+                 ("--pao", o.pao), (f"--grad-dtype {o.main_grads_dtype}", o.main_grads_dtype != "fp32"),
+                 (f"--moment-dtype {o.exp_avg_dtype}", o.exp_avg_dtype != "fp32"),
+                 ("--no-param-remainders", o.pao and not o.store_param_remainders),
+                 (f"--offload-fraction {o.offload_fraction:g}", o.offload_fraction > 0),
+                 ("--param-offload", o.param_offload), ("--optimizer-offload", o.optimizer_offload),
+                 (f"--micro-batch {o.micro_batch_size}", o.micro_batch_size != 1),
+                 (f"--num-microbatches {o.num_microbatches}", o.num_microbatches != 8),
+                 (f"--recompute {o.recompute}", o.recompute != "none"),
+                 ("--sequence-parallel", o.sequence_parallel), (f"--attention {o.attention}", o.attention != "flash"),
+                 (f"--gpu-mem {gpu if gpu != 'custom' else format(o.gpu_memory_gib, 'g')}", o.gpu_memory_gib != 80.0)]
+        return " ".join(parts + [f for f, on in flags if on])
+
+    # ------------------------------------------------------------------ events
+    def _on_control(self, name: str, change) -> None:
+        if self._busy:
+            return
+        c = self.controls
+        self._busy = True
+        try:
+            if name == "gpu" and change["new"] != "custom":
+                c["gpu_memory_gib"].value = GPU_MEMORY_GIB[change["new"]]
+            elif name == "gpu_memory_gib" and GPU_MEMORY_GIB.get(c["gpu"].value) != change["new"]:
+                c["gpu"].value = next((k for k, v in GPU_MEMORY_GIB.items() if v == change["new"]), "custom")
+        finally:
+            self._busy = False
+        self.refresh()
+
+    def _sync_enabled(self) -> None:
+        """PAO off: bf16 grads / moments and remainders do not apply (Megatron-Core rejects them)."""
+        c = self.controls
+        pao = c["use_precision_aware_optimizer"].value
+        dist = c["optimizer"].value == "dist_opt"
+        self._busy = True
+        try:
+            if not pao:
+                c["main_grads_dtype"].value = "fp32"
+                c["moment_dtype"].value = "fp32"
+            c["main_grads_dtype"].disabled = not (pao and dist)  # fsdp2 keeps gradients in the param dtype
+            c["moment_dtype"].disabled = not pao
+            c["store_param_remainders"].disabled = not pao
+            c["use_distributed_optimizer"].disabled = not dist
+        finally:
+            self._busy = False
+
+    def _apply_pick(self, which: str) -> None:
+        row = self._picks.get(which)
+        if row is not None:
+            self.planner.apply(row["cfg"])
+
+    # ------------------------------------------------------------------ estimating
+    def refresh(self) -> None:
+        """Estimate the planner's mesh now; recompute the whole-mesh table (debounced) when its inputs changed."""
+        self._sync_enabled()
+        spec, plan = self.planner.spec, self.planner.plan
+        if spec is None or plan is None:
+            self._results.layout.display = "none"
+            self.estimate = None
+            return
+        try:
+            o = self.options()
+        except MliteError:
+            self._results.layout.display = "none"
+            self.estimate = None
+            raise
+        self._schedule_table(spec, plan, o)
+        if not plan.valid:
+            self._results.layout.display = "none"
+            self._invalid.value = (f"<div style='color:#9a6700'>&#9888; The planner's mesh is invalid "
+                                   f"({esc(plan.errors[0].message)}): fix it above, or apply a mesh from the table "
+                                   "below.</div>")
+            self.estimate = None
+            return
+        est = estimate(spec, plan, o)
+        self._invalid.value = ""
+        self._render(est)
+        self._results.layout.display = None
+        self.estimate = est
+
+    def _schedule_table(self, spec, plan, o) -> None:
+        key = (id(spec), spec.name, plan.ngpu, repr(o.to_dict()))
+        current = mesh_key(plan.parallel)
+        if key == self._table_key or key == self._pending_key:
+            self.table.set_current(current)
+            return
+        self._pending_key = key
+        self._table_title.value = "<b>All valid meshes with their estimate</b> <i>(updating…)</i>"
+        self._debounce()
+
+    def _compute_table(self) -> None:
+        spec, plan = self.planner.spec, self.planner.plan
+        if spec is None or plan is None:
+            return
+        o = self.options()
+        key = (id(spec), spec.name, plan.ngpu, repr(o.to_dict()))
+        rows = memory_rows(mesh_table(spec, plan.ngpu, o))
+        self._table_key, self._pending_key = key, None
+        self.table.set_rows(rows, mesh_key(plan.parallel))
+        n_fit = sum(r["fits"] for r in rows)
+        self._table_title.value = (f"<b>All valid meshes with their estimate</b>: {n_fit} of {len(rows)} fit on "
+                                   f"{plan.ngpu} × {o.gpu_memory_gib:g} GiB (those that fit first, then by the "
+                                   "planner's score; OOM in red)")
+        self._render_cheapest(rows, plan.ngpu, o)
+
+    # ------------------------------------------------------------------ rendering
+    def _render_cheapest(self, rows: list[dict], ngpu: int, o: TrainingOptions) -> None:
+        fit = [r for r in rows if r["fits"]]
+        best = fit[0] if fit else None
+        least = min(rows, key=lambda r: r["total"]) if rows else None
+        self._picks = {"best": best, "least": least}
+        names = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp")
+        mesh = lambda r: " ".join(f"{k}={r[k]}" for k in names)  # noqa: E731
+        if best:
+            head = (f"<b>Cheapest mesh that fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB: "
+                    f"<code>{esc(mesh(best))}</code> — {gib(best['total'])} per GPU, score {best['score']:.2f}. "
+                    "<span style='color:#666'>"
+                    "(the best-ranked mesh among those that fit: TP and EP inside a node, smallest pipeline bubble, "
+                    "least CP, then smaller TP/ETP)</span>")
+        else:
+            head = (f"<b>No mesh fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB with these options: try "
+                    "offload_fraction, PAO with bf16 grads and moments, recompute, a larger GPU, or more GPUs.")
+        if least:
+            head += (f"<br>Least GPU memory: <code>{esc(mesh(least))}</code> — {gib(least['total'])} per GPU"
+                     + ("" if least["fits"] else " (does not fit)") + ".")
+        self._cheapest_html.value = f"<div style='margin:8px 0 4px 0;line-height:1.45'>{head}</div>"
+        self._cheapest_best.disabled = best is None
+        self._cheapest_least.disabled = least is None
+
+    def _render(self, est) -> None:
+        d = est.to_dict()
+        o = est.options
+        w = est.worst
+        total = d["per_gpu"]["total"]
+        over = total - d["usable"]
+        fits = d["fits"]
+        stage = f" (pp {w.pp_rank}, the most loaded)" if est.plan.parallel.pp > 1 else ""
+        cards = [
+            _card("GPU memory per GPU" + stage, gib(total), f"{total:,} B", "mlite-memory-gpu-total",
+                  tip="peak of a steady-state step + framework overhead"),
+            _card("verdict", "fits" if fits else "OOM", (f"{gib(-over)} to spare" if fits else f"over by {gib(over)}")
+                  + f" of {gib(d['usable'], 1)} usable", "mlite-memory-fits", "#1e7e34" if fits else "#b00020",
+                  tip=f"usable = {o.gpu_memory_gib:g} GiB x (1 - headroom {o.headroom})"),
+            _card("host RAM per GPU process", gib(d["host"]["per_gpu"]), f"per node: {gib(d['host']['per_node'])}",
+                  "mlite-memory-host", tip="offloaded optimizer state and runtime-offloaded params/state"),
+            _card("bytes per parameter", f"{d['bytes_per_param']:.2f}", f"over {fmt_count(d['local_params'])} local",
+                  "mlite-memory-bpp", tip="(params + grads + optimizer on the GPU) / local parameters"),
+            _card("between steps (rollout / idle)", gib(d["phases"]["idle"]["gpu"]),
+                  f"host then: {gib(d['phases']['idle']['host'])}", "mlite-memory-idle",
+                  tip="GPU bytes outside the training step with runtime context offload"),
+        ]
+        self._chart.value = memory_svg(est)
+        if len(d["stages"]) > 1:
+            rows = "".join(f"<tr><td>pp {s['pp_rank']}</td><td style='text-align:right'>{fmt_count(s['local_params'])}"
+                           f"</td><td style='text-align:right'>{gib(s['static'])}</td><td style='text-align:right'>"
+                           f"{gib(s['activations'])}</td><td style='text-align:right'>{gib(s['total'])}</td></tr>"
+                           for s in d["stages"])
+            self._stages.value = ("<div style='margin-left:12px;line-height:1.4'><b>per pipeline rank</b>"
+                                  "<table style='font-size:92%'>"
+                                  "<tr><th>stage</th><th>local params</th><th>static</th><th>activations</th>"
+                                  f"<th>total</th></tr>{rows}</table></div>")
+        else:
+            self._stages.value = ""
+        sb = state_bytes(o)
+        rows = [(f["name"], f["formula"], f["values"], gib(f["bytes"]) if f["name"] not in ("local_params", "shard")
+                 else f"{f['bytes']:,} params", f["bytes"]) for f in d["formulas"]]
+        rows.insert(len(rows) - 1, ("bytes_per_param", "(params + grads + optimizer) / local_params",
+                                    f"{d['static']:,} / {d['local_params']:,}", f"{d['bytes_per_param']:.3f} B", None))
+        body = "".join(f"<tr><td><b>{esc(n)}</b></td><td><code>{esc(fm)}</code></td><td><code>{esc(v)}</code></td>"
+                       f"<td style='text-align:right;white-space:nowrap' title='{'' if b is None else f'{b:,} bytes'}'>"
+                       f"= {esc(r)}</td></tr>" for n, fm, v, r, b in rows)
+        used = (f"optimizer={o.optimizer} · use_distributed_optimizer={o.use_distributed_optimizer} · "
+                f"use_precision_aware_optimizer={o.pao} · main_grads_dtype={o.main_grads_dtype} · "
+                f"exp_avg_dtype={o.exp_avg_dtype} · exp_avg_sq_dtype={o.exp_avg_sq_dtype} · "
+                f"store_param_remainders={o.store_param_remainders} · offload_fraction={o.offload_fraction:g} · "
+                f"seq_len={o.seq_len} · micro_batch_size={o.micro_batch_size} · num_microbatches={o.num_microbatches}"
+                f" · recompute={o.recompute} · gpu_memory_gib={o.gpu_memory_gib:g}")
+        per = (f"bytes per parameter of each state here: param {sb.param}, grad {sb.grad}, master {sb.master}, "
+               f"exp_avg {sb.exp_avg}, exp_avg_sq {sb.exp_avg_sq}"
+               + (f", host {sb.host_per_offloaded} per offloaded shard parameter" if o.offload_fraction else "")
+               + ("; params and grads sharded too (fsdp2)" if sb.params_sharded else ""))
+        self._why.value = (
+            "<details open style='line-height:1.4'><summary><b>Why</b>: each number, its formula and your values "
+            f"(most loaded rank: pp {w.pp_rank})</summary>"
+            f"<div style='color:#555;margin:2px 0'>{esc(used)}<br>{esc(per)}<br>same estimate on the command line: "
+            f"<code>{esc(self.command())}</code></div>"
+            f"<table style='font-size:92%'><tr><th style='text-align:left'>item</th><th style='text-align:left'>"
+            f"formula</th><th style='text-align:left'>with your values</th><th></th></tr>{body}</table></details>")
+        self._details.value = (
+            "<details style='line-height:1.4'><summary><b>Breakdown</b> of the most loaded rank</summary>"
+            "<div style='display:flex'>"
+            + _small_table("activations", d["activations_detail"]) + _small_table("transients", d["transients"])
+            + _small_table("other", d["other_detail"]) + _small_table("host", d["host_detail"]) + "</div></details>")
+        # last: a test (or a person) that sees these figures sees the chart and the tables of the same estimate
+        self._cards.value = f"<div style='display:flex;flex-wrap:wrap;line-height:1.35'>{''.join(cards)}</div>"

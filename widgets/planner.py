@@ -1,0 +1,509 @@
+"""``MeshPlanner``: choose ``tp, pp, vpp, cp, ep, etp`` for a model on N GPUs, checked the way Megatron-Core checks.
+
+Controls offer sensible values only (divisors of the GPU count that the model can use: TP up to the attention
+heads, PP up to the layers, EP up to the routed experts, ETP/EP only for MoE models); the value in use is always
+listed, so a mesh that turns invalid (another model, another GPU count) stays visible with its reasons. Every
+finding of :func:`mlite.mesh.resolve` is shown inline: its rule, its message and buttons that apply the nearest
+valid values. Below: the picture of the GPUs (:class:`widgets.gpu_grid.GpuGrid`), the pipeline stages, the
+``mlite mesh`` command line of the mesh, and :class:`MeshTable`, every valid mesh (:func:`mlite.mesh.enumerate_meshes`)
+ranked by the planner's score, sortable by any column; clicking a row applies that mesh.
+
+Linking: ``MeshPlanner(explorer)`` follows a :class:`widgets.model_explorer.ModelExplorer` (its ``spec`` and
+``ref``); ``planner.plan`` (a :class:`mlite.mesh.MeshPlan`, valid or not) is what other views observe
+(:class:`widgets.memory_view.MemoryView`); ``planner.apply(tp=2, ep=8)`` sets controls from code.
+
+CSS classes for tests: ``mlite-planner`` (the view), ``mlite-planner-<field>`` (controls: ngpu, gpus_per_node,
+seq_len, tp, pp, vpp, cp, ep, etp, pp_layout), ``mlite-mesh-summary`` (with ``mlite-mesh-valid`` or
+``mlite-mesh-invalid`` inside), ``mlite-mesh-findings``, ``mlite-mesh-error`` / ``-warning`` / ``-info`` (one per
+finding), ``mlite-mesh-nearest`` (buttons), ``mlite-mesh-stages``, ``mlite-mesh-command``, ``mlite-mesh-table``
+(:class:`MeshTable`: header cells ``th[data-pick="sort:<key>"]``, rows ``tr.mlite-mesh-row[data-key]``, the
+current mesh ``tr.mlite-row-current``), ``mlite-error`` (unexpected errors only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import ipywidgets as W
+import traitlets
+
+from mlite.mesh import (DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig, auto_layout, divisors,
+                        enumerate_meshes, layout_text, resolve)
+
+from ._common import ErrorBanner, esc
+from .gpu_grid import ClickBridge, GpuGrid, stage_text
+
+FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp")
+"""The model-parallel sizes the planner sets (mlite's ``ParallelConfig`` names)."""
+GPUS_PER_NODE = (1, 2, 4, 8, 16, 32, 64, 72)
+MAX_VPP = 8
+_LEVELS = {"error": (0, "&#10007;", "#b00020"), "warning": (1, "&#9888;", "#9a6700"), "info": (2, "&#8505;", "#555")}
+
+
+def _both_to_one(spec, f) -> tuple[str, str] | None:
+    """Rules whose fix sets two sizes to 1: DeepSeek-V4 (TP = ETP = 1), a dense model (EP = ETP = 1)."""
+    if f.rule == "deepseek_v4":
+        return "tp", "etp"
+    if f.rule == "experts" and not spec.num_experts:
+        return "ep", "etp"
+    return None
+
+
+def mesh_key(p: ParallelConfig) -> str:
+    """``tp-pp-vpp-cp-ep-etp``: identifies a mesh in the tables."""
+    return f"{p.tp}-{p.pp}-{p.vpp}-{p.cp}-{p.ep}-{p.etp_size}"
+
+
+def field_options(spec, ngpu: int, field: str) -> list[int]:
+    """Sensible values of ``field`` for ``spec`` on ``ngpu`` GPUs (divisors the model can use at all)."""
+    ds = divisors(ngpu)
+    if field == "tp":
+        return [d for d in ds if d <= spec.num_attention_heads]
+    if field == "pp":
+        return [d for d in ds if d <= spec.num_layers]
+    if field == "vpp":
+        return list(range(1, MAX_VPP + 1))
+    if field == "cp":
+        return ds
+    if field == "ep":
+        return [d for d in ds if d <= spec.num_experts] if spec.num_experts else [1]
+    if field == "etp":
+        return ds if spec.num_experts else [1]
+    raise KeyError(field)
+
+
+def mesh_command(ref: str, plan) -> str:
+    """The ``mlite mesh`` command line of ``plan`` (flags at their defaults left out)."""
+    p = plan.parallel
+    parts = ["mlite", "mesh", ref if " " not in ref else repr(ref), "--ngpu", str(plan.ngpu)]
+    for f in FIELDS:
+        v = p.etp_size if f == "etp" else getattr(p, f)
+        if v != 1:
+            parts += [f"--{f}", str(v)]
+    if p.pp_layout:
+        parts += ["--pp-layout", repr(p.pp_layout)]
+    if plan.gpus_per_node != DEFAULT_GPUS_PER_NODE:
+        parts += ["--gpus-per-node", str(plan.gpus_per_node)]
+    if plan.seq_len != DEFAULT_SEQ_LEN:
+        parts += ["--seq-len", str(plan.seq_len)]
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class Column:
+    """One column of a :class:`MeshTable`."""
+
+    key: str
+    """Row key; rows sort by ``row[key]``."""
+    label: str
+    """Header text."""
+    fmt: Callable[[dict], str] | None = None
+    """Cell text (default ``str(row[key])``)."""
+    tip: str = ""
+    """Header tooltip."""
+    numeric: bool = True
+    """Right-aligned."""
+    css: Callable[[dict], str] | None = None
+    """Extra CSS class of a cell (e.g. ``mlite-oom``)."""
+    title: Callable[[dict], str] | None = None
+    """Cell tooltip."""
+
+    def text(self, row: dict) -> str:
+        return self.fmt(row) if self.fmt else str(row[self.key])
+
+
+MESH_COLUMNS = [Column(k, k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp")]
+"""The mesh columns every table starts with (after ``#``)."""
+RANK_COLUMN = Column("rank", "#", tip="position in the ranking (best first)")
+
+
+class MeshTable(W.VBox):
+    """Meshes in an HTML table: click a header to sort (again to reverse), a row to apply it.
+
+    The same sorting is in the ``sort by`` dropdown and the ``descending`` toggle (they follow the header clicks).
+    Rows are dicts with ``key`` (:func:`mesh_key`), ``cfg`` (the ``ParallelConfig`` to apply) and the columns' keys.
+    """
+
+    def __init__(self, columns: list[Column], *, on_pick: Callable[[dict], None], css: str, limit: int = 25,
+                 errors: ErrorBanner | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.add_class(css)
+        self.add_class("mlite-mesh-table-view")
+        own = errors is None
+        self.errors = errors or ErrorBanner()
+        """Inline error line; the owning view's when it passes ``errors``."""
+        self.columns = columns
+        self._rows: list[dict] = []
+        self._current: str | None = None
+        self._on_pick = on_pick
+        self._busy = False
+        self._sort = W.Dropdown(options=[(c.label, c.key) for c in columns], value=columns[0].key,
+                                description="sort by", layout=W.Layout(width="200px"))
+        self._sort.add_class("mlite-table-sort")
+        self._desc = W.ToggleButton(value=False, description="descending", layout=W.Layout(width="120px"))
+        self._desc.add_class("mlite-table-desc")
+        self._limit = W.Dropdown(options=[("25 rows", 25), ("100 rows", 100), ("all rows", 0)], value=limit,
+                                 layout=W.Layout(width="110px"))
+        self._info = W.HTML()
+        self._info.add_class("mlite-table-info")
+        self._html = W.HTML()
+        self._html.add_class("mlite-table-html")
+        self.bridge = ClickBridge(self._pick, self.errors)
+        for w in (self._sort, self._desc, self._limit):
+            w.observe(self.errors.guard(lambda _c: self._render()), names="value")
+        self.children = (W.HBox([self._sort, self._desc, self._limit, self._info]),
+                         *([self.errors] if own else []), self.bridge.box(self._html))
+
+    @property
+    def rows(self) -> list[dict]:
+        """All rows, in the ranking's order."""
+        return self._rows
+
+    @property
+    def sort_key(self) -> tuple[str, bool]:
+        return self._sort.value, self._desc.value
+
+    def sort_by(self, key: str, descending: bool = False) -> None:
+        self._busy = True
+        try:
+            self._sort.value, self._desc.value = key, descending
+        finally:
+            self._busy = False
+        self._render()
+
+    def set_rows(self, rows: list[dict], current: str | None = None) -> None:
+        self._rows, self._current = rows, current
+        self._render()
+
+    def set_current(self, key: str | None) -> None:
+        if key != self._current:
+            self._current = key
+            self._render()
+
+    def sorted_rows(self) -> list[dict]:
+        """The rows in the order shown (all of them, before the row limit)."""
+        key, desc = self.sort_key
+        return sorted(self._rows, key=lambda r: r[key], reverse=desc) if key != "rank" or desc else list(self._rows)
+
+    def row(self, key: str) -> dict | None:
+        return next((r for r in self._rows if r["key"] == key), None)
+
+    def _pick(self, what: str) -> None:
+        kind, _, value = what.partition(":")
+        if kind == "sort":
+            key, desc = self.sort_key
+            self.sort_by(value, (not desc) if value == key else False)
+        elif kind == "row":
+            row = self.row(value)
+            if row is not None:
+                self._on_pick(row)
+
+    def _render(self) -> None:
+        if self._busy:
+            return
+        rows = self.sorted_rows()
+        limit = self._limit.value or len(rows)
+        shown = rows[:limit]
+        key, desc = self.sort_key
+        arrow = " &#9660;" if desc else " &#9650;"
+        head = "".join(
+            f'<th data-pick="sort:{c.key}" title="{esc(c.tip or "sort by " + c.label)}" style="cursor:pointer;'
+            f'text-align:{"right" if c.numeric else "left"};padding:2px 8px;border-bottom:1px solid #999;'
+            f'white-space:nowrap;user-select:none">{esc(c.label)}{arrow if c.key == key else ""}</th>'
+            for c in self.columns)
+        body = []
+        for r in shown:
+            cur = r["key"] == self._current
+            cls = "mlite-mesh-row" + (" mlite-row-current" if cur else "")
+            style = "cursor:pointer" + (";background:#fff3bf;font-weight:600" if cur else "")
+            cells = []
+            for c in self.columns:
+                extra = c.css(r) if c.css else ""
+                bg = ";background:#f8d7da;color:#842029;font-weight:600" if "mlite-oom" in extra else ""
+                title = f' title="{esc(c.title(r))}"' if c.title else ""
+                cells.append(f'<td class="{extra}"{title} style="text-align:{"right" if c.numeric else "left"};'
+                             f'padding:1px 8px{bg}">{esc(c.text(r))}</td>')
+            body.append(f'<tr class="{cls}" data-key="{r["key"]}" data-pick="row:{r["key"]}" style="{style}" '
+                        f'title="click to apply this mesh">{"".join(cells)}</tr>')
+        self._html.value = (f'<div style="max-height:460px;overflow:auto;line-height:1.45"><table class="mlite-table" '
+                            f'onclick="{ClickBridge.onclick}" style="border-collapse:collapse;font-size:92%">'
+                            f'<thead style="position:sticky;top:0;background:#fff">{head}</thead>'
+                            f'<tbody>{"".join(body)}</tbody></table></div>')
+        where = ""
+        if self._current is not None:
+            pos = next((i for i, r in enumerate(rows, 1) if r["key"] == self._current), None)
+            where = (" · current mesh: not among them" if pos is None
+                     else f" · current mesh: row {pos}" + ("" if pos <= limit else " (below the rows shown)"))
+        self._info.value = (f"<span style='color:#555'>&nbsp;{len(rows)} meshes, showing {len(shown)}{where}. "
+                            "Click a header to sort, a row to apply it.</span>")
+
+
+def planner_rows(meshes) -> list[dict]:
+    """Table rows of :class:`mlite.mesh.RankedMesh` es (ranking order); ``cfg`` carries an uneven layout along."""
+    rows = []
+    for i, m in enumerate(meshes, 1):
+        plan, p = m.plan, m.plan.parallel
+        auto = plan.layout_source == "auto"
+        rows.append(dict(
+            rank=i, key=mesh_key(p), tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, etp=p.etp_size, dp=plan.dp,
+            edp=plan.edp, score=m.score, stages="uneven" if auto else "even", layout=plan.layout,
+            warnings=len(plan.warnings), warning_text="\n".join(f.message for f in plan.warnings),
+            cfg=ParallelConfig(tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, etp=p.etp_size,
+                               pp_layout=plan.layout if auto else None)))
+    return rows
+
+
+PLANNER_COLUMNS = [
+    RANK_COLUMN, *MESH_COLUMNS,
+    Column("score", "score", fmt=lambda r: f"{r['score']:.2f}",
+           tip="lower is better: 100·[TP spans nodes] + 30·[EP·ETP spans nodes] + 50·bubble + 4·log2 CP + "
+               "2·log2 TP + log2 ETP + 0.5·[uneven stages]"),
+    Column("stages", "stages", numeric=False, title=lambda r: r["layout"], tip="even split or an uneven layout"),
+    Column("warnings", "warnings", title=lambda r: r["warning_text"], tip="warnings (hover a cell to read them)"),
+]
+
+
+# ---------------------------------------------------------------------------------------------- the planner
+class MeshPlanner(W.VBox):
+    """Choose a mesh for a model on N GPUs; see why it is invalid, the GPUs it uses, and every valid mesh."""
+
+    spec = traitlets.Any(None, allow_none=True)
+    """The :class:`mlite.models.ModelSpec` planned for (follows the model explorer when given one)."""
+    model_ref = traitlets.Unicode("")
+    """The model as the command line names it (a name in ``data/models/`` or a path)."""
+    plan = traitlets.Any(None, allow_none=True)
+    """The current :class:`mlite.mesh.MeshPlan` (valid or not); None without a model."""
+
+    def __init__(self, model=None, *, ngpu: int = 16, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+                 seq_len: int = DEFAULT_SEQ_LEN, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, ep: int = 1,
+                 etp: int = 1, pp_layout: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.add_class("mlite-planner")
+        self.errors = ErrorBanner()
+        """Inline error line (bad input) and traceback area (bugs)."""
+        self._busy = True
+        self._table_key = None
+        self._extra: list[W.Widget] = []
+        c = self.controls = {
+            "ngpu": W.BoundedIntText(value=ngpu, min=1, max=1 << 20, description="GPUs", continuous_update=False,
+                                     layout=W.Layout(width="170px")),
+            "gpus_per_node": W.Dropdown(options=sorted({*GPUS_PER_NODE, gpus_per_node}), value=gpus_per_node,
+                                        description="GPUs/node", layout=W.Layout(width="170px")),
+            "seq_len": W.BoundedIntText(value=seq_len, min=1, max=1 << 24, description="seq_len",
+                                        continuous_update=False, layout=W.Layout(width="190px")),
+        }
+        """Every control by field name: ngpu, gpus_per_node, seq_len, tp, pp, vpp, cp, ep, etp, pp_layout."""
+        for f, v in zip(FIELDS, (tp, pp, vpp, cp, ep, etp)):
+            c[f] = W.Dropdown(options=[v], value=v, description=f, layout=W.Layout(width="118px"),
+                              style={"description_width": "32px"})
+        c["pp_layout"] = W.Text(value=pp_layout or "", description="pp_layout", continuous_update=False,
+                                placeholder="even split; or uneven stages, e.g. E,t*13|t*14|t*14|t*7,L",
+                                layout=W.Layout(width="560px"))
+        for name, w in c.items():
+            w.add_class(f"mlite-planner-{name}")
+        self._summary = W.HTML()
+        self._summary.add_class("mlite-mesh-summary")
+        self._findings = W.VBox()
+        self._findings.add_class("mlite-mesh-findings")
+        self._command = W.HTML()
+        self._command.add_class("mlite-mesh-command")
+        self._stages = W.HTML()
+        self._stages.add_class("mlite-mesh-stages")
+        self.grid = GpuGrid(errors=self.errors)
+        """The picture of the GPUs."""
+        self.table = MeshTable(PLANNER_COLUMNS, on_pick=lambda row: self.apply(row["cfg"]), css="mlite-mesh-table",
+                               errors=self.errors)
+        """Every valid mesh, ranked."""
+        self._table_title = W.HTML()
+        self._body = W.VBox([
+            self._summary, self._findings, self._command,
+            W.HTML("<b>GPUs</b> <span style='color:#666'>(colour = pipeline rank; outlines = groups; hover a cell "
+                   "for its coordinates, click it to list its groups)</span>"),
+            self.grid, self._stages, self._table_title, self.table])
+        self.children = (
+            W.HBox([c["ngpu"], c["gpus_per_node"], c["seq_len"]]),
+            W.HBox([c[f] for f in FIELDS]),
+            c["pp_layout"], self.errors, self._body)
+
+        if isinstance(model, traitlets.HasTraits) and model.has_trait("spec"):
+            traitlets.dlink((model, "spec"), (self, "spec"))
+            if model.has_trait("ref"):
+                traitlets.dlink((model, "ref"), (self, "model_ref"))
+        elif isinstance(model, (str, Path)):
+            from mlite.models import from_hf_config
+
+            self.spec = from_hf_config(model)
+            self.model_ref = str(model)
+        elif model is not None:
+            self.spec = model
+        self._busy = False
+        for w in c.values():
+            w.observe(self.errors.guard(self._on_control), names="value")
+        self.observe(self.errors.guard(lambda _c: self.refresh()), names="spec")
+        self.observe(self.errors.guard(lambda _c: self._render_command()), names="model_ref")
+        self.errors.run(self.refresh)
+
+    # ------------------------------------------------------------------ state
+    def parallel(self) -> ParallelConfig:
+        """The ParallelConfig of the controls."""
+        c = self.controls
+        return ParallelConfig(tp=c["tp"].value, pp=c["pp"].value, vpp=c["vpp"].value, cp=c["cp"].value,
+                              ep=c["ep"].value, etp=c["etp"].value, pp_layout=c["pp_layout"].value.strip() or None)
+
+    @property
+    def ngpu(self) -> int:
+        return self.controls["ngpu"].value
+
+    @property
+    def seq_len(self) -> int:
+        return self.controls["seq_len"].value
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.controls["gpus_per_node"].value
+
+    def command(self, plan=None) -> str:
+        """The ``mlite mesh`` command line of the current mesh (or of ``plan``)."""
+        plan = plan or self.plan
+        return mesh_command(self.model_ref or (self.spec.name if self.spec else "MODEL"), plan) if plan else ""
+
+    def apply(self, values: ParallelConfig | dict | None = None, **kw) -> None:
+        """Set controls (``tp=2``, ``ngpu=32``, ``pp_layout=...`` or a ParallelConfig), then re-plan once."""
+        if isinstance(values, ParallelConfig):
+            p = values
+            values = {f: getattr(p, f) for f in FIELDS if f != "etp"} | {"etp": p.etp_size,
+                                                                          "pp_layout": p.pp_layout or ""}
+        values = {**(values or {}), **kw}
+        unknown = set(values) - set(self.controls)
+        if unknown:
+            raise KeyError(f"unknown planner fields: {sorted(unknown)}")
+        self._busy = True
+        try:
+            for k, v in values.items():
+                w = self.controls[k]
+                if k == "pp_layout":
+                    v = v or ""
+                elif isinstance(w, W.Dropdown) and v not in w.options:
+                    w.options = sorted({*w.options, v})
+                w.value = v
+        finally:
+            self._busy = False
+        self.refresh()
+
+    def _on_control(self, _change) -> None:
+        if not self._busy:
+            self.refresh()
+
+    # ------------------------------------------------------------------ planning
+    def _set_options(self, spec, ngpu: int) -> None:
+        self._busy = True
+        try:
+            for f in FIELDS:
+                w = self.controls[f]
+                opts = tuple(sorted({*field_options(spec, ngpu, f), w.value}))
+                if tuple(w.options) != opts:
+                    v = w.value
+                    w.options = opts
+                    w.value = v
+        finally:
+            self._busy = False
+
+    def refresh(self) -> None:
+        """Resolve the controls' mesh and redraw everything."""
+        spec = self.spec
+        if spec is None:
+            self._body.layout.display = "none"
+            self.plan = None
+            return
+        ngpu, seq_len, gpn = self.ngpu, self.seq_len, self.gpus_per_node
+        self._set_options(spec, ngpu)
+        plan = resolve(spec, ngpu, self.parallel(), seq_len=seq_len, gpus_per_node=gpn)
+        self._render(spec, plan)
+        key = (id(spec), spec.name, ngpu, seq_len, gpn)
+        if key != self._table_key:
+            meshes = enumerate_meshes(spec, ngpu, seq_len=seq_len, gpus_per_node=gpn)
+            self._table_title.value = (f"<b>All valid meshes</b> of {esc(spec.name)} on {ngpu} GPUs "
+                                       "(best first; the score is in the header's tooltip)")
+            self.table.set_rows(planner_rows(meshes), mesh_key(plan.parallel))
+            self._table_key = key
+        else:
+            self.table.set_current(mesh_key(plan.parallel))
+        self._body.layout.display = None
+        self.plan = plan
+
+    # ------------------------------------------------------------------ rendering
+    def _render(self, spec, plan) -> None:
+        p = plan.parallel
+        n_err = len(plan.errors)
+        verdict = ('<span class="mlite-mesh-valid" style="color:#1e7e34;font-weight:700">&#10003; valid</span>'
+                   if plan.valid else
+                   f'<span class="mlite-mesh-invalid" style="color:#b00020;font-weight:700">&#10007; invalid: '
+                   f'{n_err} error{"s" if n_err > 1 else ""}</span>')
+        dp = plan.dp or "—"
+        edp = plan.edp or "—"
+        vocab = (f"vocab {spec.vocab_size:,}" + (f" → padded {plan.padded_vocab:,}" if plan.padded_vocab !=
+                                                 spec.vocab_size else ""))
+        self._render_findings(spec, plan)
+        self._render_command(plan)
+        if plan.stages:
+            rows = "".join(f"<tr><td style='padding:0 10px 0 0'>pp {r}</td><td>{esc(stage_text(plan, r))}</td></tr>"
+                           for r in range(p.pp))
+            self._stages.value = (f"<div style='line-height:1.4'><b>Pipeline stages</b> ({esc(plan.layout_source)}, "
+                                  f"PP·VPP = {p.pp}·{p.vpp}): <code>{esc(plan.layout)}</code>"
+                                  f"<table style='font-size:92%'>{rows}</table></div>")
+        else:
+            self._stages.value = "<div><b>Pipeline stages</b>: <i>the layers cannot be split as asked</i></div>"
+        self.grid.plan = plan
+        self._summary.value = (  # last: when it shows this mesh, the rest is drawn
+            f"<div style='margin:4px 0;line-height:1.5'>{verdict} &nbsp; <b>{esc(spec.name)}</b> on {plan.ngpu} GPUs "
+            f"({-(-plan.ngpu // plan.gpus_per_node)} node(s) of {plan.gpus_per_node}) &nbsp;·&nbsp; "
+            f"<b>DP {dp}</b> · <b>EDP {edp}</b><br>"
+            f"<span style='font-family:monospace'>dense ranks TP·CP·DP·PP = {p.tp}·{p.cp}·{dp}·{p.pp}"
+            f"{' = ' + str(plan.ngpu) if plan.dp else ''} &nbsp;|&nbsp; expert ranks ETP·EP·EDP·PP = "
+            f"{p.etp_size}·{p.ep}·{edp}·{p.pp}{' = ' + str(plan.ngpu) if plan.edp else ''}</span>"
+            f"<br><span style='color:#555'>{esc(vocab)}</span></div>")
+
+    def _render_command(self, plan=None) -> None:
+        cmd = self.command(plan)
+        self._command.value = (f"<div style='margin:2px 0 6px 0;line-height:1.4'>same check on the command line: "
+                               f"<code>{esc(cmd)}</code></div>" if cmd else "")
+
+    def _render_findings(self, spec, plan) -> None:
+        for w in self._extra:
+            w.close()
+        self._extra = []
+        rows = []
+        for f in sorted(plan.findings, key=lambda f: _LEVELS[f.level][0]):
+            _, icon, color = _LEVELS[f.level]
+            line = W.HTML(f'<div style="line-height:1.4;margin:2px 0"><span style="color:{color}">{icon} '
+                          f'<b>{esc(f.level)} [{esc(f.rule)}]</b></span> {esc(f.message)}</div>',
+                          layout=W.Layout(flex="0 1 auto"))
+            line.add_class(f"mlite-mesh-{f.level}")
+            buttons = []
+            if f.level == "error":
+                pair = _both_to_one(spec, f)
+                if pair:  # the rule names two sizes; its nearest value fixes only one of them
+                    a, b = pair
+                    buttons.append(self._button(f"{a} = {b} = 1", {a: 1, b: 1}))
+                elif f.field in self.controls and f.field != "pp_layout":
+                    buttons += [self._button(f"{f.field} = {v}", {f.field: v}) for v in f.nearest]
+                if f.rule == "layers" and f.field == "pp" and plan.parallel.vpp == 1:
+                    auto = auto_layout(spec.num_layers, spec.num_mtp_layers, plan.parallel.pp)
+                    if auto:
+                        buttons.append(self._button("uneven layout", {"pp_layout": layout_text(auto)},
+                                                    tip=f"pp_layout = {layout_text(auto)}"))
+                if f.field == "pp_layout":
+                    buttons.append(self._button("clear pp_layout", {"pp_layout": ""}))
+            row = W.HBox([line, *buttons], layout=W.Layout(align_items="center"))
+            self._extra += [row, line, *buttons]
+            rows.append(row)
+        self._findings.children = rows
+
+    def _button(self, label: str, values: dict, tip: str = "") -> W.Button:
+        b = W.Button(description=label, tooltip=tip or f"apply {label}", layout=W.Layout(width="auto", height="26px"))
+        b.add_class("mlite-mesh-nearest")
+        b.on_click(self.errors.guard(lambda _b: self.apply(values)))
+        return b
