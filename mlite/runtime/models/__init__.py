@@ -1,0 +1,23 @@
+"""Lite models over packed sequences: dense (Llama / Qwen2 / Qwen3), MoE (Qwen3-MoE, Mixtral) and hybrid
+Gated DeltaNet (Qwen3-Next, Qwen3.5-MoE), built from a :class:`~mlite.models.ModelSpec`.
+
+``build_lite_model(spec, *, param_dtype, device, seed, recompute, moe_aux_loss_coeff) -> LiteModel``.
+"""
+
+from .blocks import ATTENTION_KINDS, MLP_KINDS, DecoderBlock, LiteConfig
+from .lite import RECOMPUTE, SUPPORTED_ARCHITECTURES, LiteModel, build_lite_model, lite_config
+from .moe import Experts, MoE
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "DecoderBlock",
+    "Experts",
+    "LiteConfig",
+    "LiteModel",
+    "MLP_KINDS",
+    "MoE",
+    "RECOMPUTE",
+    "SUPPORTED_ARCHITECTURES",
+    "build_lite_model",
+    "lite_config",
+]
