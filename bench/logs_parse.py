@@ -1,0 +1,117 @@
+"""Log parsing speed: ``mlite logs export`` against ``grep -c 'step:'`` on the same file, in the same run.
+
+Generates >= 1 GB (``--size-mb``) of realistic noisy multi-node verl GRPO console output (Ray prefixes, ANSI,
+vLLM chatter, rollout dumps, tqdm bars, ``[repeated Nx across cluster]``; 3-decimal, repr and ``np.float64``
+values) into a temporary directory, reads it once to warm the page cache, then times
+
+* ``grep -c 'step:' FILE`` (the baseline), and
+* ``mlite logs export FILE --csv OUT`` (a subprocess: the real CLI),
+
+each with its peak RSS (GNU ``time -f %M`` when installed, else the child's rusage). Prints MB/s, the time ratio and the goals (export
+within 4x grep's time, under 300 MB RSS), then deletes the directory (``--keep`` leaves it).
+
+    .venv/bin/python bench/logs_parse.py                 # 1 GB
+    .venv/bin/python bench/logs_parse.py --size-mb 100   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mlite.logs.generate import write_bench_log  # noqa: E402
+
+GOAL_RATIO = 4.0
+GOAL_RSS_MB = 300.0
+
+
+TIME = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
+
+
+def _run(cmd: list[str], work: Path, stdout=subprocess.DEVNULL) -> tuple[float, float, bytes]:
+    """Wall seconds, peak RSS in MB and captured stdout of ``cmd``.
+
+    The RSS comes from GNU time (``%M``) when installed: ``os.wait4`` on a child that Python forked would
+    count the parent's pages the child had before its ``exec``."""
+    rss_file = work / "rss.txt"
+    full = [TIME, "-f", "%M", "-o", str(rss_file)] + cmd if TIME else cmd
+    t0 = time.perf_counter()
+    p = subprocess.Popen(full, stdout=stdout, stderr=subprocess.PIPE, cwd=REPO)
+    out = p.stdout.read() if p.stdout else b""
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    code = os.waitstatus_to_exitcode(status)
+    p.returncode = code
+    if code:
+        sys.exit(f"{' '.join(cmd[:4])}... failed ({code}): {err.decode(errors='replace')[-500:]}")
+    if TIME:
+        rss_kib = float(rss_file.read_text().split()[-1])
+    else:
+        rss_kib = usage.ru_maxrss  # KiB on Linux; an upper bound (see above)
+    return wall, rss_kib / 1024, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=float, default=1024.0, help="log size to generate (default 1024)")
+    ap.add_argument("--tmp", default=None, help="directory for the temporary files (default: system temp)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated log and CSV")
+    ap.add_argument("--noise", type=float, default=4.0,
+                    help="chatter per step (default 4: ~17%% of the bytes are metric lines; 40: ~2%%, like an "
+                         "agent-loop GRPO log)")
+    ap.add_argument("--check", action="store_true", help="also time `mlite logs check` (events too)")
+    args = ap.parse_args()
+
+    grep = shutil.which("grep")
+    if grep is None:
+        sys.exit("grep not found: the baseline needs it")
+    work = Path(tempfile.mkdtemp(prefix="mlite-bench-", dir=args.tmp))
+    try:
+        log = work / "verl_grpo_bench.log"
+        t0 = time.perf_counter()
+        info = write_bench_log(log, args.size_mb, noise=args.noise)
+        gen_s = time.perf_counter() - t0
+        size_mb = info["bytes"] / 1e6
+        print(f"generated {size_mb:.0f} MB in {gen_s:.1f} s: {info['metric_lines']} metric lines "
+              f"({100 * info['metric_bytes'] / info['bytes']:.1f}% of the bytes), the rest Ray/vLLM/tqdm noise")
+        with open(log, "rb") as f:  # warm the page cache so both tools read from memory
+            while f.read(16 << 20):
+                pass
+
+        g_s, g_rss, g_out = _run([grep, "-c", "step:", str(log)], work, stdout=subprocess.PIPE)
+        print(f"grep -c 'step:'      {g_s:8.2f} s  {size_mb / g_s:8.0f} MB/s  peak RSS {g_rss:7.1f} MB  "
+              f"({int(g_out or 0)} lines)")
+        csv = work / "out.csv"
+        e_s, e_rss, _ = _run([sys.executable, "-m", "mlite.cli", "logs", "export", str(log), "--csv", str(csv),
+                              "--no-progress"], work)
+        rows = sum(1 for _ in open(csv, "rb")) - 1
+        print(f"mlite logs export    {e_s:8.2f} s  {size_mb / e_s:8.0f} MB/s  peak RSS {e_rss:7.1f} MB  "
+              f"({rows} rows, CSV {csv.stat().st_size / 1e6:.0f} MB)")
+        if args.check:
+            c_s, c_rss, _ = _run([sys.executable, "-m", "mlite.cli", "logs", "check", str(log), "--json",
+                                  "--no-progress"], work)
+            print(f"mlite logs check     {c_s:8.2f} s  {size_mb / c_s:8.0f} MB/s  peak RSS {c_rss:7.1f} MB")
+        ratio = e_s / g_s
+        print(f"ratio export / grep: {ratio:.1f}x  (goal <= {GOAL_RATIO:.0f}x: {'met' if ratio <= GOAL_RATIO else 'NOT met'})")
+        print(f"export peak RSS:     {e_rss:.0f} MB (goal < {GOAL_RSS_MB:.0f} MB: "
+              f"{'met' if e_rss < GOAL_RSS_MB else 'NOT met'})")
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

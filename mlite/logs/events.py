@@ -1,0 +1,163 @@
+"""Text events: failures a log states at a line — CUDA / host OOM, NCCL watchdog timeouts, Slurm cancellations
+(time limit, preemption), srun task exits and other exit codes, Python tracebacks and Ray's ``RayTaskError`` —
+and the kit's ``[mlite] status: ...`` lines.
+
+The reader searches each block for the byte strings of :data:`LINE_KEYWORDS` (a cheap ``bytes.find`` before any
+regex) and hands the matching lines to :func:`classify_line`; a traceback header starts a
+:class:`TracebackWalker` that follows it to its exception line. :func:`fold` merges repeats (every rank printing
+the same error). Events computed from the metric values (NaN/inf, spikes, restarts, KL identically zero) are in
+:mod:`mlite.logs.series`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .records import Event
+from .text import clean, split_prefix
+
+LINE_KEYWORDS = (b"Traceback (most recent call last)", b"RayTaskError", b"of memory", b"OfMemory", b"oom_kill",
+                 b"oom-kill", b"OOMKilled", b"atchdog", b"timed out", b"Timeout at NCCL", b"CANCELLED", b"xit code",
+                 b"exitcode", b"srun: error", b"[mlite] ")
+"""Byte strings whose lines may hold a text event (searched with ``bytes.find`` before any regex)."""
+
+_OOM_RE = re.compile(r"OutOfMemoryError|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|oom[-_]kill|OOMKilled"
+                     r"|Out of memory: Kill|[Ee]rror\b.*out of memory|out of memory.*Tried to allocate")
+_NCCL_RE = re.compile(r"Watchdog caught collective operation timeout|Timeout at NCCL work"
+                      r"|NCCL operations have failed or timed out|Heartbeat monitor timed out"
+                      r"|(?:NCCL|collective|ProcessGroup\w*|all_?reduce|all_?gather|reduce_?scatter|barrier)\b.*timed out"
+                      r"|[Ww]atchdog.*[Tt]imeout", re.IGNORECASE)
+_SLURM_RE = re.compile(r"(?:\*\*\* )?(JOB|STEP) (\S+) (?:ON (\S+) )?CANCELLED AT (\S+)(?: DUE TO ([A-Z][A-Z ]*?))?(?: \*\*\*|$)")
+_SRUN_RE = re.compile(r"srun: error: (\S+): tasks? ([\d,\-\[\]]+): (Exited with exit code (\d+)|Killed|Terminated"
+                      r"|Segmentation fault.*|Aborted.*|Bus error.*)")
+_EXIT_RE = re.compile(r"\b(?:[Ee]xit(?:ed)? (?:with )?(?:exit )?code|exitcode)\s*[:=]?\s*(-?\d+)")
+_MLITE_RE = re.compile(r"\[mlite\] status: (\w+)(.*)")
+_MAX_MSG = 300
+
+
+def _msg(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MSG else text[:_MAX_MSG - 3] + "..."
+
+
+def classify_line(raw: str, line: int, step: int | None) -> list[Event]:
+    """Text events in one line (usually none or one); ``raw`` may carry ANSI codes and prefixes."""
+    text = clean(raw)
+    out: list[Event] = []
+
+    def add(kind: str, message: str) -> None:
+        out.append(Event(kind=kind, line=line, step=step, message=_msg(message)))
+
+    m = _MLITE_RE.search(text)
+    if m:
+        status, why = m.group(1).lower(), m.group(2).strip(" :-()")
+        if status == "failed":
+            kind = "oom" if _OOM_RE.search(why) or "out of memory" in why.lower() else "exit_code"
+            add(kind, f"mlite run failed{': ' + why if why else ''}")
+        elif status in ("stopped", "cancelled", "canceled"):
+            add("cancelled", f"mlite run {status}{': ' + why if why else ''}")
+        return out
+    m = _SLURM_RE.search(text)
+    if m:
+        due = (m.group(5) or "").strip()
+        kind = "time_limit" if due == "TIME LIMIT" else "preempted" if due.startswith("PREEMPT") else "cancelled"
+        where = f" on {m.group(3)}" if m.group(3) else ""
+        add(kind, f"Slurm {m.group(1).lower()} {m.group(2)}{where} cancelled at {m.group(4)}"
+                  + (f" due to {due.lower()}" if due else ""))
+        return out
+    m = _SRUN_RE.search(text)
+    if m:
+        code = m.group(4)
+        if code is None or code != "0":
+            what = f"exit code {code}" if code is not None else m.group(3).lower()
+            add("exit_code", f"srun: task {m.group(2)} on {m.group(1)} exited with {what}")
+        return out
+    if _OOM_RE.search(text):
+        add("oom", split_prefix(text)[1].strip())
+    if _NCCL_RE.search(text):
+        add("nccl_timeout", split_prefix(text)[1].strip())
+    if not out:
+        m = _EXIT_RE.search(text)
+        if m and m.group(1) not in ("0", "-0") and "Traceback" not in text:
+            add("exit_code", split_prefix(text)[1].strip())
+    return out
+
+
+class TracebackWalker:
+    """Follows a Python traceback from its header to the exception line, skipping lines that other
+    processes interleaved (they carry another Ray / launcher prefix). Feed lines; a finished walker has
+    :attr:`event` set. ``ray.exceptions.RayTaskError(X): ...`` is followed to its cause."""
+
+    LIMIT = 500
+    """Lines to look at before giving up (the event then names what was found)."""
+
+    def __init__(self, header: str, line: int, step: int | None):
+        prefix, _ = split_prefix(clean(header))
+        self.prefix = prefix
+        self.line = line
+        self.step = step
+        self.seen = 0
+        self.ray: str | None = None
+        self.event: Event | None = None
+        self.last_line = line
+
+    def feed(self, raw: str, line: int) -> bool:
+        """Look at the next line; True when the traceback is complete."""
+        self.seen += 1
+        self.last_line = line
+        if self.seen > self.LIMIT:
+            return self.finish()
+        text = clean(raw)
+        prefix, rest = split_prefix(text)
+        if (prefix and prefix != self.prefix) or not rest.strip():
+            return False  # another process's line (Ray prints a multi-line message's prefix only once)
+        if rest[0] in " \t" or rest.startswith("Traceback (most recent call last)"):
+            return False
+        if self.ray is None and "RayTaskError" in rest:
+            self.ray = rest.strip()
+            return False
+        msg = f"{self.ray} -> {rest.strip()}" if self.ray else rest.strip()
+        self.event = Event(kind="traceback", line=self.line, step=self.step, message=_msg(msg))
+        return True
+
+    def finish(self) -> bool:
+        """End of input or limit: emit what was found."""
+        if self.event is None:
+            msg = self.ray or "Python traceback (the exception line is missing: the log ends inside it)"
+            self.event = Event(kind="traceback", line=self.line, step=self.step, message=_msg(msg))
+        return True
+
+
+_DIGITS_RE = re.compile(r"\d+")
+_FOLD_BY_SHAPE = frozenset({"traceback", "oom", "nccl_timeout"})
+_BURST = frozenset({"oom", "nccl_timeout"})
+BURST_LINES = 200
+"""An OOM or NCCL timeout within this many lines of the previous one is the same failure (the worker's
+traceback, Ray's re-raise in the driver, the other ranks) and folds into it."""
+
+
+def fold(events: list[Event]) -> list[Event]:
+    """Fold repeated text events into the first one, which says ``(seen N times)``: the same kind and message;
+    for tracebacks, OOMs and NCCL timeouts the same message up to its numbers (ranks, pids, timestamps); and
+    an OOM / NCCL timeout that follows another within :data:`BURST_LINES` lines."""
+    out: list[Event] = []
+    index: dict[tuple[str, str], Event] = {}
+    burst: dict[str, tuple[Event, int]] = {}  # kind -> (kept event, line of the latest one folded into it)
+    for ev in events:
+        key = (ev.kind, _DIGITS_RE.sub("#", ev.message) if ev.kind in _FOLD_BY_SHAPE else ev.message)
+        first = index.get(key)
+        if first is None and ev.kind in burst and ev.line is not None and ev.line - burst[ev.kind][1] <= BURST_LINES:
+            first = burst[ev.kind][0]
+        if first is not None:
+            first.count += 1
+            if ev.kind in _BURST and ev.line is not None:
+                burst[ev.kind] = (first, ev.line)
+            continue
+        index[key] = ev
+        if ev.kind in _BURST and ev.line is not None:
+            burst[ev.kind] = (ev, ev.line)
+        out.append(ev)
+    for ev in out:
+        if ev.count > 1:
+            ev.message = f"{ev.message} (seen {ev.count} times)"
+    return out

@@ -1,0 +1,114 @@
+"""Megatron-LM console lines (``megatron/training/training.py::training_log`` and ``evaluate_and_print_results``).
+
+Iteration lines::
+
+     [2025-04-13 23:41:20] iteration       20/    1000 | consumed samples:          320 | elapsed time per
+     iteration (ms): 820.7 | learning rate: 4.000000E-05 | global batch size:    16 | lm loss: 1.072453E+01 |
+     loss scale: 131072.0 | grad norm: 3.874 | num zeros: 71.0 | number of skipped iterations:   6 | ...
+
+Validation blocks (between dashed rulers)::
+
+     validation loss at iteration 50 [on validation set] | lm loss value: 8.889540E+00 | lm loss PPL: 7.255679E+03 |
+
+Both may sit behind any launcher prefix (``[default3]:``, ``3: ``, ``[host:rank]:``) since the reader searches
+for the ``iteration`` / ``validation loss at`` words. Fields become lower_snake metric names
+(:data:`FIELD_NAMES`); validation values become ``val/<name>`` (``test/<name>`` for the test set) and PPL
+``val/<name>_ppl``. An fp16 iteration that was skipped prints no ``lm loss`` / ``grad norm``: the record
+simply lacks them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .text import clean
+
+MARKERS = ("iteration", "validation loss at")
+"""Words the reader searches for before any regex runs."""
+
+FIELD_NAMES = {
+    "consumed samples": "consumed_samples",
+    "consumed tokens": "consumed_tokens",
+    "elapsed time per iteration (ms)": "elapsed_time_per_iteration_ms",
+    "throughput per gpu (tflop/s/gpu)": "throughput_per_gpu",
+    "learning rate": "learning_rate",
+    "decoupled learning rate": "decoupled_learning_rate",
+    "global batch size": "global_batch_size",
+    "lm loss": "lm_loss",
+    "loss scale": "loss_scale",
+    "grad norm": "grad_norm",
+    "num zeros": "num_zeros",
+    "params norm": "params_norm",
+    "number of skipped iterations": "skipped_iterations",
+    "number of nan iterations": "nan_iterations",
+}
+"""Megatron's printed field -> metric name (lower-cased keys); other fields become lower_snake generically."""
+
+_ITER_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+_VAL_RE = re.compile(r"\bvalidation loss at (?:iteration\s+(\d+)|the end of training for (\w+) data)"
+                     r"(?:\s+on\s+(\w+)\s+set)?\s*\|")
+_SNAKE_RE = re.compile(r"[^0-9a-z]+")
+
+
+def field_name(label: str) -> str:
+    """``elapsed time per iteration (ms)`` -> ``elapsed_time_per_iteration_ms``."""
+    low = " ".join(label.lower().split())
+    return FIELD_NAMES.get(low) or _SNAKE_RE.sub("_", low).strip("_")
+
+
+def _fields(rest: str) -> tuple[list[str], list[float], bool]:
+    keys: list[str] = []
+    vals: list[float] = []
+    bad = False
+    segs = rest.split("|")
+    for i, seg in enumerate(segs):
+        seg = seg.strip()
+        if not seg:
+            continue
+        label, sep, tok = seg.rpartition(":")
+        if not sep or not label.strip():
+            bad = bad or i < len(segs) - 1  # a cut last segment is a truncated line
+            continue
+        try:
+            v = float(tok)
+        except ValueError:
+            bad = True
+            continue
+        keys.append(label)
+        vals.append(v)
+    return keys, vals, bad
+
+
+def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | None:
+    """An iteration line -> ``(iteration, metric names, values, malformed)``; None when ``text`` is not one."""
+    text = clean(text)
+    m = _ITER_RE.search(text)
+    if not m:
+        return None
+    labels, vals, bad = _fields(text[m.end():])
+    return int(m.group(1)), [field_name(k) for k in labels], vals, bad
+
+
+def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], list[float], bool] | None:
+    """A ``validation loss at ...`` line -> ``(iteration, val/... names, values, malformed)``; None if not one.
+
+    ``at the end of training`` lines carry no iteration: they are put at ``last_step`` (0 when unknown).
+    """
+    text = clean(text)
+    m = _VAL_RE.search(text)
+    if not m:
+        return None
+    step = int(m.group(1)) if m.group(1) is not None else (last_step or 0)
+    split = (m.group(2) or m.group(3) or "validation").lower()
+    prefix = "test/" if split.startswith("test") else "val/"
+    labels, vals, bad = _fields(text[m.end():])
+    names = []
+    for label in labels:
+        low = " ".join(label.lower().split())
+        if low.endswith(" ppl"):
+            names.append(prefix + field_name(low[:-4]) + "_ppl")
+        elif low.endswith(" value"):
+            names.append(prefix + field_name(low[:-6]))
+        else:
+            names.append(prefix + field_name(low))
+    return step, names, vals, bad

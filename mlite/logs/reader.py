@@ -1,0 +1,351 @@
+"""The streaming reader: one pass over a log in large binary blocks, memory independent of the file size.
+
+Hot path: a block of complete lines is searched with ``bytes.find`` for a few byte strings (``step:`` for
+verl, ``iteration`` / ``validation loss at`` for Megatron, :data:`events.LINE_KEYWORDS` for failures);
+only the lines that contain one are decoded (UTF-8, invalid bytes replaced) and parsed. Everything else —
+model generations, config dumps, tqdm bars, worker chatter — is skipped at C speed. Line numbers come from
+counting newlines between hits. JSONL is read line by line.
+
+A line is *skipped* (``skipped_lines``) when it had the shape of a metric record (a ``step:N - `` head, a
+Megatron ``iteration N/M |`` head, a non-blank JSONL line) but could not be parsed completely; the valid
+``key:value`` parts of such a line are kept, and the records around it are unaffected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import megatron, verl_console, verl_jsonl
+from .blockio import blocks
+from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
+from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
+from .records import Event, StepRecord
+from .series import SeriesWatch
+from .store import RecordStore, ScanResult
+from .text import clean, split_prefix, strip_ansi
+
+_VERL, _ITER, _VAL, _TB, _RAY, _EVT = range(6)
+_METRIC_KW = {_VERL: (b"step:",), _ITER: (b"iteration",), _VAL: (b"validation loss at",)}
+
+
+class _Scanner:
+    def __init__(self, res: ScanResult, *, keep: bool, events: bool, series: bool, sink, progress, metrics=True):
+        self.res = res
+        self.store = res.store
+        self.sink = sink
+        self.want_events = events
+        self.watch = SeriesWatch() if series else None
+        self.track = events or keep
+        self.count_lines = self.track or (sink is not None and getattr(sink, "needs_lines", True))
+        self.want_metrics = metrics
+        self.progress = progress
+        self.last_step: int | None = None
+        self.first_kind: str | None = None
+        self.text_events: list[Event] = []
+        self.walkers: list[TracebackWalker] = []
+        self.pending_verl: tuple[str, int] | None = None
+
+    # -- records -----------------------------------------------------------------------------------------
+    def emit(self, step: int, keys: list[str], vals: list[float], bad: bool, line: int, kind: str) -> None:
+        if bad:
+            self.res.skipped_lines += 1
+        if not keys:
+            return
+        if self.first_kind is None:
+            self.first_kind = kind
+        if self.sink is not None:
+            self.sink(step, keys, vals, line)
+        if self.store is not None:
+            self.store.add(step, keys, vals)
+        if self.track:
+            self.res.steps.add(step)
+            known = self.res.metrics
+            if not known.keys() >= set(keys):
+                for k in keys:
+                    known.setdefault(k, None)
+        if self.watch is not None:
+            self.watch.update(step, keys, vals, line)
+        self.last_step = step
+
+    # -- console -----------------------------------------------------------------------------------------
+    def keywords(self, mode: str) -> list[tuple[bytes, int]]:
+        """Byte strings to search: the metric heads of ``mode`` (``verl``, ``megatron`` or ``console`` for
+        both) and, when events are wanted, the failure keywords."""
+        kws: list[tuple[bytes, int]] = []
+        if self.want_metrics:
+            kinds = {"verl": (_VERL,), "megatron": (_ITER, _VAL)}.get(mode, (_VERL, _ITER, _VAL))
+            for k in kinds:
+                kws.extend((kw, k) for kw in _METRIC_KW[k])
+        if self.want_events:
+            for kw in LINE_KEYWORDS:
+                code = _TB if kw.startswith(b"Traceback") else _RAY if kw == b"RayTaskError" else _EVT
+                kws.append((kw, code))
+        return kws
+
+    def console(self, f, raw, kws):
+        """Generator: reads the file, yielding after each block (records went to the sink / store)."""
+        base = 1
+        tail_newline = True
+        for block in blocks(f, raw, self.progress, self.res.notes):
+            base = self.block(block, base, kws)
+            tail_newline = block.endswith(b"\n")
+            yield
+        self.res.num_lines = base - 1 + (0 if tail_newline else 1)
+        self.flush_verl()
+        for w in self.walkers:
+            w.finish()
+            self.text_events.append(w.event)
+        self.walkers = []
+        yield
+
+    def block(self, block: bytes, base: int, kws) -> int:
+        """Process one block of complete lines whose first line is number ``base``; returns the number of
+        the line after the block (when lines are counted)."""
+        n = len(block)
+        skip_until = self.resume(block, base)
+        hits: list[tuple[int, int]] = []
+        find = block.find
+        for kw, code in kws:
+            i = find(kw, skip_until)
+            while i != -1:
+                hits.append((i, code))
+                if code <= _VAL:  # metric line: one hit per line is enough
+                    j = find(b"\n", i)
+                    if j == -1:
+                        break
+                    i = find(kw, j)
+                else:
+                    i = find(kw, i + len(kw))
+        if not hits:
+            return base + block.count(b"\n") if self.count_lines else base
+        hits.sort()
+        cur_pos, cur_line = 0, base
+        count_lines = self.count_lines
+        tb_cover = -1
+        k = 0
+        while k < len(hits):
+            pos = hits[k][0]
+            ls = block.rfind(b"\n", 0, pos) + 1
+            le = find(b"\n", pos)
+            if le == -1:
+                le = n
+            codes = set()
+            while k < len(hits) and hits[k][0] < le:
+                codes.add(hits[k][1])
+                k += 1
+            if ls < skip_until:
+                continue
+            if count_lines:
+                line_no = cur_line + block.count(b"\n", cur_pos, ls)
+                cur_pos, cur_line = ls, line_no
+            else:
+                line_no = 0
+            raw = block[ls:le].decode("utf-8", "replace")
+            if _VERL in codes and verl_console.is_candidate(raw):
+                skip_until = max(skip_until, self.verl(raw, line_no, block, le))
+            if _ITER in codes:
+                rec = megatron.parse_iteration(raw)
+                if rec:
+                    self.emit(*rec, line_no, "megatron")
+            if _VAL in codes:
+                rec = megatron.parse_validation(raw, self.last_step)
+                if rec:
+                    self.emit(*rec, line_no, "megatron")
+            if _TB in codes and "Traceback (most recent call last)" in raw:
+                tb_cover = max(tb_cover, self.traceback(raw, line_no, block, le))
+            if _RAY in codes and ls > tb_cover and "RayTaskError" in raw and _TB not in codes:
+                msg = split_prefix(clean(raw))[1].strip()
+                self.text_events.append(Event(kind="traceback", line=line_no, step=self.last_step, message=msg[:300]))
+            if _EVT in codes:
+                self.text_events.extend(classify_line(raw, line_no, self.last_step))
+        return cur_line + block.count(b"\n", cur_pos) if count_lines else base
+
+    def resume(self, block: bytes, base: int) -> int:
+        """Finish what the previous block left open (a wrapped metric line, tracebacks); returns the byte
+        offset up to which lines were consumed."""
+        consumed = 0
+        if self.walkers:
+            for w in self.walkers:
+                p, ln = 0, base - 1
+                while p < len(block):
+                    e = block.find(b"\n", p)
+                    e = len(block) if e == -1 else e
+                    ln += 1
+                    if w.feed(block[p:e].decode("utf-8", "replace"), ln):
+                        break
+                    p = e + 1
+                else:
+                    continue
+                self.text_events.append(w.event)
+            self.walkers = [w for w in self.walkers if w.event is None]
+        if self.pending_verl is not None:
+            text, line_no = self.pending_verl
+            self.pending_verl = None
+            consumed = self.verl(text, line_no, block, -1)
+        return max(consumed, 0)
+
+    def verl(self, text: str, line_no: int, block: bytes, le: int) -> int:
+        """Parse a verl metric line, first joining hard-wrapped continuation lines; returns the byte offset
+        of the last line consumed."""
+        head = verl_console.first_head(text)
+        if head > 0:
+            text = text[head:]  # drop the Ray prefix (and its colours) without a regex
+        if "\x1b" in text:
+            text = strip_ansi(text)
+        p = le + 1
+        end = le
+        n = len(block)
+        while True:
+            if p >= n:
+                self.pending_verl = (text, line_no)
+                return n
+            e = block.find(b"\n", p)
+            e = n if e == -1 else e
+            joined = verl_console.join_continuation(text, block[p:e].decode("utf-8", "replace"))
+            if joined is None:
+                break
+            text, end, p = joined, e, e + 1
+        for rec in verl_console.parse_line(text):
+            self.emit(*rec, line_no, "verl")
+        return end
+
+    def flush_verl(self) -> None:
+        if self.pending_verl is not None:
+            text, line_no = self.pending_verl
+            self.pending_verl = None
+            for rec in verl_console.parse_line(text):
+                self.emit(*rec, line_no, "verl")
+
+    def traceback(self, raw: str, line_no: int, block: bytes, le: int) -> int:
+        w = TracebackWalker(raw, line_no, self.last_step)
+        p, ln, n = le + 1, line_no, len(block)
+        while p < n:
+            e = block.find(b"\n", p)
+            e = n if e == -1 else e
+            ln += 1
+            if w.feed(block[p:e].decode("utf-8", "replace"), ln):
+                self.text_events.append(w.event)
+                return e
+            p = e + 1
+        self.walkers.append(w)
+        return n
+
+    # -- jsonl -------------------------------------------------------------------------------------------
+    def jsonl(self, f, raw):
+        """Generator like :meth:`console`."""
+        line_no = 0
+        for block in blocks(f, raw, self.progress, self.res.notes):
+            lines = block.split(b"\n")
+            if block.endswith(b"\n"):
+                lines.pop()
+            for line in lines:
+                line_no += 1
+                if not line.strip():
+                    continue
+                rec = verl_jsonl.parse_line(line.decode("utf-8", "replace"))
+                if rec is None:
+                    self.res.skipped_lines += 1
+                    continue
+                self.emit(rec[0], rec[1], rec[2], False, line_no, "verl_jsonl")
+            yield
+        self.res.num_lines = line_no
+
+
+def scan(source: LogSource, *, keep: bool = True, events: bool = True, sink=None, progress=None) -> ScanResult:
+    """Read ``source`` once.
+
+    ``keep``: store the values (for DataFrames); ``events``: find text and series events; ``sink``: called
+    as ``sink(step, keys, values, line)`` for every record (the streaming CSV export); ``progress``: an
+    object with ``update(nbytes)``.
+    """
+    gen = _scan_steps(source, keep=keep, events=events, sink=sink, progress=progress)
+    for _ in gen:
+        pass
+    return gen.result
+
+
+class _Steps:
+    """Generator wrapper that keeps the :class:`ScanResult` once the scan is over."""
+
+    def __init__(self, gen):
+        self._gen = gen
+        self.result: ScanResult | None = None
+
+    def __iter__(self):
+        self.result = yield from self._gen
+
+
+def _scan_steps(source: LogSource, *, keep: bool, events: bool, sink, progress) -> _Steps:
+    return _Steps(_scan_gen(source, keep=keep, events=events, sink=sink, progress=progress))
+
+
+def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
+    res = ScanResult(source=source, store=RecordStore() if keep else None)
+    run_dir = source.path.is_dir()
+    mpath, epath = source.metrics_path, source.events_path
+    if mpath is None and epath is None:
+        res.format = "mlite"
+        if events:
+            res.events = [Event(kind="no_metrics", line=None, step=None,
+                                message="run directory has neither metrics.jsonl nor train.log yet")]
+        return res
+    sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress)
+    if mpath is not None:
+        f, raw = open_binary(mpath)
+        try:
+            if mpath.name.endswith((".jsonl", ".jsonl.gz")) and run_dir or source.fmt == "verl_jsonl":
+                yield from sc.jsonl(f, raw)
+            else:
+                mode = "console" if events else _export_mode(mpath, source.fmt)
+                yield from sc.console(f, raw, sc.keywords(mode))
+        finally:
+            f.close()
+            raw.close()
+    if events and epath is not None and epath != mpath:
+        # a run directory: text events from train.log; steps from its metric lines, records discarded
+        sub = ScanResult(source=source)
+        esc = _Scanner(sub, keep=False, events=True, series=False, sink=None, progress=progress)
+        f, raw = open_binary(epath)
+        try:
+            for _ in esc.console(f, raw, esc.keywords("console")):
+                pass
+        finally:
+            f.close()
+            raw.close()
+        sc.text_events.extend(esc.text_events)
+        res.notes.extend(sub.notes)
+    res.format = final_format(source, sc.first_kind, run_dir)
+    if events:
+        series = sc.watch.finish() if sc.watch is not None else []
+        text = fold(sorted(sc.text_events, key=lambda e: e.line or 0))
+        evs = sorted(series + text, key=lambda e: (e.line or 0))
+        if not res.steps:
+            evs.insert(0, no_metrics_event(source, res.format, evs, res.notes))
+        res.events = evs
+    return res
+
+
+def iter_records(source: LogSource, *, progress=None):
+    """Stream the step records of ``source`` as :class:`StepRecord` (a block's worth held at a time)."""
+    pending: list[StepRecord] = []
+
+    def sink(step, keys, vals, line):
+        pending.append(StepRecord(step=step, line=line, values=dict(zip(keys, vals))))
+
+    for _ in _scan_steps(source, keep=False, events=False, sink=sink, progress=progress):
+        yield from pending
+        pending.clear()
+    yield from pending
+
+
+def _export_mode(path: Path, fmt: str) -> str:
+    """For the export fast path: search only the markers of the format the head of the file shows."""
+    text = head_text(path)
+    if fmt == "megatron" and "iteration" in text and any(megatron.parse_iteration(ln) for ln in text.splitlines()
+                                                         if "iteration" in ln):
+        return "megatron"
+    if fmt in ("verl", "mlite") and "step:" in text and verl_console.has_marker(text.replace("\r", "\n")):
+        return "verl"
+    return "console"
+
+

@@ -1,0 +1,62 @@
+"""What a scan produces: the values in compact typed arrays, and the scan's result (format, events, counts)."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+from .detect import LogSource
+from .records import Event
+
+
+class RecordStore:
+    """Values of many step records in flat typed arrays (20 bytes a value), metric names interned."""
+
+    def __init__(self):
+        self.steps = array("q")
+        self.ids = array("i")
+        self.values = array("d")
+        self.names: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def add(self, step: int, keys: list[str], vals: list[float]) -> None:
+        """Append one record."""
+        index = self._index
+        ids = [index.get(k) for k in keys]
+        if None in ids:
+            for i, k in enumerate(keys):
+                if ids[i] is None:
+                    ids[i] = index.get(k)
+                    if ids[i] is None:
+                        ids[i] = index[k] = len(self.names)
+                        self.names.append(k)
+        self.ids.extend(ids)
+        self.values.extend(vals)
+        self.steps.extend([step] * len(keys))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@dataclass(kw_only=True, slots=True)
+class ScanResult:
+    """What one pass over a source found."""
+
+    source: LogSource
+    """The source read."""
+    format: str = "unknown"
+    """Detected format (see :data:`records.FORMATS`)."""
+    store: RecordStore | None = None
+    """The values (None when the scan did not keep them)."""
+    events: list[Event] = field(default_factory=list)
+    """Text and series events, in line order."""
+    skipped_lines: int = 0
+    """Lines that looked like metric records but could not be parsed completely."""
+    num_lines: int = 0
+    """Lines in the file metrics were read from."""
+    steps: set = field(default_factory=set)
+    """Distinct steps with a record."""
+    metrics: dict = field(default_factory=dict)
+    """Metric names in first-seen order (a dict used as an ordered set)."""
+    notes: list[str] = field(default_factory=list)
+    """Things a human should know (a truncated gzip stream...)."""

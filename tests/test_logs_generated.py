@@ -1,0 +1,137 @@
+"""Generated logs with known contents (``mlite.logs.generate``): every format and quirk reads back exactly, and
+the events the log was written with (and no others) are found, each at its line and step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mlite.logs import read_log, read_logs
+from mlite.logs.generate import GenSpec, generate
+
+CASES = {
+    "grpo_repr": GenSpec(steps=50, seed=1),
+    "ppo_3f_oom_spike": GenSpec(kind="ppo", precision="3f", steps=50, seed=2, spikes=(30,), ending="oom"),
+    "sft_np_glued_val_timelimit": GenSpec(kind="sft", precision="np", glued_tqdm=True, val_every=5, steps=30, seed=3,
+                                          ending="time_limit"),
+    "wrapped_nan_nccl": GenSpec(wrap=173, nan_from=35, steps=45, seed=4, ending="nccl_timeout"),
+    "wrapped_np_noansi": GenSpec(wrap=97, precision="np", ansi=False, steps=30, seed=5, ending="exit_code"),
+    "restart_preempted": GenSpec(restart=(25, 15), steps=40, seed=6, ending="preempted"),
+    "cancelled_gzip_crlf": GenSpec(gzip=True, crlf=True, steps=30, seed=7, ending="cancelled"),
+    "traceback": GenSpec(steps=20, seed=8, ending="traceback"),
+    "jsonl_bare_nan_restart": GenSpec(format="verl_jsonl", nan_from=30, null_nan=False, restart=(20, 11), steps=40,
+                                      seed=9),
+    "jsonl_null_nan_spike": GenSpec(format="verl_jsonl", nan_from=30, steps=40, seed=10, spikes=(18,)),
+    "megatron_torchrun": GenSpec(format="megatron", skipped=(1, 2), val_every=5, steps=40, seed=11, ending="oom"),
+    "megatron_srun_restart": GenSpec(format="megatron", prefix="srun", restart=(30, 22), spikes=(26,), steps=40,
+                                     seed=12, ending="time_limit"),
+    "megatron_hostrank_nan": GenSpec(format="megatron", prefix="hostrank", nan_from=33, steps=40, seed=13,
+                                     ending="cancelled"),
+    "mlite_ok": GenSpec(format="mlite", steps=30, seed=14),
+    "mlite_failed": GenSpec(format="mlite", steps=10, seed=15, ending="traceback"),
+}
+
+
+def _path(tmp_path, name: str, spec: GenSpec):
+    if spec.format == "mlite":
+        return tmp_path / name
+    return tmp_path / (name + (".jsonl" if spec.format == "verl_jsonl" else ".log") + (".gz" if spec.gzip else ""))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_generated_log_reads_back_exactly(tmp_path, name):
+    spec = CASES[name]
+    truth = generate(spec, _path(tmp_path, name, spec))
+    run = read_log(truth.path)
+    assert run.format == spec.format
+    assert run.skipped_lines == 0
+    expected = [(step, k, v) for step, values in truth.records for k, v in values.items()]
+    t = run.tidy
+    got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))
+    assert len(got) == len(expected)
+    for (s1, k1, v1), (s2, k2, v2) in zip(got, expected):
+        assert (s1, k1) == (s2, k2)
+        assert v1 == v2 or (math.isnan(v1) and math.isnan(v2)), (s1, k1, v1, v2)
+    assert {e.kind for e in run.events} == truth.events
+    steps = {s for s, _ in truth.records}
+    assert (run.num_steps, run.first_step, run.last_step) == (len(steps), min(steps), max(steps))
+
+
+def test_event_positions(tmp_path):
+    truth = generate(GenSpec(steps=40, seed=21, spikes=(25,), nan_from=33, restart=(36, 30), noise=0), tmp_path / "a.log")
+    run = read_log(truth.path)
+    lines = truth.path.read_text().split("\n")
+    by_kind = {}
+    for e in run.events:
+        by_kind.setdefault(e.kind, []).append(e)
+    spike = [e for e in by_kind["spike"] if e.metric == "actor/grad_norm"][0]
+    assert spike.step == 25 and "step:25 - " in lines[spike.line - 1]
+    nan = [e for e in by_kind["nan"] if e.metric == "actor/grad_norm"]
+    assert [e.step for e in nan] == [33, 33]  # before and after the restart: two stretches
+    assert "step:33 - " in lines[nan[0].line - 1]
+    [restart] = by_kind["restart"]
+    assert restart.step == 30 and "step:30 - " in lines[restart.line - 1] and "36 to 30" in restart.message
+    # the wide view keeps the resumed run's values for the repeated steps
+    resumed = [v for s, v in truth.records if s == 31][-1]
+    assert run.wide.loc[31, "actor/entropy"] == resumed["actor/entropy"]
+    assert run.tidy["step"].tolist().count(31) == 2 * len(resumed)
+
+
+def test_kl_zero_messages(tmp_path):
+    base = "step:{s} - actor/ppo_kl:0.0 - actor/pg_clipfrac:{c} - actor/pg_loss:{p}\n"
+    on_policy = tmp_path / "on_policy.log"
+    on_policy.write_text("".join(base.format(s=s, c=0.0, p=0.01 * s) for s in range(1, 6)))
+    off_policy = tmp_path / "off_policy.log"
+    off_policy.write_text("".join(base.format(s=s, c=0.003, p=0.5) for s in range(1, 6)))
+    [a] = [e for e in read_log(on_policy).events if e.kind == "kl_zero"]
+    assert "pg_clipfrac is 0 too" in a.message and "on-policy" in a.message and a.step == 1 and a.line == 1
+    [b] = [e for e in read_log(off_policy).events if e.kind == "kl_zero"]
+    assert "is not" in b.message and "flat" in b.message  # clipfrac moves, pg_loss flat
+    nonzero = tmp_path / "kl_moves.log"
+    nonzero.write_text("".join(base.format(s=s, c=0.0, p=0.1).replace("ppo_kl:0.0", f"ppo_kl:{s}e-4")
+                               for s in range(1, 6)))
+    assert not [e for e in read_log(nonzero).events if e.kind == "kl_zero"]
+
+
+def test_spike_detector_is_robust(tmp_path):
+    """A lone outlier in a noisy series is a spike; quantised 3-decimal values that wobble are not; a falling
+    loss is not."""
+    import random
+
+    rng = random.Random(0)
+    vals = [2.0 * math.exp(rng.gauss(0, 0.1)) for _ in range(60)]
+    vals[40] = 9.0
+    p = tmp_path / "spike.log"
+    p.write_text("".join(f"step:{i} - actor/grad_norm:{v!r} - train/loss:{3.0 * math.exp(-i / 20):.3f}\n"
+                         for i, v in enumerate(vals)))
+    spikes = [e for e in read_log(p).events if e.kind == "spike"]
+    assert [(e.step, e.metric) for e in spikes] == [(40, "actor/grad_norm")]
+    q = tmp_path / "quantised.log"
+    q.write_text("".join(f"step:{i} - train/grad_norm:{1.0 + 0.001 * (i % 3):.3f} - train/loss:0.500\n"
+                         for i in range(60)))
+    assert not read_log(q).events
+
+
+def test_directory_of_mixed_logs(tmp_path):
+    for name in ("mlite_ok", "jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"):
+        generate(CASES[name], _path(tmp_path, name, CASES[name]))
+    (tmp_path / "notes.md").write_text("not a log")
+    runs = read_logs([tmp_path])
+    assert sorted(r.name for r in runs) == sorted(["mlite_ok", "jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"])
+    assert {r.name: r.format for r in runs}["megatron_torchrun"] == "megatron"
+    assert {r.name: r.role("loss") for r in runs} == {"mlite_ok": "train/loss", "jsonl_null_nan_spike": "actor/pg_loss",
+                                                      "megatron_torchrun": "lm_loss", "grpo_repr": "actor/pg_loss"}
+
+
+@pytest.mark.parametrize("width", [50, 53, 64, 80, 101, 132, 200, 317])
+def test_hard_wrapped_metric_lines_at_any_terminal_width(tmp_path, width):
+    """A terminal wrap cuts anywhere: inside the head, a key, a value, np.float64(...) or a separator."""
+    spec = GenSpec(wrap=width, seed=width, precision=("np", "3f", "repr")[width % 3], steps=25,
+                   kind=("grpo", "ppo", "sft")[width % 5 % 3], noise=width % 2)
+    truth = generate(spec, tmp_path / "wrapped.log")
+    run = read_log(truth.path)
+    t = run.tidy
+    got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))
+    expected = [(s, k, v) for s, values in truth.records for k, v in values.items()]
+    assert got == expected and run.skipped_lines == 0
