@@ -13,7 +13,16 @@ _LAZY = {
     "PackedBatch": "mlite.runtime.batch",
     "build_lite_model": "mlite.runtime.models",
     "LiteModel": "mlite.runtime.models",
+    "RuntimeConfig": "mlite.runtime.config",
+    "MegatronLiteConfig": "mlite.runtime.config",
+    "OptimizerConfig": "mlite.runtime.config",
+    "ParallelConfig": "mlite.runtime.config",
+    **{name: "mlite.runtime.runtime" for name in (
+        "create_runtime", "forward_backward", "train_step", "zero_grad", "optimizer_step", "lr_scheduler_step", "to",
+        "save_checkpoint", "load_checkpoint", "train_mode", "eval_mode", "export_weights", "memory_stats")},
 }
+
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str):
