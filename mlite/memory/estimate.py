@@ -54,6 +54,10 @@ class RankMemory:
     """Host bytes of this GPU's process, by item."""
     idle_gpu: float
     """GPU bytes between training steps with runtime context offload (rollout / idle phase)."""
+    grads_at_peak: float | None = None
+    """Gradient bytes alive at the peak (None: all of ``grads``; the lite runtime frees them between steps)."""
+    lite: bool = False
+    """Transients follow the lite runtime's three moments (see :mod:`mlite.memory.lite`)."""
 
     @cached_property
     def optimizer(self) -> float:
@@ -71,13 +75,17 @@ class RankMemory:
     @cached_property
     def transient_peak(self) -> float:
         t = self.transients
+        if self.lite:
+            return t.get("root_params_unsharded", 0) + max(t.get("ce_forward", 0), t.get("loss_backward", 0),
+                                                           t.get("fsdp2_unit", 0) + t.get("recompute_layer", 0))
         backward = t.get("fsdp2_all_gather", 0) + t.get("fsdp2_reduce_scatter", 0) + t.get("recompute_layer", 0)
         return max(backward, t.get("logits_grad", 0), t.get("optimizer_step", 0))
 
     @cached_property
     def peak(self) -> float:
         """Allocator bytes at the peak of a steady-state step."""
-        return self.static + self.activation_total + self.transient_peak
+        grads_off = 0.0 if self.grads_at_peak is None else self.grads - self.grads_at_peak
+        return self.static - grads_off + self.activation_total + self.transient_peak
 
     @cached_property
     def total(self) -> float:
@@ -244,26 +252,11 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
         grads = held * sb.grad
         master, m, v = ((1 - f) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
         # activations
-        acts: dict[str, float] = {}
-        flight = _in_flight(plan, o, sp.pp_rank)
-        recompute_layer = 0.0
-        for layer, n in sp.layer_kinds:
-            per, full = cache[(layer.attention, layer.mlp)]
-            for k, x in per.items():
-                acts[k] = acts.get(k, 0.0) + x * n * flight
-            recompute_layer = max(recompute_layer, full)
-        if sp.has_embedding:
-            acts["embedding"] = 2 * D * spec.hidden_size * flight
-        transients: dict[str, float] = {}
-        if sp.has_head:
-            acts["logits"] = D * vocab_local * (2 if o.fused_cross_entropy else 6)
-            transients["logits_grad"] = 4 * D * vocab_local
-        if o.optimizer == "fsdp2":
-            unit = sp.max_layer
-            transients["fsdp2_all_gather"] = 2 * unit * sb.param
-            transients["fsdp2_reduce_scatter"] = unit * (sb.param + 4)
-        if recompute_layer:
-            transients["recompute_layer"] = recompute_layer
+        if o.activation_model == "lite":
+            acts, transients, grads_at_peak = _lite_parts(spec, sp, o, plan, sb, d_dense, held)
+        else:
+            acts, transients = _megatron_parts(spec, plan, o, sp, cache, D, vocab_local, sb)
+            grads_at_peak = None
         other = {"framework": o.framework_overhead_gib * GIB}
         pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
         if pad:
@@ -287,11 +280,70 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
             idle -= grads  # fsdp2 frees gradients after the step (zero_grad sets them to None)
         ranks.append(RankMemory(pp_rank=sp.pp_rank, local_params=local, params=params, grads=grads, master=master,
                                 exp_avg=m, exp_avg_sq=v, activations=acts, transients=transients, other=other,
-                                host=host, idle_gpu=idle))
+                                host=host, idle_gpu=idle, lite=o.activation_model == "lite",
+                                grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads))
     est = MemoryEstimate(model=spec.name, plan=plan, options=o, ranks=ranks)
     if explain:
         est.formulas = _formulas(est, stages, sb, d_dense, d_exp, f, dims)
     return est
+
+
+def _megatron_parts(spec, plan, o, sp, cache, D, vocab_local, sb):
+    """Megatron-style activations (per component, all micro-batches in flight) and transients of one rank."""
+    acts: dict[str, float] = {}
+    flight = _in_flight(plan, o, sp.pp_rank)
+    recompute_layer = 0.0
+    for layer, n in sp.layer_kinds:
+        per, full = cache[(layer.attention, layer.mlp)]
+        for k, x in per.items():
+            acts[k] = acts.get(k, 0.0) + x * n * flight
+        recompute_layer = max(recompute_layer, full)
+    if sp.has_embedding:
+        acts["embedding"] = 2 * D * spec.hidden_size * flight
+    transients: dict[str, float] = {}
+    if sp.has_head:
+        acts["logits"] = D * vocab_local * (2 if o.fused_cross_entropy else 6)
+        transients["logits_grad"] = 4 * D * vocab_local
+    if o.optimizer == "fsdp2":
+        transients["fsdp2_all_gather"] = 2 * sp.max_layer * sb.param
+        transients["fsdp2_reduce_scatter"] = sp.max_layer * (sb.param + 4)
+    if recompute_layer:
+        transients["recompute_layer"] = recompute_layer
+    return acts, transients
+
+
+def _lite_parts(spec, sp, o, plan, sb, d_dense, held):
+    """The lite runtime's activations and transients (:mod:`mlite.memory.lite`); returns the share of the
+    gradients alive at the peak (0 with one micro-batch: ``zero_grad`` freed them and backward has not made new
+    ones when the forward ends)."""
+    from . import lite
+
+    p = plan.parallel
+    if o.optimizer != "fsdp2" or p.tp * p.pp * p.cp * p.ep * p.etp_size != 1:
+        raise MliteError("activation_model='lite' describes the kit's lite runtime: optimizer fsdp2 with "
+                         "tp = pp = cp = ep = etp = 1")
+    tokens = o.seq_len * o.micro_batch_size
+    dims = lite.LiteDims(tokens=tokens, recompute=o.recompute, device=o.lite_device)
+    acts: dict[str, float] = {}
+    full_layer = 0.0
+    for layer, n in sp.layer_kinds:
+        for k, x in lite.block_per_token(spec, layer, dims).items():
+            acts[k] = acts.get(k, 0.0) + x * tokens * n
+        if o.recompute == "full":
+            nd = lite.LiteDims(tokens=tokens, recompute="none", device=o.lite_device)
+            full_layer = max(full_layer, sum(lite.block_per_token(spec, layer, nd).values()) * tokens)
+    root_acts, root_t = lite.root_parts(spec, dims)
+    acts.update(root_acts)
+    root_numel = sum(g.numel for g in spec.pre + spec.post)
+    multi = tokens > lite.ce_chunk(spec.vocab_size)
+    dw = spec.vocab_size * spec.hidden_size * (4 if multi else 2)
+    transients = {"root_params_unsharded": root_numel * sb.param,
+                  "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation
+                  "loss_backward": root_t["loss_backward"],
+                  "fsdp2_unit": lite.unit_transient(sp.max_layer, d_dense)}
+    if full_layer:
+        transients["recompute_layer"] = full_layer
+    return acts, transients, (1.0 if o.num_microbatches > 1 else 0.0)
 
 
 def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[dict]:

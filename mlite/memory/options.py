@@ -61,7 +61,9 @@ class TrainingOptions:
     fused_cross_entropy: bool = False
     """Cross-entropy fused with the output layer (no fp32 copy of the logits kept)."""
     activation_model: str = "megatron"
-    """``megatron`` (Korthikanti/Megatron layers) or ``lite`` (the kit's lite runtime, calibrated to its kernels)."""
+    """``megatron`` (Korthikanti/Megatron layers) or ``lite`` (the kit's lite runtime: what its modules save)."""
+    lite_device: str = "cuda"
+    """Device of a lite-runtime run: ``cuda`` (fused RMSNorm) or ``cpu`` (composite RMSNorm keeps fp32 copies)."""
     gpu_memory_gib: float = 80.0
     """Device memory in GiB (H100 80, H200 141, B200 180; see GPU_MEMORY_GIB)."""
     headroom: float = 0.05
@@ -100,6 +102,8 @@ class TrainingOptions:
             raise MliteError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.attention not in ("flash", "unfused"):
             raise MliteError(f"attention must be flash or unfused, got {self.attention!r}")
+        if self.lite_device not in ("cuda", "cpu"):
+            raise MliteError(f"lite_device must be cuda or cpu, got {self.lite_device!r}")
         if self.activation_model not in ("megatron", "lite"):
             raise MliteError(f"activation_model must be megatron or lite, got {self.activation_model!r}")
         for name in ("seq_len", "micro_batch_size", "num_microbatches", "gpus_per_node"):
