@@ -74,17 +74,30 @@ def lite_throughput(cfg, seq, n_mb, opt=None, warm=3, iters=6):
     h = rt.build_model()
     mbs = [b.to("cuda") for b in _batches(seq, n_mb, cfg["vocab_size"])]
 
-    def step():
+    phases = {"forward_backward": 0.0, "optimizer": 0.0}
+
+    def step(record=False):
+        t = time.perf_counter()
         rt.forward_backward(h, mbs, num_microbatches=n_mb)
+        if record:
+            torch.cuda.synchronize()
+            phases["forward_backward"] += time.perf_counter() - t
+            t = time.perf_counter()
         rt.optimizer_step(h)
         rt.zero_grad(h)
+        if record:
+            torch.cuda.synchronize()
+            phases["optimizer"] += time.perf_counter() - t
 
     torch.cuda.reset_peak_memory_stats()
     dt = _time_steps(step, warm, iters)
+    for _ in range(2):
+        step(record=True)
     spec = from_hf_config(cfg)
     tokens = seq * n_mb
     out = {"step_s": dt, "tokens_per_s": tokens / dt, "flops_per_token": spec.flops_per_token(seq),
-           "mfu": spec.flops_per_token(seq) * tokens / dt / PEAK_BF16, "peak_bytes": torch.cuda.max_memory_allocated()}
+           "mfu": spec.flops_per_token(seq) * tokens / dt / PEAK_BF16, "peak_bytes": torch.cuda.max_memory_allocated(),
+           "phase_s": {k: v / 2 for k, v in phases.items()}}
     return out, rt, h
 
 
@@ -107,36 +120,48 @@ def hf_fsdp2_throughput(cfg, seq, n_mb, warm=3, iters=6):
     g = torch.Generator().manual_seed(0)
     ids = [torch.randint(0, cfg["vocab_size"], (1, seq), generator=g).cuda() for _ in range(n_mb)]
 
-    def step():
+    phases = {"forward_backward": 0.0, "optimizer": 0.0}
+
+    def step(record=False):
+        t = time.perf_counter()
         for x in ids:
             out = model(input_ids=x, labels=x)
             (out.loss / n_mb).backward()
+        if record:
+            torch.cuda.synchronize()
+            phases["forward_backward"] += time.perf_counter() - t
+            t = time.perf_counter()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if record:
+            torch.cuda.synchronize()
+            phases["optimizer"] += time.perf_counter() - t
 
     torch.cuda.reset_peak_memory_stats()
     dt = _time_steps(step, warm, iters)
+    for _ in range(2):
+        step(record=True)
     spec = from_hf_config(cfg)
     tokens = seq * n_mb
     res = {"step_s": dt, "tokens_per_s": tokens / dt, "mfu": spec.flops_per_token(seq) * tokens / dt / PEAK_BF16,
-           "peak_bytes": torch.cuda.max_memory_allocated()}
+           "peak_bytes": torch.cuda.max_memory_allocated(), "phase_s": {k: v / 2 for k, v in phases.items()}}
     del model, opt
     return res
 
 
-def sec_throughput(res):
+def sec_throughput(res, n_mb=4, key="throughput", warm=3, iters=6):
     import torch
 
-    lite, rt, h = lite_throughput(DENSE_1B, 4096, 4)
+    lite, rt, h = lite_throughput(DENSE_1B, 4096, n_mb, warm=warm, iters=iters)
     del h, rt
     gc.collect()
     torch.cuda.empty_cache()
-    hf = hf_fsdp2_throughput(DENSE_1B, 4096, 4)
+    hf = hf_fsdp2_throughput(DENSE_1B, 4096, n_mb, warm=warm, iters=iters)
     gc.collect()
     torch.cuda.empty_cache()
-    res["throughput"] = {"model": "dense-1b", "seq": 4096, "microbatches": 4, "lite": lite, "hf_fsdp2": hf,
-                         "ratio_lite_over_hf": lite["tokens_per_s"] / hf["tokens_per_s"]}
+    res[key] = {"model": "dense-1b", "seq": 4096, "microbatches": n_mb, "lite": lite, "hf_fsdp2": hf,
+                "ratio_lite_over_hf": lite["tokens_per_s"] / hf["tokens_per_s"]}
 
 
 def sec_offload(res):
@@ -245,8 +270,16 @@ def measure(a) -> int:
 
     res = {"gpu": torch.cuda.get_device_name(), "torch_version": torch.__version__, "command": CMD}
     t0 = time.perf_counter()
-    for name, fn in (("throughput", sec_throughput), ("pao_bitwise", sec_pao), ("offload", sec_offload),
-                     ("fla", sec_fla)):
+    sections = (("throughput", sec_throughput), ("pao_bitwise", sec_pao), ("offload", sec_offload), ("fla", sec_fla),
+                ("throughput_8mb", lambda r: sec_throughput(r, 8, "throughput_8mb", 2, 4)))
+    wanted = set(a.only.split(",")) if a.only else None
+    if a.merge and Path(a.merge).exists():
+        earlier = json.loads(Path(a.merge).read_text())
+        res.update({k: v for k, v in earlier.items() if k not in res})
+        res["command"] = f"{earlier.get('command', '')} && {CMD} --merge {a.merge} --only {a.only}"
+    for name, fn in sections:
+        if wanted and name not in wanted:
+            continue
         if time.perf_counter() - t0 > a.deadline_s:
             res[name] = {"skipped": "deadline"}
             continue
@@ -270,14 +303,20 @@ def measure(a) -> int:
 def report(a) -> int:
     r = json.loads(Path(a.report).read_text())
     rows = []
-    tp = r.get("throughput", {})
-    if "lite" in tp:
+    for key in ("throughput", "throughput_8mb"):
+        tp = r.get(key, {})
+        if "lite" not in tp:
+            continue
+        tag = f"dense-1b seq4096 x{tp['microbatches']}"
         for who in ("lite", "hf_fsdp2"):
-            rows.append({"measurement": f"dense-1b seq4096 x4 tokens/s ({who})", "value": round(tp[who]["tokens_per_s"]),
+            rows.append({"measurement": f"{tag} tokens/s ({who})", "value": round(tp[who]["tokens_per_s"]),
                          "unit": "tokens/s"})
-            rows.append({"measurement": f"dense-1b seq4096 x4 MFU ({who})", "value": round(tp[who]["mfu"], 4),
+            rows.append({"measurement": f"{tag} MFU ({who})", "value": round(tp[who]["mfu"], 4),
                          "unit": "fraction of 989 TFLOP/s"})
-        rows.append({"measurement": "lite / hf_fsdp2 tokens/s", "value": round(tp["ratio_lite_over_hf"], 3),
+            for phase, sec in (tp[who].get("phase_s") or {}).items():
+                rows.append({"measurement": f"{tag} {phase} time per step ({who})", "value": round(sec, 4),
+                             "unit": "s"})
+        rows.append({"measurement": f"{tag} lite / hf_fsdp2 tokens/s", "value": round(tp["ratio_lite_over_hf"], 3),
                      "unit": "ratio"})
     off = r.get("offload", {})
     if "offload_overhead_x" in off:
@@ -307,6 +346,8 @@ def main() -> int:
     ap.add_argument("--report", default=None, help="summarise a raw JSON into the CSV")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--deadline-s", type=float, default=150.0)
+    ap.add_argument("--only", default="", help="comma-separated sections")
+    ap.add_argument("--merge", default=None, help="start from an earlier raw JSON (sections run now replace its)")
     a = ap.parse_args()
     return report(a) if a.report else measure(a)
 

@@ -168,6 +168,7 @@ def cmd_measure(a) -> int:
             traceback.print_exc()
             rec = {"config": name, "error": f"{type(e).__name__}: {e}"[:500]}
         rec["wall_s"] = round(time.perf_counter() - t, 2)
+        rec["command"] = MEASURE_CMD + (f" --only {a.only}" if a.only else "")
         out["configs"].append(rec)
         last = rec.get("steps", [{}])[-1]
         print(f"{name:45s} static {last.get('static', 0) / 2**30:7.3f} GiB  peak {last.get('peak', 0) / 2**30:7.3f} "
@@ -212,7 +213,7 @@ def cmd_report(a) -> int:
         rows.append({"config": rec["config"], "predicted_static_bytes": round(p_static),
                      "measured_static_bytes": m_static, "predicted_peak_bytes": round(p_peak),
                      "measured_peak_bytes": m_peak, "gpu": raw["gpu"], "torch_version": raw["torch_version"],
-                     "command": f"{raw['command']} && {REPORT_CMD}"})
+                     "command": f"{rec.get('command', raw['command'])} && {REPORT_CMD}"})
         print(f"{rec['config']:45s} static {m_static / 2**30:7.3f} GiB (pred {es:+6.1%})  peak "
               f"{m_peak / 2**30:7.3f} GiB (pred {ep:+6.1%})")
     print(f"worst error: static {worst[0]:.1%} (bound 3 %), peak {worst[1]:.1%} (bound 10 %)")

@@ -21,3 +21,8 @@ def models_dir() -> Path:
 def logs_dir() -> Path:
     """``data/logs``: sample logs for the analysis notebook."""
     return data_dir() / "logs"
+
+
+def results_dir() -> Path:
+    """``bench/results``: GPU measurements committed with the commands that produced them."""
+    return Path(os.environ.get("MLITE_RESULTS", REPO_ROOT / "bench" / "results"))

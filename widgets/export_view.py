@@ -119,6 +119,23 @@ class ExportView(W.VBox):
         if target is not None:
             self._target.value = target
 
+    def follow(self, planner, memory=None) -> None:
+        """Track a :class:`~widgets.planner.MeshPlanner` (model, mesh, GPUs per node, nodes for its GPU count) and
+        a :class:`~widgets.memory_view.MemoryView` (training options) from now on."""
+
+        def sync(_=None):
+            plan = planner.plan
+            gpn = planner.gpus_per_node
+            self.set_plan(model=planner.model_ref or None,
+                          parallel=plan.parallel if plan is not None else None,
+                          options=memory.options() if memory is not None else None,
+                          gpus_per_node=gpn, nodes=max(1, -(-plan.ngpu // gpn)) if plan is not None else None)
+
+        planner.observe(sync, names=["plan", "model_ref"])
+        if memory is not None:
+            memory.observe(sync, names=["estimate"])
+        sync()
+
     def plan(self) -> ExportPlan:
         """The :class:`ExportPlan` the controls describe."""
         model = (self._model.value or "").strip()
