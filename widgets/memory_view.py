@@ -29,173 +29,17 @@ use_precision_aware_optimizer, main_grads_dtype, moment_dtype, store_param_remai
 
 from __future__ import annotations
 
-import asyncio
-import math
-
 import ipywidgets as W
 import traitlets
 
 from mlite.errors import MliteError
-from mlite.memory import GIB, GPU_MEMORY_GIB, RECOMPUTE, TrainingOptions, estimate, mesh_table, state_bytes
+from mlite.memory import GPU_MEMORY_GIB, RECOMPUTE, TrainingOptions, estimate, mesh_table, state_bytes
 
 from ._common import ErrorBanner, esc, fmt_count
-from .planner import MESH_COLUMNS, RANK_COLUMN, Column, MeshTable, mesh_key, planner_rows
-
-SEGMENTS = (  # (key, label, colour)
-    ("params", "params", "#4C72B0"),
-    ("grads", "grads", "#55A868"),
-    ("master", "optimizer: master", "#C44E52"),
-    ("exp_avg", "optimizer: exp_avg", "#D9777A"),
-    ("exp_avg_sq", "optimizer: exp_avg_sq", "#E8A3A5"),
-    ("activations", "activations", "#8172B3"),
-    ("other", "other (transients, framework, padding)", "#937860"),
-)
-HOST_COLOR = "#9E9E9E"
-DEBOUNCE_S = 0.25
-"""Quiet time before the whole-mesh table is recomputed."""
-
-
-def gib(x: float, digits: int = 2) -> str:
-    return f"{x / GIB:.{digits}f} GiB"
-
-
-def _segments(r) -> list[tuple[str, str, str, float]]:
-    values = {"params": r.params, "grads": r.grads, "master": r.master, "exp_avg": r.exp_avg,
-              "exp_avg_sq": r.exp_avg_sq, "activations": r.activation_total,
-              "other": sum(r.other.values()) + r.transient_peak}
-    return [(k, label, color, values[k]) for k, label, color in SEGMENTS]
-
-
-def _nice_step(top: float) -> float:
-    raw = top / 6
-    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
-    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-
-
-def memory_svg(est) -> str:
-    """Stacked GPU bar and host bar per pipeline rank, with the device capacity and the usable line."""
-    ranks = est.ranks
-    cap, usable = est.gpu_mem, est.usable
-    top = max([cap] + [r.total for r in ranks] + [r.host_total for r in ranks]) * 1.08 / GIB
-    n = len(ranks)
-    bar, hbar, group = (64, 28, 130) if n <= 2 else (44, 20, 90) if n <= 8 else (22, 10, 44) if n <= 24 \
-        else (10, 5, 20)
-    left, right, top_pad, plot_h, bottom = 58, 110, 16, 250, 34
-    width = left + n * group + right
-    height = top_pad + plot_h + bottom
-    y = lambda v: top_pad + plot_h * (1 - v / top)  # noqa: E731  (v in GiB)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" style="font-family:sans-serif">']
-    step = _nice_step(top)
-    t = 0.0
-    while t <= top:
-        out.append(f'<line x1="{left}" x2="{left + n * group}" y1="{y(t):.1f}" y2="{y(t):.1f}" stroke="#eee"/>'
-                   f'<text x="{left - 6}" y="{y(t) + 3:.1f}" font-size="10" text-anchor="end">{t:g}</text>')
-        t += step
-    out.append(f'<text x="12" y="{top_pad + plot_h / 2}" font-size="11" transform="rotate(-90 12 '
-               f'{top_pad + plot_h / 2})" text-anchor="middle">GiB</text>')
-    worst = est.worst.pp_rank
-    for i, r in enumerate(ranks):
-        x = left + i * group + (group - bar - hbar - 4) / 2
-        acc = 0.0
-        segs = []
-        for key, label, color, v in _segments(r):
-            if v <= 0:
-                continue
-            h = v / GIB
-            segs.append(f'<rect class="mlite-memory-seg-{key}" x="{x:.1f}" y="{y(acc + h):.1f}" width="{bar}" '
-                        f'height="{max(plot_h * h / top, 0.5):.1f}" fill="{color}" data-bytes="{round(v)}">'
-                        f'<title>pp {r.pp_rank} · {esc(label)}: {gib(v)}</title></rect>')
-            acc += h
-        out.append(f'<g class="mlite-memory-bar" data-pp="{r.pp_rank}" data-total="{round(r.total)}">{"".join(segs)}'
-                   f'<text x="{x + bar / 2:.1f}" y="{y(acc) - 4:.1f}" font-size="10" text-anchor="middle" '
-                   f'font-weight="{700 if r.pp_rank == worst else 400}">{r.total / GIB:.1f}</text></g>')
-        hx, acc = x + bar + 4, 0.0
-        for k, v in r.host.items():
-            h = v / GIB
-            out.append(f'<rect class="mlite-memory-host-seg" x="{hx:.1f}" y="{y(acc + h):.1f}" width="{hbar}" '
-                       f'height="{max(plot_h * h / top, 0.5):.1f}" fill="{HOST_COLOR}" stroke="#fff" '
-                       f'stroke-width="0.5"><title>pp {r.pp_rank} · host: {esc(k)} {gib(v)}</title></rect>')
-            acc += h
-        label = f"pp {r.pp_rank}" + (" ▲" if r.pp_rank == worst and n > 1 else "")
-        out.append(f'<text x="{x + (bar + hbar + 4) / 2:.1f}" y="{top_pad + plot_h + 14}" font-size="10" '
-                   f'text-anchor="middle">{esc(label)}</text>')
-        if n <= 8:
-            out.append(f'<text x="{hx + hbar / 2:.1f}" y="{top_pad + plot_h + 26}" font-size="8.5" fill="#777" '
-                       'text-anchor="middle">host</text>')
-    x1 = left + n * group
-    for v, label, dash, color in ((cap, f"capacity {cap / GIB:g} GiB", "", "#b00020"),
-                                  (usable, f"usable {usable / GIB:.1f} GiB", "5 3", "#b00020")):
-        out.append(f'<line x1="{left}" x2="{x1}" y1="{y(v / GIB):.1f}" y2="{y(v / GIB):.1f}" stroke="{color}" '
-                   f'stroke-width="1.5"' + (f' stroke-dasharray="{dash}"' if dash else "") + "/>"
-                   f'<text x="{x1 + 4}" y="{y(v / GIB) + (-2 if v == cap else 10):.1f}" font-size="10" '
-                   f'fill="{color}">{esc(label)}</text>')
-    out.append(f'<line x1="{left}" x2="{left}" y1="{top_pad}" y2="{top_pad + plot_h}" stroke="#999"/></svg>')
-    legend = "".join(f'<span style="margin-right:12px;white-space:nowrap"><span style="display:inline-block;width:10px;'
-                     f'height:10px;background:{color};vertical-align:middle"></span> {esc(label)}</span>'
-                     for _, label, color in (*SEGMENTS, ("host", "host RAM (per GPU process)", HOST_COLOR)))
-    return (f'<div style="line-height:1.4">{"".join(out)}<div style="font-size:85%;max-width:{max(width, 420)}px">'
-            f'{legend}</div></div>')
-
-
-def _card(label: str, value: str, sub: str, css: str, color: str = "#222", tip: str = "") -> str:
-    return (f'<div class="{css}" title="{esc(tip)}" style="padding:4px 16px 4px 0;min-width:150px">'
-            f'<div class="mlite-figure-label" style="color:#666;font-size:90%">{esc(label)}</div>'
-            f'<div class="mlite-figure-value" style="font-size:150%;font-weight:600;color:{color}">{esc(value)}</div>'
-            f'<div class="mlite-figure-exact" style="font-family:monospace;color:#444">{esc(sub)}</div></div>')
-
-
-def _small_table(title: str, items: dict) -> str:
-    if not items:
-        return ""
-    rows = "".join(f"<tr><td style='padding:0 10px 0 0'>{esc(k)}</td><td style='text-align:right'>{gib(v)}</td></tr>"
-                   for k, v in items.items())
-    return (f"<div style='margin-right:28px'><b>{esc(title)}</b><table style='font-size:92%'>{rows}</table></div>")
-
-
-class _Debounce:
-    """Call ``fn`` once the calls stop for ``wait`` seconds (on the kernel's asyncio loop); at once without one."""
-
-    def __init__(self, fn, wait: float = DEBOUNCE_S):
-        self.fn, self.wait, self._handle = fn, wait, None
-        self.enabled = False
-        """False while the view is being built (the first table is computed synchronously)."""
-
-    def __call__(self) -> None:
-        try:
-            loop = asyncio.get_running_loop() if self.enabled else None
-        except RuntimeError:
-            loop = None
-        if loop is None:
-            self.fn()
-            return
-        if self._handle is not None:
-            self._handle.cancel()
-        self._handle = loop.call_later(self.wait, self.fn)
-
-
-MEMORY_COLUMNS = [
-    RANK_COLUMN, *MESH_COLUMNS,
-    Column("total", "GPU GiB", fmt=lambda r: f"{r['total'] / GIB:.1f}", css=lambda r: "" if r["fits"] else "mlite-oom",
-           tip="GPU memory of the most loaded rank (peak + framework overhead)"),
-    Column("static", "static GiB", fmt=lambda r: f"{r['static'] / GIB:.1f}", tip="params + grads + optimizer state"),
-    Column("dynamic", "act+tmp GiB", fmt=lambda r: f"{r['dynamic'] / GIB:.1f}",
-           tip="activations and the largest transient buffer"),
-    Column("host", "host GiB", fmt=lambda r: f"{r['host'] / GIB:.1f}", tip="host RAM per GPU process"),
-    Column("fits_text", "fits", numeric=False, css=lambda r: "" if r["fits"] else "mlite-oom",
-           tip="total <= usable (device memory less the headroom)"),
-    Column("score", "score", fmt=lambda r: f"{r['score']:.2f}", tip="the planner's score (lower is better)"),
-]
-
-
-def memory_rows(meshes) -> list[dict]:
-    """:func:`widgets.planner.planner_rows` plus the estimate's columns."""
-    rows = planner_rows(meshes)
-    for row, m in zip(rows, meshes):
-        e = m.extra
-        row.update(total=e["total_bytes"], static=e["static_bytes"], dynamic=e["peak_bytes"] - e["static_bytes"],
-                   host=e["host_bytes"], fits=bool(m.fits), fits_text="✓" if m.fits else "OOM")
-    return rows
-
+from .memory_chart import _card, _small_table, gib, memory_svg
+from .memory_table import MEMORY_COLUMNS, _Debounce, memory_rows
+from .mesh_table import MeshTable
+from .planner import mesh_key
 
 def _row_layout() -> W.Layout:
     return W.Layout(align_items="center", flex_flow="row wrap", grid_gap="4px 8px")

@@ -58,7 +58,7 @@ def render(plan, spec, mp, launcher) -> str:
         "",
         f'LAUNCHER=${{LAUNCHER:-${{SLURM_SUBMIT_DIR:-$PWD}}/{launcher.filename}}}',
         f"GPUS_PER_NODE=${{SLURM_GPUS_ON_NODE:-{plan.gpus_per_node}}}",
-        f"RAY_PORT=${{RAY_PORT:-{plan.ray_port}}}" if ray else f"MASTER_PORT=${{MASTER_PORT:-29500}}",
+        f"RAY_PORT=${{RAY_PORT:-{plan.ray_port}}}" if ray else "MASTER_PORT=${MASTER_PORT:-29500}",
     ]
     if ray:
         out += [f"RAY_WAIT_TIMEOUT=${{RAY_WAIT_TIMEOUT:-{plan.ray_wait_timeout}}}  # seconds for every GPU to join",

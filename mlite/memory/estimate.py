@@ -19,7 +19,7 @@ from functools import cached_property
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
 from .activations import ActDims, layer_bytes, layer_bytes_no_recompute
-from .optimizer import DTYPE_BYTES, state_bytes
+from .optimizer import state_bytes
 from .options import TrainingOptions
 from .params import StageParams, stage_params
 
