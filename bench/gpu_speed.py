@@ -23,7 +23,6 @@ import argparse
 import csv
 import gc
 import json
-import os
 import sys
 import time
 import traceback
@@ -146,7 +145,6 @@ def hf_fsdp2_throughput(cfg, seq, n_mb, warm=3, iters=6):
     tokens = seq * n_mb
     res = {"step_s": dt, "tokens_per_s": tokens / dt, "mfu": spec.flops_per_token(seq) * tokens / dt / PEAK_BF16,
            "peak_bytes": torch.cuda.max_memory_allocated(), "phase_s": {k: v / 2 for k, v in phases.items()}}
-    del model, opt
     return res
 
 
@@ -237,10 +235,11 @@ def sec_fla(res):
         import triton
 
         out["triton"] = triton.__version__
-        import fla  # noqa: F401
+        import importlib
+
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
-        out["fla"] = getattr(__import__("fla"), "__version__", "?")
+        out["fla"] = getattr(importlib.import_module("fla"), "__version__", "?")
         T, H, D = 512, 4, 64
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(1, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
