@@ -323,20 +323,21 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held):
         raise MliteError("activation_model='lite' describes the kit's lite runtime: optimizer fsdp2 with "
                          "tp = pp = cp = ep = etp = 1")
     tokens = o.seq_len * o.micro_batch_size
-    dims = lite.LiteDims(tokens=tokens, recompute=o.recompute, device=o.lite_device)
+    ab = sb.param
+    dims = lite.LiteDims(tokens=tokens, recompute=o.recompute, device=o.lite_device, act_bytes=ab)
     acts: dict[str, float] = {}
     full_layer = 0.0
     for layer, n in sp.layer_kinds:
         for k, x in lite.block_per_token(spec, layer, dims).items():
             acts[k] = acts.get(k, 0.0) + x * tokens * n
         if o.recompute == "full":
-            nd = lite.LiteDims(tokens=tokens, recompute="none", device=o.lite_device)
+            nd = lite.LiteDims(tokens=tokens, recompute="none", device=o.lite_device, act_bytes=ab)
             full_layer = max(full_layer, sum(lite.block_per_token(spec, layer, nd).values()) * tokens)
     root_acts, root_t = lite.root_parts(spec, dims)
     acts.update(root_acts)
     root_numel = sum(g.numel for g in spec.pre + spec.post)
     multi = tokens > lite.ce_chunk(spec.vocab_size)
-    dw = spec.vocab_size * spec.hidden_size * (4 if multi else 2)
+    dw = spec.vocab_size * spec.hidden_size * (4 if multi else ab)
     transients = {"root_params_unsharded": root_numel * sb.param,
                   "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation
                   "loss_backward": root_t["loss_backward"],

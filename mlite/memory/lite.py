@@ -1,7 +1,7 @@
 """Activation and transient memory of the kit's lite runtime (``mlite.runtime``: FSDP2, bf16), per token.
 
 Derived from what the lite modules save for the backward (checked against ``mlite.runtime.saved``: exact for the
-dense and MoE blocks on an H200, within 3 % for Gated DeltaNet) rather than from Megatron's fused layers.
+dense and MoE blocks on an H200 and on CPU, within 5 % for the hybrid blocks) rather than from Megatron's fused layers.
 Notation: h hidden, a / kv query / key-value heads, hd head dim, f FFN width, E experts, k top-k, fe expert width,
 fs shared-expert width; bytes per token; ``norm(d)`` is what an RMSNorm keeps: its input and a fp32 rstd
 (2d + 4 for bf16 input with the fused CUDA kernel, 4d + 4 for the zero-centred Qwen3.5 norm, which runs on a fp32
@@ -49,22 +49,24 @@ class LiteDims:
     """none | selective | full."""
     device: str = "cuda"
     """``cuda`` (fused RMSNorm, flash output kept as a view) or ``cpu`` (composite RMSNorm)."""
+    act_bytes: int = 2
+    """Bytes of an activation element: the parameter dtype (2 for bf16 runs, 4 for fp32 CPU runs)."""
 
 
 def _zero_centered(spec) -> bool:
     return spec.architecture in ("qwen3_next", "qwen3_5_moe")
 
 
-def _norm(d: int, zc: bool, device: str) -> float:
-    if device == "cpu":
+def _norm(d: int, zc: bool, dims: LiteDims) -> float:
+    if dims.device == "cpu":
         return 8 * d + 4
-    return (4 if zc else 2) * d + 4
+    return (4 if zc else dims.act_bytes) * d + 4
 
 
-def _head_norm(heads: int, hd: int, zc: bool, device: str) -> float:
-    if device == "cpu":
+def _head_norm(heads: int, hd: int, zc: bool, dims: LiteDims) -> float:
+    if dims.device == "cpu":
         return 8 * heads * hd + 4 * heads
-    return (4 if zc else 2) * heads * hd + 4 * heads
+    return (4 if zc else dims.act_bytes) * heads * hd + 4 * heads
 
 
 def _has(spec, suffix: str) -> bool:
@@ -77,12 +79,13 @@ def _has(spec, suffix: str) -> bool:
 
 def attention_per_token(spec, gated: bool, dims: LiteDims) -> float:
     h, a, kv, hd = spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
+    ab = dims.act_bytes
     zc = _zero_centered(spec)
-    x = 2 * h + 2 * (a + 2 * kv) * hd + 2 * a * hd + (0 if dims.recompute == "selective" else 4 * a)
+    x = ab * h + ab * (a + 2 * kv) * hd + ab * a * hd + (0 if dims.recompute == "selective" else 4 * a)
     if _has(spec, "self_attn.q_norm.weight"):
-        x += _head_norm(a, hd, zc, dims.device) + _head_norm(kv, hd, zc, dims.device)
+        x += _head_norm(a, hd, zc, dims) + _head_norm(kv, hd, zc, dims)
     if gated:
-        x += 4 * a * hd
+        x += 2 * ab * a * hd
     return x
 
 
@@ -91,22 +94,24 @@ def gdn_per_token(spec, dims: LiteDims) -> float:
     H, e = spec.linear_num_key_heads, spec.linear_num_value_heads
     K, V = spec.linear_key_head_dim, spec.linear_value_head_dim
     C = CUDA_CHUNK[dims.device]
+    ab = dims.act_bytes
     cd = 2 * H * K + e * V
     kernel = 16 * e * C + 48 * e * K + 12 * e * V + 16 * e + 4 * e * K * K / C + 8 * e * K * V / C
-    x = 2 * h + 10 * cd + 10 * e + 8 * H * K + 8 * H + 20 * e * V + 4 * e + 2 * e * V
+    l2norm = 8 * H * K + 8 * H  # fp32 q, k copies and their rsqrt
+    x = ab * h + 5 * ab * cd + ab * e + 8 * e + l2norm + 20 * e * V + 4 * e + ab * e * V
     return x + (0 if dims.recompute == "selective" else kernel)
 
 
-def mlp_per_token(spec, kind: str) -> float:
+def mlp_per_token(spec, kind: str, ab: int = 2) -> float:
     h = spec.hidden_size
     if kind == "dense":
-        return 2 * h + 8 * spec.ffn_hidden_size
+        return ab * h + 4 * ab * spec.ffn_hidden_size
     E, k, fe, fs = spec.num_experts, spec.moe_router_topk, spec.moe_ffn_hidden_size, spec.shared_expert_ffn_hidden_size
-    x = 2 * h + 4 * E + k * (6 * h + 8 * fe + 30) + 4
+    x = ab * h + 4 * E + k * (3 * ab * h + 4 * ab * fe + 28 + ab) + 4
     if fs:
-        x += 8 * fs
+        x += 4 * ab * fs
         if _has(spec, "shared_expert_gate.weight"):
-            x += 2 * h + 2
+            x += ab * h + ab
     return x
 
 
@@ -114,14 +119,14 @@ def block_per_token(spec, layer, dims: LiteDims) -> dict[str, float]:
     """Bytes per token one decoder block keeps, by component."""
     h = spec.hidden_size
     if dims.recompute == "full":
-        return {"layer_inputs": 2 * h}
+        return {"layer_inputs": dims.act_bytes * h}
     zc = _zero_centered(spec)
-    out = {"norms": 2 * _norm(h, zc, dims.device)}
+    out = {"norms": 2 * _norm(h, zc, dims)}
     if layer.attention == "gdn":
         out["linear_attention"] = gdn_per_token(spec, dims)
     else:
         out["attention"] = attention_per_token(spec, layer.attention == "gated_full", dims)
-    out["moe" if layer.mlp != "dense" else "mlp"] = mlp_per_token(spec, layer.mlp)
+    out["moe" if layer.mlp != "dense" else "mlp"] = mlp_per_token(spec, layer.mlp, dims.act_bytes)
     return out
 
 
@@ -132,15 +137,16 @@ def ce_chunk(vocab: int) -> int:
 
 def root_parts(spec, dims: LiteDims) -> tuple[dict, dict]:
     """(activations kept by the root, transients of the loss) for one micro-batch."""
-    h, V, T = spec.hidden_size, spec.vocab_size, dims.tokens
+    h, V, T, ab = spec.hidden_size, spec.vocab_size, dims.tokens, dims.act_bytes
     rot = int(spec.head_dim * float(spec.config.get("partial_rotary_factor", 1.0)))
     multi = T > ce_chunk(V)
-    dw = V * h * (4 if multi else 2)
-    acts = {"root_norm_rope": T * (_norm(h, _zero_centered(spec), dims.device) + 4 * rot),
-            "loss": T * 2 * h + dw}
+    dw = V * h * (4 if multi else ab)
+    acts = {"root_norm_rope": T * (_norm(h, _zero_centered(spec), dims) + 2 * ab * rot),
+            "loss": T * ab * h + dw}
     chunk = min(T, ce_chunk(V))
-    transients = {"ce_forward": chunk * V * 6 + (2 * dw if multi else dw),
-                  "loss_backward": dw + V * h * 2}
+    logits = 4 + (ab if ab < 4 else 0)  # fp32 logits and, for bf16 runs, their bf16 copy
+    transients = {"ce_forward": chunk * V * logits + (2 * dw if multi else dw),
+                  "loss_backward": dw + V * h * ab}
     return acts, transients
 
 

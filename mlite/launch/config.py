@@ -1,0 +1,247 @@
+"""``RunConfig``: one single-node debug run of the lite runtime (model, steps, processes, optimizer, offload).
+
+A RunConfig is what ``mlite run`` flags, the run view's form and ``config.json`` in a run directory hold. It maps
+onto the runtime's Megatron-Lite config (:meth:`RunConfig.runtime_config`) and onto the memory estimator's
+options for the same run (:meth:`RunConfig.training_options`), so the measured and estimated memory describe one
+configuration. Validation happens here, in the caller's process, so bad input fails before any process starts
+(one line, :class:`~mlite.errors.MliteError`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from ..errors import MliteError
+from ..paths import REPO_ROOT
+
+DEBUG_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
+"""The tiny configs in ``data/models`` that train on a CPU in seconds (one per model kind)."""
+
+DEVICES = ("cpu", "cuda")
+"""Where the workers compute."""
+
+LAUNCHERS = ("torchrun", "ray")
+"""How the worker processes are started (same worker code either way)."""
+
+OPTIMIZERS = ("fsdp2", "dist_opt")
+"""mlite's optimizer backends (the lite runtime implements fsdp2)."""
+
+MOMENT_DTYPES = ("fp32", "bf16")
+"""Storage dtypes of Adam's moments (bf16 needs the precision-aware optimizer)."""
+
+RECOMPUTE = ("none", "selective", "full")
+"""Activation recompute granularities."""
+
+PARAM_DTYPES = ("auto", "fp32", "bf16")
+"""Parameter storage dtypes (auto: bf16 on CUDA or with PAO, else fp32)."""
+
+
+def runs_root() -> Path:
+    """Where runs go by default: ``$MLITE_RUNS`` or ``runs/`` at the repository root (git-ignored)."""
+    return Path(os.environ.get("MLITE_RUNS", REPO_ROOT / "runs"))
+
+
+@dataclass(kw_only=True, slots=True)
+class RunConfig:
+    """A debug run: what to train, on how many local processes, with which optimizer and offload settings."""
+
+    model: str = "tiny-moe"
+    """A ``data/models`` name (``tiny-dense``, ``tiny-moe``, ``tiny-hybrid``), a config.json path or folder."""
+    steps: int = 30
+    """Optimizer steps to run."""
+    nproc: int = 2
+    """Worker processes on this machine (the data-parallel size: FSDP2 shards over all of them)."""
+    device: str = "cpu"
+    """``cpu`` (gloo) or ``cuda`` (nccl, one GPU per process)."""
+    optimizer: str = "fsdp2"
+    """mlite optimizer backend: ``fsdp2``, or ``dist_opt`` (needs CUDA and megatron-core)."""
+    pao: bool = False
+    """``use_precision_aware_optimizer``: bf16 params + int16 remainders instead of an fp32 master."""
+    moment_dtype: str = "fp32"
+    """Storage dtype of both Adam moments (``exp_avg_dtype`` / ``exp_avg_sq_dtype``); ``bf16`` needs ``pao``."""
+    offload_fraction: float = 0.0
+    """Share of the optimizer state (master + moments) kept and updated on the CPU (mlite's fsdp2 uses 1.0)."""
+    param_offload: bool = False
+    """Runtime context offload: parameters go to the CPU between steps and come back for the next one."""
+    optimizer_offload: bool = False
+    """Runtime context offload: optimizer state goes to the CPU between steps and comes back for the update."""
+    launcher: str = "torchrun"
+    """``torchrun`` (default) or ``ray`` (one Ray actor per worker on a local Ray instance)."""
+    seed: int = 0
+    """Seed of the weight init and of the data order."""
+    lr: float = 3e-3
+    """Peak learning rate (after warmup); cosine decay to ``lr / 10`` at the last step."""
+    lr_warmup_steps: int = 2
+    """Linear warmup steps (from 0)."""
+    clip_grad: float = 1.0
+    """Clip gradients to this global L2 norm (0 disables clipping)."""
+    tokens_per_microbatch: int = 512
+    """Token budget of one packed micro-batch per process (sequences packed back to back)."""
+    num_microbatches: int = 1
+    """Micro-batches per optimizer step (gradient accumulation)."""
+    recompute: str = "none"
+    """Activation recompute: ``none``, ``selective`` or ``full``."""
+    param_dtype: str = "auto"
+    """Parameter storage dtype: ``fp32``, ``bf16`` or ``auto`` (bf16 on CUDA or with PAO, else fp32). A bf16 run
+    without PAO keeps an fp32 master: the reference a PAO run matches bit for bit."""
+    dataset: str = "tiny_sft"
+    """SFT dataset: a ``data/datasets`` name or a verl-format parquet path."""
+    threads: int | None = None
+    """Intra-op CPU threads per worker; None: ``max(1, cores // nproc)``."""
+    out: str | None = None
+    """Run directory; None: a new folder under :func:`runs_root`, named after the model, optimizer and time."""
+    crash_at_step: int | None = None
+    """Testing: the last worker raises at the start of this step (the run must end ``failed``)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`MliteError` naming the first bad field."""
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise MliteError("model: give a data/models name (tiny-dense, tiny-moe, tiny-hybrid) or a config path")
+        for name, lo in (("steps", 1), ("nproc", 1), ("tokens_per_microbatch", 16), ("num_microbatches", 1),
+                         ("lr_warmup_steps", 0), ("seed", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise MliteError(f"{name}: {v!r} must be an integer >= {lo}")
+        for name, allowed in (("device", DEVICES), ("optimizer", OPTIMIZERS), ("launcher", LAUNCHERS),
+                              ("moment_dtype", MOMENT_DTYPES), ("recompute", RECOMPUTE),
+                              ("param_dtype", PARAM_DTYPES)):
+            v = getattr(self, name)
+            if v not in allowed:
+                raise MliteError(f"{name}: {v!r} is not one of {', '.join(allowed)}")
+        for name in ("lr", "clip_grad", "offload_fraction"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise MliteError(f"{name}: {v!r} must be a finite number >= 0")
+        if self.lr == 0:
+            raise MliteError("lr: 0 would not train; give a positive learning rate such as 3e-3")
+        if self.offload_fraction > 1:
+            raise MliteError(f"offload_fraction: {self.offload_fraction} must be in [0, 1] (mlite's fsdp2 uses 1.0)")
+        if self.moment_dtype == "bf16" and not self.pao:
+            raise MliteError("moment_dtype: bf16 moments need the precision-aware optimizer; add --pao (pao=True)")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise MliteError(f"threads: {self.threads!r} must be a positive integer (or None for cores // nproc)")
+        if self.crash_at_step is not None and (isinstance(self.crash_at_step, bool)
+                                               or not isinstance(self.crash_at_step, int) or self.crash_at_step < 1):
+            raise MliteError(f"crash_at_step: {self.crash_at_step!r} must be a step number >= 1 (or None)")
+        if self.lr_warmup_steps >= self.steps and self.steps > 1:
+            raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must be smaller than steps={self.steps}")
+        if self.out is not None:
+            self.out = str(self.out)
+
+    # ------------------------------------------------------------------ derived
+    def resolved_param_dtype(self) -> str:
+        """Parameter storage dtype of the run: ``param_dtype``, with auto = bf16 on CUDA or with PAO, else fp32."""
+        if self.param_dtype != "auto":
+            return self.param_dtype
+        return "bf16" if self.device == "cuda" or self.pao else "fp32"
+
+    def worker_threads(self) -> int:
+        """Intra-op threads per worker process."""
+        return self.threads or max(1, (os.cpu_count() or 1) // self.nproc)
+
+    def default_name(self) -> str:
+        """``<model>-<optimizer>[-pao][-offload]-<YYYYmmdd-HHMMSS>-<hex>`` (unique enough for one user)."""
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(self.model).stem if os.sep in self.model else self.model)
+        tags = [base, self.optimizer] + (["pao"] if self.pao else []) + (
+            ["offload"] if self.offload_fraction or self.param_offload or self.optimizer_offload else [])
+        return "-".join(tags + [time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)])
+
+    def resolved_out(self) -> Path:
+        """The run directory (absolute)."""
+        return Path(self.out).expanduser().resolve() if self.out else (runs_root() / self.default_name()).resolve()
+
+    def runtime_config(self):
+        """The runtime's ``RuntimeConfig`` (Megatron Lite names) for this run."""
+        from ..runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
+
+        decay = "cosine" if self.steps > self.lr_warmup_steps + 1 else "constant"
+        opt = OptimizerConfig(
+            optimizer=self.optimizer, lr=float(self.lr), min_lr=float(self.lr) / 10, clip_grad=float(self.clip_grad),
+            lr_warmup_steps=self.lr_warmup_steps, lr_decay_style=decay,
+            lr_decay_steps=self.steps if decay != "constant" else None,
+            use_precision_aware_optimizer=self.pao or None, exp_avg_dtype=self.moment_dtype,
+            exp_avg_sq_dtype=self.moment_dtype, offload_fraction=float(self.offload_fraction) or None)
+        return RuntimeConfig(hf_path=self.model, device=self.device, seed=self.seed, param_dtype=self.param_dtype,
+                             backend_cfg=MegatronLiteConfig(optimizer=opt, impl_cfg={"recompute": self.recompute}))
+
+    def training_options(self):
+        """The memory estimator's ``TrainingOptions`` for the same run (fsdp2, this run's dtypes and offload)."""
+        from ..memory import TrainingOptions
+
+        return TrainingOptions(
+            optimizer="fsdp2", use_precision_aware_optimizer=self.pao, exp_avg_dtype=self.moment_dtype,
+            exp_avg_sq_dtype=self.moment_dtype, offload_fraction=float(self.offload_fraction),
+            param_offload=self.param_offload, optimizer_offload=self.optimizer_offload,
+            param_dtype=self.resolved_param_dtype(),
+            seq_len=self.tokens_per_microbatch, micro_batch_size=1, num_microbatches=self.num_microbatches,
+            recompute=self.recompute, fused_cross_entropy=True, activation_model="lite",
+            lite_device="cpu" if self.device == "cpu" else "cuda",
+            framework_overhead_gib=0.0 if self.device == "cpu" else 2.0, gpus_per_node=self.nproc)
+
+    def check_environment(self) -> None:
+        """What can be checked before starting anything: the model config reads, the runtime accepts the
+        optimizer settings, CUDA / GPUs / megatron-core / Ray are there when asked for."""
+        from ..models import from_hf_config
+
+        from_hf_config(self.model)
+        self.runtime_config()
+        if self.optimizer == "dist_opt" and self.device != "cuda":
+            raise MliteError("optimizer: dist_opt (Megatron-Core's distributed optimizer) needs CUDA and "
+                             "megatron-core; on a CPU run use --optimizer fsdp2")
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise MliteError("device: cuda asked for but CUDA is not available here; use --device cpu")
+            if self.nproc > torch.cuda.device_count():
+                raise MliteError(f"nproc: {self.nproc} processes but {torch.cuda.device_count()} GPU(s) visible; "
+                                 f"use --nproc {torch.cuda.device_count()} or fewer")
+        if self.launcher == "ray":
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                raise MliteError("launcher: ray is not installed (pip install 'mlite-lab[verl]'); "
+                                 "use --launcher torchrun")
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise MliteError(f"config.json: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**d)
+
+    def cli_args(self) -> list[str]:
+        """The ``mlite run`` arguments that reproduce this config."""
+        a = ["--model", self.model, "--steps", str(self.steps), "--nproc", str(self.nproc), "--device", self.device]
+        defaults = {f.name: f.default for f in fields(RunConfig)}
+        opt = [("optimizer", "--optimizer"), ("moment_dtype", "--moment-dtype"),
+               ("offload_fraction", "--offload-fraction"), ("launcher", "--launcher"), ("seed", "--seed"),
+               ("lr", "--lr"), ("lr_warmup_steps", "--lr-warmup-steps"), ("clip_grad", "--clip-grad"),
+               ("tokens_per_microbatch", "--tokens-per-microbatch"), ("num_microbatches", "--num-microbatches"),
+               ("recompute", "--recompute"), ("param_dtype", "--param-dtype"), ("dataset", "--dataset"),
+               ("threads", "--threads"),
+               ("crash_at_step", "--crash-at-step")]
+        for name, flag in opt:
+            v = getattr(self, name)
+            if v != defaults[name]:
+                a += [flag, str(v)]
+        for name, flag in (("pao", "--pao"), ("param_offload", "--param-offload"),
+                           ("optimizer_offload", "--optimizer-offload")):
+            if getattr(self, name):
+                a.append(flag)
+        return a
