@@ -46,3 +46,10 @@ def assert_one_line_error(res: CliResult, *needles: str) -> None:
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def pytest_collection_modifyitems(config, items):
+    """Real-browser tests run last: Playwright's sync API keeps an event loop running in the main thread for the
+    whole session, which would change the ground under tests that drive asyncio themselves."""
+    browser = REPO / "tests" / "browser"
+    items.sort(key=lambda item: browser in Path(str(item.path)).parents)
