@@ -61,6 +61,32 @@ def _time_steps(step, warm, iters):
     return (time.perf_counter() - t) / iters
 
 
+class _Phases:
+    """Wall time of the forward+backward and the optimizer phase of a step, averaged over the recorded steps."""
+
+    def __init__(self):
+        self.total = {"forward_backward": 0.0, "optimizer": 0.0}
+        self.steps = 0
+
+    def run(self, forward_backward, optimizer, record: bool) -> None:
+        import torch
+
+        t = time.perf_counter()
+        forward_backward()
+        if record:
+            torch.cuda.synchronize()
+            self.total["forward_backward"] += time.perf_counter() - t
+            t = time.perf_counter()
+        optimizer()
+        if record:
+            torch.cuda.synchronize()
+            self.total["optimizer"] += time.perf_counter() - t
+            self.steps += record
+
+    def mean(self) -> dict:
+        return {k: v / max(1, self.steps) for k, v in self.total.items()}
+
+
 def lite_throughput(cfg, seq, n_mb, opt=None, warm=3, iters=6):
     import torch
 
@@ -73,20 +99,14 @@ def lite_throughput(cfg, seq, n_mb, opt=None, warm=3, iters=6):
     h = rt.build_model()
     mbs = [b.to("cuda") for b in _batches(seq, n_mb, cfg["vocab_size"])]
 
-    phases = {"forward_backward": 0.0, "optimizer": 0.0}
+    phases = _Phases()
 
-    def step(record=False):
-        t = time.perf_counter()
-        rt.forward_backward(h, mbs, num_microbatches=n_mb)
-        if record:
-            torch.cuda.synchronize()
-            phases["forward_backward"] += time.perf_counter() - t
-            t = time.perf_counter()
+    def optimizer():
         rt.optimizer_step(h)
         rt.zero_grad(h)
-        if record:
-            torch.cuda.synchronize()
-            phases["optimizer"] += time.perf_counter() - t
+
+    def step(record=False):
+        phases.run(lambda: rt.forward_backward(h, mbs, num_microbatches=n_mb), optimizer, record)
 
     torch.cuda.reset_peak_memory_stats()
     dt = _time_steps(step, warm, iters)
@@ -96,7 +116,7 @@ def lite_throughput(cfg, seq, n_mb, opt=None, warm=3, iters=6):
     tokens = seq * n_mb
     out = {"step_s": dt, "tokens_per_s": tokens / dt, "flops_per_token": spec.flops_per_token(seq),
            "mfu": spec.flops_per_token(seq) * tokens / dt / PEAK_BF16, "peak_bytes": torch.cuda.max_memory_allocated(),
-           "phase_s": {k: v / 2 for k, v in phases.items()}}
+           "phase_s": phases.mean()}
     return out, rt, h
 
 
@@ -119,23 +139,19 @@ def hf_fsdp2_throughput(cfg, seq, n_mb, warm=3, iters=6):
     g = torch.Generator().manual_seed(0)
     ids = [torch.randint(0, cfg["vocab_size"], (1, seq), generator=g).cuda() for _ in range(n_mb)]
 
-    phases = {"forward_backward": 0.0, "optimizer": 0.0}
+    phases = _Phases()
 
-    def step(record=False):
-        t = time.perf_counter()
+    def forward_backward():
         for x in ids:
-            out = model(input_ids=x, labels=x)
-            (out.loss / n_mb).backward()
-        if record:
-            torch.cuda.synchronize()
-            phases["forward_backward"] += time.perf_counter() - t
-            t = time.perf_counter()
+            (model(input_ids=x, labels=x).loss / n_mb).backward()
+
+    def optimizer():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if record:
-            torch.cuda.synchronize()
-            phases["optimizer"] += time.perf_counter() - t
+
+    def step(record=False):
+        phases.run(forward_backward, optimizer, record)
 
     torch.cuda.reset_peak_memory_stats()
     dt = _time_steps(step, warm, iters)
@@ -144,7 +160,7 @@ def hf_fsdp2_throughput(cfg, seq, n_mb, warm=3, iters=6):
     spec = from_hf_config(cfg)
     tokens = seq * n_mb
     res = {"step_s": dt, "tokens_per_s": tokens / dt, "mfu": spec.flops_per_token(seq) * tokens / dt / PEAK_BF16,
-           "peak_bytes": torch.cuda.max_memory_allocated(), "phase_s": {k: v / 2 for k, v in phases.items()}}
+           "peak_bytes": torch.cuda.max_memory_allocated(), "phase_s": phases.mean()}
     return res
 
 

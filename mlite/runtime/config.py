@@ -24,31 +24,7 @@ from typing import Any, Callable
 
 from ..errors import MliteError
 
-try:  # the lead's mesh package; the fallback keeps this module importable on its own
-    from ..mesh import ParallelConfig
-except ImportError:  # pragma: no cover - mlite.mesh ships with the repo
-    @dataclass(kw_only=True, slots=True)
-    class ParallelConfig:  # type: ignore[no-redef]
-        """Model-parallel sizes, as in ``megatron.lite`` ``ParallelConfig``."""
-
-        tp: int = 1
-        """Tensor parallel size."""
-        pp: int = 1
-        """Pipeline parallel size."""
-        vpp: int = 1
-        """Virtual pipeline stages per pipeline rank."""
-        cp: int = 1
-        """Context parallel size."""
-        ep: int = 1
-        """Expert parallel size."""
-        etp: int | None = None
-        """Expert tensor parallel size; None means 1."""
-        pp_layout: str | None = None
-        """Uneven pipeline stages."""
-
-        @property
-        def etp_size(self) -> int:
-            return self.etp or 1
+from ..mesh import ParallelConfig
 
 DTYPES = {"fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
           "torch.bfloat16": "bf16"}
