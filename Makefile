@@ -31,9 +31,10 @@ browser:
 kernel: $(STAMP)
 	@$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (mlite-lab)" >/dev/null
 
+# a token is generated and printed; containers run as root, which JupyterLab refuses without --allow-root
 lab: setup kernel
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --no-browser \
-	  --ServerApp.root_dir=notebooks
+	  --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: setup kernel
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
