@@ -14,7 +14,6 @@ Runtime context offload (verl ``param_offload`` / ``optimizer_offload`` / ``grad
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
@@ -59,42 +58,37 @@ class RankMemory:
     lite: bool = False
     """Transients follow the lite runtime's three moments (see :mod:`mlite.memory.lite`)."""
 
-    @cached_property
-    def optimizer(self) -> float:
-        return self.master + self.exp_avg + self.exp_avg_sq
+    optimizer: float = field(init=False)
+    """Optimizer state on the GPU (master + exp_avg + exp_avg_sq)."""
+    static: float = field(init=False)
+    """Allocator bytes after the optimizer step (params + grads + optimizer state)."""
+    activation_total: float = field(init=False)
+    """All activation bytes."""
+    transient_peak: float = field(init=False)
+    """The largest set of transients alive at one moment."""
+    peak: float = field(init=False)
+    """Allocator bytes at the peak of a steady-state step."""
+    total: float = field(init=False)
+    """Peak plus memory outside the allocator."""
+    host_total: float = field(init=False)
+    """Host bytes of this GPU's process."""
 
-    @cached_property
-    def static(self) -> float:
-        """Allocator bytes after the optimizer step."""
-        return self.params + self.grads + self.optimizer
-
-    @cached_property
-    def activation_total(self) -> float:
-        return sum(self.activations.values())
-
-    @cached_property
-    def transient_peak(self) -> float:
+    def __post_init__(self) -> None:
+        # computed once: the whole-mesh table builds tens of thousands of these
+        self.optimizer = self.master + self.exp_avg + self.exp_avg_sq
+        self.static = self.params + self.grads + self.optimizer
+        self.activation_total = sum(self.activations.values())
         t = self.transients
         if self.lite:
-            return t.get("root_params_unsharded", 0) + max(t.get("ce_forward", 0), t.get("loss_backward", 0),
-                                                           t.get("fsdp2_unit", 0) + t.get("recompute_layer", 0))
-        backward = t.get("fsdp2_all_gather", 0) + t.get("fsdp2_reduce_scatter", 0) + t.get("recompute_layer", 0)
-        return max(backward, t.get("logits_grad", 0), t.get("optimizer_step", 0))
-
-    @cached_property
-    def peak(self) -> float:
-        """Allocator bytes at the peak of a steady-state step."""
+            self.transient_peak = t.get("root_params_unsharded", 0) + max(
+                t.get("ce_forward", 0), t.get("loss_backward", 0), t.get("fsdp2_unit", 0) + t.get("recompute_layer", 0))
+        else:
+            backward = t.get("fsdp2_all_gather", 0) + t.get("fsdp2_reduce_scatter", 0) + t.get("recompute_layer", 0)
+            self.transient_peak = max(backward, t.get("logits_grad", 0), t.get("optimizer_step", 0))
         grads_off = 0.0 if self.grads_at_peak is None else self.grads - self.grads_at_peak
-        return self.static - grads_off + self.activation_total + self.transient_peak
-
-    @cached_property
-    def total(self) -> float:
-        """Peak plus memory outside the allocator."""
-        return self.peak + sum(self.other.values())
-
-    @cached_property
-    def host_total(self) -> float:
-        return sum(self.host.values())
+        self.peak = self.static - grads_off + self.activation_total + self.transient_peak
+        self.total = self.peak + sum(self.other.values())
+        self.host_total = sum(self.host.values())
 
 
 @dataclass(kw_only=True)
@@ -111,11 +105,14 @@ class MemoryEstimate:
     """One entry per pipeline rank."""
     formulas: list[dict] = field(default_factory=list)
     """Why: each number with its formula and the values that went in."""
+    _worst: RankMemory | None = field(default=None, repr=False, compare=False)
 
-    @cached_property
+    @property
     def worst(self) -> RankMemory:
         """The most loaded rank (largest total)."""
-        return max(self.ranks, key=lambda r: r.total)
+        if self._worst is None:
+            self._worst = max(self.ranks, key=lambda r: r.total)
+        return self._worst
 
     @property
     def gpu_mem(self) -> float:
