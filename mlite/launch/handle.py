@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -229,7 +230,7 @@ class RunHandle:
         if self._proc is not None:
             try:
                 self._proc.wait(timeout=60)
-            except Exception:
+            except subprocess.TimeoutExpired:  # the supervisor outlives its workers; status comes from the files
                 pass
         return self._last_status
 
@@ -267,7 +268,7 @@ class RunHandle:
         if self._proc is not None:
             try:
                 self._proc.wait(timeout=10)
-            except Exception:
+            except subprocess.TimeoutExpired:
                 pass
         return self.status
 
