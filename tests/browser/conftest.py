@@ -56,6 +56,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 CHROMIUM = "/usr/bin/chromium"
+PNG_DIGEST = """async (img) => {
+  const buf = new Uint8Array(await (await fetch(img.src)).arrayBuffer());
+  let h = 2166136261;
+  for (let i = 0; i < buf.length; i++) { h ^= buf[i]; h = Math.imul(h, 16777619) >>> 0; }
+  const png = buf.length > 8 && buf[1] === 0x50 && buf[2] === 0x4e && buf[3] === 0x47;
+  return `${png}:${buf.length}:${h}`;
+}"""
+"""``locator.evaluate(PNG_DIGEST)`` on an ``<img>``: ``"<is png>:<bytes>:<FNV-1a hash>"`` of what the browser shows."""
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -17,21 +17,12 @@ from playwright.sync_api import expect
 
 from mlite.launch import RunHandle
 
-from .conftest import open_notebook, run_all_cells, shot
+from .conftest import PNG_DIGEST, open_notebook, run_all_cells, shot
 
 pytestmark = pytest.mark.browser
 
 LONG_RUN = 3000
 """Steps of the run started from the button (it is stopped long before)."""
-
-_PNG_DIGEST = """async (img) => {
-  const buf = new Uint8Array(await (await fetch(img.src)).arrayBuffer());
-  let h = 2166136261;
-  for (let i = 0; i < buf.length; i++) { h ^= buf[i]; h = Math.imul(h, 16777619) >>> 0; }
-  const png = buf.length > 8 && buf[1] === 0x50 && buf[2] === 0x4e && buf[3] === 0x47;
-  return `${png}:${buf.length}:${h}`;
-}"""
-
 
 _STEP_AT_LEAST = """(n) => {
   const e = document.querySelector('.mlite-run-view .mlite-run-step');  // re-rendered on every update
@@ -68,26 +59,28 @@ def test_start_watch_and_stop_a_run(page):
         expect(view.locator(".mlite-run-step")).to_have_text(re.compile(r"^([3-9]|\d{2,})$"), timeout=180_000)
         first_step = _step(view)
         first_src = plot.get_attribute("src")
-        first_png = plot.evaluate(_PNG_DIGEST)
+        first_png = plot.evaluate(PNG_DIGEST)
         assert first_png.startswith("true:"), first_png
 
         page.wait_for_function(_STEP_AT_LEAST, arg=first_step + 3, timeout=120_000)
         expect(plot).not_to_have_attribute("src", first_src, timeout=30_000)  # the poller sent a new image
-        later_png = plot.evaluate(_PNG_DIGEST)
+        later_png = plot.evaluate(PNG_DIGEST)
         assert later_png.startswith("true:") and later_png != first_png, (first_png, later_png)
 
         view.locator("button.mlite-run-stop").click()
         expect(state).to_have_text("stopped", timeout=120_000)
     finally:  # never leave a 3000-step run behind, whatever failed above
         RunHandle.open(run_dir).stop(timeout=120)
-    stopped_at = _step(view)
+    lines = (run_dir / "train.log").read_text().splitlines()
+    m = re.fullmatch(r"\[mlite\] status: stopped \(stop requested; stopped after step (\d+)\)", lines[-1])
+    assert m, lines[-1]
+    stopped_at = int(m.group(1))
     assert first_step + 3 <= stopped_at < LONG_RUN
+    assert sum(ln.startswith("step:") for ln in lines) == stopped_at
+    # the view settles on the same last step (its poller may be one update behind the log when the state flips)
+    expect(view.locator(".mlite-run-step")).to_have_text(str(stopped_at), timeout=30_000)
     expect(view.locator(".mlite-run-status")).to_contain_text("stop requested")
     expect(view.locator(".mlite-error")).to_be_hidden()
-
-    lines = (run_dir / "train.log").read_text().splitlines()
-    assert lines[-1] == f"[mlite] status: stopped (stop requested; stopped after step {stopped_at})"
-    assert sum(ln.startswith("step:") for ln in lines) == stopped_at
 
     cell = page.locator(".jp-CodeCell").filter(has=view)
     cell.scroll_into_view_if_needed()

@@ -11,18 +11,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import open_notebook, run_all_cells, shot
+from .conftest import PNG_DIGEST, open_notebook, run_all_cells, shot
 
 pytestmark = pytest.mark.browser
-
-_PNG_DIGEST = """async (img) => {
-  const buf = new Uint8Array(await (await fetch(img.src)).arrayBuffer());
-  let h = 2166136261;
-  for (let i = 0; i < buf.length; i++) { h ^= buf[i]; h = Math.imul(h, 16777619) >>> 0; }
-  const png = buf.length > 8 && buf[1] === 0x50 && buf[2] === 0x4e && buf[3] === 0x47;
-  return `${png}:${buf.length}:${h}`;
-}"""
-
 
 def test_smoothing_slider_changes_the_plot(page):
     open_notebook(page, "03_curves.ipynb")
@@ -35,7 +26,7 @@ def test_smoothing_slider_changes_the_plot(page):
     expect(view.locator(".mlite-curves-summary")).to_contain_text("mlite_tiny_moe_fsdp2")
     expect(view.locator(".mlite-error")).to_be_hidden()
     before_src = plot.get_attribute("src")
-    before = plot.evaluate(_PNG_DIGEST)
+    before = plot.evaluate(PNG_DIGEST)
     assert before.startswith("true:"), before
 
     readout = view.locator(".mlite-curves-smooth .widget-readout")
@@ -46,7 +37,7 @@ def test_smoothing_slider_changes_the_plot(page):
     expect(readout).to_have_text("0.99")
 
     expect(plot).not_to_have_attribute("src", before_src)  # the kernel sent a new image
-    after = plot.evaluate(_PNG_DIGEST)
+    after = plot.evaluate(PNG_DIGEST)
     assert after.startswith("true:") and after != before, (before, after)
     expect(view.locator(".mlite-error")).to_be_hidden()
     cell = page.locator(".jp-CodeCell").filter(has=view)
