@@ -11,7 +11,7 @@ PORT ?= 8888
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.mlite-setup
 
-.PHONY: setup browser kernel lab test test-fast strip clean
+.PHONY: setup browser kernel lab lint test test-fast strip clean
 
 setup: $(STAMP) browser
 
@@ -36,7 +36,13 @@ lab: setup kernel
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --no-browser \
 	  --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: setup kernel
+# ruff (lint + format check) and mypy over the whole tree, as .pre-commit-config.yaml runs them before a commit
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: setup kernel lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # everything but the real-browser and multi-process tests, for quick edit loops

@@ -1,0 +1,60 @@
+"""Committed benchmark results stay in step with the code that derives them.
+
+Every CSV in ``bench/results/`` with a ``command`` column records how it was made: a measuring step (on the GPU) that
+wrote raw JSON, then ``&&`` a report step that turns the raw JSON into the CSV on any machine. This test re-runs the
+report step with today's code into a temporary file and requires the committed CSV to be what it gives: a change to the
+estimator (or to a report) that moves a predicted column fails here until the CSV is regenerated.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+RESULTS = REPO / "bench" / "results"
+CSVS = sorted(p for p in RESULTS.glob("*.csv") if "command" in (p.open().readline().strip().split(",")))
+
+
+def _report_step(path: Path) -> list[str]:
+    with path.open(newline="") as f:
+        commands = {row["command"] for row in csv.DictReader(f)}
+    steps = {c.split("&&")[-1].strip() for c in commands}
+    assert len(steps) == 1, f"{path.name}: rows name different report steps: {sorted(steps)}"
+    argv = shlex.split(steps.pop())
+    assert argv[0].startswith("python") and argv[1].startswith("bench/"), f"{path.name}: no report step in {argv}"
+    rel = str(path.relative_to(REPO))
+    assert rel in argv, f"{path.name}: the report step does not write this CSV: {argv}"
+    return argv
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_results_have_csvs():
+    assert {p.name for p in CSVS} >= {"gpu_memory.csv", "gpu_speed.csv"}
+
+
+@pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
+def test_csv_rederived_from_raw_json(path, tmp_path):
+    argv = _report_step(path)
+    out = tmp_path / path.name
+    argv = [sys.executable, *argv[1:]]
+    argv[argv.index(str(path.relative_to(REPO)))] = str(out)
+    res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    committed, fresh = _rows(path), _rows(out)
+    assert [r.get("config") or r.get("measurement") for r in fresh] == \
+        [r.get("config") or r.get("measurement") for r in committed], f"{path.name}: rows differ"
+    for old, new in zip(committed, fresh, strict=True):
+        assert old == new, f"{path.name} is stale: regenerate it with `{' '.join(_report_step(path))}`"
