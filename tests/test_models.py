@@ -65,14 +65,15 @@ def test_deepseek_v3_mtp_unique_part():
 
 
 def _oracle_input(spec):
+    """The language-model config and the transformers model type that reads it.
+
+    ``spec.config`` is the text part of a multimodal config (its own ``model_type``, e.g. ``qwen3_5_moe_text``):
+    handing it to the multimodal type would build transformers' default text model instead.
+    """
     cfg = dict(spec.config)
-    mt = spec.model_type
+    mt = cfg.pop("model_type", None) or spec.model_type
     if mt in ("kimi_k2", "kimi_k25"):
         mt = "deepseek_v3"  # Kimi ships remote code; it is DeepSeek-V3
-    if "text_config" in cfg:
-        cfg = dict(cfg["text_config"])
-        mt = {"kimi_k2": "deepseek_v3"}.get(cfg.get("model_type"), cfg.get("model_type")) or mt
-        cfg.pop("model_type", None)
     return cfg, mt
 
 
