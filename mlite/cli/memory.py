@@ -61,7 +61,7 @@ def run(args) -> int:
     if args.json:
         print_json(doc)
         return 0 if est.fits else 1
-    g = lambda x: f"{x / GIB:8.2f} GiB"  # noqa: E731
+    g = lambda x: f"{x / GIB:8.2f} GiB"
     pg = doc["per_gpu"]
     print(f"{spec.name} on {args.ngpu} GPUs ({o.optimizer}, {'PAO' if o.pao else 'no PAO'}), most loaded: "
           f"pipeline rank {doc['stage']}")

@@ -17,7 +17,7 @@ def build(plan, mp, spec, *, engine: str) -> tuple[list, list[Override], list[st
     """``(knobs, overrides, notes, options run)`` for the engine at ``engine`` (``engine`` or
     ``actor_rollout_ref.actor.engine``); the optimizer overrides go to the target's optimizer group."""
     knobs, opts, notes, view = option_overrides(plan, mp, spec)
-    e = lambda k, v: Override(f"{engine}.{k}", v)  # noqa: E731
+    e = lambda k, v: Override(f"{engine}.{k}", v)
     ovs = [
         Override.lit(f"{engine}.impl", K.ENGINE_FIELDS["impl"]),
         Override.lit(f"{engine}.model_name", K.ENGINE_FIELDS["model_name"]),

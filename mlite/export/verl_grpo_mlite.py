@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import engine_mlite, grpo
 from . import mlite_keys as K
 from .header import build
-from .launcher import Launcher, mesh_check, mesh_knobs, path_knobs, log_path_lines
+from .launcher import Launcher, log_path_lines, mesh_check, mesh_knobs, path_knobs
 from .overrides import Override
 
 FILENAME = "run_verl_mlite_grpo.sh"

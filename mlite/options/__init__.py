@@ -5,5 +5,5 @@ from .cli import add_flags, command_args, values_from_args
 from .schema import ByMode, Codec, Key, NotExpressible, Option
 from .table import NOT_OPTIONS, RUN, TRAINING
 
-__all__ = ["ByMode", "Codec", "Key", "NOT_OPTIONS", "NotExpressible", "Option", "RUN", "TRAINING", "add_flags",
+__all__ = ["NOT_OPTIONS", "RUN", "TRAINING", "ByMode", "Codec", "Key", "NotExpressible", "Option", "add_flags",
            "command_args", "values_from_args"]

@@ -4,6 +4,7 @@ the flags that reproduce a set of values (what ``mlite run`` records and the wid
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 from ..errors import MliteError
 from .table import GPU_MEMORY_GIB
@@ -105,3 +106,11 @@ def command_args(values, rows, *, skip_groups=(), exclude=()) -> list[str]:
         else:
             out += [flag, _text(r, v)]
     return out
+
+
+def memory_flags(options) -> list[str]:
+    """The ``mlite memory`` / ``mlite export`` option flags (shell-quoted words) that reproduce a
+    :class:`~mlite.memory.TrainingOptions`, after the mesh flags (``--seq-len``, ``--gpus-per-node``)."""
+    from .table import TRAINING
+
+    return [shlex.quote(a) for a in command_args(options, TRAINING, skip_groups=("mesh",))]

@@ -117,8 +117,9 @@ def _fraction(v, key, warn):
 
 def _mlite_offload_view(o, ctx):
     if o["optimizer_offload"] and not o["offload_fraction"]:
-        return {"offload_fraction": 1.0}, ["optimizer_offload=True without offload_fraction: verl's mlite engine "
-                                           "then offloads the whole optimizer state (offload_fraction 1.0)"]
+        note = ("optimizer_offload=True without offload_fraction: verl's mlite engine then offloads the whole "
+                "optimizer state (offload_fraction 1.0)")
+        return {"offload_fraction": 1.0}, [note]
     return {}, []
 
 

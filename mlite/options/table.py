@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..memory.options import GPU_MEMORY_GIB, RECOMPUTE
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option
 
-__all__ = ["GPU_MEMORY_GIB", "TRAINING", "RUN", "NOT_OPTIONS", "TARGETS", "ROOTS"]
+__all__ = ["GPU_MEMORY_GIB", "NOT_OPTIONS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
 
 # ---------------------------------------------------------------------------------------------- vocabularies
 OPTIMIZERS = ("dist_opt", "fsdp2")
