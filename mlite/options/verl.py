@@ -79,6 +79,8 @@ def target_view(options, target: str, ctx: dict | None = None):
                 notes.append(f"{row.field}={_fmt(v)} is not exported: {m.reason}")
                 changes[row.field] = runs
                 changes.update(dict(m.folds))
+        elif isinstance(m, Key) and m.requires and not o[m.requires] and v != row.default:
+            changes[row.field] = row.default  # no effect without its prerequisite (remainders without PAO)
         elif isinstance(m, Codec) and m.name not in seen:
             seen.add(m.name)
             ch, n = CODECS[m.name][0]({**o, **changes}, ctx)
