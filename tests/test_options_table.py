@@ -142,8 +142,11 @@ def test_the_widget_prints_what_the_cli_parses():
     view = MemoryView(planner, gpu="H200", optimizer="fsdp2", use_precision_aware_optimizer=True,
                       exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16", offload_fraction=0.35, param_offload=True,
                       optimizer_offload=True, recompute="selective", micro_batch_size=2, num_microbatches=3,
-                      sequence_parallel=True, attention="unfused", store_param_remainders=False)
+                      sequence_parallel=True, attention="unfused", store_param_remainders=False,
+                      recompute_modules=("mlp",), param_dtype="fp16", grad_offload=True, headroom=0.1)
     cmd = shlex.split(view.command())
+    for flag in ("--recompute-modules", "--param-dtype", "--grad-offload", "--headroom", "--no-param-remainders"):
+        assert flag in cmd  # options without a control are not dropped
     assert cmd[:3] == ["mlite", "memory", MODEL] and "--gpu-mem" in cmd and cmd[cmd.index("--gpu-mem") + 1] == "H200"
     from mlite.cli.memory import options_from_args
 

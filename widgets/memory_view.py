@@ -29,6 +29,8 @@ use_precision_aware_optimizer, main_grads_dtype, moment_dtype, store_param_remai
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ipywidgets as W
 import traitlets
 
@@ -71,7 +73,8 @@ class MemoryView(W.VBox):
         self._busy = True
         self._table_key = None
         self._pending_key = None
-        o = TrainingOptions(**options)
+        o = self._base = TrainingOptions(**options)
+        """The options given: those without a control (recompute_modules, param_dtype, ...) are kept from here."""
         gpu_name = gpu if isinstance(gpu, str) and gpu in GPU_MEMORY_GIB else "custom"
         gib_value = GPU_MEMORY_GIB[gpu_name] if gpu_name != "custom" else float(gpu)
         lay = lambda w: W.Layout(width=w)
@@ -171,10 +174,11 @@ class MemoryView(W.VBox):
 
     # ------------------------------------------------------------------ state
     def options(self) -> TrainingOptions:
-        """The TrainingOptions of the controls (seq_len and gpus_per_node from the planner)."""
+        """The TrainingOptions of the controls (seq_len and gpus_per_node from the planner; options without a
+        control as given to the constructor)."""
         c = self.controls
         moment = c["moment_dtype"].value
-        return TrainingOptions(
+        return replace(self._base,
             optimizer=c["optimizer"].value, use_distributed_optimizer=c["use_distributed_optimizer"].value,
             use_precision_aware_optimizer=c["use_precision_aware_optimizer"].value,
             main_grads_dtype=c["main_grads_dtype"].value, exp_avg_dtype=moment, exp_avg_sq_dtype=moment,

@@ -143,14 +143,14 @@ TRAINING: tuple[Option, ...] = (
            megatron=Key("{megatron}.dtype", values=TORCH_DTYPE_NAMES, verl_default="bf16")),
     Option("seq_len", int, 4096, "--seq-len", "sequence length (default 4096)", group="mesh",
            mlite=_SEQ, megatron=_SEQ),
-    Option("micro_batch_size", int, 1, "--micro-batch", "micro_batch_size", label="micro-batch", group=_G,
+    Option("micro_batch_size", int, 1, "--micro-batch", "micro_batch_size", label="micro-batch", group=_G, metavar="N",
            mlite=_MICRO, megatron=_MICRO),
     Option("num_microbatches", int, 8, "--num-microbatches", "micro-batches per optimizer step",
-           label="micro-batches", group=_G, mlite=_BATCH, megatron=_BATCH),
+           label="micro-batches", group=_G, metavar="N", mlite=_BATCH, megatron=_BATCH),
     Option("recompute", str, "none", "--recompute", "activation recompute granularity", label="recompute",
            choices=RECOMPUTE, group=_G, mlite=_MLITE_RECOMPUTE, megatron=_MEGATRON_RECOMPUTE),
     Option("recompute_modules", tuple, (), "--recompute-modules", "comma-separated mlite modules, e.g. "
-           "mlp,core_attn", group=_G, mlite=_MLITE_RECOMPUTE, megatron=_MEGATRON_RECOMPUTE),
+           "mlp,core_attn", group=_G, metavar="LIST", mlite=_MLITE_RECOMPUTE, megatron=_MEGATRON_RECOMPUTE),
     Option("sequence_parallel", bool, False, "--sequence-parallel", "Megatron sequence parallelism (forced on for "
            "MoE with TP > 1)", label="sequence_parallel", cli="switch", group=_G,
            mlite=NotExpressible("verl's mlite engine config has no sequence_parallel key (Megatron Lite decides)",
@@ -168,11 +168,11 @@ TRAINING: tuple[Option, ...] = (
     Option("lite_device", str, "cuda", "--lite-device", "device of a lite-runtime run (with --activation-model "
            "lite)", choices=LITE_DEVICES, group=_G, mlite=ESTIMATOR, megatron=ESTIMATOR),
     Option("gpu_memory_gib", float, 80.0, "--gpu-mem", "device memory in GiB, or a GPU name (H100, H200, B200)",
-           label="GiB", cli="gpu", group=_G, mlite=ESTIMATOR, megatron=ESTIMATOR),
-    Option("headroom", float, 0.05, "--headroom", "share of device memory kept free in the fits verdict", group=_G,
+           label="GiB", cli="gpu", group=_G, metavar="GIB|GPU", mlite=ESTIMATOR, megatron=ESTIMATOR),
+    Option("headroom", float, 0.05, "--headroom", "share of device memory kept free in the fits verdict", group=_G, metavar="F",
            mlite=ESTIMATOR, megatron=ESTIMATOR),
     Option("framework_overhead_gib", float, 2.0, "--framework-overhead-gib", "CUDA context, NCCL buffers and "
-           "workspace outside PyTorch's allocator (GiB)", group=_G, mlite=ESTIMATOR, megatron=ESTIMATOR),
+           "workspace outside PyTorch's allocator (GiB)", group=_G, metavar="GIB", mlite=ESTIMATOR, megatron=ESTIMATOR),
     Option("gpus_per_node", int, 8, "--gpus-per-node", "GPUs per node (default 8)", group="mesh",
            mlite=Key("trainer.n_gpus_per_node", write="cluster"),
            megatron=Key("trainer.n_gpus_per_node", write="cluster")),
