@@ -24,7 +24,7 @@ from mlite.export.validate import validate_command
 from mlite.launch import RunConfig
 from mlite.memory import TrainingOptions
 from mlite.mesh import ParallelConfig
-from mlite.options import NOT_OPTIONS, RUN, TRAINING, command_args
+from mlite.options import EXPORT, NOT_OPTIONS, RUN, TRAINING, command_args, values_from_args
 from mlite.options.schema import DEFAULT, KEEP, NotExpressible
 from mlite.options.verl import mapping, not_expressible, target_view
 
@@ -172,6 +172,22 @@ def test_run_flags_round_trip(row, tmp_path):
     if row.field != "out":
         assert row.flag in words
     assert _config(build_parser().parse_args(["run", *words, "--out", cfg.out])) == cfg
+
+
+@pytest.mark.parametrize("row", EXPORT, ids=lambda r: r.field)
+def test_export_flags_round_trip(row):
+    from mlite.export.plan import DEFAULT_LOG_DIR
+    from mlite.options.table import TARGETS as T
+
+    assert tuple(T) == TARGETS and ExportPlan(model=MODEL).log_dir == DEFAULT_LOG_DIR
+    plan_fields = {f.name: f.default for f in dataclasses.fields(ExportPlan)}
+    assert plan_fields[row.field] == row.default, row.field
+    v = sample(row) if row.default is not None else "/somewhere/x"
+    plan = ExportPlan(model=MODEL, **{"target": TARGETS[1], row.field: v})
+    words = command_args(plan, EXPORT)
+    assert row.flag in words
+    back = values_from_args(build_parser().parse_args(["export", MODEL, "--out", "x", *words]), EXPORT)
+    assert {r.field: getattr(plan, r.field) for r in EXPORT} == back
 
 
 # ---------------------------------------------------------------------------------------------- verl

@@ -3,7 +3,7 @@
 
 from .cli import add_flags, command_args, values_from_args
 from .schema import ByMode, Codec, Key, NotExpressible, Option
-from .table import NOT_OPTIONS, RUN, TRAINING
+from .table import EXPORT, NOT_OPTIONS, RUN, TRAINING
 
-__all__ = ["NOT_OPTIONS", "RUN", "TRAINING", "ByMode", "Codec", "Key", "NotExpressible", "Option", "add_flags",
+__all__ = ["EXPORT", "NOT_OPTIONS", "RUN", "TRAINING", "ByMode", "Codec", "Key", "NotExpressible", "Option", "add_flags",
            "command_args", "values_from_args"]

@@ -2,7 +2,8 @@
 
 :data:`TRAINING` holds the :class:`~mlite.memory.TrainingOptions` fields (``mlite memory``, ``mlite export``, the
 memory widget, the launchers ``mlite export`` writes and ``mlite import-launcher`` reads); :data:`RUN` holds the
-:class:`~mlite.launch.RunConfig` fields (``mlite run``, ``config.json`` of a run). Everything that spells an
+:class:`~mlite.launch.RunConfig` fields (``mlite run``, ``config.json`` of a run); :data:`EXPORT` the :class:`~mlite.export.ExportPlan` fields
+``mlite export`` takes as flags. Everything that spells an
 option derives from here (:mod:`.cli` for argparse and printed command lines, :mod:`.verl` for Hydra overrides
 in both directions), as torchtitan's ``from_hf_map`` does for checkpoint keys. To add an option, add a row (and
 the dataclass field); the round-trip tests in ``tests/test_options_table.py`` then cover it.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from ..memory.options import GPU_MEMORY_GIB, RECOMPUTE
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option
 
-__all__ = ["GPU_MEMORY_GIB", "NOT_OPTIONS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
+__all__ = ["EXPORT", "GPU_MEMORY_GIB", "NOT_OPTIONS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
 
 # ---------------------------------------------------------------------------------------------- vocabularies
 OPTIMIZERS = ("dist_opt", "fsdp2")
@@ -221,6 +222,31 @@ RUN: tuple[Option, ...] = (
     Option("compile", bool, False, "--compile", "torch.compile each decoder block", cli="switch", group=_D),
 )
 """The :class:`~mlite.launch.RunConfig` rows (``mlite run``); they have no launcher mapping."""
+
+# ---------------------------------------------------------------------------------------------- ExportPlan
+_E = "export"
+EXPORT: tuple[Option, ...] = (
+    Option("target", str, "verl-mlite-grpo", "--target", "verl-mlite-sft (torchrun, engine=mlite), verl-mlite-grpo "
+           "(the mlite actor) or verl-megatron-grpo (verl's Megatron backend)", choices=tuple(TARGETS), group=_E,
+           required=True),
+    Option("nodes", int, 1, "--nodes", "Slurm nodes", required=True),
+    Option("model_path", str, None, "--model-path", "checkpoint directory on the cluster (default: the model name)",
+           group=_E),
+    Option("train_files", str, "~/data/gsm8k/train.parquet", "--train-files", "training parquet (default "
+           "~/data/gsm8k/train.parquet)", group=_E),
+    Option("val_files", str, "~/data/gsm8k/test.parquet", "--val-files", "validation parquet (default "
+           "~/data/gsm8k/test.parquet)", group=_E),
+    Option("log_dir", str, "runs/slurm", "--log-dir", "Slurm output and JSONL metrics (default runs/slurm)",
+           group=_E),
+    Option("project_name", str, "mlite-lab", "--project", "trainer.project_name", group=_E),
+    Option("experiment_name", str, None, "--experiment", "trainer.experiment_name and Slurm job name", group=_E),
+    Option("partition", str, None, "--partition", "#SBATCH --partition", group=_E),
+    Option("account", str, None, "--account", "#SBATCH --account", group=_E),
+    Option("time_limit", str, None, "--time", "Slurm time limit, e.g. 24:00:00", group=_E),
+    Option("cpus_per_task", int, 64, "--cpus-per-task", "CPUs of the one task per node (Ray --num-cpus)", group=_E),
+)
+"""The :class:`~mlite.export.ExportPlan` fields ``mlite export`` takes as flags (the launchers' batch and
+rollout knobs read the plan; to expose another plan field, add its row here)."""
 
 
 def rows_by_field(rows: tuple[Option, ...]) -> dict[str, Option]:
