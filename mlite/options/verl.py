@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from .codecs import CODECS
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible
@@ -64,8 +64,6 @@ def _fmt(v) -> str:
 
 def target_view(options, target: str, ctx: dict | None = None):
     """``(options, notes)``: ``options`` as ``target`` runs them; ``ctx``: ``tp``, ``moe`` of the mesh."""
-    from dataclasses import replace
-
     backend, is_sft = TARGETS[target]
     ctx = ctx or {}
     o = _as_dict(options)
@@ -98,7 +96,8 @@ def write(options, target: str, ctx: dict | None = None) -> Written:
 
     def emit(row, key, value, add, knob):
         if knob:
-            comment = (" | ".join(row.choices) + f" ({key})") if row.choices else key
+            short = key.removeprefix("actor_rollout_ref.actor.")
+            comment = (" | ".join(row.choices) + f" ({short})") if row.choices else short
             out.knobs.append((knob, _fmt(value), comment))
         out.overrides.append((key, value, add, knob))
 
