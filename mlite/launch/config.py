@@ -16,6 +16,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from ..errors import MliteError
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
@@ -164,7 +165,7 @@ class RunConfig:
             lr_decay_steps=self.steps if decay != "constant" else None,
             use_precision_aware_optimizer=self.pao or None, exp_avg_dtype=self.moment_dtype,
             exp_avg_sq_dtype=self.moment_dtype, offload_fraction=float(self.offload_fraction) or None)
-        extra = {}
+        extra: dict[str, Any] = {}
         if self.compile:
             if "compile" not in {f.name for f in fields(RuntimeConfig)}:
                 raise MliteError("compile: this runtime has no torch.compile option yet; drop --compile")
