@@ -270,6 +270,15 @@ def test_all_options_at_once_compose_against_verl_and_read_back(target, tmp_path
     assert v.ok, v.problems
 
 
+def test_an_unexpanded_value_is_unresolved_not_a_value():
+    text = ("python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer trainer.nnodes=1 "
+            "trainer.n_gpus_per_node=8 'actor_rollout_ref.actor.megatron.param_offload=$(pick)' "
+            "data.max_prompt_length=100 data.max_response_length=28")
+    imp = import_launcher("t", text=text)
+    assert "param_offload" not in imp.options and imp.options["seq_len"] == 128
+    assert any("param_offload" in w and "unresolved" in w for w in imp.warnings)
+
+
 # ---------------------------------------------------------------------------------------------- bad values
 @pytest.mark.parametrize("words, needle", [
     (["--optimizer", "adam"], "--optimizer"), (["--recompute", "partial"], "--recompute"),

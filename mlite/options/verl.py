@@ -148,10 +148,18 @@ def read(ovs, *, backend: str, is_sft: bool) -> tuple[dict, set, list[str]]:
     warnings: list[str] = []
     seen = set()
 
+    unresolved: set = set()
+
     def get(key, default=None):
         if key in by:
             used.add(key)
-            return by[key]
+            v = by[key]
+            if isinstance(v, str) and ("${" in v or "$(" in v):  # not expanded: unresolved, not a value
+                if key not in unresolved:
+                    unresolved.add(key)
+                    warnings.append(f"{key}={v}: unresolved; not used")
+                return default
+            return v
         return default
 
     for row in TRAINING:
@@ -165,6 +173,8 @@ def read(ovs, *, backend: str, is_sft: bool) -> tuple[dict, set, list[str]]:
             v = next((get(k) for k in [key] + [fill(a, backend, is_sft) for a in m.aliases]
                       if k in by), None)
             if v is None:
+                if key in unresolved:
+                    continue
                 if m.verl_default is not None and m.verl_default != row.default:
                     opts[row.field] = m.verl_default
                 continue
