@@ -5,8 +5,12 @@ memory widget, the launchers ``mlite export`` writes and ``mlite import-launcher
 :class:`~mlite.launch.RunConfig` fields (``mlite run``, ``config.json`` of a run); :data:`EXPORT` the :class:`~mlite.export.ExportPlan` fields
 ``mlite export`` takes as flags. Everything that spells an
 option derives from here (:mod:`.cli` for argparse and printed command lines, :mod:`.verl` for Hydra overrides
-in both directions), as torchtitan's ``from_hf_map`` does for checkpoint keys. To add an option, add a row (and
-the dataclass field); the round-trip tests in ``tests/test_options_table.py`` then cover it.
+in both directions), as torchtitan's ``from_hf_map`` does for checkpoint keys.
+
+To add an option: add the dataclass field, then a row here: its flag, help, label, and for launcher options what
+each target does with it (``mlite=`` / ``megatron=``: a :class:`Key`, a :class:`Codec` from :mod:`.codecs`, a
+:class:`ByMode` for SFT vs GRPO keys, or :class:`NotExpressible` with the reason). ``tests/test_options_table.py``
+then round-trips it through every spelling without further edits (and fails until the row exists).
 """
 
 from __future__ import annotations
