@@ -29,17 +29,31 @@ use_precision_aware_optimizer, main_grads_dtype, moment_dtype, store_param_remai
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ipywidgets as W
 import traitlets
 
 from mlite.errors import MliteError
-from mlite.memory import GPU_MEMORY_GIB, RECOMPUTE, TrainingOptions, estimate, mesh_table, state_bytes
+from mlite.memory import (
+    GPU_MEMORY_GIB,
+    TrainingOptions,
+    estimate,
+    mesh_table,
+    state_bytes,
+)
+from mlite.options.cli import memory_flags
+from mlite.options.table import TRAINING, rows_by_field
 
 from ._common import ErrorBanner, esc, fmt_count
 from .memory_chart import _card, _small_table, gib, memory_svg
 from .memory_table import MEMORY_COLUMNS, _Debounce, memory_rows
 from .mesh_table import MeshTable
 from .planner import mesh_key
+
+_ROWS = rows_by_field(TRAINING)
+"""The options table's rows: labels and choices of the controls."""
+
 
 def _row_layout() -> W.Layout:
     return W.Layout(align_items="center", flex_flow="row wrap", grid_gap="4px 8px")
@@ -59,49 +73,55 @@ class MemoryView(W.VBox):
         self._busy = True
         self._table_key = None
         self._pending_key = None
-        o = TrainingOptions(**options)
+        o = self._base = TrainingOptions(**options)
+        """The options given: those without a control (recompute_modules, param_dtype, ...) are kept from here."""
         gpu_name = gpu if isinstance(gpu, str) and gpu in GPU_MEMORY_GIB else "custom"
         gib_value = GPU_MEMORY_GIB[gpu_name] if gpu_name != "custom" else float(gpu)
-        lay = lambda w: W.Layout(width=w)  # noqa: E731
+        lay = lambda w: W.Layout(width=w)
         narrow = {"description_width": "initial"}
         c = self.controls = {
             "gpu": W.Dropdown(options=[(f"{k} ({v:g} GiB)", k) for k, v in GPU_MEMORY_GIB.items()]
                               + [("custom", "custom")], value=gpu_name, description="GPU", layout=lay("220px")),
-            "gpu_memory_gib": W.BoundedFloatText(value=gib_value, min=1, max=4096, step=1, description="GiB",
+            "gpu_memory_gib": W.BoundedFloatText(value=gib_value, min=1, max=4096, step=1,
+                                                 description=_ROWS["gpu_memory_gib"].label,
                                                  continuous_update=False, layout=lay("150px")),
-            "optimizer": W.ToggleButtons(options=["dist_opt", "fsdp2"], value=o.optimizer,
+            "optimizer": W.ToggleButtons(options=list(_ROWS["optimizer"].choices), value=o.optimizer,
                                          tooltips=["Megatron-Core DDP + distributed optimizer",
                                                    "PyTorch fully_shard (mlite fsdp2)"],
                                          style={"button_width": "80px"}),
             "use_distributed_optimizer": W.Checkbox(value=o.use_distributed_optimizer,
-                                                    description="distributed optimizer", indent=False,
+                                                    description=_ROWS["use_distributed_optimizer"].label, indent=False,
                                                     layout=lay("180px")),
             "use_precision_aware_optimizer": W.Checkbox(value=o.use_precision_aware_optimizer,
-                                                        description="precision-aware optimizer (PAO)", indent=False,
+                                                        description=_ROWS["use_precision_aware_optimizer"].label, indent=False,
                                                         layout=lay("250px")),
-            "main_grads_dtype": W.Dropdown(options=["fp32", "bf16"], value=o.main_grads_dtype, description="grads",
+            "main_grads_dtype": W.Dropdown(options=list(_ROWS["main_grads_dtype"].choices), value=o.main_grads_dtype,
+                                           description=_ROWS["main_grads_dtype"].label,
                                            layout=lay("140px"), style=narrow),
-            "moment_dtype": W.Dropdown(options=["fp32", "bf16"], value=o.exp_avg_dtype, description="moments",
+            "moment_dtype": W.Dropdown(options=list(_ROWS["exp_avg_dtype"].choices), value=o.exp_avg_dtype,
+                                       description=_ROWS["exp_avg_dtype"].label,
                                        layout=lay("160px"), style=narrow),
-            "store_param_remainders": W.Checkbox(value=o.store_param_remainders, description="param remainders",
+            "store_param_remainders": W.Checkbox(value=o.store_param_remainders, description=_ROWS["store_param_remainders"].label,
                                                  indent=False, layout=lay("160px")),
             "offload_fraction": W.FloatSlider(value=o.offload_fraction, min=0.0, max=1.0, step=0.05,
-                                              description="offload_fraction", readout_format=".2f",
+                                              description=_ROWS["offload_fraction"].label, readout_format=".2f",
                                               continuous_update=True, layout=lay("420px"), style=narrow),
-            "param_offload": W.Checkbox(value=o.param_offload, description="param_offload", indent=False,
+            "param_offload": W.Checkbox(value=o.param_offload, description=_ROWS["param_offload"].label, indent=False,
                                         layout=lay("130px")),
-            "optimizer_offload": W.Checkbox(value=o.optimizer_offload, description="optimizer_offload",
+            "optimizer_offload": W.Checkbox(value=o.optimizer_offload, description=_ROWS["optimizer_offload"].label,
                                             indent=False, layout=lay("150px")),
-            "recompute": W.Dropdown(options=list(RECOMPUTE), value=o.recompute, description="recompute",
+            "recompute": W.Dropdown(options=list(_ROWS["recompute"].choices), value=o.recompute,
+                                    description=_ROWS["recompute"].label,
                                     layout=lay("190px"), style=narrow),
-            "micro_batch_size": W.BoundedIntText(value=o.micro_batch_size, min=1, max=4096, description="micro-batch",
+            "micro_batch_size": W.BoundedIntText(value=o.micro_batch_size, min=1, max=4096, description=_ROWS["micro_batch_size"].label,
                                                  continuous_update=False, layout=lay("150px"), style=narrow),
             "num_microbatches": W.BoundedIntText(value=o.num_microbatches, min=1, max=1 << 16,
-                                                 description="micro-batches", continuous_update=False,
+                                                 description=_ROWS["num_microbatches"].label, continuous_update=False,
                                                  layout=lay("160px"), style=narrow),
-            "sequence_parallel": W.Checkbox(value=o.sequence_parallel, description="sequence_parallel",
+            "sequence_parallel": W.Checkbox(value=o.sequence_parallel, description=_ROWS["sequence_parallel"].label,
                                             indent=False, layout=lay("150px")),
-            "attention": W.Dropdown(options=["flash", "unfused"], value=o.attention, description="attention",
+            "attention": W.Dropdown(options=list(_ROWS["attention"].choices), value=o.attention,
+                                    description=_ROWS["attention"].label,
                                     layout=lay("170px"), style=narrow),
         }
         """Every control by name (TrainingOptions names; ``moment_dtype`` sets exp_avg and exp_avg_sq)."""
@@ -154,10 +174,11 @@ class MemoryView(W.VBox):
 
     # ------------------------------------------------------------------ state
     def options(self) -> TrainingOptions:
-        """The TrainingOptions of the controls (seq_len and gpus_per_node from the planner)."""
+        """The TrainingOptions of the controls (seq_len and gpus_per_node from the planner; options without a
+        control as given to the constructor)."""
         c = self.controls
         moment = c["moment_dtype"].value
-        return TrainingOptions(
+        return replace(self._base,
             optimizer=c["optimizer"].value, use_distributed_optimizer=c["use_distributed_optimizer"].value,
             use_precision_aware_optimizer=c["use_precision_aware_optimizer"].value,
             main_grads_dtype=c["main_grads_dtype"].value, exp_avg_dtype=moment, exp_avg_sq_dtype=moment,
@@ -182,26 +203,13 @@ class MemoryView(W.VBox):
         self.refresh()
 
     def command(self) -> str:
-        """The ``mlite memory`` command line of what is shown."""
+        """The ``mlite memory`` command line of what is shown (the planner's mesh flags, then the option flags
+        derived from the options table)."""
         plan = self.planner.plan
         if plan is None:
             return ""
-        o = self.options()
-        gpu = self.controls["gpu"].value
-        parts = [self.planner.command(plan).replace("mlite mesh", "mlite memory", 1)]
-        flags = [("--optimizer fsdp2", o.optimizer == "fsdp2"),
-                 ("--no-distributed-optimizer", o.optimizer == "dist_opt" and not o.use_distributed_optimizer),
-                 ("--pao", o.pao), (f"--grad-dtype {o.main_grads_dtype}", o.main_grads_dtype != "fp32"),
-                 (f"--moment-dtype {o.exp_avg_dtype}", o.exp_avg_dtype != "fp32"),
-                 ("--no-param-remainders", o.pao and not o.store_param_remainders),
-                 (f"--offload-fraction {o.offload_fraction:g}", o.offload_fraction > 0),
-                 ("--param-offload", o.param_offload), ("--optimizer-offload", o.optimizer_offload),
-                 (f"--micro-batch {o.micro_batch_size}", o.micro_batch_size != 1),
-                 (f"--num-microbatches {o.num_microbatches}", o.num_microbatches != 8),
-                 (f"--recompute {o.recompute}", o.recompute != "none"),
-                 ("--sequence-parallel", o.sequence_parallel), (f"--attention {o.attention}", o.attention != "flash"),
-                 (f"--gpu-mem {gpu if gpu != 'custom' else format(o.gpu_memory_gib, 'g')}", o.gpu_memory_gib != 80.0)]
-        return " ".join(parts + [f for f, on in flags if on])
+        return " ".join([self.planner.command(plan).replace("mlite mesh", "mlite memory", 1),
+                         *memory_flags(self.options())])
 
     # ------------------------------------------------------------------ events
     def _on_control(self, name: str, change) -> None:
@@ -301,7 +309,7 @@ class MemoryView(W.VBox):
         least = min(rows, key=lambda r: r["total"]) if rows else None
         self._picks = {"best": best, "least": least}
         names = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp")
-        mesh = lambda r: " ".join(f"{k}={r[k]}" for k in names)  # noqa: E731
+        mesh = lambda r: " ".join(f"{k}={r[k]}" for k in names)
         if best:
             head = (f"<b>Cheapest mesh that fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB: "
                     f"<code>{esc(mesh(best))}</code> — {gib(best['total'])} per GPU, score {best['score']:.2f}. "

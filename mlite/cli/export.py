@@ -12,7 +12,7 @@ ORDER = 40
 
 
 def add_parser(sub):
-    from ..export import DEFAULT_LOG_DIR, TARGETS
+    from ..options import EXPORT, add_flags
     from .memory import add_memory_flags
     from .mesh import add_mesh_flags
 
@@ -20,40 +20,23 @@ def add_parser(sub):
                        description="Targets: verl-mlite-sft (torchrun, engine=mlite), verl-mlite-grpo "
                        "(actor@actor_rollout_ref.actor=mlite_actor), verl-megatron-grpo (verl's Megatron backend).")
     p.add_argument("config", metavar="CONFIG", help="config.json path or a name in data/models/")
-    p.add_argument("--nodes", type=int, required=True, help="Slurm nodes")
     add_mesh_flags(p)
     add_memory_flags(p)
-    g = p.add_argument_group("export")
-    g.add_argument("--target", required=True, choices=TARGETS)
-    g.add_argument("--out", required=True, help="folder to write the files into (created)")
-    g.add_argument("--model-path", default=None, help="checkpoint directory on the cluster (default: the model name)")
-    g.add_argument("--train-files", default=None, help="training parquet (default ~/data/gsm8k/train.parquet)")
-    g.add_argument("--val-files", default=None, help="validation parquet (default ~/data/gsm8k/test.parquet)")
-    g.add_argument("--log-dir", default=DEFAULT_LOG_DIR,
-                   help=f"Slurm output and JSONL metrics (default {DEFAULT_LOG_DIR})")
-    g.add_argument("--project", default="mlite-lab", help="trainer.project_name")
-    g.add_argument("--experiment", default=None, help="trainer.experiment_name and Slurm job name")
-    g.add_argument("--partition", default=None)
-    g.add_argument("--account", default=None)
-    g.add_argument("--time", default=None, help="Slurm time limit, e.g. 24:00:00")
-    g.add_argument("--cpus-per-task", type=int, default=64, help="CPUs of the one task per node (Ray --num-cpus)")
+    groups = add_flags(p, EXPORT)  # the ExportPlan fields (mlite.options.table.EXPORT)
+    groups["export"].add_argument("--out", required=True, help="folder to write the files into (created)")
     p.add_argument("--json", action="store_true", help="list the files written with the resolved mesh")
     return p
 
 
 def run(args) -> int:
     from ..export import ExportPlan, InvalidMesh, write
+    from ..options import EXPORT, values_from_args
     from . import print_json
     from .memory import options_from_args
     from .mesh import parallel_from_args
 
-    kw = {k: v for k, v in (("model_path", args.model_path), ("train_files", args.train_files),
-                            ("val_files", args.val_files), ("experiment_name", args.experiment),
-                            ("partition", args.partition), ("account", args.account),
-                            ("time_limit", args.time)) if v is not None}
-    plan = ExportPlan(model=args.config, target=args.target, parallel=parallel_from_args(args),
-                      options=options_from_args(args), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                      log_dir=args.log_dir, project_name=args.project, cpus_per_task=args.cpus_per_task, **kw)
+    plan = ExportPlan(model=args.config, parallel=parallel_from_args(args), options=options_from_args(args),
+                      gpus_per_node=args.gpus_per_node, **values_from_args(args, EXPORT))
     try:
         res = write(plan, args.out)
     except InvalidMesh as e:

@@ -17,42 +17,16 @@ ORDER = 35
 
 
 def add_parser(sub):
-    from ..launch.config import DEBUG_MODELS, DEVICES, LAUNCHERS, MOMENT_DTYPES, OPTIMIZERS, PARAM_DTYPES, RECOMPUTE
+    from ..options import RUN, add_flags
 
     p = sub.add_parser(COMMAND, help="start a single-node debug run of the lite runtime and wait for it",
                        description="Train a model config on this machine with the kit's lite runtime (FSDP2, "
                                    "mlite's optimizer and offload modes). Writes a run directory (train.log, "
                                    "metrics.jsonl, config.json, command.txt, status.json) readable by 'mlite logs'. "
                                    "Exit 0: completed; 1: failed or stopped; 2: bad input.")
-    p.add_argument("--model", required=True, metavar="CONFIG",
-                   help=f"data/models name ({', '.join(DEBUG_MODELS)}) or a config.json path")
-    p.add_argument("--steps", type=int, required=True, help="optimizer steps")
-    p.add_argument("--nproc", type=int, required=True, help="worker processes (data-parallel size)")
-    p.add_argument("--device", choices=DEVICES, required=True, help="cpu (gloo) or cuda (nccl, one GPU per process)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="fsdp2", help="mlite optimizer backend (default fsdp2)")
-    p.add_argument("--pao", action="store_true", help="use_precision_aware_optimizer (bf16 params + int16 remainders)")
-    p.add_argument("--moment-dtype", choices=MOMENT_DTYPES, default="fp32", help="Adam moment dtype (bf16 needs --pao)")
-    p.add_argument("--offload-fraction", type=float, default=0.0, metavar="F",
-                   help="share of optimizer state kept and updated on the CPU (mlite's fsdp2 uses 1.0)")
-    p.add_argument("--param-offload", action="store_true", help="move parameters to the CPU between steps")
-    p.add_argument("--optimizer-offload", action="store_true", help="move optimizer state to the CPU between steps")
-    p.add_argument("--launcher", choices=LAUNCHERS, default="torchrun", help="torchrun (default) or ray actors")
-    p.add_argument("--seed", type=int, default=0, help="weight init and data order seed")
-    p.add_argument("--out", required=True, metavar="DIR", help="run directory to create")
+    groups = add_flags(p, RUN)  # the RunConfig fields (mlite.options.table.RUN)
     p.add_argument("--json", action="store_true", help="print the JSON document at the end")
-    g = p.add_argument_group("training details")
-    g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (cosine decay to lr/10)")
-    g.add_argument("--lr-warmup-steps", type=int, default=2, help="linear warmup steps")
-    g.add_argument("--clip-grad", type=float, default=1.0, help="global grad-norm clip (0: off)")
-    g.add_argument("--tokens-per-microbatch", type=int, default=512, help="packed tokens per micro-batch and process")
-    g.add_argument("--num-microbatches", type=int, default=1, help="micro-batches per step")
-    g.add_argument("--recompute", choices=RECOMPUTE, default="none", help="activation recompute")
-    g.add_argument("--param-dtype", choices=PARAM_DTYPES, default="auto",
-                   help="parameter dtype (auto: bf16 on CUDA or with --pao, else fp32)")
-    g.add_argument("--dataset", default="tiny_sft", help="data/datasets name or verl-format parquet path")
-    g.add_argument("--threads", type=int, default=None, help="CPU threads per worker (default cores // nproc)")
-    g.add_argument("--crash-at-step", type=int, default=None, metavar="N",
-                   help="testing: the last worker raises at step N (the run ends failed)")
+    g = groups["training details"]
     g.add_argument("--overwrite", action="store_true", help="replace the run files of an older run in --out")
     g.add_argument("--dry-run", action="store_true", help="print the worker command, start nothing")
     return p
@@ -60,16 +34,9 @@ def add_parser(sub):
 
 def _config(args):
     from ..launch import RunConfig
+    from ..options import RUN, values_from_args
 
-    return RunConfig(model=args.model, steps=args.steps, nproc=args.nproc, device=args.device,
-                     optimizer=args.optimizer, pao=args.pao, moment_dtype=args.moment_dtype,
-                     offload_fraction=args.offload_fraction, param_offload=args.param_offload,
-                     optimizer_offload=args.optimizer_offload, launcher=args.launcher, seed=args.seed, lr=args.lr,
-                     lr_warmup_steps=args.lr_warmup_steps, clip_grad=args.clip_grad,
-                     tokens_per_microbatch=args.tokens_per_microbatch, num_microbatches=args.num_microbatches,
-                     recompute=args.recompute, param_dtype=args.param_dtype, dataset=args.dataset,
-                     threads=args.threads, out=args.out,
-                     crash_at_step=args.crash_at_step)
+    return RunConfig(**values_from_args(args, RUN))
 
 
 def _follow(run, quiet: bool) -> None:

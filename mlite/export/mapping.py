@@ -1,14 +1,35 @@
-"""Overrides -> mesh and training options, for the mlite engine's keys and verl's Megatron keys (the reverse of
-what :mod:`.engine_mlite` and :mod:`.verl_grpo_megatron` write)."""
+"""Options <-> overrides for the launchers: the forward direction (:func:`option_overrides`, used by every
+launcher) and the reverse (:func:`read_parallel`, :func:`read_options`, used by ``mlite import-launcher``). The
+training options go both ways through the options table (:mod:`mlite.options.verl`); the mesh keys are here."""
 
 from __future__ import annotations
 
 from ..errors import MliteError
 from ..mesh import ParallelConfig
+from ..options import verl as table
+from .launcher import Knob
 from .mlite_keys import ENGINE_FIELDS
-from .verl_grpo_megatron import PARALLEL_KEYS
+from .overrides import Override, var
 
 ACTOR = "actor_rollout_ref.actor"
+
+PARALLEL_KEYS = {
+    "tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+    "vpp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
+    "ep": "expert_model_parallel_size", "etp": "expert_tensor_parallel_size",
+}
+"""mlite mesh name -> verl ``actor_rollout_ref.actor.megatron.*`` key."""
+
+
+def option_overrides(plan, mp, spec=None):
+    """``(knobs, overrides, notes, options run)`` of ``plan.options`` for ``plan.target`` (from the options
+    table): ``options run`` is what the target really runs (the launcher header states it)."""
+    ctx = {"tp": mp.parallel.tp, "moe": bool(spec is not None and spec.num_experts)}
+    view, notes = table.target_view(plan.options, plan.target, ctx)
+    w = table.write(view, plan.target, ctx)
+    knobs = [Knob(name=n, default=d, comment=c) for n, d, c in w.knobs]
+    ovs = [Override(k, var(knob), add) if knob else Override.lit(k, v, add) for k, v, add, knob in w.overrides]
+    return knobs, ovs, notes, view
 
 
 def _roots(ovs, is_sft: bool, config_name: str | None) -> tuple[str, str, str]:
@@ -86,108 +107,16 @@ def read_parallel(ovs, *, is_sft: bool, config_name: str | None):
         return backend, ParallelConfig(), consumed, w
 
 
-def _recompute(val) -> tuple[str, list[str]]:
-    mods = [str(m) for m in (val if isinstance(val, list) else [val] if val else [])]
-    if "full" in mods:
-        return "full", []
-    if "core_attn" in mods:
-        return "selective", [m for m in mods if m != "core_attn"]
-    return "none", mods
-
-
 def read_options(ovs, *, backend: str, is_sft: bool):
-    """``(TrainingOptions kwargs, consumed keys, warnings)``: what the launcher says about memory."""
-    by = {o.key: o.value for o in ovs}
-    root = "engine" if is_sft else f"{ACTOR}.{'megatron' if backend == 'megatron' else 'engine'}"
-    optim = "optim" if is_sft else f"{ACTOR}.optim"
-    oc = f"{optim}.override_optimizer_config"
-    opts: dict = {}
-    w: list[str] = []
-    used: set = set()
-
-    def get(key, default=None):
-        if key in by:
-            used.add(key)
-            return by[key]
-        return default
-
-    if is_sft:
-        opts["seq_len"] = get("data.max_length", 1024)
-        opts["micro_batch_size"] = get("data.micro_batch_size_per_gpu", 4)
-    else:
-        opts["seq_len"] = get("data.max_prompt_length", 512) + get("data.max_response_length", 512) \
-            if all(isinstance(get(k, 512), int) for k in ("data.max_prompt_length", "data.max_response_length")) \
-            else 4096
-        opts["micro_batch_size"] = get(f"{ACTOR}.ppo_micro_batch_size_per_gpu", 1) or 1
-    for k in ("seq_len", "micro_batch_size"):
-        if not isinstance(opts[k], int) or isinstance(opts[k], bool) or opts[k] < 1:
-            w.append(f"{k} could not be read ({opts[k]!r}); the estimator's default is used")
-            del opts[k]
+    """``(TrainingOptions kwargs, consumed keys, warnings)``: what the launcher says about memory (the options
+    table read backwards, :func:`mlite.options.verl.read`)."""
+    opts, used, w = table.read(ovs, backend=backend, is_sft=is_sft)
+    opts = {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}  # JSON-shaped, as before
     if backend == "mlite":
-        opt = get(f"{root}.impl_cfg.optimizer")
-        if opt is not None:
-            if opt in ("dist_opt", "fsdp2"):
-                opts["optimizer"] = opt
-            else:
-                w.append(f"{root}.impl_cfg.optimizer={opt}: expected dist_opt or fsdp2; not used")
-        rec = get(f"{root}.impl_cfg.recompute")
-        if rec is not None:
-            opts["recompute"], mods = _recompute(rec)
-            opts["recompute_modules"] = mods
-        for k in ("param_offload", "optimizer_offload", "grad_offload"):
-            v = get(f"{root}.{k}")
-            if v is not None:
-                opts[k] = bool(v)
-        frac = get(f"{oc}.offload_fraction", get(f"{oc}.optimizer_offload_fraction"))
-        if frac is None and get(f"{oc}.optimizer_cpu_offload"):
-            frac = 1.0
-        if frac is None and opts.get("optimizer_offload"):
-            frac = 1.0  # verl's mlite engine: optimizer_offload without a fraction offloads all of it
-        pao = get(f"{oc}.use_precision_aware_optimizer")
-        if get(f"{optim}.use_precision_aware_optimizer") is not None:
+        optim = "optim" if is_sft else f"{ACTOR}.optim"
+        if any(o.key == f"{optim}.use_precision_aware_optimizer" for o in ovs):
             w.append(f"{optim}.use_precision_aware_optimizer is not read by verl's mlite engine (it reads "
-                     f"{oc}.use_precision_aware_optimizer)")
-    elif backend == "megatron":
-        opts["optimizer"] = "dist_opt"
-        for k in ("param_offload", "optimizer_offload"):
-            v = get(f"{root}.{k}")
-            if v is not None:
-                opts[k] = bool(v)
-        v = get(f"{root}.use_distributed_optimizer")
-        if v is not None:
-            opts["use_distributed_optimizer"] = bool(v)
-        sp = get(f"{root}.sequence_parallel")
-        opts["sequence_parallel"] = bool(sp) if sp is not None else bool((get(f"{root}.tensor_model_parallel_size")
-                                                                         or 1) > 1)
-        pao = get(f"{optim}.use_precision_aware_optimizer", get(f"{oc}.use_precision_aware_optimizer"))
-        if pao:
-            for k in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
-                v = get(f"{optim}.{k}")
-                if v is not None:
-                    opts[k] = str(v)
-        srp = get(f"{oc}.store_param_remainders")
-        if srp is not None:
-            opts["store_param_remainders"] = bool(srp)
-        frac = get(f"{oc}.optimizer_offload_fraction", 1.0) if get(f"{oc}.optimizer_cpu_offload") else None
-        get(f"{oc}.overlap_cpu_optimizer_d2h_h2d")
-        tc = f"{root}.override_transformer_config"
-        gran = get(f"{tc}.recompute_granularity")
-        mods = get(f"{tc}.recompute_modules")
-        get(f"{tc}.recompute_method")
-        get(f"{tc}.recompute_num_layers")
-        if gran == "full":
-            opts["recompute"], opts["recompute_modules"] = "full", []
-        elif gran == "selective":
-            opts["recompute"], opts["recompute_modules"] = _recompute(list(mods or ["core_attn"]))
-    else:
-        frac, pao = None, None
-    if pao is not None:
-        opts["use_precision_aware_optimizer"] = bool(pao)
-    if frac is not None:
-        if isinstance(frac, (int, float)) and not isinstance(frac, bool) and 0 <= frac <= 1:
-            opts["offload_fraction"] = float(frac)
-        else:
-            w.append(f"offload fraction {frac!r} is not a number in [0, 1]; not used")
+                     f"{optim}.override_optimizer_config.use_precision_aware_optimizer)")
     try:
         from ..memory import TrainingOptions
 

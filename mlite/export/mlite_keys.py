@@ -25,6 +25,8 @@ checked against verl's packaged config; only ``override_optimizer_config.*`` chi
 
 from __future__ import annotations
 
+from ..options.table import OPTIMIZERS
+
 SEARCHPATH = "pkg://verl_mlite.config"
 """Hydra search path that provides the ``engine/mlite`` and ``actor/mlite_actor`` config groups."""
 
@@ -61,7 +63,7 @@ ENGINE_FIELDS: dict[str, object] = {
 """``engine/mlite.yaml``: keys that exist in the engine config (set them WITHOUT ``+``) and their defaults."""
 
 IMPL_CFG_ADDED: dict[str, tuple] = {
-    "optimizer": ("dist_opt", "fsdp2"),
+    "optimizer": OPTIMIZERS,
     "recompute": (),
 }
 """``engine.impl_cfg`` keys that are not in ``engine/mlite.yaml`` (set them WITH ``+``); allowed values (empty: any)."""

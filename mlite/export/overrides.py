@@ -54,7 +54,7 @@ class Override:
     """``+key=value``: the key is not in the base config (Hydra errors if this is wrong either way)."""
 
     @classmethod
-    def lit(cls, key: str, value, add: bool = False) -> "Override":
+    def lit(cls, key: str, value, add: bool = False) -> Override:
         """An override with a literal Python value (rendered by :func:`hydra_literal`, escaped for bash)."""
         return cls(key, dq(hydra_literal(value)), add)
 
@@ -88,7 +88,7 @@ class ParsedOverride:
 
 def parse_override(word: str) -> ParsedOverride | None:
     """``[+|++|~]key=value`` -> :class:`ParsedOverride`; None for a word that is not an override."""
-    m = re.match(r"^(\+\+|\+|~)?([A-Za-z_][\w.@/\-]*)(?:=(.*))?$", word, re.S)
+    m = re.match(r"^(\+\+|\+|~)?([A-Za-z_][\w.@/\-]*)(?:=(.*))?$", word, re.DOTALL)
     if not m or (m.group(3) is None and m.group(1) != "~"):
         return None
     raw = m.group(3) or ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import engine_mlite, grpo
 from . import mlite_keys as K
 from .header import build
-from .launcher import Launcher, mesh_check, mesh_knobs, path_knobs, log_path_lines
+from .launcher import Launcher, log_path_lines, mesh_check, mesh_knobs, path_knobs
 from .overrides import Override
 
 FILENAME = "run_verl_mlite_grpo.sh"
@@ -19,13 +19,13 @@ REQUIRES = ["Requires verl >= 0.9 with verl_mlite importable (pip install -e mli
 
 def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
     """The launcher and the exporter's notes."""
-    engine_ovs, notes = engine_mlite.overrides(plan, mp, engine=ENGINE, optim=OPTIM)
+    knobs, engine_ovs, notes, view = engine_mlite.build(plan, mp, spec, engine=ENGINE)
     actor = [Override(f"actor@{grpo.ACTOR}", K.ACTOR_GROUP_OPTION)] + grpo.actor_common() + engine_ovs
     lc = Launcher(
         filename=FILENAME,
         header=build(plan, spec, mp, f"verl GRPO | mlite actor (Megatron Lite) | vLLM rollout | {spec.name} | "
-                     f"{plan.nodes}x{plan.gpus_per_node} GPUs", notes, REQUIRES),
-        knob_groups=[("mesh (mlite engine)", mesh_knobs(plan, mp) + engine_mlite.knobs(plan)),
+                     f"{plan.nodes}x{plan.gpus_per_node} GPUs", notes, REQUIRES, options=view),
+        knob_groups=[("mesh (mlite engine)", mesh_knobs(plan, mp) + knobs),
                      ("paths and names", path_knobs(plan)),
                      ("training", grpo.knobs(plan, mp.dp))],
         derived=mesh_check() + log_path_lines(),

@@ -34,7 +34,7 @@ def _knobs(plan, dp: int) -> list[Knob]:
 
 
 def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
-    engine_ovs, notes = engine_mlite.overrides(plan, mp, engine="engine", optim="optim")
+    knobs_o, engine_ovs, notes, view = engine_mlite.build(plan, mp, spec, engine="engine")
     data = [
         Override("data.train_files", var("TRAIN_FILES")),
         Override("data.val_files", var("VAL_FILES")),
@@ -65,8 +65,8 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
     lc = Launcher(
         filename=FILENAME,
         header=build(plan, spec, mp, f"verl SFT | mlite engine (Megatron Lite) | {spec.name} | "
-                     f"{plan.nodes}x{plan.gpus_per_node} GPUs", notes, REQUIRES),
-        knob_groups=[("mesh (mlite engine)", mesh_knobs(plan, mp) + engine_mlite.knobs(plan)),
+                     f"{plan.nodes}x{plan.gpus_per_node} GPUs", notes, REQUIRES, options=view),
+        knob_groups=[("mesh (mlite engine)", mesh_knobs(plan, mp) + knobs_o),
                      ("paths and names", path_knobs(plan)),
                      ("training", knobs)],
         derived=mesh_check() + log_path_lines(),

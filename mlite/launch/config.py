@@ -16,30 +16,20 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from ..errors import MliteError
+from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
+from ..options.table import RUN_DEVICES as DEVICES
+from ..options.table import RUN_LAUNCHERS as LAUNCHERS
+from ..options.table import RUN_MOMENT_DTYPES as MOMENT_DTYPES
+from ..options.table import RUN_OPTIMIZERS as OPTIMIZERS
+from ..options.table import RUN_PARAM_DTYPES as PARAM_DTYPES
+from ..options.table import RUN_RECOMPUTE as RECOMPUTE
 from ..paths import REPO_ROOT
 
-DEBUG_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
-"""The tiny configs in ``data/models`` that train on a CPU in seconds (one per model kind)."""
-
-DEVICES = ("cpu", "cuda")
-"""Where the workers compute."""
-
-LAUNCHERS = ("torchrun", "ray")
-"""How the worker processes are started (same worker code either way)."""
-
-OPTIMIZERS = ("fsdp2", "dist_opt")
-"""mlite's optimizer backends (the lite runtime implements fsdp2)."""
-
-MOMENT_DTYPES = ("fp32", "bf16")
-"""Storage dtypes of Adam's moments (bf16 needs the precision-aware optimizer)."""
-
-RECOMPUTE = ("none", "selective", "full")
-"""Activation recompute granularities."""
-
-PARAM_DTYPES = ("auto", "fp32", "bf16")
-"""Parameter storage dtypes (auto: bf16 on CUDA or with PAO, else fp32)."""
+__all__ = ["DEBUG_MODELS", "DEVICES", "LAUNCHERS", "MOMENT_DTYPES", "OPTIMIZERS", "PARAM_DTYPES", "RECOMPUTE",
+           "RunConfig", "runs_root"]
 
 
 def runs_root() -> Path:
@@ -60,7 +50,7 @@ class RunConfig:
     device: str = "cpu"
     """``cpu`` (gloo) or ``cuda`` (nccl, one GPU per process)."""
     optimizer: str = "fsdp2"
-    """mlite optimizer backend: ``fsdp2``, or ``dist_opt`` (needs CUDA and megatron-core)."""
+    """mlite optimizer backend: ``fsdp2``; ``dist_opt`` is refused before start (not in the lite runtime yet)."""
     pao: bool = False
     """``use_precision_aware_optimizer``: bf16 params + int16 remainders instead of an fp32 master."""
     moment_dtype: str = "fp32"
@@ -98,6 +88,8 @@ class RunConfig:
     """Run directory; None: a new folder under :func:`runs_root`, named after the model, optimizer and time."""
     crash_at_step: int | None = None
     """Testing: the last worker raises at the start of this step (the run must end ``failed``)."""
+    compile: bool = False
+    """``torch.compile`` each decoder block (the runtime's ``compile`` option)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -135,6 +127,8 @@ class RunConfig:
             raise MliteError(f"crash_at_step: {self.crash_at_step!r} must be a step number >= 1 (or None)")
         if self.lr_warmup_steps >= self.steps and self.steps > 1:
             raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must be smaller than steps={self.steps}")
+        if not isinstance(self.compile, bool):
+            raise MliteError(f"compile: {self.compile!r} must be True or False")
         if self.out is not None:
             self.out = str(self.out)
 
@@ -171,8 +165,14 @@ class RunConfig:
             lr_decay_steps=self.steps if decay != "constant" else None,
             use_precision_aware_optimizer=self.pao or None, exp_avg_dtype=self.moment_dtype,
             exp_avg_sq_dtype=self.moment_dtype, offload_fraction=float(self.offload_fraction) or None)
+        extra: dict[str, Any] = {}
+        if self.compile:
+            if "compile" not in {f.name for f in fields(RuntimeConfig)}:
+                raise MliteError("compile: this runtime has no torch.compile option yet; drop --compile")
+            extra["compile"] = True
         return RuntimeConfig(hf_path=self.model, device=self.device, seed=self.seed, param_dtype=self.param_dtype,
-                             backend_cfg=MegatronLiteConfig(optimizer=opt, impl_cfg={"recompute": self.recompute}))
+                             backend_cfg=MegatronLiteConfig(optimizer=opt, impl_cfg={"recompute": self.recompute}),
+                             **extra)
 
     def training_options(self):
         """The memory estimator's ``TrainingOptions`` for the same run (fsdp2, this run's dtypes and offload)."""
@@ -193,11 +193,10 @@ class RunConfig:
         optimizer settings, CUDA / GPUs / megatron-core / Ray are there when asked for."""
         from ..models import from_hf_config
 
+        if self.optimizer == "dist_opt":  # the worker would refuse it after torchrun started
+            raise MliteError("optimizer: dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2")
         from_hf_config(self.model)
         self.runtime_config()
-        if self.optimizer == "dist_opt" and self.device != "cuda":
-            raise MliteError("optimizer: dist_opt (Megatron-Core's distributed optimizer) needs CUDA and "
-                             "megatron-core; on a CPU run use --optimizer fsdp2")
         if self.device == "cuda":
             import torch
 
@@ -218,7 +217,7 @@ class RunConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
+    def from_dict(cls, d: dict) -> RunConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -226,22 +225,7 @@ class RunConfig:
         return cls(**d)
 
     def cli_args(self) -> list[str]:
-        """The ``mlite run`` arguments that reproduce this config."""
-        a = ["--model", self.model, "--steps", str(self.steps), "--nproc", str(self.nproc), "--device", self.device]
-        defaults = {f.name: f.default for f in fields(RunConfig)}
-        opt = [("optimizer", "--optimizer"), ("moment_dtype", "--moment-dtype"),
-               ("offload_fraction", "--offload-fraction"), ("launcher", "--launcher"), ("seed", "--seed"),
-               ("lr", "--lr"), ("lr_warmup_steps", "--lr-warmup-steps"), ("clip_grad", "--clip-grad"),
-               ("tokens_per_microbatch", "--tokens-per-microbatch"), ("num_microbatches", "--num-microbatches"),
-               ("recompute", "--recompute"), ("param_dtype", "--param-dtype"), ("dataset", "--dataset"),
-               ("threads", "--threads"),
-               ("crash_at_step", "--crash-at-step")]
-        for name, flag in opt:
-            v = getattr(self, name)
-            if v != defaults[name]:
-                a += [flag, str(v)]
-        for name, flag in (("pao", "--pao"), ("param_offload", "--param-offload"),
-                           ("optimizer_offload", "--optimizer-offload")):
-            if getattr(self, name):
-                a.append(flag)
-        return a
+        """The ``mlite run`` arguments that reproduce this config (``--out`` is the caller's)."""
+        from ..options import RUN, command_args
+
+        return command_args(self, RUN, exclude=("out",))

@@ -1,0 +1,117 @@
+"""The row types of the options table (:mod:`.table`): one :class:`Option` per dataclass field, with how it is
+spelled on the command line, in a widget and in verl's Hydra keys for each launcher target.
+
+A verl mapping is one of: :class:`Key` (one field <-> one Hydra key, with an optional value map such as
+``bf16 <-> bfloat16``), :class:`Codec` (several fields or keys, a named pair of functions in :mod:`.codecs`),
+:class:`ByMode` (different keys for SFT and GRPO launchers), or :class:`NotExpressible` (the target has no key:
+the table says why and what the target runs instead). The same row drives both directions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KEEP = "keep"
+"""``NotExpressible.runs``: what the target runs is not decided by this option (an estimator assumption, or the
+target sizes it itself); the exported plan keeps the value, a launcher read back gives the default."""
+
+DEFAULT = "default"
+"""``NotExpressible.runs``: the target always runs the option's default."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One option field <-> one Hydra key."""
+
+    key: str
+    """Key template: ``{engine}`` (mlite engine), ``{optim}`` (optimizer group), ``{megatron}`` (verl's Megatron
+    engine), ``{actor}`` (``actor_rollout_ref.actor``) are filled in per target."""
+    add: bool = False
+    """Written ``+key=...`` (the key is not in the packaged config)."""
+    values: tuple[tuple[object, object], ...] = ()
+    """Value map ``(mlite value, verl value)``, e.g. ``(("bf16", "bfloat16"),)``; identity when empty."""
+    knob: str | None = None
+    """Launcher knob (bash variable) holding the value; the override then reads ``${KNOB}``."""
+    write: str = "changed"
+    """``always``; ``changed`` (only when the value differs from :attr:`verl_default`); ``launcher`` (the
+    launcher's batch knobs write it, :mod:`mlite.export.grpo` / :mod:`mlite.export.verl_sft`; read here)."""
+    verl_default: object = None
+    """The value verl uses when the key is absent (what a reader returns then); None: the option's default."""
+    requires: str | None = None
+    """A bool option that must be on for the key to apply (e.g. bf16 moments need PAO)."""
+    aliases: tuple[str, ...] = ()
+    """Other key templates read as the same value (first found wins after :attr:`key`)."""
+
+
+@dataclass(frozen=True)
+class Codec:
+    """Several fields and/or keys: a named ``(write, read)`` pair in :mod:`.codecs`."""
+
+    name: str
+    """Name in :data:`mlite.options.codecs.CODECS`."""
+    keys: tuple[str, ...]
+    """Key templates it writes or reads (documentation, and the keys an import consumes)."""
+    knob: str | None = None
+    """Launcher knob the codec's main value goes through, if any."""
+
+
+@dataclass(frozen=True)
+class NotExpressible:
+    """The target has no key for this option."""
+
+    reason: str
+    """Why, in one sentence (it becomes the exporter's note when the value is not what the target runs)."""
+    runs: object = KEEP
+    """What the target runs: :data:`KEEP`, :data:`DEFAULT`, or a value (verl's Megatron backend: ``dist_opt``)."""
+    folds: tuple[tuple[str, object], ...] = ()
+    """``(field, value)`` set instead when this option is on (grad offload -> ``param_offload=True``)."""
+
+
+@dataclass(frozen=True)
+class ByMode:
+    """Different mappings for SFT and GRPO launchers (data and batch keys)."""
+
+    sft: object
+    """Mapping in an SFT launcher."""
+    grpo: object
+    """Mapping in a GRPO launcher."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One training or run option: the dataclass field and every other spelling of it."""
+
+    field: str
+    """Field name in the owning dataclass (:class:`~mlite.memory.TrainingOptions` or
+    :class:`~mlite.launch.RunConfig`)."""
+    type: type
+    """``bool``, ``int``, ``float``, ``str`` or ``tuple`` (a comma-separated list on the command line)."""
+    default: object
+    """Default (equal to the dataclass default; a test checks)."""
+    flag: str | None
+    """Command-line flag; None: not on the command line. Rows may share a flag (``--moment-dtype`` sets both
+    moment dtypes); a shared flag sets every row that names it."""
+    help: str
+    """Help text of the flag (and the widget's tooltip)."""
+    label: str | None = None
+    """Widget label (None: the option has no control)."""
+    choices: tuple = ()
+    """Allowed values (argparse choices; the widget's options)."""
+    cli: str = "value"
+    """``value`` (``--flag V``), ``switch`` (``--flag`` sets True), ``negate`` (``--flag`` sets False), ``gpu`` (GiB
+    or a GPU name, see :data:`mlite.memory.GPU_MEMORY_GIB`)."""
+    group: str | None = None
+    """Argparse group title; ``mesh``: the flag is added by :func:`mlite.cli.mesh.add_mesh_flags`, not here."""
+    required: bool = False
+    """The flag must be given (always printed)."""
+    metavar: str | None = None
+    """Argparse metavar."""
+    mlite: object = None
+    """Mapping for verl's mlite engine targets (``verl-mlite-sft``, ``verl-mlite-grpo``); None: not a launcher
+    option (run options)."""
+    megatron: object = None
+    """Mapping for verl's Megatron backend target (``verl-megatron-grpo``; a Megatron SFT launcher when read)."""
+    @property
+    def dest(self) -> str:
+        """The argparse destination of :attr:`flag` (``--micro-batch`` -> ``micro_batch``)."""
+        return (self.flag or self.field).lstrip("-").replace("-", "_")

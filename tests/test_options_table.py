@@ -1,0 +1,306 @@
+"""The options table: every row round-trips through every spelling derived from it.
+
+For each option of :data:`mlite.options.TRAINING` (a non-default value made from the row's own type and choices, so
+a new row is covered without touching this file): flags -> TrainingOptions -> printed command line -> the same
+options (``mlite memory`` and ``mlite export`` parsers, and the memory widget's command), and TrainingOptions ->
+launcher of each export target -> ``mlite import-launcher``'s reader -> the same options, except the options the
+table lists as not expressible on that target, which must come back as what the target runs. Every RunConfig row
+goes flags -> RunConfig -> ``cli_args`` -> the same RunConfig. Oracles: argparse itself, the launcher read back
+with the bash reader, verl's packaged Hydra config (compose), the dataclasses' own defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import subprocess
+
+import pytest
+from conftest import assert_one_line_error, run_cli
+
+from mlite.cli import build_parser
+from mlite.export import TARGETS, ExportPlan, import_launcher, render
+from mlite.export.validate import validate_command
+from mlite.launch import RunConfig
+from mlite.memory import TrainingOptions
+from mlite.mesh import ParallelConfig
+from mlite.options import EXPORT, NOT_OPTIONS, RUN, TRAINING, command_args, values_from_args
+from mlite.options.schema import DEFAULT, KEEP, NotExpressible
+from mlite.options.verl import mapping, not_expressible, target_view
+
+DEFAULTS = TrainingOptions()
+BY_FIELD = {r.field: r for r in TRAINING}
+MODEL = "Qwen3-8B"  # dense: TP 2 is valid on 8 GPUs and sequence parallelism is the option's own choice
+MESH = ParallelConfig(tp=2)
+
+
+def sample(row):
+    """A value of ``row`` other than its default (from its choices or its type)."""
+    if row.choices:
+        return next(c for c in row.choices if c != row.default)
+    if row.type is bool:
+        return not row.default
+    if row.type is int:
+        return (row.default or 1) * 2 + 1 if row.field != "gpus_per_node" else 4
+    if row.type is float:
+        return {"gpu_memory_gib": 141.0}.get(row.field, 0.25 if row.default < 0.5 else row.default / 2)
+    if row.type is tuple:
+        return ("mlp",)
+    return f"{row.default}-x"
+
+
+def training_sample(row, target: str | None = None) -> TrainingOptions:
+    """TrainingOptions with ``row`` (and the rows sharing its flag) at the sample value, plus what that value
+    needs (bf16 state needs PAO; a key that ``requires`` an option on ``target`` gets it)."""
+    v = sample(row)
+    kw = {r.field: v for r in TRAINING if r.flag == row.flag} if row.flag else {row.field: v}
+    if v == "bf16" and row.field != "param_dtype":
+        kw["use_precision_aware_optimizer"] = True
+    requires = getattr(mapping(row, *_backend(target)), "requires", None) if target else None
+    if requires:
+        kw[requires] = True
+    return TrainingOptions(**kw)
+
+
+def _fields(o) -> dict:
+    """The fields of a TrainingOptions; lists as tuples (import-launcher's options dict is JSON-shaped)."""
+    return {f.name: tuple(v) if isinstance(v := getattr(o, f.name), list) else v for f in dataclasses.fields(o)}
+
+
+def _parse_options(command: str, *words):
+    from mlite.cli.memory import options_from_args
+
+    base = ["memory", MODEL, "--ngpu", "8"] if command == "memory" else ["export", MODEL, "--nodes", "1",
+                                                                          "--target", TARGETS[0], "--out", "x"]
+    return options_from_args(build_parser().parse_args([*base, *words]))
+
+
+# ---------------------------------------------------------------------------------------------- the table itself
+def test_rows_match_the_dataclasses():
+    fields = {f.name: f for f in dataclasses.fields(TrainingOptions)}
+    assert sorted(BY_FIELD) == sorted(set(fields) - set(NOT_OPTIONS))  # every option has exactly one row
+    assert len(BY_FIELD) == len(TRAINING)
+    for r in TRAINING:
+        assert getattr(DEFAULTS, r.field) == r.default, r.field
+        assert isinstance(r.default, r.type), r.field
+        assert r.mlite is not None and r.megatron is not None, f"{r.field}: say what each target does with it"
+    run_fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    assert sorted(r.field for r in RUN) == sorted(run_fields)
+    for r in RUN:
+        assert run_fields[r.field] == r.default, r.field
+
+
+@pytest.mark.parametrize("command", ["memory", "export"])
+def test_parser_defaults_and_help_come_from_the_table(command):
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices[command]
+    actions = {a.option_strings[0]: a for a in sub._actions if a.option_strings}
+    for r in TRAINING:
+        a = actions[r.flag]
+        if r.cli in ("switch", "negate"):
+            assert a.default is False and a.const is True, r.flag
+        elif r.type is tuple:
+            assert a.default == ",".join(r.default)
+        elif r.cli != "gpu":
+            assert a.default == r.default, r.flag
+        if r.group != "mesh":  # --seq-len and --gpus-per-node come with the mesh flags
+            assert a.help == r.help and tuple(a.choices or ()) == r.choices, r.flag
+    # no flag is spelled twice and every CLI flag that was there before is still there
+    for flag in ("--optimizer", "--no-distributed-optimizer", "--pao", "--grad-dtype", "--moment-dtype",
+                 "--no-param-remainders", "--offload-fraction", "--param-offload", "--optimizer-offload",
+                 "--micro-batch", "--num-microbatches", "--recompute", "--recompute-modules", "--sequence-parallel",
+                 "--attention", "--gpu-mem", "--seq-len", "--gpus-per-node"):
+        assert flag in actions
+
+
+# ---------------------------------------------------------------------------------------------- flags
+@pytest.mark.parametrize("row", TRAINING, ids=lambda r: r.field)
+@pytest.mark.parametrize("command", ["memory", "export"])
+def test_flags_to_options_to_command_line_and_back(row, command):
+    o = training_sample(row)
+    words = command_args(o, TRAINING)
+    assert row.flag in words  # a non-default value is printed
+    back = _parse_options(command, *words)
+    assert back == o
+    assert command_args(back, TRAINING) == words  # the printed line is canonical: flags -> options -> same flags
+
+
+def test_defaults_print_nothing_and_a_shared_flag_refuses_what_it_cannot_say():
+    from mlite.errors import MliteError
+
+    assert command_args(DEFAULTS, TRAINING) == []
+    assert _parse_options("memory") == DEFAULTS
+    with pytest.raises(MliteError, match="--moment-dtype"):
+        command_args(TrainingOptions(use_precision_aware_optimizer=True, exp_avg_dtype="bf16"), TRAINING)
+
+
+def test_the_widget_prints_what_the_cli_parses():
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+
+    planner = MeshPlanner(MODEL, ngpu=8, tp=2)
+    view = MemoryView(planner, gpu="H200", optimizer="fsdp2", use_precision_aware_optimizer=True,
+                      exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16", offload_fraction=0.35, param_offload=True,
+                      optimizer_offload=True, recompute="selective", micro_batch_size=2, num_microbatches=3,
+                      sequence_parallel=True, attention="unfused", store_param_remainders=False,
+                      recompute_modules=("mlp",), param_dtype="fp16", grad_offload=True, headroom=0.1)
+    cmd = shlex.split(view.command())
+    for flag in ("--recompute-modules", "--param-dtype", "--grad-offload", "--headroom", "--no-param-remainders"):
+        assert flag in cmd  # options without a control are not dropped
+    assert cmd[:3] == ["mlite", "memory", MODEL] and "--gpu-mem" in cmd and cmd[cmd.index("--gpu-mem") + 1] == "H200"
+    from mlite.cli.memory import options_from_args
+
+    assert options_from_args(build_parser().parse_args(cmd[1:])) == view.options()
+
+
+@pytest.mark.parametrize("row", RUN, ids=lambda r: r.field)
+def test_run_flags_round_trip(row, tmp_path):
+    from mlite.cli.run import _config
+
+    base = {"model": "tiny-dense", "steps": 5, "nproc": 2, "device": "cpu", "out": str(tmp_path / "r")}
+    v = {"model": "tiny-moe", "steps": 6, "nproc": 3, "device": "cuda", "out": str(tmp_path / "o"),
+         "pao": True, "moment_dtype": "bf16", "param_dtype": "bf16", "dataset": "other_sft"}.get(row.field)
+    if v is None:
+        v = sample(row) if row.default is not None else 3
+    kw = {**base, row.field: v}
+    if row.field == "moment_dtype":
+        kw["pao"] = True
+    if row.field == "lr_warmup_steps":
+        kw["steps"] = 10
+    cfg = RunConfig(**kw)
+    words = cfg.cli_args()
+    if row.field != "out":
+        assert row.flag in words
+    assert _config(build_parser().parse_args(["run", *words, "--out", cfg.out])) == cfg
+
+
+@pytest.mark.parametrize("row", EXPORT, ids=lambda r: r.field)
+def test_export_flags_round_trip(row):
+    from mlite.export.plan import DEFAULT_LOG_DIR
+    from mlite.options.table import TARGETS as T
+
+    assert tuple(T) == TARGETS and ExportPlan(model=MODEL).log_dir == DEFAULT_LOG_DIR
+    plan_fields = {f.name: f.default for f in dataclasses.fields(ExportPlan)}
+    assert plan_fields[row.field] == row.default, row.field
+    v = sample(row) if row.default is not None else "/somewhere/x"
+    plan = ExportPlan(model=MODEL, **{"target": TARGETS[1], row.field: v})
+    words = command_args(plan, EXPORT)
+    assert row.flag in words
+    back = values_from_args(build_parser().parse_args(["export", MODEL, "--out", "x", *words]), EXPORT)
+    assert {r.field: getattr(plan, r.field) for r in EXPORT} == back
+
+
+# ---------------------------------------------------------------------------------------------- verl
+EXPECTED_NOT_EXPRESSIBLE = {
+    "estimator": {"attention", "dropout", "fused_cross_entropy", "activation_model", "lite_device", "gpu_memory_gib",
+                  "headroom", "framework_overhead_gib"},
+    "verl-mlite-sft": {"use_distributed_optimizer", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                       "store_param_remainders", "num_microbatches", "sequence_parallel"},
+    "verl-mlite-grpo": {"use_distributed_optimizer", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                        "store_param_remainders", "num_microbatches", "sequence_parallel"},
+    "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches"},
+}
+"""What each target cannot express (beyond the estimator's own assumptions): the table must say exactly this."""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_table_lists_what_each_target_cannot_express(target):
+    assert set(not_expressible(target)) == EXPECTED_NOT_EXPRESSIBLE["estimator"] | EXPECTED_NOT_EXPRESSIBLE[target]
+
+
+def _read_back(o: TrainingOptions, target: str):
+    plan = ExportPlan(model=MODEL, target=target, parallel=MESH, options=o, nodes=1, gpus_per_node=o.gpus_per_node)
+    res = render(plan)
+    imp = import_launcher("launcher", text=res.files[res.launcher])
+    return imp.training_options(), res
+
+
+def _runs(row, target, value):
+    """What ``target`` runs for ``row`` at ``value`` as the launcher says it (a reader's view)."""
+    m = mapping(row, *_backend(target))
+    if isinstance(m, NotExpressible):
+        return row.default if m.runs in (KEEP, DEFAULT) else m.runs
+    return value
+
+
+def _backend(target):
+    from mlite.options.table import TARGETS as T
+
+    return T[target]
+
+
+@pytest.mark.parametrize("row", TRAINING, ids=lambda r: r.field)
+@pytest.mark.parametrize("target", TARGETS)
+def test_options_to_launcher_to_import_launcher(row, target):
+    o = training_sample(row, target)
+    got, res = _read_back(o, target)
+    view, notes = target_view(o, target, {"tp": MESH.tp, "moe": False})
+    if row.field in not_expressible(target):
+        assert getattr(got, row.field) == _runs(row, target, getattr(o, row.field))
+        m = mapping(row, *_backend(target))
+        if m.runs is not KEEP:  # the exporter says what it did instead
+            assert any(n.startswith(f"{row.field}=") for n in res.notes), res.notes
+    else:
+        assert _fields(got)[row.field] == getattr(o, row.field)  # the option itself comes back
+    # and everything else is what the target runs (its couplings, e.g. grad offload -> param_offload on Megatron)
+    want = {k: (_runs(BY_FIELD[k], target, v) if k in BY_FIELD else v) for k, v in _fields(view).items()}
+    assert _fields(got) == want
+    assert set(notes) <= set(res.notes)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_all_options_at_once_compose_against_verl_and_read_back(target, tmp_path):
+    """Every expressible option off its default in one launcher: verl's Hydra config takes the keys (bash's own
+    DRY_RUN expansion, composed), and import-launcher reads every one of them back."""
+    kw = {r.field: sample(r) for r in TRAINING if r.field not in not_expressible(target)}
+    kw.update(use_precision_aware_optimizer=True, recompute="selective")
+    kw.pop("use_distributed_optimizer", None)  # PAO needs it (Megatron-Core); its own row tests it off
+    if target == "verl-megatron-grpo":
+        kw.update(main_grads_dtype="bf16", exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+    o = TrainingOptions(**kw)
+    got, res = _read_back(o, target)
+    for f in kw:
+        assert _fields(got)[f] == getattr(o, f), f
+    script = tmp_path / res.launcher
+    script.write_text(res.files[res.launcher])
+    p = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin", "HOME": "/home/t", "DRY_RUN": "1"},
+                       capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    v = validate_command(shlex.split(p.stdout))
+    assert v.ok, v.problems
+
+
+def test_an_unexpanded_value_is_unresolved_not_a_value():
+    text = ("python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer trainer.nnodes=1 "
+            "trainer.n_gpus_per_node=8 'actor_rollout_ref.actor.megatron.param_offload=$(pick)' "
+            "data.max_prompt_length=100 data.max_response_length=28")
+    imp = import_launcher("t", text=text)
+    assert "param_offload" not in imp.options and imp.options["seq_len"] == 128
+    assert any("param_offload" in w and "unresolved" in w for w in imp.warnings)
+
+
+# ---------------------------------------------------------------------------------------------- bad values
+@pytest.mark.parametrize("words, needle", [
+    (["--optimizer", "adam"], "--optimizer"), (["--recompute", "partial"], "--recompute"),
+    (["--moment-dtype", "fp8"], "--moment-dtype"), (["--param-dtype", "fp64"], "--param-dtype"),
+    (["--optimizer", "dist_opt"], "dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2"),
+])
+def test_run_refuses_unknown_option_values_before_anything_starts(tmp_path, words, needle):
+    out = tmp_path / "r"
+    res = run_cli("run", "--model", "tiny-moe", "--steps", "5", "--nproc", "1", "--device", "cpu", "--out", str(out),
+                  *words)
+    assert_one_line_error(res, needle)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("words, needle", [
+    (["--optimizer", "adam"], "--optimizer"), (["--recompute", "partial"], "--recompute"),
+    (["--grad-dtype", "fp8"], "--grad-dtype"), (["--gpu-mem", "H900"], "--gpu-mem"),
+    (["--offload-fraction", "half"], "--offload-fraction"),
+])
+def test_memory_and_export_refuse_unknown_option_values(tmp_path, words, needle):
+    assert_one_line_error(run_cli("memory", MODEL, "--ngpu", "8", *words), needle)
+    out = tmp_path / "e"
+    assert_one_line_error(run_cli("export", MODEL, "--nodes", "1", "--target", TARGETS[0], "--out", str(out), *words),
+                          needle)
+    assert not out.exists()
