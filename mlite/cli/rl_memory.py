@@ -118,7 +118,7 @@ def run(args) -> int:
     if args.json:
         print_json(doc)
         return 0 if est.fits else 1
-    g = lambda x: f"{x / GIB:7.1f} GiB"  # noqa: E731
+    g = lambda x: f"{x / GIB:7.1f} GiB"
     lvl = f"sleep level {r.resolved_sleep_level}" if r.free_cache_engine else "free_cache_engine=False"
     print(f"{spec.name} on {args.ngpu} GPUs, {r.name} TP {r.tensor_model_parallel_size} "
           f"(gpu_memory_utilization {r.gpu_memory_utilization}, {lvl}), usable {g(est.usable)} per GPU")

@@ -213,7 +213,7 @@ def rl_estimate(spec, plan, training: TrainingOptions | None = None, rollout: Ro
     ph["weight_sync"] = phase("weight_sync", {**sync_engine, "actor_params": act.params, "actor_resident": idle_other,
                                               "sync_bucket": bucket, "gathered_tensor": _largest_tensor(spec, 2),
                                               "ref_params": ref_gpu, "framework": framework})
-    g = lambda x: f"{x / GIB:.1f} GiB"  # noqa: E731
+    g = lambda x: f"{x / GIB:.1f} GiB"
     per_node = min(o.gpus_per_node, plan.ngpu)
     host_per_node = max(p.host_total for p in ph.values()) * per_node
     if r.host_mem_gib is not None and host_per_node > r.host_mem_gib * GIB:

@@ -94,7 +94,7 @@ def start_engine(spec, r: RolloutOptions, device: float, resident: float) -> Eng
     free = device - resident
     u = float(r.gpu_memory_utilization)
     errors, warnings = [], []
-    g = lambda x: f"{x / GIB:.1f} GiB"  # noqa: E731
+    g = lambda x: f"{x / GIB:.1f} GiB"
     if r.name == "vllm":
         share = u * device
         kv = share - weights - acts - over
