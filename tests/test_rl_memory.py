@@ -336,3 +336,43 @@ def test_cli_bad_input_exits_2_with_one_line(extra, needle):
 def test_cli_unmodelled_model_exits_2():
     args = ["DeepSeek-V4-Flash", *ARGS[1:], "--ep", "8"]
     assert_one_line_error(run_cli("rl-memory", *args), "not modelled")
+
+
+# ------------------------------------------------------------------------------------------------ published runs
+RUNS = REPO / "tests" / "data" / "rl"
+
+
+def test_published_run_settings_are_read_from_verl_config_dumps():
+    from mlite.memory.rl_check import predict, verl_config_from_log
+
+    runs = json.loads((RUNS / "runs.json").read_text())["runs"]
+    assert len({r["log"] for r in runs}) >= 3
+    for run in runs:
+        cfg = verl_config_from_log(RUNS / run["log"])
+        est, o, r, spec, plan = predict(run, RUNS)
+        rc = cfg["actor_rollout_ref"]["rollout"]
+        assert (r.gpu_memory_utilization, r.tensor_model_parallel_size, r.n) == (
+            rc["gpu_memory_utilization"], rc["tensor_model_parallel_size"], rc["n"])
+        assert (r.prompt_length, r.response_length, r.train_batch_size) == (
+            cfg["data"]["max_prompt_length"], cfg["data"]["max_response_length"], cfg["data"]["train_batch_size"])
+        assert plan.ngpu == cfg["trainer"]["nnodes"] * cfg["trainer"]["n_gpus_per_node"]
+        assert r.ref == "none"  # none of these runs uses a KL term
+        assert o.param_offload == cfg["actor_rollout_ref"]["actor"]["fsdp_config"]["param_offload"]
+
+
+def test_published_runs_table_predicted_next_to_logged():
+    """The README table is what this code computes; where the run says how the engine shows in PyTorch's
+    statistics, the prediction is within 15 % of the logged max_memory_allocated, and the actor alone is far below
+    it (in colocated verl the metric is not the training peak)."""
+    from mlite.memory.rl_check import compare_runs, markdown_table
+
+    rows = compare_runs(RUNS)
+    table = markdown_table(rows)
+    readme = (REPO / "README.md").read_text()
+    assert table in readme, "README 'RL memory' table is stale: paste markdown_table(compare_runs(...))"
+    for row in rows:
+        logged = row["logged"]["max_memory_allocated_gb"]
+        assert row["predicted"]["outside"] < 0.6 * logged
+        assert row["logged"]["max_memory_reserved_gb"] >= logged
+        if not row["run"].endswith("_h200"):  # the alternative reading of an unknown card
+            assert abs(row["predicted"]["applies"] - logged) <= 0.15 * logged, row
