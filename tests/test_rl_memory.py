@@ -349,7 +349,7 @@ def test_published_run_settings_are_read_from_verl_config_dumps():
     assert len({r["log"] for r in runs}) >= 3
     for run in runs:
         cfg = verl_config_from_log(RUNS / run["log"])
-        est, o, r, spec, plan = predict(run, RUNS)
+        _est, o, r, _spec, plan = predict(run, RUNS)
         rc = cfg["actor_rollout_ref"]["rollout"]
         assert (r.gpu_memory_utilization, r.tensor_model_parallel_size, r.n) == (
             rc["gpu_memory_utilization"], rc["tensor_model_parallel_size"], rc["n"])

@@ -128,7 +128,7 @@ def compare_runs(root) -> list[dict]:
     runs = json.loads((root / "runs.json").read_text())["runs"]
     rows = []
     for run in runs:
-        est, o, r, spec, plan = predict(run, root)
+        est, o, _r, spec, plan = predict(run, root)
         critic = 0.0
         if run.get("critic") == "same_as_actor":
             from .estimate import estimate
@@ -146,9 +146,9 @@ def compare_runs(root) -> list[dict]:
 
 def markdown_table(rows: list[dict]) -> str:
     """The README table of :func:`compare_runs` rows (GiB; the logged figures are verl's "GB", i.e. GiB)."""
-    out = ["| run | device (GiB) | logged max_allocated | predicted: engine outside torch | engine frees via torch "
+    out = [("| run | device (GiB) | logged max_allocated | predicted: engine outside torch | engine frees via torch "
            "| CuMem pool kept | which applies | error | logged max_reserved | predicted rollout phase (device) | "
-           "logged cpu_used (node) | predicted host per node |", "|" + "---|" * 12]
+           "logged cpu_used (node) | predicted host per node |"), "|" + "---|" * 12]
     for row in rows:
         lg, pr = row["logged"], row["predicted"]
         err = (pr["applies"] - lg["max_memory_allocated_gb"]) / lg["max_memory_allocated_gb"]
