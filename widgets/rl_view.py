@@ -268,7 +268,13 @@ class RLView(W.VBox):
             + _card("host RAM per node", gib(d["host_per_node"], 1), f"{d['host_per_node']:,} B", "mlite-rl-host",
                     OOM if any("--host-mem" in e for e in d["errors"]) else "#222")
             + "</div>")
-        self.chart.value = f'<div style="display:flex;flex-wrap:wrap;align-items:flex-start">{rl_svg(est)}</div>'
+        present = dict.fromkeys(k for p in est.phases.values() for k in p.gpu)
+        legend = "".join(f'<span style="margin-right:12px;white-space:nowrap"><span style="display:inline-block;'
+                         f'width:10px;height:10px;background:{PART_COLORS.get(k, "#999")};vertical-align:middle">'
+                         f"</span> {esc(k)}</span>" for k in present)
+        self.chart.value = (f'<div style="display:flex;flex-wrap:wrap;align-items:flex-start">{rl_svg(est)}</div>'
+                            f'<div style="font-size:85%;max-width:900px">{legend}; a phase that does not fit is '
+                            f'<span style="color:{OOM};font-weight:700">red</span></div>')
         items = [f'<li style="color:{OOM}"><b>error</b>: {esc(e)}</li>' for e in d["errors"]]
         items += [f"<li>{esc(w)}</li>" for w in d["warnings"]]
         self.messages.value = f"<ul style='margin:2px 0'>{''.join(items)}</ul>" if items else ""
