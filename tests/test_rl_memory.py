@@ -376,3 +376,50 @@ def test_published_runs_table_predicted_next_to_logged():
         assert row["logged"]["max_memory_reserved_gb"] >= logged
         if not row["run"].endswith("_h200"):  # the alternative reading of an unknown card
             assert abs(row["predicted"]["applies"] - logged) <= 0.15 * logged, row
+
+
+# ------------------------------------------------------------------------------------------------ verl keys
+def test_rollout_keys_round_trip_both_ways():
+    from mlite.memory.rl_keys import ROLLOUT_KEYS, rollout_kwargs, rollout_overrides
+
+    r = RolloutOptions(name="sglang", tensor_model_parallel_size=4, gpu_memory_utilization=0.72, free_cache_engine=False,
+                       n=16, max_model_len=9000, max_num_batched_tokens=16384, max_num_seqs=512, enforce_eager=True,
+                       update_weights_bucket_megabytes=1024, prompt_length=777, response_length=3333,
+                       train_batch_size=96)
+    ov = rollout_overrides(r)
+    assert set(ov) == {k for _, k in ROLLOUT_KEYS}
+    back = RolloutOptions(**rollout_kwargs(ov))
+    assert back == r
+    # strings as a shell writes them read back the same; only what differs from the defaults is written on request
+    assert RolloutOptions(**rollout_kwargs({k: str(v) for k, v in ov.items()})) == r
+    assert rollout_overrides(RolloutOptions(n=16), defaults=RolloutOptions()) == {"actor_rollout_ref.rollout.n": 16}
+    with pytest.raises(MliteError, match="actor_rollout_ref.rollout.n"):
+        rollout_kwargs({"actor_rollout_ref.rollout.n": "many"})
+
+
+def test_reference_read_from_the_kl_settings():
+    from mlite.memory.rl_keys import rollout_kwargs
+
+    assert rollout_kwargs({"actor_rollout_ref.actor.use_kl_loss": True})["ref"] == "colocated"
+    assert rollout_kwargs({"actor_rollout_ref.actor.use_kl_loss": False,
+                           "algorithm.use_kl_in_reward": False})["ref"] == "none"
+    assert rollout_kwargs({"actor_rollout_ref.ref.megatron.param_offload": "True"})["ref_param_offload"] is True
+
+
+@pytest.mark.parametrize("target", ["verl-mlite-grpo", "verl-megatron-grpo"])
+def test_grpo_export_rollout_knobs_read_back_by_import_launcher(target, tmp_path):
+    """What the GRPO launchers write today (name, TP, gpu_memory_utilization, n, P, R, free_cache_engine) comes back
+    through import-launcher's overrides into RolloutOptions."""
+    from mlite.export import import_launcher
+    from mlite.export.plan import ExportPlan
+    from mlite.export.writer import write
+    from mlite.memory.rl_keys import rollout_kwargs
+
+    plan = ExportPlan(model="Qwen3-8B", target=target, nodes=1, rollout_tp=2, rollout_n=12,
+                      rollout_gpu_memory_utilization=0.55)
+    res = write(plan, tmp_path)
+    imp = import_launcher(tmp_path / res.launcher)
+    r = RolloutOptions(**rollout_kwargs({o.key: o.value for o in imp.overrides}))
+    assert (r.name, r.tensor_model_parallel_size, r.gpu_memory_utilization, r.n, r.free_cache_engine) == (
+        "vllm", 2, 0.55, 12, True)
+    assert (r.prompt_length, r.response_length) == (plan.prompt_length, plan.response_length)

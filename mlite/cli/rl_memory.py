@@ -7,6 +7,8 @@ Exit 0 when every phase fits and the engine starts, 1 when not (or the actor mes
 
 from __future__ import annotations
 
+import argparse
+
 COMMAND = "rl-memory"
 ORDER = 31
 
@@ -21,8 +23,10 @@ def _add_training_flags(p) -> None:
     add_memory_flags(p)
     # the actor trains on P + R tokens unless --seq-len says otherwise
     p.set_defaults(seq_len=None)
-    if "--grad-offload" not in p._option_string_actions:
+    try:
         p.add_argument("--grad-offload", action="store_true", help="runtime context offload of gradients")
+    except argparse.ArgumentError:  # mlite memory's flags already define it
+        pass
 
 
 def _training_options(args):
