@@ -423,3 +423,10 @@ def test_grpo_export_rollout_knobs_read_back_by_import_launcher(target, tmp_path
     assert (r.name, r.tensor_model_parallel_size, r.gpu_memory_utilization, r.n, r.free_cache_engine) == (
         "vllm", 2, 0.55, 12, True)
     assert (r.prompt_length, r.response_length) == (plan.prompt_length, plan.response_length)
+
+
+def test_reference_is_bf16_even_when_the_fsdp_actor_keeps_fp32_parameters():
+    o = TrainingOptions(seq_len=1536, gpu_memory_gib=141.0, optimizer="fsdp2", param_dtype="fp32")
+    e, act = _rl(train=o)
+    assert e.phases["ref"].gpu["ref_params"] == pytest.approx(act.params / 2)
+    assert e.phases["ref"].gpu["ref_params"] == pytest.approx(Q8.total * 2 / 8)  # bf16, sharded over 8 GPUs

@@ -94,7 +94,7 @@ def rollout_from_args(args):
 def run(args) -> int:
     from ..errors import MliteError
     from ..memory import GIB
-    from ..memory.rl import rl_estimate
+    from ..memory.rl import PHASES, rl_estimate
     from ..mesh import resolve
     from ..models import from_hf_config
     from . import print_json
@@ -137,7 +137,7 @@ def run(args) -> int:
     print(f"  host RAM per node {g(doc['host_per_node'])}"
           + (f" of --host-mem {args.host_mem:g} GiB" if args.host_mem else ""))
     for w in doc["warnings"]:
-        if not w.endswith("headroom)"):  # the table already says which phase does not fit
+        if not any(w.startswith(f"{n} does not fit") for n in PHASES):  # the table already says which phase
             print(f"  warning: {w}")
     for e in doc["errors"]:
         print(f"  error: {e}")

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import MliteError
 from .estimate import GIB, estimate
+from .optimizer import state_bytes
 from .options import TrainingOptions
 from .rl_engine import EngineMemory, start_engine
 from .rl_options import RolloutOptions
@@ -156,7 +157,9 @@ def rl_estimate(spec, plan, training: TrainingOptions | None = None, rollout: Ro
     usable = device * (1 - o.headroom)
     framework = sum(act.other.values())
     ref_on = r.ref == "colocated"
-    ref_w = act.params if ref_on else 0.0          # the reference: the actor's weights, no grads nor optimizer
+    # the reference: the actor's weights in its layout, in bf16 (verl builds it in bf16 even when the FSDP actor
+    # keeps fp32 parameters: ``_build_model_optimizer`` in verl/workers/fsdp_workers.py), no grads nor optimizer
+    ref_w = act.params * 2 / state_bytes(o).param if ref_on else 0.0
     ref_gpu = ref_w if not r.ref_param_offload else 0.0
     ref_host = ref_w if r.ref_param_offload else 0.0
     # actor state other than its weights left on the GPU between its phases
