@@ -23,6 +23,9 @@ def _add_training_flags(p) -> None:
     add_memory_flags(p)
     # the actor trains on P + R tokens unless --seq-len says otherwise
     p.set_defaults(seq_len=None)
+    for action in p._actions:
+        if action.dest == "seq_len":
+            action.help = "tokens per actor micro-batch row (default: --prompt-len + --response-len)"
     try:
         p.add_argument("--grad-offload", action="store_true", help="runtime context offload of gradients")
     except argparse.ArgumentError:  # mlite memory's flags already define it
