@@ -96,7 +96,8 @@ def test_bad_path_shows_one_line_inline(page, lab):
 
 def test_rl_section_bars_follow_the_rollout_knobs(page):
     """The RL section: one bar per phase with the bytes rl_estimate computes for the page's model, mesh and knobs;
-    the phases that do not fit are red; changing rollout.tensor_model_parallel_size moves the rollout bar."""
+    the phases that do not fit are red; changing rollout.tensor_model_parallel_size moves bytes between the engine's
+    weights and its KV cache inside vLLM's fixed share."""
     from mlite.memory import TrainingOptions
     from mlite.memory.rl import rl_estimate
     from mlite.memory.rl_options import RolloutOptions
@@ -141,9 +142,14 @@ def test_rl_section_bars_follow_the_rollout_knobs(page):
     other = 8 if tp0 != 8 else 4
     view.locator(".mlite-rl-tensor_model_parallel_size select").select_option(str(other))
     after = oracle(other)
-    assert round(after.phases["rollout"].gpu_total) != round(est.phases["rollout"].gpu_total)
-    expect(view.locator('.mlite-rl-chart g.mlite-rl-bar[data-phase="rollout"]')).to_have_attribute(
-        "data-bytes", str(round(after.phases["rollout"].gpu_total)))
+    before_w, after_w = (x.phases["rollout"].gpu["engine_weights"] for x in (est, after))
+    assert round(after_w) != round(before_w)
+    rollout = view.locator('.mlite-rl-chart g.mlite-rl-bar[data-phase="rollout"]')
+    expect(rollout.locator("rect.mlite-rl-seg-engine_weights")).to_have_attribute("data-bytes", str(round(after_w)))
+    expect(rollout.locator("rect.mlite-rl-seg-kv_cache")).to_have_attribute(
+        "data-bytes", str(round(after.phases["rollout"].gpu["kv_cache"])))
+    expect(rollout).to_have_attribute("data-bytes", str(round(after.phases["rollout"].gpu_total)))
+    expect(view.locator(".mlite-rl-kv .mlite-figure-value")).to_have_text(f"{after.kv_cache()['tokens']:,} tokens")
     expect(view.locator(".mlite-rl-command")).to_contain_text(f"--rollout-tp {other}")
     expect(view.locator(".mlite-error")).to_be_hidden()
     cell = page.locator(".jp-CodeCell").filter(has=view)
