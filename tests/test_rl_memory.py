@@ -430,3 +430,30 @@ def test_reference_is_bf16_even_when_the_fsdp_actor_keeps_fp32_parameters():
     e, act = _rl(train=o)
     assert e.phases["ref"].gpu["ref_params"] == pytest.approx(act.params / 2)
     assert e.phases["ref"].gpu["ref_params"] == pytest.approx(Q8.total * 2 / 8)  # bf16, sharded over 8 GPUs
+
+
+# ------------------------------------------------------------------------------------------------ engine logs
+def _engine_logs():
+    return json.loads((RUNS / "engine_kv_logs.json").read_text())["logs"]
+
+
+def test_gqa_bytes_per_token_match_sglangs_allocation_line():
+    log = _engine_logs()[0]
+    lay = kv_layout(from_hf_config(log["model"]), log["tp"])  # 4 KV heads at TP 4: one per GPU
+    assert lay.kv_heads_per_gpu == 1
+    # the K pool is half the bytes per token; the logged GiB have two decimals (+-0.005)
+    slots = log["tokens"] + log["page_size"]
+    k_lo, k_hi = ((log["k_size_gb"] + d) * GIB / slots for d in (-0.005, 0.005))
+    assert k_lo <= lay.bytes_per_token / 2 <= k_hi
+
+
+@pytest.mark.parametrize("i", [1, 2])
+def test_dsa_bytes_per_token_match_sglangs_allocation_line(i):
+    log = _engine_logs()[i]
+    glm5 = kv_layout(from_hf_config("GLM-5"), 8, kv_dtype="fp8")  # same latent and indexer sizes per layer
+    per_layer = glm5.bytes_per_token / 78
+    assert per_layer == 656 + 132                                  # fp8_ds_mla latent + indexer (128 fp8 + fp32 scale)
+    want = per_layer if log["includes_indexer"] else 656
+    slots = log["tokens"] + log["page_size"]
+    lo, hi = ((log["kv_size_gb"] + d) * GIB / slots for d in (-0.005, 0.005))
+    assert lo <= want * log["dsa_layers"] <= hi

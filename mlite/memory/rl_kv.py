@@ -10,7 +10,9 @@ The rules follow the engines' own KV specs:
 - MLA (DeepSeek-V3, Kimi-K2): ``MLAAttentionSpec`` stores one latent of ``kv_lora_rank + qk_rope_head_dim``
   values per token per layer, no factor 2 and not split over TP (every rank holds the whole latent).
 - DSA (DeepSeek-V3.2 / GLM-5): the MLA latent plus the lightning indexer's key cache (``index_head_dim`` fp8 values
-  and one fp32 scale per token per layer, vLLM's ``DeepseekV32IndexerCache``).
+  and one fp32 scale per token per layer, vLLM's ``DeepseekV32IndexerCache``). With an fp8 KV cache the latent is
+  stored as ``fp8_ds_mla``: 512 fp8 values, four fp32 scales and the 64 rope values in bf16, 656 bytes per token per
+  layer (``MLAAttentionSpec`` with ``cache_dtype_str == "fp8_ds_mla"``; SGLang's NSA pool is the same).
 - Gated DeltaNet (linear attention): ``MambaSpec`` keeps a fixed state per sequence and layer, whatever its
   length: the short-convolution state ``(conv_dim / tp) x (conv_kernel - 1)`` in the model dtype and the recurrent
   state ``(linear_num_value_heads / tp) x key_head_dim x value_head_dim`` in ``mamba_ssm_dtype`` (fp32 for
@@ -77,8 +79,11 @@ def kv_layout(spec, tp: int = 1, kv_dtype: str = "bfloat16", model_dtype: str = 
     n_dsa = sum(layer.attention == "dsa" for layer in layers)
     n_lin = sum(layer.attention in LINEAR_KINDS for layer in layers)
     if n_mla:
-        latent = int(spec.kv_lora_rank or 0) + int(spec.qk_pos_emb_head_dim or 0)
-        per_token = latent * b * n_mla
+        lora, rope = int(spec.kv_lora_rank or 0), int(spec.qk_pos_emb_head_dim or 0)
+        per_layer = (lora + rope) * b
+        if n_dsa and b == 1:
+            per_layer = lora + 4 * (lora // 128) + 2 * rope  # fp8_ds_mla: fp8 latent, fp32 tile scales, bf16 rope
+        per_token = per_layer * n_mla
         if n_dsa:
             index_dim = int(spec.config.get("index_head_dim", 128))
             per_token += (index_dim + 4) * n_dsa  # fp8 key + one fp32 scale per token (the indexer cache)
