@@ -114,7 +114,7 @@ def test_vllm_share_is_a_fraction_of_total_memory_and_kv_is_what_is_left():
     eng = e.engine
     device = 141 * GIB
     assert eng.share == pytest.approx(0.6 * device)
-    assert eng.weights == pytest.approx(Q8.total * 2 / 2)
+    assert eng.weights == pytest.approx((Q8.total + Q8.components["norms"]) * 2 / 2)  # norms on every rank
     assert eng.kv == pytest.approx(eng.share - eng.weights - profile_activations(Q8, e.rollout) - eng.overhead)
     kv = e.to_dict()["kv_cache"]
     assert kv["bytes_per_token"] == 73728
@@ -457,3 +457,12 @@ def test_dsa_bytes_per_token_match_sglangs_allocation_line(i):
     slots = log["tokens"] + log["page_size"]
     lo, hi = ((log["kv_size_gb"] + d) * GIB / slots for d in (-0.005, 0.005))
     assert lo <= want * log["dsa_layers"] <= hi
+
+
+def test_engine_weights_per_gpu_match_vllms_model_loading_line():
+    log = json.loads((RUNS / "engine_kv_logs.json").read_text())["weights"][0]
+    spec = from_hf_config(log["model"])
+    w = rollout_weights(spec, RolloutOptions(tensor_model_parallel_size=log["tp"]))
+    assert w == pytest.approx(log["gib"] * GIB, rel=2e-3)
+    naive = spec.total * 2 / log["tp"]  # everything split over TP: the router and norms are not
+    assert abs(w - log["gib"] * GIB) < abs(naive - log["gib"] * GIB)

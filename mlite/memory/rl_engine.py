@@ -61,9 +61,12 @@ class EngineMemory:
 def rollout_weights(spec, r: RolloutOptions) -> float:
     """Engine weight bytes on one GPU: the main model (and a vision tower if the config has one; MTP layers only
     with MTP rollout) in ``r.dtype``, split over the rollout TP (vocab-parallel embedding and head, column/row
-    parallel layers, experts split over TP or EP)."""
+    parallel layers, experts split over TP or EP) except the MoE router and the residual norms, which every rank
+    holds whole (vLLM's ``ReplicatedLinear`` gate, ``RMSNorm``)."""
+    c = spec.components
+    replicated = c.get("router", 0) + c.get("norms", 0)
     params = spec.total - (0 if r.mtp_rollout else spec.mtp) + (spec.vision_params or 0)
-    return params * dtype_bytes(r.dtype) / r.tensor_model_parallel_size
+    return ((params - replicated) / r.tensor_model_parallel_size + replicated) * dtype_bytes(r.dtype)
 
 
 def profile_activations(spec, r: RolloutOptions) -> float:
