@@ -419,7 +419,9 @@ def test_grpo_export_rollout_knobs_read_back_by_import_launcher(target, tmp_path
                       rollout_gpu_memory_utilization=0.55)
     res = write(plan, tmp_path)
     imp = import_launcher(tmp_path / res.launcher)
-    r = RolloutOptions(**rollout_kwargs({o.key: o.value for o in imp.overrides}))
+    assert imp.rollout == rollout_kwargs({o.key: o.value for o in imp.overrides})
+    assert imp.to_dict()["rollout"] == imp.rollout                 # import-launcher --json carries them
+    r = RolloutOptions(**imp.rollout)
     assert (r.name, r.tensor_model_parallel_size, r.gpu_memory_utilization, r.n, r.free_cache_engine) == (
         "vllm", 2, 0.55, 12, True)
     assert (r.prompt_length, r.response_length) == (plan.prompt_length, plan.response_length)
@@ -466,3 +468,12 @@ def test_engine_weights_per_gpu_match_vllms_model_loading_line():
     assert w == pytest.approx(log["gib"] * GIB, rel=2e-3)
     naive = spec.total * 2 / log["tp"]  # everything split over TP: the router and norms are not
     assert abs(w - log["gib"] * GIB) < abs(naive - log["gib"] * GIB)
+
+
+def test_unresolved_launcher_values_are_left_out_not_fatal():
+    from mlite.memory.rl_keys import rollout_kwargs
+
+    problems = []
+    kw = rollout_kwargs({"actor_rollout_ref.rollout.tensor_model_parallel_size": "$ROLLOUT_TP",
+                         "actor_rollout_ref.rollout.n": 4}, problems=problems)
+    assert kw == {"n": 4} and len(problems) == 1 and "tensor_model_parallel_size" in problems[0]

@@ -86,14 +86,22 @@ def _coerce(field: str, value, key: str):
     return str(value)
 
 
-def rollout_kwargs(cfg: dict) -> dict:
+def rollout_kwargs(cfg: dict, *, problems: list | None = None) -> dict:
     """RolloutOptions keyword arguments from a verl config: nested (verl's printed config) or flat overrides.
     Keys absent or null keep the field's default; the reference is ``colocated`` when verl builds one (a KL loss
-    or a KL reward), and its offload comes from the backend's ``param_offload``."""
+    or a KL reward), and its offload comes from the backend's ``param_offload``. A value that is not of the field's
+    type raises :class:`MliteError`, or, when ``problems`` is a list, is left out and its message appended there
+    (a launcher's unresolved ``$VAR``)."""
     flat = cfg if any("." in k for k in cfg) else flatten(cfg)
     out = {}
     for key, field in _BY_KEY.items():
-        v = _coerce(field, flat.get(key), key)
+        try:
+            v = _coerce(field, flat.get(key), key)
+        except MliteError as e:
+            if problems is None:
+                raise
+            problems.append(e.message)
+            continue
         if v is not None:
             out[field] = v
     kl_loss = flat.get("actor_rollout_ref.actor.use_kl_loss")
