@@ -256,6 +256,11 @@ def test_sglang_level_1_keeps_weights_on_the_gpu():
     l2, _ = _rl(name="sglang", sleep_level=2)
     assert _gpu(l1, "actor_update") - _gpu(l2, "actor_update") == pytest.approx(l1.engine.weights)
     assert _host(l1, "actor_update") == pytest.approx(_host(l2, "actor_update"))
+    # verl's SGLang server releases weights and KV in colocated mode too; only a LoRA adapter keeps the weights
+    col, _ = _rl(name="sglang", mode="colocated")
+    assert "engine_weights" not in col.phases["actor_update"].gpu
+    lora, _ = _rl(name="sglang", lora_as_adapter=True)
+    assert lora.phases["actor_update"].gpu["engine_weights"] == pytest.approx(lora.engine.weights)
 
 
 # ------------------------------------------------------------------------------------------------ verdicts

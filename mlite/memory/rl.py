@@ -13,10 +13,11 @@ start-up is :mod:`mlite.memory.rl_engine`, its KV bytes :mod:`mlite.memory.rl_kv
   vllm_async_server.py``): nothing happens unless ``free_cache_engine``; hybrid mode sleeps at level 2
   (``_resolve_sleep_level``: 1 with MTP rollout or a LoRA adapter), colocated mode at level 1. vLLM's level 1 copies
   the weights to host RAM and discards the KV cache, level 2 discards both (``Worker.sleep`` in
-  ``vllm/v1/worker/gpu_worker.py``: ``CuMemAllocator.sleep(offload_tags=("weights",))`` at level 1). SGLang's
-  level 1 keeps the weights on the GPU (``update_weights`` in ``verl/workers/engine_workers.py``: "sleep_level=1 ...
-  in SGLang never released weights"). CUDA graphs and the engine's NCCL buffers are outside the sleep pools and
-  stay.
+  ``vllm/v1/worker/gpu_worker.py``: ``CuMemAllocator.sleep(offload_tags=("weights",))`` at level 1). SGLang
+  (``SGLangHttpServer.sleep``, ``verl/workers/rollout/sglang_rollout/async_sglang_server.py``) releases the KV cache
+  and the weights in hybrid and colocated mode alike, and only the KV cache with a LoRA adapter ("sleep_level=1 ...
+  in SGLang never released weights", ``update_weights`` in ``verl/workers/engine_workers.py``); ``--sleep-level 1``
+  asks for that. CUDA graphs and the engine's NCCL buffers are outside the sleep pools and stay.
 - ``old_log_prob``: the actor's weights loaded (param_offload loads them for the forward), its other state as the
   offload flags leave it, one forward micro-batch (no autograd state: one layer's working set and the logits).
 - ``ref``: the reference's weights on the GPU, the actor back to its idle state, one forward micro-batch.
@@ -180,7 +181,7 @@ def rl_estimate(spec, plan, training: TrainingOptions | None = None, rollout: Ro
         kept = dict(awake)
         warnings.append("free_cache_engine=False: the engine keeps its weights and KV cache on the GPU through "
                         "old_log_prob, ref, the update and the weight sync")
-    elif r.name == "sglang" and level == 1:
+    elif r.name == "sglang" and (r.lora_as_adapter or r.sleep_level == 1):
         kept = {"engine_weights": eng.weights, **stays}
     else:
         kept = dict(stays)
