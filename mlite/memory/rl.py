@@ -211,7 +211,7 @@ def rl_estimate(spec, plan, training: TrainingOptions | None = None, rollout: Ro
                                   "forward_activations": fwd, "framework": framework}, sleeping_host)
     ph["actor_update"] = phase("actor_update", {**kept, "actor_training_peak": act.peak, "ref_params": ref_gpu,
                                                 "framework": framework}, sleeping_host)
-    bucket = r.update_weights_bucket_megabytes * 1024**2
+    bucket = min(r.update_weights_bucket_megabytes * 1024**2, spec.total * 2)  # a small model fills less than one
     sync_kv = {"kv_cache": max(0.0, eng.kv)} if not r.free_cache_engine and eng.kv > 0 else {}
     sync_engine = {"engine_weights": eng.weights, **stays, **sync_kv} if eng.kv > 0 else dict(awake)
     ph["weight_sync"] = phase("weight_sync", {**sync_engine, "actor_params": act.params, "actor_resident": idle_other,
@@ -235,8 +235,8 @@ def rl_estimate(spec, plan, training: TrainingOptions | None = None, rollout: Ro
             warnings.append(f"each of the {instances} engine instances gets {demand} sequences of P + R = "
                             f"{r.seq_tokens} tokens but runs at most {cap} at once (KV holds "
                             f"{kvd['max_concurrent_seqs']}, max_num_seqs {r.max_num_seqs}): generation runs in waves"
-                            + (" and vLLM preempts" if kvd["max_concurrent_seqs"] < min(demand, r.max_num_seqs)
-                               else ""))
+                            + (f" and {r.name} preempts or queues requests"
+                               if kvd["max_concurrent_seqs"] < min(demand, r.max_num_seqs) else ""))
     if r.tensor_model_parallel_size > o.gpus_per_node:
         warnings.append(f"rollout TP {r.tensor_model_parallel_size} spans nodes ({o.gpus_per_node} GPUs per node)")
     for name, p in ph.items():
