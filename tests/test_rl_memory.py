@@ -482,3 +482,41 @@ def test_unresolved_launcher_values_are_left_out_not_fatal():
     kw = rollout_kwargs({"actor_rollout_ref.rollout.tensor_model_parallel_size": "$ROLLOUT_TP",
                          "actor_rollout_ref.rollout.n": 4}, problems=problems)
     assert kw == {"n": 4} and len(problems) == 1 and "tensor_model_parallel_size" in problems[0]
+
+
+# ------------------------------------------------------------------------------------------------ the widget
+def _rl_view(**rollout):
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+    from widgets.rl_view import RLView
+
+    planner = MeshPlanner("Qwen3-8B", ngpu=8, tp=2)
+    memory = MemoryView(planner, gpu="H100")
+    return planner, memory, RLView(memory, **rollout)
+
+
+def test_rl_view_follows_the_memory_view_and_agrees_with_the_cli():
+    planner, memory, rl = _rl_view(tensor_model_parallel_size=2, prompt_length=512, response_length=1024, n=8,
+                                   train_batch_size=128, max_model_len=1536)
+    assert rl.errors.message == ""
+    e = rl.estimate
+    want = rl_estimate(planner.spec, planner.plan, replace(memory.options(), seq_len=1536), rl.rollout_options())
+    assert e.to_dict() == want.to_dict()
+    svg = rl.chart.value
+    assert svg.count('class="mlite-rl-bar') == len(e.phases)
+    assert svg.count("mlite-rl-oom") == sum(not e.phase_fits(n) for n in e.phases)
+    # the view's command line prints the same document
+    cmd = rl.command().split()
+    assert cmd[:2] == ["mlite", "rl-memory"]
+    res = run_cli(*cmd[1:], "--json")
+    assert res.rc in (0, 1), res.err
+    assert res.json() == e.to_dict()
+    # ticking param_offload in the memory view moves the actor's weights off the rollout phase
+    before = e.phases["rollout"].gpu_total
+    memory.set(param_offload=True)
+    assert rl.estimate.phases["rollout"].gpu_total < before
+    # a knob under verl's name re-estimates; bad input shows one line inline, no traceback
+    rl.set(gpu_memory_utilization=0.3)
+    assert rl.estimate.rollout.gpu_memory_utilization == 0.3
+    rl.set(tensor_model_parallel_size=16)
+    assert "--rollout-tp 16 must divide --ngpu 8" in rl.errors.message and rl.estimate is None
