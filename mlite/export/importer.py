@@ -95,6 +95,14 @@ class ImportedLauncher:
         return resolve(spec, self.ngpu, self.parallel, seq_len=seq, gpus_per_node=self.gpus_per_node,
                        auto_uneven=True), ref
 
+    @property
+    def rollout(self) -> dict:
+        """The rollout knobs the launcher sets, as :class:`~mlite.memory.rl_options.RolloutOptions` keyword
+        arguments (:mod:`mlite.memory.rl_keys`; values that did not resolve are left out)."""
+        from ..memory.rl_keys import rollout_kwargs
+
+        return rollout_kwargs({o.key: o.value for o in self.overrides}, problems=[])
+
     def to_dict(self, config: str | None = None) -> dict:
         """The ``mlite import-launcher --json`` document: ``ngpu``, the mesh keys as ``mlite mesh`` prints them,
         ``warnings`` (the planner's and the import's), and what was read."""
@@ -124,7 +132,7 @@ class ImportedLauncher:
         out.update({
             "nnodes": self.nnodes, "gpus_per_node": self.gpus_per_node, "target": self.target,
             "entry": self.entry, "config_name": self.config_name, "model_path": self.model_path,
-            "model_config": ref, "options": self.options,
+            "model_config": ref, "options": self.options, "rollout": self.rollout,
             "launcher_rule": {"used": self.launcher_rule, "dp": int(ldp) if ldp.is_integer() else round(ldp, 3)},
             "unresolved": self.unresolved, "ignored": self.ignored, "source": self.source,
         })

@@ -92,3 +92,66 @@ def test_bad_path_shows_one_line_inline(page, lab):
     view.locator(".mlite-model-select select").select_option("tiny-moe")
     _assert_card(view.locator(".mlite-model-total"), from_hf_config("tiny-moe").total)
     expect(error).to_be_hidden()
+
+
+def test_rl_section_bars_follow_the_rollout_knobs(page):
+    """The RL section: one bar per phase with the bytes rl_estimate computes for the page's model, mesh and knobs;
+    the phases that do not fit are red; changing rollout.tensor_model_parallel_size moves bytes between the engine's
+    weights and its KV cache inside vLLM's fixed share."""
+    from mlite.memory import TrainingOptions
+    from mlite.memory.rl import rl_estimate
+    from mlite.memory.rl_options import RolloutOptions
+    from mlite.mesh import ParallelConfig, resolve
+
+    open_notebook(page, "01_plan.ipynb")
+    run_all_cells(page)
+    planner = page.locator(".mlite-planner")
+    fields = ("tp", "pp", "vpp", "cp", "ep", "etp")
+    mesh = {f: int(planner.locator(f".mlite-planner-{f} select").input_value()) for f in fields}
+    ngpu = int(planner.locator(".mlite-planner-ngpu input").input_value())
+    spec = from_hf_config(page.locator(".mlite-model-explorer .mlite-model-select select").input_value())
+    gib = float(page.locator(".mlite-memory .mlite-memory-gpu_memory_gib input").input_value())
+    view = page.locator(".mlite-rl")
+    expect(view).to_be_visible()
+    knob = lambda name: int(view.locator(f".mlite-rl-{name} input").input_value())
+    p_len, r_len = knob("prompt_length"), knob("response_length")
+
+    def oracle(tp):
+        r = RolloutOptions(tensor_model_parallel_size=tp, prompt_length=p_len, response_length=r_len, n=knob("n"),
+                           train_batch_size=knob("train_batch_size"))
+        o = TrainingOptions(seq_len=p_len + r_len, gpu_memory_gib=gib)
+        return rl_estimate(spec, resolve(spec, ngpu, ParallelConfig(**mesh), seq_len=planner_seq), o, r)
+
+    planner_seq = int(planner.locator(".mlite-planner-seq_len input").first.input_value())
+    tp0 = int(view.locator(".mlite-rl-tensor_model_parallel_size select").input_value())
+    est = oracle(tp0)
+    bars = view.locator(".mlite-rl-chart g.mlite-rl-bar")
+    expect(bars).to_have_count(len(est.phases))
+    for name, ph in est.phases.items():
+        bar = view.locator(f'.mlite-rl-chart g.mlite-rl-bar[data-phase="{name}"]')
+        expect(bar).to_have_attribute("data-bytes", str(round(ph.gpu_total)))
+        expect(bar).to_have_attribute("data-fits", str(est.phase_fits(name)).lower())
+    failing = [n for n in est.phases if not est.phase_fits(n)]
+    expect(view.locator(".mlite-rl-chart g.mlite-rl-oom")).to_have_count(len(failing))
+    expect(view.locator(".mlite-rl-fits .mlite-figure-value")).to_have_text("fits" if est.fits else "does NOT fit")
+    expect(view.locator(".mlite-rl-peak .mlite-figure-value")).to_have_text(est.peak_phase)
+    expect(view.locator(".mlite-rl-kv .mlite-figure-value")).to_have_text(f"{est.kv_cache()['tokens']:,} tokens")
+    hosts = view.locator(".mlite-rl-chart g.mlite-rl-host-bar")
+    expect(hosts).to_have_count(len(est.phases))
+
+    other = 8 if tp0 != 8 else 4
+    view.locator(".mlite-rl-tensor_model_parallel_size select").select_option(str(other))
+    after = oracle(other)
+    before_w, after_w = (x.phases["rollout"].gpu["engine_weights"] for x in (est, after))
+    assert round(after_w) != round(before_w)
+    rollout = view.locator('.mlite-rl-chart g.mlite-rl-bar[data-phase="rollout"]')
+    expect(rollout.locator("rect.mlite-rl-seg-engine_weights")).to_have_attribute("data-bytes", str(round(after_w)))
+    expect(rollout.locator("rect.mlite-rl-seg-kv_cache")).to_have_attribute(
+        "data-bytes", str(round(after.phases["rollout"].gpu["kv_cache"])))
+    expect(rollout).to_have_attribute("data-bytes", str(round(after.phases["rollout"].gpu_total)))
+    expect(view.locator(".mlite-rl-kv .mlite-figure-value")).to_have_text(f"{after.kv_cache()['tokens']:,} tokens")
+    expect(view.locator(".mlite-rl-command")).to_contain_text(f"--rollout-tp {other}")
+    expect(view.locator(".mlite-error")).to_be_hidden()
+    cell = page.locator(".jp-CodeCell").filter(has=view)
+    cell.scroll_into_view_if_needed()
+    shot(page, "01_plan_rl", cell)

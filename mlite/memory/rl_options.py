@@ -1,0 +1,124 @@
+"""``RolloutOptions``: the rollout engine, its memory knobs and the RL batch of one verl GRPO/PPO step.
+
+Field names follow verl's ``actor_rollout_ref.rollout.*`` / ``data.*`` keys (``mlite.memory.rl_keys`` maps them);
+the defaults are verl's (``verl/trainer/config/rollout/rollout.yaml``). The figures marked "documented guess" are
+not in any engine's code: they are what the engines' start-up logs typically show, kept as fields so that a
+measured figure can replace them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import MliteError
+
+ROLLOUT_NAMES = ("vllm", "sglang")
+ROLLOUT_MODES = ("hybrid", "colocated")
+REF_MODES = ("colocated", "none")
+
+
+@dataclass(kw_only=True)
+class RolloutOptions:
+    """The rollout engine and the RL batch (verl names)."""
+
+    name: str = "vllm"
+    """Rollout engine (``actor_rollout_ref.rollout.name``): ``vllm`` or ``sglang``."""
+    tensor_model_parallel_size: int = 2
+    """Rollout TP (``rollout.tensor_model_parallel_size``): GPUs per engine instance."""
+    gpu_memory_utilization: float = 0.5
+    """vLLM: share of TOTAL device memory for the whole instance; SGLang: ``mem_fraction_static``, the share of
+    the memory FREE at engine start for weights + KV (verl passes this one key to both)."""
+    free_cache_engine: bool = True
+    """``rollout.free_cache_engine``: sleep the engine after generation (False keeps weights and KV on the GPU)."""
+    sleep_level: int | None = None
+    """Sleep level (1: weights to host RAM, KV freed; 2: both freed); None: verl's choice for ``mode``."""
+    mode: str = "hybrid"
+    """verl rollout mode: ``hybrid`` (sync GRPO/PPO, sleep level 2) or ``colocated`` (level 1)."""
+    lora_as_adapter: bool = False
+    """A LoRA adapter is synced instead of full weights (verl then uses sleep level 1)."""
+    mtp_rollout: bool = False
+    """MTP speculative decoding in the rollout (verl then uses sleep level 1)."""
+    prompt_length: int = 512
+    """``data.max_prompt_length`` (P)."""
+    response_length: int = 512
+    """``data.max_response_length`` (R)."""
+    n: int = 1
+    """``rollout.n``: responses per prompt (K; GRPO group size)."""
+    train_batch_size: int = 256
+    """``data.train_batch_size``: prompts per step (B); B x K sequences are generated."""
+    max_model_len: int | None = None
+    """``rollout.max_model_len``; None: the model's ``max_position_embeddings`` (what verl's vLLM server sets)."""
+    max_num_batched_tokens: int = 8192
+    """``rollout.max_num_batched_tokens``: tokens of vLLM's profiling forward (and SGLang's chunked prefill)."""
+    max_num_seqs: int = 256
+    """``rollout.max_num_seqs``: sequences one engine runs at once (the sampler is profiled at this batch)."""
+    dtype: str = "bfloat16"
+    """``rollout.dtype``: weight dtype of the engine."""
+    kv_cache_dtype: str = "bfloat16"
+    """KV-cache dtype (vLLM ``kv_cache_dtype``; ``fp8`` halves the bytes per token)."""
+    enforce_eager: bool = False
+    """``rollout.enforce_eager``: no CUDA graphs (no graph reserve)."""
+    cuda_graph_gib: float = 1.0
+    """CUDA-graph memory per GPU when graphs are captured (documented guess; vLLM logs it as "took X GiB")."""
+    engine_overhead_gib: float = 1.0
+    """Engine memory outside its weights, KV and activations: NCCL / custom all-reduce buffers, CUDA context of
+    the engine's worker (documented guess)."""
+    update_weights_bucket_megabytes: int = 2048
+    """``rollout.checkpoint_engine.update_weights_bucket_megabytes``: one bucket of the weight sync."""
+    ref: str = "colocated"
+    """Reference model: ``colocated`` (on the actor's GPUs, used for the KL term) or ``none``."""
+    ref_param_offload: bool = False
+    """``actor_rollout_ref.ref.megatron.param_offload`` (or ``fsdp_config``): reference weights on the host
+    between its forward passes."""
+    host_process_gib: float = 4.0
+    """Host RAM of one GPU's worker process before any offload (Python, CUDA/NCCL host state, Ray worker;
+    documented guess)."""
+    host_mem_gib: float | None = None
+    """Host RAM per node to check against (``--host-mem``); None: not checked."""
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`MliteError` naming the first bad field."""
+        if self.name not in ROLLOUT_NAMES:
+            raise MliteError(f"rollout name must be vllm or sglang, got {self.name!r}")
+        if self.mode not in ROLLOUT_MODES:
+            raise MliteError(f"rollout mode must be hybrid or colocated, got {self.mode!r}")
+        if self.ref not in REF_MODES:
+            raise MliteError(f"ref must be colocated or none, got {self.ref!r}")
+        for f in ("tensor_model_parallel_size", "prompt_length", "response_length", "n", "train_batch_size",
+                  "max_num_batched_tokens", "max_num_seqs", "update_weights_bucket_megabytes"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise MliteError(f"{f} must be a positive integer, got {v!r}")
+        if self.max_model_len is not None and (not isinstance(self.max_model_len, int) or self.max_model_len < 1):
+            raise MliteError(f"max_model_len must be a positive integer, got {self.max_model_len!r}")
+        u = self.gpu_memory_utilization
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < float(u) <= 1.0:
+            raise MliteError(f"gpu_memory_utilization / mem_fraction_static must be in (0, 1], got {u!r}")
+        if self.sleep_level not in (None, 1, 2):
+            raise MliteError(f"sleep_level must be 1 or 2, got {self.sleep_level!r}")
+        for f in ("cuda_graph_gib", "engine_overhead_gib", "host_process_gib"):
+            if getattr(self, f) < 0:
+                raise MliteError(f"{f} must be >= 0, got {getattr(self, f)}")
+        if self.host_mem_gib is not None and self.host_mem_gib <= 0:
+            raise MliteError(f"host_mem_gib (--host-mem) must be positive, got {self.host_mem_gib}")
+
+    @property
+    def resolved_sleep_level(self) -> int:
+        """The level verl sleeps the engine at: hybrid mode 2, or 1 with MTP rollout or a LoRA adapter
+        (``vLLMHttpServer._resolve_sleep_level``); colocated mode 1; ``sleep_level`` overrides."""
+        if self.sleep_level is not None:
+            return self.sleep_level
+        if self.mode == "colocated" or self.mtp_rollout or self.lora_as_adapter:
+            return 1
+        return 2
+
+    @property
+    def seq_tokens(self) -> int:
+        """Tokens of one generated sequence (P + R)."""
+        return self.prompt_length + self.response_length
+
+    def to_dict(self) -> dict:
+        return asdict(self)
