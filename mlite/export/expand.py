@@ -1,6 +1,7 @@
 """Expansion for :mod:`mlite.export.shell`: ``$X``, ``${X}``, ``${X:-default}`` (nested), ``${X-d}``,
 ``${X:=d}``, ``${X:+w}``, ``${X:?msg}``, ``"${ARR[@]}"``, ``$((NNODES * 8))``, ``"$@"`` (no extra arguments), quotes and
-backslashes. Unknown variables and ``$(...)`` stay in the text and are reported, with the variables each value was
+backslashes, and bash's field splitting of unquoted expansions (``${ENGINE_CONFIG}`` holding several overrides,
+``${ENTRYPOINT}`` holding ``-m verl.trainer.sft_trainer``). Unknown variables and ``$(...)`` stay in the text and are reported, with the variables each value was
 computed from (so a warning can name the override they reach).
 """
 
@@ -13,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SPLIT = "\x00"
+"""Marks where an unquoted expansion's whitespace splits a word into several (bash's field splitting)."""
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
         ast.Pow: operator.pow}
@@ -101,7 +104,10 @@ class Shell:
             return list(v) if isinstance(v, list) else [v]
         if raw in ('"$@"', "$@", '"$*"', "$*", '"${@}"'):
             return []
-        return [self._expand_text(raw, quoted=False)]
+        out = self._expand_text(raw, quoted=False)
+        if SPLIT in out or (not out and "$" in raw and not re.search("[\"']", raw)):
+            return [w for w in out.split(SPLIT) if w]  # an unquoted expansion: split on whitespace, empty -> none
+        return [out]
 
     def _expand_text(self, s: str, quoted: bool) -> str:
         out, i = [], 0
@@ -131,14 +137,17 @@ class Shell:
                 out.append(nxt if (not quoted or nxt in '$`"\\') else "\\" + nxt)
                 i += 2
             elif c == "$":
-                text, i = self._dollar(s, i)
+                start = i
+                text, i = self._dollar(s, i, quoted)
+                if not quoted and (not s.startswith("$(", start) or s.startswith("$((", start)):
+                    text = re.sub(r"[ \t\n]+", SPLIT, text)
                 out.append(text)
             else:
                 out.append(c)
                 i += 1
         return "".join(out)
 
-    def _dollar(self, s: str, i: int) -> tuple[str, int]:
+    def _dollar(self, s: str, i: int, quoted: bool = False) -> tuple[str, int]:
         if s.startswith("$((", i):
             j = _match(s, i + 1, "(", ")")
             inner = s[i + 3:j - 1]
@@ -168,7 +177,7 @@ class Shell:
             return s[i:j + 1], j + 1
         if s.startswith("${", i):
             j = _match(s, i + 1, "{", "}")
-            return self._brace(s[i + 2:j]), j + 1
+            return self._brace(s[i + 2:j], quoted), j + 1
         m = _NAME.match(s, i + 1)
         if m:
             v = self._value(m.group(0))
@@ -184,7 +193,7 @@ class Shell:
         v = self.lookup(name)
         return " ".join(v) if isinstance(v, list) else v
 
-    def _brace(self, body: str) -> str:
+    def _brace(self, body: str, quoted: bool = False) -> str:
         if body.startswith("#"):
             v = self.vars.get(body[1:].split("[")[0])
             return str(len(v) if isinstance(v, list) else len(v or ""))
@@ -201,14 +210,14 @@ class Shell:
             v = v[0] if v else ""
         empty = v is None or (op or "").startswith(":") and v == ""
         if op in (":-", "-"):
-            return self._expand_text(word, quoted=False) if (v is None if op == "-" else empty) else v
+            return self._expand_text(word, quoted=quoted) if (v is None if op == "-" else empty) else v
         if op in (":=", "="):
             if v is None if op == "=" else empty:
-                v = self._expand_text(word, quoted=False)
+                v = self._expand_text(word, quoted=quoted).replace(SPLIT, " ")
                 self.assign(name, v)
             return v
         if op in (":+", "+"):
-            return "" if (v is None if op == "+" else empty) else self._expand_text(word, quoted=False)
+            return "" if (v is None if op == "+" else empty) else self._expand_text(word, quoted=quoted)
         if v is None:
             self.unresolved.add(name)
             return "${" + name + "}"

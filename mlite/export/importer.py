@@ -160,7 +160,7 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         source = str(src)
     else:
         source = str(src or "<text>")
-    res = run_script(text, env)
+    res = run_script(text, env, path=None if source.startswith("<") else Path(source).expanduser())
     if not res.launches:
         raise MliteError(f"{source}: no verl launch line found (expected python3 -m verl.trainer.main_ppo or "
                          "torchrun ... verl.trainer.sft_trainer with Hydra overrides)")

@@ -1,17 +1,30 @@
-"""Run the reader of :mod:`mlite.export.shell` over a launcher: assignments in order, ``case`` branches, and the
-verl launch line(s) with every word expanded. Nothing is executed."""
+"""Run the reader of :mod:`mlite.export.shell` over a launcher: assignments in order, ``case`` branches, ``source`` /
+``.`` / ``exec`` / ``bash`` of a sibling script (read in the same shell), and the verl launch line(s) with every word
+expanded. Nothing is executed.
+
+A ``case`` whose selector comes from a command substitution (``DEVICE=$(python3 -c 'import torch_npu' ... && echo
+npu || echo gpu)``) takes the ``gpu`` branch and says so in :attr:`ScriptResult.notes`."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from .expand import Shell, case_matches
+from pathlib import Path
+
+from .expand import SPLIT, Shell, case_matches
 from .shell import _ASSIGN, _BLOCK_OPEN, Command, lex
 
 ENTRY_MODULES = ("verl.trainer.main_ppo", "verl.trainer.sft_trainer", "verl.trainer.sft_trainer_ray",
                  "verl.trainer.fsdp_sft_trainer", "verl.trainer.main_ppo_v0")
-"""verl entry points whose arguments are Hydra overrides."""
+"""verl entry points whose arguments are Hydra overrides (more are recognised by :data:`ENTRY_PATTERN` after ``-m``)."""
+ENTRY_PATTERN = re.compile(r"(verl\.trainer\.[\w.]+|verl\.experimental\.[\w.]+|recipe\.\w+(\.\w+)*\.main_\w+)")
+"""Other verl entry points launched with ``-m``: trainers, ``verl.experimental...`` mains, recipes'
+``recipe.<name>.main_<name>``."""
+GPU_BRANCH = "gpu"
+"""The ``case`` word used when the selector is a command substitution (a device probe)."""
+_FOLLOW = ("source", ".", "exec", "bash", "sh")
+_MAX_DEPTH = 4
 
 _PREFIX_WORDS = {"exec", "command", "env", "nohup", "time", "builtin"}
 _DECL = {"export", "declare", "local", "readonly", "typeset"}
@@ -50,7 +63,17 @@ class ScriptResult:
     block_assignments: set = field(default_factory=set)
     """Variables assigned only inside blocks that were not run (``if``, loops, functions)."""
     notes: list[str] = field(default_factory=list)
-    """Things the reader did not follow (``source``, unresolved ``case`` words)."""
+    """Things the reader did, or did not follow (``source``, ``case`` words it chose or could not resolve)."""
+    unfollowed: list[str] = field(default_factory=list)
+    """Scripts it was asked to read (``source``, ``exec``) but could not: ``FILE (why)``."""
+    followed: list[str] = field(default_factory=list)
+    """Sibling scripts it read."""
+    prints: list[str] = field(default_factory=list)
+    """What ``echo`` / ``printf`` commands outside blocks print (to tell a stub that only prints)."""
+    commands: int = 0
+    """Commands other than assignments, ``set``, ``export``, ``echo``, ``exit`` outside blocks."""
+    skipped: list[Command] = field(default_factory=list)
+    """Commands inside blocks that were not run (searched for a launch line when there is none outside)."""
 
 
 def _is_assign(w) -> bool:
@@ -62,11 +85,19 @@ def _assign(sh: Shell, w) -> str:
     if isinstance(w, tuple):
         name, elems = w
         parts = [p for e in elems for p in sh.expand_each(e)]
-        sh.assign(name, [v for v, _, _ in parts], taint=[t for _, t, _ in parts], deps=[d for _, _, d in parts])
+        values, taint, deps = [v for v, _, _ in parts], [t for _, t, _ in parts], [d for _, _, d in parts]
+        if name.endswith("+"):  # ARR+=( ... ): append
+            name = name[:-1]
+            old = sh.vars.get(name)
+            old = old if isinstance(old, list) else ([old] if old else [])
+            n = len(old)
+            pad = lambda store: (store.get(name) if isinstance(store.get(name), list) else [set()] * n)[:n]  # noqa: E731
+            values, taint, deps = old + values, pad(sh.taint) + taint, pad(sh.deps) + deps
+        sh.assign(name, values, taint=taint, deps=deps)
         return name
     m = _ASSIGN.match(w)
     name, append, raw = m.group(1), m.group(2), w[m.end():]
-    val = sh._expand_text(raw, quoted=False)
+    val = sh._expand_text(raw, quoted=False).replace(SPLIT, " ")
     if append and isinstance(sh.vars.get(name), list):
         sh.assign(name, sh.vars[name] + [val])
     else:
@@ -89,18 +120,46 @@ def _find_launch(sh: Shell, cmd: Command, in_block: bool) -> Launch | None:
     while words and (set(words[0]) == {"+"} or words[0] in _PREFIX_WORDS):
         words, unres, used = words[1:], unres[1:], used[1:]
     for k, w in enumerate(words):
-        if w in ENTRY_MODULES:
+        if w in ENTRY_MODULES or (k and words[k - 1] == "-m" and ENTRY_PATTERN.fullmatch(w)):
             return Launch(words=words, unresolved=unres, used=used, entry=k, line=cmd.line, in_block=in_block)
     return None
 
 
-def run_script(text: str, env: dict | None = None) -> ScriptResult:
-    """Read ``text`` (a script, or a resolved command line) with ``env`` as the only outside variables."""
+def run_script(text: str, env: dict | None = None, *, path: str | Path | None = None) -> ScriptResult:
+    """Read ``text`` (a script, or a resolved command line) with ``env`` as the only outside variables; ``path`` (the
+    file ``text`` came from) lets ``source`` / ``exec`` of a sibling script be followed."""
     res = ScriptResult(shell=Shell(vars=dict(env or {})))
+    _run(res, text, Path(path) if path else None, 0)
+    if not res.launches:
+        for cmd in res.skipped:
+            launch = _find_launch(res.shell, Command([w for w in cmd.words if not _is_assign(w)] or cmd.words,
+                                                    line=cmd.line), in_block=True)
+            if launch:
+                res.launches.append(launch)
+    return res
+
+
+def _sibling(sh: Shell, words: list, here: Path | None) -> tuple[Path | None, str]:
+    """The script a ``source`` / ``exec`` word names, resolved next to ``here``: ``(path or None, shown name)``."""
+    raw = words[1] if len(words) > 1 and isinstance(words[1], str) else ""
+    if raw in ("-c", "-e", "-x", "-u") or raw.startswith("-"):
+        raw = next((w for w in words[2:] if isinstance(w, str) and not w.startswith("-")), "")
+    if not raw:
+        return None, ""
+    # $(dirname "$0"), $(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd): the script's own folder
+    raw = re.sub(r"\$\((cd\s+)?[\"']?\$\(dirname[^)]*\)[\"']?(\s*(&&|;)\s*pwd)?\)|\$\(dirname[^)]*\)", ".", raw)
+    sh.unresolved = set()
+    name = (sh.expand(raw) or [""])[0]
+    if sh.unresolved or not name or here is None:
+        return None, name or raw
+    p = Path(name).expanduser()
+    return (p if p.is_absolute() else here.parent / p), name
+
+
+def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
     sh = res.shell
     depth = 0
     cases: list[dict] = []
-    skipped: list[Command] = []
     for cmd in lex(text):
         words = list(cmd.words)
         if words and isinstance(words[0], tuple) and words[0][0] == "__pattern__":
@@ -114,7 +173,10 @@ def run_script(text: str, env: dict | None = None) -> ScriptResult:
         first = words[0] if isinstance(words[0], str) else None
         if first == "esac" and depth == 0:
             if cases:
-                cases.pop()
+                cs = cases.pop()
+                if cs.get("guess") and not cs["matched"]:
+                    res.notes.append(f"line {cs['line']}: no '{GPU_BRANCH}' branch in the case on {cs['raw']}; "
+                                     "no branch was read")
             continue
         inactive = any(not cs["active"] for cs in cases)
         if depth or inactive:
@@ -123,8 +185,8 @@ def run_script(text: str, env: dict | None = None) -> ScriptResult:
             elif first in ("fi", "done", "}") and depth:
                 depth -= 1
             if depth and not inactive:
-                skipped.append(Command(words, skipped=True, line=cmd.line))
-                res.block_assignments |= {w[0] if isinstance(w, tuple) else _ASSIGN.match(w).group(1)
+                res.skipped.append(Command(words, skipped=True, line=cmd.line))
+                res.block_assignments |= {w[0].rstrip("+") if isinstance(w, tuple) else _ASSIGN.match(w).group(1)
                                           for w in words if _is_assign(w)}
             if first == "case" and inactive:
                 cases.append({"word": None, "matched": True, "active": False})
@@ -132,17 +194,11 @@ def run_script(text: str, env: dict | None = None) -> ScriptResult:
                 cases.pop()
             continue
         if first == "case":
-            sh.unresolved = set()
-            word = sh.expand(words[1])[0] if len(words) > 1 else ""
-            if sh.unresolved:
-                res.notes.append(f"line {cmd.line}: case on {words[1]} could not be resolved "
-                                 f"({', '.join(sorted(sh.unresolved))}); no branch was read")
-                word = None
-            cases.append({"word": word, "matched": False, "active": False})
+            cases.append(_case(res, words, cmd.line))
             continue
         if first in _BLOCK_OPEN or first == "{" or (first == "function" and "{" in words):
             depth += 1
-            skipped.append(Command(words, skipped=True, line=cmd.line))
+            res.skipped.append(Command(words, skipped=True, line=cmd.line))
             continue
         if first in _DECL:
             for w in words[1:]:
@@ -159,19 +215,65 @@ def run_script(text: str, env: dict | None = None) -> ScriptResult:
                 if isinstance(w, str):
                     sh.vars.pop(w, None)
             continue
-        if words[0] in ("source", "."):
-            res.notes.append(f"line {cmd.line}: '{words[0]} {words[1] if len(words) > 1 else ''}' was not followed")
+        if words[0] in ("echo", "printf"):
+            sh.unresolved = set()
+            res.prints.append(" ".join(x for w in words[1:] if isinstance(w, str) for x in sh.expand(w)))
+            continue
+        if words[0] in ("set", "exit", "cd", "mkdir", "pushd", "popd", "trap", "shopt", "ulimit", "true", ":"):
             continue
         launch = _find_launch(sh, Command(words, line=cmd.line), in_block=False)
         if launch:
             res.launches.append(launch)
-    if not res.launches:
-        for cmd in skipped:
-            launch = _find_launch(sh, Command([w for w in cmd.words if not _is_assign(w)] or cmd.words,
-                                              line=cmd.line), in_block=True)
-            if launch:
-                res.launches.append(launch)
-    return res
+            res.commands += 1
+            continue
+        if words[0] in _FOLLOW or (words[0] == "exec" and len(words) > 1 and words[1] in ("bash", "sh")):
+            follow = words[1:] if words[0] == "exec" and len(words) > 1 and words[1] in ("bash", "sh") else words
+            _follow(res, follow, here, level, cmd.line)
+            continue
+        res.commands += 1
+
+
+def _case(res: ScriptResult, words: list, line: int) -> dict:
+    """The state of a ``case``: its word, or the GPU branch when the word is a command substitution's output."""
+    sh = res.shell
+    sh.unresolved = set()
+    raw = words[1] if len(words) > 1 and isinstance(words[1], str) else ""
+    expanded = sh.expand(raw) if raw else []
+    word = expanded[0] if expanded else ""
+    cs = {"word": word, "matched": False, "active": False, "line": line, "raw": raw}
+    if not sh.unresolved:
+        return cs
+    subs = sorted(u for u in sh.unresolved if u.startswith("$(") and not u.startswith("$(("))
+    if subs and sh.unresolved == set(subs):
+        m = re.fullmatch(r'"?\$\{?([A-Za-z_]\w*)\}?"?', raw)
+        if m:  # later tests of the same variable agree with the branch taken
+            sh.assign(m.group(1), GPU_BRANCH, taint=set(), deps=set())
+        res.notes.append(f"line {line}: case on {raw} depends on {subs[0]}, which is not run: took the "
+                         f"'{GPU_BRANCH}' branch" + (f" (pass --env {m.group(1)}=... for another)" if m else ""))
+        cs.update(word=GPU_BRANCH, guess=True)
+        return cs
+    res.notes.append(f"line {line}: case on {raw} could not be resolved ({', '.join(sorted(sh.unresolved))}); no "
+                     "branch was read")
+    cs["word"] = None
+    return cs
+
+
+def _follow(res: ScriptResult, words: list, here: Path | None, level: int, line: int) -> None:
+    """Read a sibling script named by ``source`` / ``.`` / ``exec`` / ``bash`` in the same shell."""
+    target, shown = _sibling(res.shell, words, here)
+    verb = words[0]
+    if target is None or level >= _MAX_DEPTH:
+        why = "its path could not be expanded" if target is None else "too deeply nested"
+        res.unfollowed.append(f"{shown or '?'} ({why})")
+        res.notes.append(f"line {line}: '{verb} {shown}' was not followed ({why})")
+        return
+    if not target.is_file():
+        res.unfollowed.append(f"{target} (no such file)")
+        res.notes.append(f"line {line}: '{verb} {shown}' was not followed (no such file: {target})")
+        return
+    res.followed.append(str(target))
+    res.notes.append(f"line {line}: read {target} ('{verb}')")
+    _run(res, target.read_text(encoding="utf-8", errors="replace"), target, level + 1)
 
 
 def uses_launcher_rule(text: str) -> bool:

@@ -211,7 +211,7 @@ class _Lexer:
                 continue
             w = self.read_word()
             if self.peek() == "(" and re.fullmatch(r"[A-Za-z_]\w*\+?=", w):
-                words.append((w.rstrip("=").rstrip("+"), self.read_array()))
+                words.append((w.rstrip("="), self.read_array()))  # "NAME+" appends
                 continue
             if not w:
                 if self.i < len(self.s) and self.peek() not in " \t\n":
