@@ -58,6 +58,8 @@ class Shell:
     """Variables read during the last :meth:`expand` (with the variables their values came from)."""
     deps: dict = field(default_factory=dict)
     """Name -> variables its value was computed from (one set per element for arrays)."""
+    required: dict = field(default_factory=dict)
+    """Name -> message of a ``${NAME:?message}`` whose variable was unset or empty (the script would stop there)."""
 
     def lookup(self, name: str):
         """A variable's value (str or list, None when unset); its taint joins :attr:`unresolved`."""
@@ -218,6 +220,9 @@ class Shell:
             return v
         if op in (":+", "+"):
             return "" if (v is None if op == "+" else empty) else self._expand_text(word, quoted=quoted)
+        if op in (":?", "?") and (v is None if op == "?" else empty):
+            self.required.setdefault(name, self._expand_text(word, quoted=True).replace(SPLIT, " "))
+            return v or ""
         if v is None:
             self.unresolved.add(name)
             return "${" + name + "}"

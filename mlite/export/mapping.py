@@ -108,7 +108,11 @@ def read_options(ovs, *, backend: str, is_sft: bool):
     def get(key, default=None):
         if key in by:
             used.add(key)
-            return by[key]
+            v = by[key]
+            if isinstance(v, str) and ("${" in v or "$(" in v):  # could not be expanded: unresolved, not a value
+                w.append(f"{key}={v}: unresolved; not used")
+                return default
+            return v
         return default
 
     if is_sft:
@@ -157,8 +161,8 @@ def read_options(ovs, *, backend: str, is_sft: bool):
         if v is not None:
             opts["use_distributed_optimizer"] = bool(v)
         sp = get(f"{root}.sequence_parallel")
-        opts["sequence_parallel"] = bool(sp) if sp is not None else bool((get(f"{root}.tensor_model_parallel_size")
-                                                                         or 1) > 1)
+        tp = get(f"{root}.tensor_model_parallel_size")
+        opts["sequence_parallel"] = bool(sp) if sp is not None else isinstance(tp, int) and tp > 1
         pao = get(f"{optim}.use_precision_aware_optimizer", get(f"{oc}.use_precision_aware_optimizer"))
         if pao:
             for k in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):

@@ -72,6 +72,8 @@ class ScriptResult:
     """What ``echo`` / ``printf`` commands outside blocks print (to tell a stub that only prints)."""
     commands: int = 0
     """Commands other than assignments, ``set``, ``export``, ``echo``, ``exit`` outside blocks."""
+    unset_commands: list[tuple[int, str]] = field(default_factory=list)
+    """``(line, variable)`` of commands whose first word is a variable that is not set (``$COMMAND ...``)."""
     skipped: list[Command] = field(default_factory=list)
     """Commands inside blocks that were not run (searched for a launch line when there is none outside)."""
 
@@ -219,13 +221,21 @@ def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
             sh.unresolved = set()
             res.prints.append(" ".join(x for w in words[1:] if isinstance(w, str) for x in sh.expand(w)))
             continue
-        if words[0] in ("set", "exit", "cd", "mkdir", "pushd", "popd", "trap", "shopt", "ulimit", "true", ":"):
+        if words[0] == ":":  # ': "${X:=default}"', ': "${X:?message}"': only the expansion's side effects
+            for w in words[1:]:
+                if isinstance(w, str):
+                    sh.expand(w)
+            continue
+        if words[0] in ("set", "exit", "cd", "mkdir", "pushd", "popd", "trap", "shopt", "ulimit", "true"):
             continue
         launch = _find_launch(sh, Command(words, line=cmd.line), in_block=False)
         if launch:
             res.launches.append(launch)
             res.commands += 1
             continue
+        m = re.fullmatch(r'"?\$\{?([A-Za-z_]\w*)\}?"?', words[0]) if isinstance(words[0], str) else None
+        if m and sh.vars.get(m.group(1)) is None and len(words) > 1:
+            res.unset_commands.append((cmd.line, m.group(1)))
         if words[0] in _FOLLOW or (words[0] == "exec" and len(words) > 1 and words[1] in ("bash", "sh")):
             follow = words[1:] if words[0] == "exec" and len(words) > 1 and words[1] in ("bash", "sh") else words
             _follow(res, follow, here, level, cmd.line)
