@@ -162,8 +162,28 @@ def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
     sh = res.shell
     depth = 0
     cases: list[dict] = []
+    status: bool | None = True  # of the last command run at the top level (None: a test that could not be read)
+    unknown_test = ""  # the test that made it None
     for cmd in lex(text):
         words = list(cmd.words)
+        if depth == 0 and not any(not cs["active"] for cs in cases):
+            if cmd.after == "&&" and status is False or cmd.after == "||" and status is True:
+                continue  # not run; the list's status stays
+            guess = cmd.after and status is None
+            if not cmd.after:
+                status, unknown_test = True, ""
+            if words and words[0] in ("[", "[[", "test"):
+                status = _test(sh, words, cmd.line)
+                if status is None:
+                    unknown_test = f"the test at line {cmd.line}"
+                continue
+            if guess and words and _is_assign(words[0]):
+                # run on a test that could not be read: what it assigns is unresolved, not a guess
+                for w in words:
+                    if _is_assign(w):
+                        name = _assign(sh, w)
+                        sh.taint[name] = {unknown_test or f"the test before line {cmd.line}"}
+                continue
         if words and isinstance(words[0], tuple) and words[0][0] == "__pattern__":
             if cases and depth == 0:
                 cs = cases[-1]
@@ -297,3 +317,34 @@ def uses_launcher_rule(text: str) -> bool:
         elif re.search(r"/\(\$?\{?tp\}?\*\$?\{?ep\}?\)", t):
             return True
     return False
+
+
+_INT_OPS = {"-gt": lambda a, b: a > b, "-ge": lambda a, b: a >= b, "-lt": lambda a, b: a < b,
+            "-le": lambda a, b: a <= b, "-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b}
+
+
+def _test(sh: Shell, words: list, line: int) -> bool | None:
+    """``[ A -gt B ]``, ``[ "$X" = y ]``, ``[ -z "$X" ]``, ``!``: True / False, None when an operand could not be
+    expanded or the test is not one of these."""
+    raw = [w for w in words[1:] if isinstance(w, str) and w not in ("]", "]]")]
+    neg = bool(raw) and raw[0] == "!"
+    raw = raw[1:] if neg else raw
+    sh.unresolved = set()
+    vals = [(sh.expand(w) or [""])[0] if re.search("[\"']", w) or "$" in w else w for w in raw]
+    if sh.unresolved:
+        return None
+    out = None
+    if len(vals) == 3 and vals[1] in _INT_OPS:
+        try:
+            out = _INT_OPS[vals[1]](int(vals[0]), int(vals[2]))
+        except ValueError:
+            return None
+    elif len(vals) == 3 and vals[1] in ("=", "==", "!="):
+        out = (vals[0] == vals[2]) == (vals[1] != "!=")
+    elif len(vals) == 2 and vals[0] in ("-z", "-n"):
+        out = (vals[1] == "") == (vals[0] == "-z")
+    elif len(vals) == 1:
+        out = vals[0] != ""
+    if out is None:
+        return None
+    return not out if neg else out
