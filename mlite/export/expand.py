@@ -136,7 +136,8 @@ class Shell:
                 i = j + 1
             elif c == "\\":
                 nxt = s[i + 1:i + 2]
-                out.append(nxt if (not quoted or nxt in '$`"\\') else "\\" + nxt)
+                if nxt != "\n":  # backslash-newline: a line continuation, quoted or not
+                    out.append(nxt if (not quoted or nxt in '$`"\\') else "\\" + nxt)
                 i += 2
             elif c == "$":
                 start = i

@@ -109,7 +109,7 @@ def _assign(sh: Shell, w) -> str:
 
 def _find_launch(sh: Shell, cmd: Command, in_block: bool) -> Launch | None:
     text = " ".join(w if isinstance(w, str) else w[0] for w in cmd.words)
-    if "verl" not in text and "${" not in text and "$" not in text:
+    if "verl" not in text and "recipe." not in text and "$" not in text:
         return None
     words, unres, used = [], [], []
     for w in cmd.words:
