@@ -18,10 +18,9 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-
 from conftest import REPO
+
 from mlite.cli import main
-from mlite.errors import MliteError
 from mlite.export import import_launcher
 from mlite.models import from_hf_config
 
@@ -162,12 +161,12 @@ def _mcore_config(spec, tp, pp, vpp, cp, ep, etp) -> str | None:
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    kw = dict(num_layers=spec.num_layers, hidden_size=spec.hidden_size, num_attention_heads=spec.num_attention_heads,
-              num_query_groups=spec.num_key_value_heads, tensor_model_parallel_size=tp,
-              pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp, context_parallel_size=cp,
-              expert_model_parallel_size=ep, expert_tensor_parallel_size=etp, pipeline_dtype=torch.bfloat16,
-              sequence_parallel=tp > 1, add_bias_linear=False,
-              ffn_hidden_size=spec.ffn_hidden_size or spec.moe_ffn_hidden_size)
+    kw = {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
+          "num_attention_heads": spec.num_attention_heads, "num_query_groups": spec.num_key_value_heads,
+          "tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+          "virtual_pipeline_model_parallel_size": vpp, "context_parallel_size": cp, "expert_model_parallel_size": ep,
+          "expert_tensor_parallel_size": etp, "pipeline_dtype": torch.bfloat16, "sequence_parallel": tp > 1,
+          "add_bias_linear": False, "ffn_hidden_size": spec.ffn_hidden_size or spec.moe_ffn_hidden_size}
     if spec.num_experts:
         kw.update(num_moe_experts=spec.num_experts, moe_ffn_hidden_size=spec.moe_ffn_hidden_size)
     with warnings.catch_warnings():

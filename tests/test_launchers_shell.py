@@ -8,8 +8,8 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import assert_one_line_error, run_cli
+
 from mlite.errors import MliteError
 from mlite.export import import_launcher
 from mlite.export.expand import Shell
@@ -65,11 +65,11 @@ def test_entry_point_in_a_variable_and_overrides_in_a_string(tmp_path):
 
 @pytest.mark.parametrize("launch, entry, config", [
     ("python3 -m recipe.dapo.main_dapo", "recipe.dapo.main_dapo", None),
-    ("python3 -m verl.experimental.fully_async_policy.fully_async_main --config-path=config "
-     "--config-name='fully_async_ppo_megatron_trainer.yaml'", "verl.experimental.fully_async_policy.fully_async_main",
+    (("python3 -m verl.experimental.fully_async_policy.fully_async_main --config-path=config "
+      "--config-name='fully_async_ppo_megatron_trainer.yaml'"), "verl.experimental.fully_async_policy.fully_async_main",
      "fully_async_ppo_megatron_trainer"),
-    ("ray job submit --address=http://127.0.0.1:8265 --runtime-env-json='{\"working_dir\": \".\"}' -- "
-     "python3 -m verl.trainer.main_ppo", "verl.trainer.main_ppo", None),
+    (("ray job submit --address=http://127.0.0.1:8265 --runtime-env-json='{\"working_dir\": \".\"}' -- "
+      "python3 -m verl.trainer.main_ppo"), "verl.trainer.main_ppo", None),
 ])
 def test_other_entry_points_and_ray_job_submit(tmp_path, launch, entry, config):
     f = _write(tmp_path, "run.sh", f"{launch} \\\n  model_engine=megatron "

@@ -21,7 +21,7 @@ from .script import run_script, uses_launcher_rule
 from .verl_grpo_megatron import PARALLEL_KEYS
 
 _MLITE_SIZES = ("tp", "pp", "vpp", "cp", "ep", "etp")
-_MODEL_SUFFIXES = re.compile(r"(-(Base|Instruct|Chat|BF16|FP8|RL|SFT)(-\d+)?)+$", re.I)
+_MODEL_SUFFIXES = re.compile(r"(-(Base|Instruct|Chat|BF16|FP8|RL|SFT)(-\d+)?)+$", re.IGNORECASE)
 
 _TARGETS = {("mlite", False): "verl-mlite-grpo", ("mlite", True): "verl-mlite-sft",
             ("megatron", False): "verl-megatron-grpo", ("megatron", True): "verl-megatron-sft",
@@ -243,7 +243,7 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
             if not val and i < len(words):
                 val, i = words[i], i + 1
             if key in ("--config-name", "-cn"):
-                config_name = val[:-5] if val.endswith(".yaml") else val
+                config_name = val.removesuffix(".yaml")
             continue
         ov = parse_override(w)
         if ov is None:
@@ -356,9 +356,15 @@ def _inherited(by: dict, backend: str, is_sft: bool, p) -> dict:
     out = {}
     if backend == "megatron":
         root = "engine" if is_sft else f"{ACTOR}.megatron"
-        key = lambda k: f"{root}.{PARALLEL_KEYS[k]}"  # noqa: E731
-        unset = lambda k: by.get(key(k)) is None  # noqa: E731
-        how = lambda k: "sets it to null" if key(k) in by else f"does not set {PARALLEL_KEYS[k]}"  # noqa: E731
+        def key(k):
+            return f"{root}.{PARALLEL_KEYS[k]}"
+
+        def unset(k):
+            return by.get(key(k)) is None
+
+        def how(k):
+            return "sets it to null" if key(k) in by else f"does not set {PARALLEL_KEYS[k]}"
+
         if unset("etp"):
             out["etp"] = Inherited(f"ETP inherited from TP = {p.tp} because the launcher {how('etp')} "
                                    "(Megatron-Core: expert_tensor_parallel_size None means TP)", key("etp"))

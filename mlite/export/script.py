@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-
 from pathlib import Path
 
 from .expand import SPLIT, Shell, case_matches
@@ -93,7 +92,9 @@ def _assign(sh: Shell, w) -> str:
             old = sh.vars.get(name)
             old = old if isinstance(old, list) else ([old] if old else [])
             n = len(old)
-            pad = lambda store: (store.get(name) if isinstance(store.get(name), list) else [set()] * n)[:n]  # noqa: E731
+            def pad(store):
+                return (store.get(name) if isinstance(store.get(name), list) else [set()] * n)[:n]
+
             values, taint, deps = old + values, pad(sh.taint) + taint, pad(sh.deps) + deps
         sh.assign(name, values, taint=taint, deps=deps)
         return name
