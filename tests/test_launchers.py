@@ -291,3 +291,31 @@ def test_estimate_without_a_model_names_it(capsys):
     rc, out, _ = _cli(capsys, "import-launcher", _path("main/grpo_trainer/run_kimi_k2_6_glm5_1_megatron_lite.sh"),
                       "--estimate", "--env", "MODEL_PATH=/models/Kimi-K2.6", "--json")
     assert rc in (0, 1) and json.loads(out)["estimate"]["per_gpu"]["total"] > 0
+
+
+# ------------------------------------------------------------------------------------------ notebook 01's view
+def test_launcher_view_hands_mesh_and_options_to_the_planner_and_memory_view():
+    from widgets.launcher_view import LauncherView
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+
+    planner = MeshPlanner("Qwen3-8B", ngpu=16)
+    memory = MemoryView(planner, gpu="H100")
+    view = LauncherView(planner, memory)
+    key = "verl/main/examples/grpo_trainer/run_qwen3_5_35b_megatron.sh"
+    imp = view.load(key)
+    assert view.errors.message == "" and view.imported is imp
+    doc = imp.to_dict()
+    plan = planner.plan
+    assert planner.spec.name == "Qwen3.5-35B-A3B" and plan.ngpu == doc["ngpu"] == 8
+    assert (plan.parallel.tp, plan.parallel.ep, plan.parallel.etp_size, plan.dp) == (2, 8, 1, doc["dp"])
+    o, want = memory.options(), imp.training_options()
+    assert (o.use_precision_aware_optimizer, o.offload_fraction, o.recompute, o.seq_len) == \
+        (want.use_precision_aware_optimizer, want.offload_fraction, want.recompute, want.seq_len)
+    assert "valid" in view._summary.value and "took the &#x27;gpu&#x27; branch" in view._notes.value
+    # a pasted stub: the refusal is the CLI's one line, the views keep their state
+    view.errors.run(view.load, text='echo "moved"\n')
+    assert "launches nothing" in view.errors.message and planner.plan is plan
+    # an invalid launcher: the planner shows Megatron-Core's reason with the inherited ETP
+    view.errors.run(view.load, "verl/main/examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh")
+    assert not planner.plan.valid and any("ETP inherited from TP = 4" in f.message for f in planner.plan.errors)

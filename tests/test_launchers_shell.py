@@ -4,7 +4,6 @@ checked against real bash."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
@@ -41,9 +40,9 @@ def test_default_chains_and_env(tmp_path):
     assert _mesh(import_launcher(f, env={"TP": "1", "ACTOR_TP": "4"}))[1] == 1
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_unquoted_string_of_overrides_splits_like_bash():
-    script = ('ENGINE="\\\n    engine=megatron \\\n    engine.tensor_model_parallel_size=2   optim.betas=\'[0.9,0.95]\'"\n'
+    script = ('ENGINE="\\\n    engine=megatron \\\n    engine.tensor_model_parallel_size=2   '
+              'optim.betas=\'[0.9,0.95]\'"\n'
               'ENTRYPOINT=${ENTRYPOINT:-"-m verl.trainer.sft_trainer"}\nEMPTY=""\n')
     bash = subprocess.run(["bash", "-c", script + 'printf "%s\\n" ${ENTRYPOINT} ${ENGINE} $EMPTY "${EMPTY}"'],
                           capture_output=True, text=True, check=True).stdout.split("\n")[:-1]

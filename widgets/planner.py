@@ -94,6 +94,8 @@ class MeshPlanner(W.VBox):
         self._busy = True
         self._table_key = None
         self._extra: list[W.Widget] = []
+        self._inherited: dict = {}
+        self._train_mtp: bool | None = None
         c = self.controls = {
             "ngpu": W.BoundedIntText(value=ngpu, min=1, max=1 << 20, description="GPUs", continuous_update=False,
                                      layout=W.Layout(width="170px")),
@@ -198,6 +200,22 @@ class MeshPlanner(W.VBox):
             self._busy = False
         self.refresh()
 
+    def assume(self, inherited: dict | None = None, *, train_mtp: bool | None = None, values: dict | None = None) -> None:
+        """Say which sizes nobody chose (field -> :class:`mlite.mesh.Inherited`, e.g. a launcher's unset ETP) and
+        whether MTP layers are trained; then set ``values`` (planner fields) and re-plan. A field's note is dropped
+        once its control changes."""
+        values = dict(values or {})
+        self._train_mtp = train_mtp
+        self._inherited = {}
+        self.apply(values)
+        self._inherited = {f: (self.controls[f].value, inh) for f, inh in (inherited or {}).items()
+                           if f in self.controls}
+        self.refresh()
+
+    def inherited(self) -> dict:
+        """The inherited sizes still in effect (their controls unchanged since :meth:`assume`)."""
+        return {f: inh for f, (v, inh) in self._inherited.items() if self.controls[f].value == v}
+
     def _on_control(self, _change) -> None:
         if not self._busy:
             self.refresh()
@@ -225,7 +243,8 @@ class MeshPlanner(W.VBox):
             return
         ngpu, seq_len, gpn = self.ngpu, self.seq_len, self.gpus_per_node
         self._set_options(spec, ngpu)
-        plan = resolve(spec, ngpu, self.parallel(), seq_len=seq_len, gpus_per_node=gpn)
+        plan = resolve(spec, ngpu, self.parallel(), seq_len=seq_len, gpus_per_node=gpn, inherited=self.inherited(),
+                       train_mtp=self._train_mtp)
         self._render(spec, plan)
         key = (id(spec), spec.name, ngpu, seq_len, gpn)
         if key != self._table_key:

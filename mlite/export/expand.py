@@ -1,8 +1,8 @@
 """Expansion for :mod:`mlite.export.shell`: ``$X``, ``${X}``, ``${X:-default}`` (nested), ``${X-d}``,
 ``${X:=d}``, ``${X:+w}``, ``${X:?msg}``, ``"${ARR[@]}"``, ``$((NNODES * 8))``, ``"$@"`` (no extra arguments), quotes and
 backslashes, and bash's field splitting of unquoted expansions (``${ENGINE_CONFIG}`` holding several overrides,
-``${ENTRYPOINT}`` holding ``-m verl.trainer.sft_trainer``). Unknown variables and ``$(...)`` stay in the text and are reported, with the variables each value was
-computed from (so a warning can name the override they reach).
+``${ENTRYPOINT}`` holding ``-m verl.trainer.sft_trainer``). Unknown variables and ``$(...)`` stay in the text and
+are reported, with the variables each value was computed from (so a warning can name the override they reach).
 """
 
 from __future__ import annotations

@@ -160,6 +160,14 @@ class ImportedLauncher:
                 "edp": ctx.edp, "pp_layout": p.pp_layout or "",
                 "layout_source": "pp_layout" if p.pp_layout else "unknown"}
 
+    def planner_values(self) -> dict:
+        """The mesh and cluster as planner fields: ``ngpu``, ``gpus_per_node``, ``seq_len``, ``tp`` ... ``etp``
+        (resolved, e.g. ETP = TP for a Megatron launcher that leaves it unset), ``pp_layout``."""
+        p = self.parallel
+        return {"ngpu": self.ngpu, "gpus_per_node": self.gpus_per_node,
+                "seq_len": int(self.options.get("seq_len", 4096)), "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp,
+                "ep": p.ep, "etp": p.etp_size, "pp_layout": p.pp_layout or ""}
+
     def estimate(self, config: str | None = None, *, gpu_memory_gib: float | None = None):
         """``(MeshPlan, MemoryEstimate or None)``: the training memory estimate of the imported mesh and options (None
         for an invalid mesh). Refused (MliteError) without a model config. The per-phase RL estimate of GRPO/PPO
@@ -310,7 +318,8 @@ def _no_launch(source: str, res) -> MliteError:
     if res.unset_commands:
         line, name = res.unset_commands[-1]
         return MliteError(f"{source}: no verl launch line found; line {line} runs ${name}, which the script never sets "
-                          f"(pass --env {name}='torchrun ... -m verl.trainer.sft_trainer' or the command it stands for)")
+                          f"(pass --env {name}='torchrun ... -m verl.trainer.sft_trainer' or the command it stands "
+                          "for)")
     if res.prints and not res.commands:
         said = next((t for t in res.prints if t.strip()), "")
         return MliteError(f"{source}: launches nothing: it only prints" + (f" '{said[:160]}'" if said else ""))
