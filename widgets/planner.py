@@ -4,7 +4,8 @@ Controls offer sensible values only (divisors of the GPU count that the model ca
 heads, PP up to the layers, EP up to the routed experts, ETP/EP only for MoE models); the value in use is always
 listed, so a mesh that turns invalid (another model, another GPU count) stays visible with its reasons. Every
 finding of :func:`mlite.mesh.resolve` is shown inline: its rule, its message and one button per fix the rule
-offers (a fix is a dict of fields -> values; the planner renders it and applies it, nothing more). Below: the picture of the GPUs (:class:`widgets.gpu_grid.GpuGrid`), the pipeline stages, the
+offers (a fix is a dict of fields -> values; the planner renders it and applies it, nothing more). Below: the
+picture of the GPUs (:class:`widgets.gpu_grid.GpuGrid`), the pipeline stages, the
 ``mlite mesh`` command line of the mesh, and :class:`MeshTable`, every valid mesh (:func:`mlite.mesh.enumerate_meshes`)
 ranked by the planner's score, sortable by any column; clicking a row applies that mesh.
 
@@ -200,7 +201,8 @@ class MeshPlanner(W.VBox):
             self._busy = False
         self.refresh()
 
-    def assume(self, inherited: dict | None = None, *, train_mtp: bool | None = None, values: dict | None = None) -> None:
+    def assume(self, inherited: dict | None = None, *, train_mtp: bool | None = None,
+               values: dict | None = None) -> None:
         """Say which sizes nobody chose (field -> :class:`mlite.mesh.Inherited`, e.g. a launcher's unset ETP) and
         whether MTP layers are trained; then set ``values`` (planner fields) and re-plan. A field's note is dropped
         once its control changes."""

@@ -234,7 +234,7 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         warnings.append(f"{len(outside or res.launches)} verl launch lines found; read the last (line {launch.line})")
     ovs, unresolved, config_name, torchrun = [], {}, None, {}
     for k, w in enumerate(launch.words[:launch.entry]):
-        if w.startswith("--nnodes") or w.startswith("--nproc_per_node") or w.startswith("--nproc-per-node"):
+        if w.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")):
             key, _, val = w.partition("=")
             val = val or (launch.words[k + 1] if k + 1 < launch.entry else "")
             torchrun[key.lstrip("-").replace("-", "_")] = val
@@ -246,7 +246,7 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     while i < len(words):
         w, u, d = words[i], unres[i], deps[i]
         i += 1
-        if w.startswith("--config-name") or w.startswith("--config-path") or w.startswith("-cn"):
+        if w.startswith(("--config-name", "--config-path", "-cn")):
             key, _, val = w.partition("=")
             if not val and i < len(words):
                 val, i = words[i], i + 1
