@@ -136,3 +136,25 @@ def test_required_variable_is_reported():
     assert sh.required == {"MODEL_PATH": "set MODEL_PATH first"}
     with pytest.raises(MliteError):
         import_launcher("x", text=': "${MODEL_PATH:?set it}"\necho hi\n')
+
+
+def test_if_blocks_with_a_test_it_can_read(tmp_path):
+    f = _write(tmp_path, "run.sh", 'DEVICE=${DEVICE:-gpu}\nTP=1\n'
+               'if [ "${DEVICE}" = npu ]; then\n  TP=8\n  if [ 1 -gt 0 ]; then TP=16; fi\n'
+               'elif [ "${DEVICE}" = gpu ]; then\n  TP=2\nelse\n  TP=4\nfi\n'
+               'if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then\n  EP=2\nfi\n'
+               'python3 -m verl.trainer.main_ppo model_engine=megatron '
+               'actor_rollout_ref.actor.megatron.tensor_model_parallel_size=$TP '
+               f'actor_rollout_ref.actor.megatron.expert_model_parallel_size=${{EP:-1}} {TAIL}\n')
+    imp = import_launcher(f)
+    assert _mesh(imp)[1] == 2
+    # CUDA_VISIBLE_DEVICES comes from the environment nobody gave: that block is not guessed, and said
+    assert any("EP is also assigned inside an if/loop block" in w for w in imp.warnings)
+    assert _mesh(import_launcher(f, env={"DEVICE": "npu"}))[1] == 16
+    assert _mesh(import_launcher(f, env={"DEVICE": "tpu"}))[1] == 4
+    assert _mesh(import_launcher(f, env={"CUDA_VISIBLE_DEVICES": "0,1"}))[5] == 2
+
+
+def test_unexpanded_substitution_stays_one_word():
+    sh = Shell(vars={"NAME": "run-$(date +%Y%m%d %H%M)"})
+    assert sh.expand("${NAME}") == ["run-$(date +%Y%m%d %H%M)"]

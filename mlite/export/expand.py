@@ -143,7 +143,7 @@ class Shell:
                 start = i
                 text, i = self._dollar(s, i, quoted)
                 if not quoted and (not s.startswith("$(", start) or s.startswith("$((", start)):
-                    text = re.sub(r"[ \t\n]+", SPLIT, text)
+                    text = _mark_fields(text)
                 out.append(text)
             else:
                 out.append(c)
@@ -228,6 +228,25 @@ class Shell:
             self.unresolved.add(name)
             return "${" + name + "}"
         return v
+
+
+def _mark_fields(text: str) -> str:
+    """Whitespace of an unquoted expansion's value -> :data:`SPLIT`, except inside a ``$(...)`` that stayed
+    unexpanded (it is reported whole, not as the words of its command line)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$(", i):
+            j = _match(text, i + 1, "(", ")")
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text[i] in " \t\n":
+            out.append(SPLIT)
+            while i < len(text) and text[i] in " \t\n":
+                i += 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 def _match(s: str, i: int, o: str, c: str) -> int:

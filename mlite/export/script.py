@@ -165,8 +165,55 @@ def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
     cases: list[dict] = []
     status: bool | None = True  # of the last command run at the top level (None: a test that could not be read)
     unknown_test = ""  # the test that made it None
-    for cmd in lex(text):
+    ifs: list[dict] = []  # if-blocks whose condition was read: {"taken", "done", "nest", "then", "unknown"}
+    cmds = lex(text)
+    for k, cmd in enumerate(cmds):
         words = list(cmd.words)
+        kw = words[0] if words and isinstance(words[0], str) else None
+        if kw == "then" and ifs and ifs[-1]["then"]:
+            ifs[-1]["then"] = False
+            words = words[1:]
+            kw = words[0] if words and isinstance(words[0], str) else None
+            if not words:
+                continue
+        if ifs and not ifs[-1]["taken"]:  # inside a branch not taken: find the next branch or the fi
+            top = ifs[-1]
+            if top["unknown"]:
+                res.block_assignments |= {w[0].rstrip("+") if isinstance(w, tuple) else _ASSIGN.match(w).group(1)
+                                          for w in words if _is_assign(w)}
+            if kw in _OPENERS:
+                top["nest"] += 1
+            elif kw in _CLOSERS and top["nest"]:
+                top["nest"] -= 1
+            elif top["nest"]:
+                pass
+            elif kw == "fi":
+                ifs.pop()
+            elif kw == "elif" and not top["done"]:
+                r = _condition(sh, words, cmds, k)
+                if r is None:
+                    top.update(done=True, unknown=True)
+                    res.notes.append(f"line {cmd.line}: the elif condition could not be read; its branch and the "
+                                     "ones after it were not read")
+                else:
+                    top.update(taken=r, done=r, then=True)
+            elif kw == "else" and not top["done"]:
+                top.update(taken=True, done=True)
+                words = words[1:]
+                if words:
+                    cmds.insert(k + 1, Command(words, line=cmd.line))
+            continue
+        if ifs and depth == 0 and not cases_inactive(cases) and kw in ("elif", "else", "fi"):
+            if kw == "fi":
+                ifs.pop()
+            else:
+                ifs[-1]["taken"] = False  # the branch that ran ends here; skip to the fi
+            continue
+        if kw == "if" and depth == 0 and not cases_inactive(cases):
+            r = _condition(sh, words, cmds, k)
+            if r is not None:
+                ifs.append({"taken": r, "done": r, "nest": 0, "then": True, "unknown": False})
+                continue
         if depth == 0 and not any(not cs["active"] for cs in cases):
             if cmd.after == "&&" and status is False or cmd.after == "||" and status is True:
                 continue  # not run; the list's status stays
@@ -264,6 +311,23 @@ def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
         res.commands += 1
 
 
+_OPENERS = {"if", "case", "for", "while", "until", "select", "{"}
+_CLOSERS = {"fi", "esac", "done", "}"}
+
+
+def cases_inactive(cases: list[dict]) -> bool:
+    return any(not cs["active"] for cs in cases)
+
+
+def _condition(sh: Shell, words: list, cmds: list[Command], k: int) -> bool | None:
+    """The value of ``if [ ... ]; then`` / ``elif [ ... ]; then``: a single test followed by ``then``; None when it is
+    anything else (a list of tests, a command) or cannot be read."""
+    nxt = cmds[k + 1].words if k + 1 < len(cmds) else []
+    if len(words) < 2 or words[1] not in ("[", "[[", "test") or not nxt or nxt[0] != "then":
+        return None
+    return _test(sh, words[1:], 0)
+
+
 def _case(res: ScriptResult, words: list, line: int) -> dict:
     """The state of a ``case``: its word, or the GPU branch when the word is a command substitution's output."""
     sh = res.shell
@@ -326,14 +390,15 @@ _INT_OPS = {"-gt": lambda a, b: a > b, "-ge": lambda a, b: a >= b, "-lt": lambda
 
 def _test(sh: Shell, words: list, line: int) -> bool | None:
     """``[ A -gt B ]``, ``[ "$X" = y ]``, ``[ -z "$X" ]``, ``!``: True / False, None when an operand could not be
-    expanded or the test is not one of these."""
+    expanded, reads a variable neither the script nor ``env`` sets, or the test is not one of these."""
     raw = [w for w in words[1:] if isinstance(w, str) and w not in ("]", "]]")]
     neg = bool(raw) and raw[0] == "!"
     raw = raw[1:] if neg else raw
     sh.unresolved = set()
     vals = [(sh.expand(w) or [""])[0] if re.search("[\"']", w) or "$" in w else w for w in raw]
-    if sh.unresolved:
-        return None
+    named = {m.group(1) for w in raw for m in re.finditer(r"\$\{?([A-Za-z_]\w*)", w)}
+    if sh.unresolved or any(sh.vars.get(n) is None for n in named):
+        return None  # a substitution, or a variable from the environment nobody gave (--env): not known here
     out = None
     if len(vals) == 3 and vals[1] in _INT_OPS:
         try:
