@@ -77,8 +77,7 @@ class Shell:
         if m and isinstance(self.vars.get(m.group(1)), list):
             name = m.group(1)
             v, t, d = self.vars[name], self.taint.get(name), self.deps.get(name)
-            pick = lambda x, i: set(x[i]) if isinstance(x, list) else set(x or ())  # noqa: E731
-            return [(x, pick(t, i), pick(d, i) | {name}) for i, x in enumerate(v)]
+            return [(x, _pick(t, i), _pick(d, i) | {name}) for i, x in enumerate(v)]
         self.unresolved, self.used = set(), set()
         out = self.expand(raw)
         return [(x, set(self.unresolved), set(self.used)) for x in out]
@@ -200,7 +199,7 @@ class Shell:
         if body.startswith("#"):
             v = self.vars.get(body[1:].split("[")[0])
             return str(len(v) if isinstance(v, list) else len(v or ""))
-        m = re.match(r"([A-Za-z_]\w*)(\[[^\]]*\])?(:?[-=+?])?(.*)$", body, re.S)
+        m = re.match(r"([A-Za-z_]\w*)(\[[^\]]*\])?(:?[-=+?])?(.*)$", body, re.DOTALL)
         if not m:
             self.unresolved.add("${" + body + "}")
             return "${" + body + "}"
@@ -228,6 +227,11 @@ class Shell:
             self.unresolved.add(name)
             return "${" + name + "}"
         return v
+
+
+def _pick(store, i: int) -> set:
+    """Element ``i``'s set of a per-element store (arrays), or the store itself (strings)."""
+    return set(store[i]) if isinstance(store, list) else set(store or ())
 
 
 def _mark_fields(text: str) -> str:
