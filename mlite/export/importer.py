@@ -5,7 +5,13 @@ command (what ``DRY_RUN=1`` or ``set -x`` prints), or the launchers ``mlite expo
 mlite engine keys (``engine.tp`` ... / ``actor_rollout_ref.actor.engine.tp`` ...) or verl's Megatron keys
 (``actor_rollout_ref.actor.megatron.*_parallel_size``; ETP ``null`` means ETP = TP there, 1 for mlite), the GPU count
 from ``trainer.nnodes x trainer.n_gpus_per_node`` (else torchrun's flags), and the training options the memory
-estimator needs. The mesh is then judged by the planner with the runtime's rule.
+estimator needs. The mesh is then judged by the mesh rules (:data:`mlite.mesh.checks.RULES`) the way Megatron-Core
+judges it at start-up, with each size the launcher leaves unset said (:attr:`ImportedLauncher.inherited`) and MTP
+layers placed only when the launcher trains them.
+
+Never a silently wrong mesh: a mesh or cluster size that could not be expanded, or is not a number, stops the import
+(:class:`~mlite.errors.MliteError`, exit 2 from the CLI) naming the key and the variable; so does a script that
+launches nothing, hands over to a file that cannot be read, or runs a command variable it never sets.
 """
 
 from __future__ import annotations
