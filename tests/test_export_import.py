@@ -91,7 +91,10 @@ def test_cli_json_contract_and_exit_codes(tmp_path):
     assert res.rc == 1 and not res.json()["valid"] and res.json()["tp"] == 3
     empty = tmp_path / "empty.sh"
     empty.write_text("#!/bin/bash\necho hello\n")
-    assert_one_line_error(run_cli("import-launcher", empty), "no verl launch line")
+    assert_one_line_error(run_cli("import-launcher", empty), "launches nothing: it only prints 'hello'")
+    other = tmp_path / "other.sh"
+    other.write_text("#!/bin/bash\nTP=2\npython3 train.py --tp $TP\n")
+    assert_one_line_error(run_cli("import-launcher", other), "no verl launch line")
     assert_one_line_error(run_cli("import-launcher", tmp_path / "missing.sh"), "no such file")
     assert_one_line_error(run_cli("import-launcher", bad, "--env", "NOEQUALS"), "--env")
     with pytest.raises(MliteError):

@@ -23,7 +23,11 @@ import itertools
 import ipywidgets as W
 import traitlets
 
+from mlite.mesh.layout import stage_text
+
 from ._common import ErrorBanner, esc
+
+__all__ = ["ClickBridge", "GpuGrid", "grid_svg", "groups_html", "legend_html", "short_list", "stage_text"]
 
 KINDS = ("tp", "cp", "dp", "ep", "etp", "edp")
 """Group kinds that can be outlined (pp is the fill colour)."""
@@ -91,30 +95,13 @@ class ClickBridge:
 def _runs(ranks: list[int], gpn: int, cols: int) -> list[tuple[int, int]]:
     """Maximal runs ``(first, last)`` of consecutive ranks that sit next to each other on one drawn line."""
     out: list[tuple[int, int]] = []
-    line = lambda r: (r // gpn, (r % gpn) // cols)  # noqa: E731
+    line = lambda r: (r // gpn, (r % gpn) // cols)
     for r in sorted(ranks):
         if out and r == out[-1][1] + 1 and line(r) == line(out[-1][1]):
             out[-1] = (out[-1][0], r)
         else:
             out.append((r, r))
     return out
-
-
-def _span(values: tuple[int, ...]) -> str:
-    if not values:
-        return ""
-    return f"{values[0]}" if len(values) == 1 else f"{values[0]}–{values[-1]}"
-
-
-def stage_text(plan, pp_rank: int) -> str:
-    """What pipeline rank ``pp_rank`` runs: ``E, layers 0–23`` (one part per virtual chunk)."""
-    parts = []
-    for s in plan.stage_of_rank(pp_rank):
-        bits = (["E"] if s.embedding else []) + ([f"layers {_span(s.layers)}"] if s.layers else [])
-        bits += [f"MTP {_span(s.mtp)}"] if s.mtp else []
-        bits += ["L"] if s.head else []
-        parts.append(", ".join(bits) or "empty")
-    return " | ".join(parts) if parts else "—"
 
 
 def short_list(ranks: list[int], limit: int = 12) -> str:

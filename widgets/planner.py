@@ -3,8 +3,9 @@
 Controls offer sensible values only (divisors of the GPU count that the model can use: TP up to the attention
 heads, PP up to the layers, EP up to the routed experts, ETP/EP only for MoE models); the value in use is always
 listed, so a mesh that turns invalid (another model, another GPU count) stays visible with its reasons. Every
-finding of :func:`mlite.mesh.resolve` is shown inline: its rule, its message and buttons that apply the nearest
-valid values. Below: the picture of the GPUs (:class:`widgets.gpu_grid.GpuGrid`), the pipeline stages, the
+finding of :func:`mlite.mesh.resolve` is shown inline: its rule, its message and one button per fix the rule
+offers (a fix is a dict of fields -> values; the planner renders it and applies it, nothing more). Below: the
+picture of the GPUs (:class:`widgets.gpu_grid.GpuGrid`), the pipeline stages, the
 ``mlite mesh`` command line of the mesh, and :class:`MeshTable`, every valid mesh (:func:`mlite.mesh.enumerate_meshes`)
 ranked by the planner's score, sortable by any column; clicking a row applies that mesh.
 
@@ -27,82 +28,40 @@ from pathlib import Path
 import ipywidgets as W
 import traitlets
 
-from mlite.mesh import (DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig, auto_layout, divisors,
-                        enumerate_meshes, layout_text, resolve)
+from mlite.mesh import (
+    DEFAULT_GPUS_PER_NODE,
+    DEFAULT_SEQ_LEN,
+    ParallelConfig,
+    enumerate_meshes,
+    resolve,
+)
+from mlite.mesh.choices import (
+    FIELDS,
+    config_values,
+    field_options,
+    mesh_command,
+    mesh_key,
+    planner_rows,
+)
+from mlite.mesh.rules import fix_label
 
 from ._common import ErrorBanner, esc
 from .gpu_grid import GpuGrid, stage_text
-from .mesh_table import MESH_COLUMNS, RANK_COLUMN, Column, MeshTable  # noqa: F401 (re-exported)
+from .mesh_table import MESH_COLUMNS, RANK_COLUMN, Column, MeshTable
 
-FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp")
-"""The model-parallel sizes the planner sets (mlite's ``ParallelConfig`` names)."""
+__all__ = [
+    "FIELDS",
+    "Column",
+    "MeshPlanner",
+    "MeshTable",
+    "field_options",
+    "mesh_command",
+    "mesh_key",
+    "planner_rows",
+]
+
 GPUS_PER_NODE = (1, 2, 4, 8, 16, 32, 64, 72)
-MAX_VPP = 8
 _LEVELS = {"error": (0, "&#10007;", "#b00020"), "warning": (1, "&#9888;", "#9a6700"), "info": (2, "&#8505;", "#555")}
-
-
-def _both_to_one(spec, f) -> tuple[str, str] | None:
-    """Rules whose fix sets two sizes to 1: DeepSeek-V4 (TP = ETP = 1), a dense model (EP = ETP = 1)."""
-    if f.rule == "deepseek_v4":
-        return "tp", "etp"
-    if f.rule == "experts" and not spec.num_experts:
-        return "ep", "etp"
-    return None
-
-
-def mesh_key(p: ParallelConfig) -> str:
-    """``tp-pp-vpp-cp-ep-etp``: identifies a mesh in the tables."""
-    return f"{p.tp}-{p.pp}-{p.vpp}-{p.cp}-{p.ep}-{p.etp_size}"
-
-
-def field_options(spec, ngpu: int, field: str) -> list[int]:
-    """Sensible values of ``field`` for ``spec`` on ``ngpu`` GPUs (divisors the model can use at all)."""
-    ds = divisors(ngpu)
-    if field == "tp":
-        return [d for d in ds if d <= spec.num_attention_heads]
-    if field == "pp":
-        return [d for d in ds if d <= spec.num_layers]
-    if field == "vpp":
-        return list(range(1, MAX_VPP + 1))
-    if field == "cp":
-        return ds
-    if field == "ep":
-        return [d for d in ds if d <= spec.num_experts] if spec.num_experts else [1]
-    if field == "etp":
-        return ds if spec.num_experts else [1]
-    raise KeyError(field)
-
-
-def mesh_command(ref: str, plan) -> str:
-    """The ``mlite mesh`` command line of ``plan`` (flags at their defaults left out)."""
-    p = plan.parallel
-    parts = ["mlite", "mesh", ref if " " not in ref else repr(ref), "--ngpu", str(plan.ngpu)]
-    for f in FIELDS:
-        v = p.etp_size if f == "etp" else getattr(p, f)
-        if v != 1:
-            parts += [f"--{f}", str(v)]
-    if p.pp_layout:
-        parts += ["--pp-layout", repr(p.pp_layout)]
-    if plan.gpus_per_node != DEFAULT_GPUS_PER_NODE:
-        parts += ["--gpus-per-node", str(plan.gpus_per_node)]
-    if plan.seq_len != DEFAULT_SEQ_LEN:
-        parts += ["--seq-len", str(plan.seq_len)]
-    return " ".join(parts)
-
-
-def planner_rows(meshes) -> list[dict]:
-    """Table rows of :class:`mlite.mesh.RankedMesh` es (ranking order); ``cfg`` carries an uneven layout along."""
-    rows = []
-    for i, m in enumerate(meshes, 1):
-        plan, p = m.plan, m.plan.parallel
-        auto = plan.layout_source == "auto"
-        rows.append(dict(
-            rank=i, key=mesh_key(p), tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, etp=p.etp_size, dp=plan.dp,
-            edp=plan.edp, score=m.score, stages="uneven" if auto else "even", layout=plan.layout,
-            warnings=len(plan.warnings), warning_text="\n".join(f.message for f in plan.warnings),
-            cfg=ParallelConfig(tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, etp=p.etp_size,
-                               pp_layout=plan.layout if auto else None)))
-    return rows
 
 
 PLANNER_COLUMNS = [
@@ -136,6 +95,8 @@ class MeshPlanner(W.VBox):
         self._busy = True
         self._table_key = None
         self._extra: list[W.Widget] = []
+        self._inherited: dict = {}
+        self._train_mtp: bool | None = None
         c = self.controls = {
             "ngpu": W.BoundedIntText(value=ngpu, min=1, max=1 << 20, description="GPUs", continuous_update=False,
                                      layout=W.Layout(width="170px")),
@@ -222,9 +183,7 @@ class MeshPlanner(W.VBox):
     def apply(self, values: ParallelConfig | dict | None = None, **kw) -> None:
         """Set controls (``tp=2``, ``ngpu=32``, ``pp_layout=...`` or a ParallelConfig), then re-plan once."""
         if isinstance(values, ParallelConfig):
-            p = values
-            values = {f: getattr(p, f) for f in FIELDS if f != "etp"} | {"etp": p.etp_size,
-                                                                          "pp_layout": p.pp_layout or ""}
+            values = config_values(values)
         values = {**(values or {}), **kw}
         unknown = set(values) - set(self.controls)
         if unknown:
@@ -241,6 +200,23 @@ class MeshPlanner(W.VBox):
         finally:
             self._busy = False
         self.refresh()
+
+    def assume(self, inherited: dict | None = None, *, train_mtp: bool | None = None,
+               values: dict | None = None) -> None:
+        """Say which sizes nobody chose (field -> :class:`mlite.mesh.Inherited`, e.g. a launcher's unset ETP) and
+        whether MTP layers are trained; then set ``values`` (planner fields) and re-plan. A field's note is dropped
+        once its control changes."""
+        values = dict(values or {})
+        self._train_mtp = train_mtp
+        self._inherited = {}
+        self.apply(values)
+        self._inherited = {f: (self.controls[f].value, inh) for f, inh in (inherited or {}).items()
+                           if f in self.controls}
+        self.refresh()
+
+    def inherited(self) -> dict:
+        """The inherited sizes still in effect (their controls unchanged since :meth:`assume`)."""
+        return {f: inh for f, (v, inh) in self._inherited.items() if self.controls[f].value == v}
 
     def _on_control(self, _change) -> None:
         if not self._busy:
@@ -269,7 +245,8 @@ class MeshPlanner(W.VBox):
             return
         ngpu, seq_len, gpn = self.ngpu, self.seq_len, self.gpus_per_node
         self._set_options(spec, ngpu)
-        plan = resolve(spec, ngpu, self.parallel(), seq_len=seq_len, gpus_per_node=gpn)
+        plan = resolve(spec, ngpu, self.parallel(), seq_len=seq_len, gpus_per_node=gpn, inherited=self.inherited(),
+                       train_mtp=self._train_mtp)
         self._render(spec, plan)
         key = (id(spec), spec.name, ngpu, seq_len, gpn)
         if key != self._table_key:
@@ -295,7 +272,7 @@ class MeshPlanner(W.VBox):
         edp = plan.edp or "—"
         vocab = (f"vocab {spec.vocab_size:,}" + (f" → padded {plan.padded_vocab:,}" if plan.padded_vocab !=
                                                  spec.vocab_size else ""))
-        self._render_findings(spec, plan)
+        self._render_findings(plan)
         self._render_command(plan)
         if plan.stages:
             rows = "".join(f"<tr><td style='padding:0 10px 0 0'>pp {r}</td><td>{esc(stage_text(plan, r))}</td></tr>"
@@ -320,7 +297,7 @@ class MeshPlanner(W.VBox):
         self._command.value = (f"<div style='margin:2px 0 6px 0;line-height:1.4'>same check on the command line: "
                                f"<code>{esc(cmd)}</code></div>" if cmd else "")
 
-    def _render_findings(self, spec, plan) -> None:
+    def _render_findings(self, plan) -> None:
         for w in self._extra:
             w.close()
         self._extra = []
@@ -331,21 +308,8 @@ class MeshPlanner(W.VBox):
                           f'<b>{esc(f.level)} [{esc(f.rule)}]</b></span> {esc(f.message)}</div>',
                           layout=W.Layout(flex="0 1 auto"))
             line.add_class(f"mlite-mesh-{f.level}")
-            buttons = []
-            if f.level == "error":
-                pair = _both_to_one(spec, f)
-                if pair:  # the rule names two sizes; its nearest value fixes only one of them
-                    a, b = pair
-                    buttons.append(self._button(f"{a} = {b} = 1", {a: 1, b: 1}))
-                elif f.field in self.controls and f.field != "pp_layout":
-                    buttons += [self._button(f"{f.field} = {v}", {f.field: v}) for v in f.nearest]
-                if f.rule == "layers" and f.field == "pp" and plan.parallel.vpp == 1:
-                    auto = auto_layout(spec.num_layers, spec.num_mtp_layers, plan.parallel.pp)
-                    if auto:
-                        buttons.append(self._button("uneven layout", {"pp_layout": layout_text(auto)},
-                                                    tip=f"pp_layout = {layout_text(auto)}"))
-                if f.field == "pp_layout":
-                    buttons.append(self._button("clear pp_layout", {"pp_layout": ""}))
+            buttons = [self._button(fix_label(fx), fx, tip=", ".join(f"{k} = {v}" for k, v in fx.items()))
+                       for fx in f.fixes if set(fx) <= set(self.controls)] if f.level == "error" else []
             row = W.HBox([line, *buttons], layout=W.Layout(align_items="center"))
             self._extra += [row, line, *buttons]
             rows.append(row)

@@ -1,8 +1,10 @@
-"""``mlite import-launcher FILE [--config CONFIG] [--env NAME=VALUE ...] [--json]``: read an existing verl launcher
-(script with bash arrays, a resolved ``DRY_RUN=1`` / ``set -x`` command, or a generated launcher) back into a plan
-and judge its mesh with the runtime's rule.
+"""``mlite import-launcher FILE [--config CONFIG] [--env NAME=VALUE ...] [--estimate [--gpu-mem H100]] [--json]``:
+read an existing verl launcher (script with bash arrays, ``case`` blocks, a resolved ``DRY_RUN=1`` / ``set -x``
+command, or a generated launcher) back into a plan and judge its mesh as Megatron-Core would; ``--estimate`` adds the
+training memory estimate of that plan (per GPU, host, fits).
 
-Exit 0 when the mesh is valid, 1 when it is not, 2 on bad usage (no file, no verl launch line).
+Exit 0 when the mesh is valid (and, with ``--estimate``, fits), 1 when it is not, 2 on bad usage (no file, no verl
+launch line, a mesh size it could not read, ``--estimate`` without a model config).
 """
 
 from __future__ import annotations
@@ -19,8 +21,28 @@ def add_parser(sub):
     p.add_argument("--config", default=None, help="model config (data/models name or path); default: from model.path")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="a variable the script reads from the environment (repeatable)")
+    p.add_argument("--estimate", action="store_true", help="add the training memory estimate of the imported plan")
+    p.add_argument("--gpu-mem", default=None, help="device memory for --estimate: GiB or a GPU name (H100, H200, "
+                   "B200); default 80")
     p.add_argument("--json", action="store_true")
     return p
+
+
+def _gpu_mem(value):
+    from ..errors import MliteError
+    from ..memory import GPU_MEMORY_GIB
+
+    if value is None:
+        return None
+    if str(value).upper() in GPU_MEMORY_GIB:
+        return GPU_MEMORY_GIB[str(value).upper()]
+    try:
+        gib = float(value)
+    except ValueError:
+        gib = 0.0
+    if gib <= 0:
+        raise MliteError(f"--gpu-mem {value!r}: give GiB or one of {', '.join(GPU_MEMORY_GIB)}")
+    return gib
 
 
 def run(args) -> int:
@@ -30,6 +52,9 @@ def run(args) -> int:
     from ..export import import_launcher
     from . import print_json
 
+    gib = _gpu_mem(args.gpu_mem)
+    if gib is not None and not args.estimate:
+        raise MliteError("--gpu-mem is for --estimate; add --estimate")
     env = {}
     for item in args.env:
         name, eq, value = item.partition("=")
@@ -41,9 +66,17 @@ def run(args) -> int:
     else:
         imp = import_launcher(args.file, env=env)
     doc = imp.to_dict(args.config)
+    est = None
+    if args.estimate:
+        from ..export.importer import rl_estimate
+
+        _, est = imp.estimate(args.config, gpu_memory_gib=gib)
+        doc["estimate"] = est.to_dict() if est is not None else None
+        doc["rl_estimate"] = rl_estimate(imp, est) if est is not None else None
+    ok = doc["valid"] and (est is None or est.fits)
     if args.json:
         print_json(doc)
-        return 0 if doc["valid"] else 1
+        return 0 if ok else 1
     print(f"{imp.source}: {doc['target']} ({doc['entry']}), {doc['nnodes']} x {doc['gpus_per_node']} = "
           f"{doc['ngpu']} GPUs, model {doc['model_config'] or doc['model_path'] or '?'}")
     print(f"  tp={doc['tp']} pp={doc['pp']} vpp={doc['vpp']} cp={doc['cp']} ep={doc['ep']} etp={doc['etp']} -> "
@@ -56,4 +89,26 @@ def run(args) -> int:
         print(f"  error: {e}")
     for w in doc["warnings"]:
         print(f"  warning: {w}")
-    return 0 if doc["valid"] else 1
+    for i in doc["info"]:
+        print(f"  info: {i}")
+    if est is not None:
+        _print_estimate(est, doc["estimate"])
+    elif args.estimate:
+        print("  estimate: none (the mesh is invalid)")
+    return 0 if ok else 1
+
+
+def _print_estimate(est, d) -> None:
+    from ..memory import GIB
+
+    def g(x):
+        return f"{x / GIB:8.2f} GiB"
+
+    pg = d["per_gpu"]
+    print(f"  estimate ({est.options.optimizer}, {'PAO' if est.options.pao else 'no PAO'}), most loaded pipeline rank "
+          f"{d['stage']}:")
+    for k in ("params", "grads", "optimizer", "activations", "other", "total"):
+        print(f"    {k:12s} {g(pg[k])}")
+    print(f"    host         {g(d['host']['per_gpu'])} per GPU, {g(d['host']['per_node'])} per node")
+    verdict = "fits" if est.fits else "does NOT fit"
+    print(f"    {verdict}: {g(pg['total'])} vs usable {g(d['usable'])} of {g(d['gpu_mem'])}")

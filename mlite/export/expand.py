@@ -1,7 +1,8 @@
 """Expansion for :mod:`mlite.export.shell`: ``$X``, ``${X}``, ``${X:-default}`` (nested), ``${X-d}``,
 ``${X:=d}``, ``${X:+w}``, ``${X:?msg}``, ``"${ARR[@]}"``, ``$((NNODES * 8))``, ``"$@"`` (no extra arguments), quotes and
-backslashes. Unknown variables and ``$(...)`` stay in the text and are reported, with the variables each value was
-computed from (so a warning can name the override they reach).
+backslashes, and bash's field splitting of unquoted expansions (``${ENGINE_CONFIG}`` holding several overrides,
+``${ENTRYPOINT}`` holding ``-m verl.trainer.sft_trainer``). Unknown variables and ``$(...)`` stay in the text and
+are reported, with the variables each value was computed from (so a warning can name the override they reach).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SPLIT = "\x00"
+"""Marks where an unquoted expansion's whitespace splits a word into several (bash's field splitting)."""
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
         ast.Pow: operator.pow}
@@ -55,6 +58,8 @@ class Shell:
     """Variables read during the last :meth:`expand` (with the variables their values came from)."""
     deps: dict = field(default_factory=dict)
     """Name -> variables its value was computed from (one set per element for arrays)."""
+    required: dict = field(default_factory=dict)
+    """Name -> message of a ``${NAME:?message}`` whose variable was unset or empty (the script would stop there)."""
 
     def lookup(self, name: str):
         """A variable's value (str or list, None when unset); its taint joins :attr:`unresolved`."""
@@ -72,8 +77,7 @@ class Shell:
         if m and isinstance(self.vars.get(m.group(1)), list):
             name = m.group(1)
             v, t, d = self.vars[name], self.taint.get(name), self.deps.get(name)
-            pick = lambda x, i: set(x[i]) if isinstance(x, list) else set(x or ())  # noqa: E731
-            return [(x, pick(t, i), pick(d, i) | {name}) for i, x in enumerate(v)]
+            return [(x, _pick(t, i), _pick(d, i) | {name}) for i, x in enumerate(v)]
         self.unresolved, self.used = set(), set()
         out = self.expand(raw)
         return [(x, set(self.unresolved), set(self.used)) for x in out]
@@ -101,7 +105,10 @@ class Shell:
             return list(v) if isinstance(v, list) else [v]
         if raw in ('"$@"', "$@", '"$*"', "$*", '"${@}"'):
             return []
-        return [self._expand_text(raw, quoted=False)]
+        out = self._expand_text(raw, quoted=False)
+        if SPLIT in out or (not out and "$" in raw and not re.search("[\"']", raw)):
+            return [w for w in out.split(SPLIT) if w]  # an unquoted expansion: split on whitespace, empty -> none
+        return [out]
 
     def _expand_text(self, s: str, quoted: bool) -> str:
         out, i = [], 0
@@ -128,17 +135,21 @@ class Shell:
                 i = j + 1
             elif c == "\\":
                 nxt = s[i + 1:i + 2]
-                out.append(nxt if (not quoted or nxt in '$`"\\') else "\\" + nxt)
+                if nxt != "\n":  # backslash-newline: a line continuation, quoted or not
+                    out.append(nxt if (not quoted or nxt in '$`"\\') else "\\" + nxt)
                 i += 2
             elif c == "$":
-                text, i = self._dollar(s, i)
+                start = i
+                text, i = self._dollar(s, i, quoted)
+                if not quoted and (not s.startswith("$(", start) or s.startswith("$((", start)):
+                    text = _mark_fields(text)
                 out.append(text)
             else:
                 out.append(c)
                 i += 1
         return "".join(out)
 
-    def _dollar(self, s: str, i: int) -> tuple[str, int]:
+    def _dollar(self, s: str, i: int, quoted: bool = False) -> tuple[str, int]:
         if s.startswith("$((", i):
             j = _match(s, i + 1, "(", ")")
             inner = s[i + 3:j - 1]
@@ -168,7 +179,7 @@ class Shell:
             return s[i:j + 1], j + 1
         if s.startswith("${", i):
             j = _match(s, i + 1, "{", "}")
-            return self._brace(s[i + 2:j]), j + 1
+            return self._brace(s[i + 2:j], quoted), j + 1
         m = _NAME.match(s, i + 1)
         if m:
             v = self._value(m.group(0))
@@ -184,11 +195,11 @@ class Shell:
         v = self.lookup(name)
         return " ".join(v) if isinstance(v, list) else v
 
-    def _brace(self, body: str) -> str:
+    def _brace(self, body: str, quoted: bool = False) -> str:
         if body.startswith("#"):
             v = self.vars.get(body[1:].split("[")[0])
             return str(len(v) if isinstance(v, list) else len(v or ""))
-        m = re.match(r"([A-Za-z_]\w*)(\[[^\]]*\])?(:?[-=+?])?(.*)$", body, re.S)
+        m = re.match(r"([A-Za-z_]\w*)(\[[^\]]*\])?(:?[-=+?])?(.*)$", body, re.DOTALL)
         if not m:
             self.unresolved.add("${" + body + "}")
             return "${" + body + "}"
@@ -201,18 +212,45 @@ class Shell:
             v = v[0] if v else ""
         empty = v is None or (op or "").startswith(":") and v == ""
         if op in (":-", "-"):
-            return self._expand_text(word, quoted=False) if (v is None if op == "-" else empty) else v
+            return self._expand_text(word, quoted=quoted) if (v is None if op == "-" else empty) else v
         if op in (":=", "="):
             if v is None if op == "=" else empty:
-                v = self._expand_text(word, quoted=False)
+                v = self._expand_text(word, quoted=quoted).replace(SPLIT, " ")
                 self.assign(name, v)
             return v
         if op in (":+", "+"):
-            return "" if (v is None if op == "+" else empty) else self._expand_text(word, quoted=False)
+            return "" if (v is None if op == "+" else empty) else self._expand_text(word, quoted=quoted)
+        if op in (":?", "?") and (v is None if op == "?" else empty):
+            self.required.setdefault(name, self._expand_text(word, quoted=True).replace(SPLIT, " "))
+            return v or ""
         if v is None:
             self.unresolved.add(name)
             return "${" + name + "}"
         return v
+
+
+def _pick(store, i: int) -> set:
+    """Element ``i``'s set of a per-element store (arrays), or the store itself (strings)."""
+    return set(store[i]) if isinstance(store, list) else set(store or ())
+
+
+def _mark_fields(text: str) -> str:
+    """Whitespace of an unquoted expansion's value -> :data:`SPLIT`, except inside a ``$(...)`` that stayed
+    unexpanded (it is reported whole, not as the words of its command line)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$(", i):
+            j = _match(text, i + 1, "(", ")")
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text[i] in " \t\n":
+            out.append(SPLIT)
+            while i < len(text) and text[i] in " \t\n":
+                i += 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 def _match(s: str, i: int, o: str, c: str) -> int:

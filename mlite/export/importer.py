@@ -5,18 +5,29 @@ command (what ``DRY_RUN=1`` or ``set -x`` prints), or the launchers ``mlite expo
 mlite engine keys (``engine.tp`` ... / ``actor_rollout_ref.actor.engine.tp`` ...) or verl's Megatron keys
 (``actor_rollout_ref.actor.megatron.*_parallel_size``; ETP ``null`` means ETP = TP there, 1 for mlite), the GPU count
 from ``trainer.nnodes x trainer.n_gpus_per_node`` (else torchrun's flags), and the training options the memory
-estimator needs. The mesh is then judged by the planner with the runtime's rule.
+estimator needs. The mesh is then judged by the mesh rules (:data:`mlite.mesh.checks.RULES`) the way Megatron-Core
+judges it at start-up, with each size the launcher leaves unset said (:attr:`ImportedLauncher.inherited`) and MTP
+layers placed only when the launcher trains them.
+
+Never a silently wrong mesh: a mesh or cluster size that could not be expanded, or is not a number, stops the import
+(:class:`~mlite.errors.MliteError`, exit 2 from the CLI) naming the key and the variable; so does a script that
+launches nothing, hands over to a file that cannot be read, or runs a command variable it never sets.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MliteError
-from .mapping import read_options, read_parallel
+from .mapping import ACTOR, read_options, read_parallel
 from .overrides import ParsedOverride, parse_override
 from .script import run_script, uses_launcher_rule
+from .verl_grpo_megatron import PARALLEL_KEYS
+
+_MLITE_SIZES = ("tp", "pp", "vpp", "cp", "ep", "etp")
+_MODEL_SUFFIXES = re.compile(r"(-(Base|Instruct|Chat|BF16|FP8|RL|SFT)(-\d+)?)+$", re.IGNORECASE)
 
 _TARGETS = {("mlite", False): "verl-mlite-grpo", ("mlite", True): "verl-mlite-sft",
             ("megatron", False): "verl-megatron-grpo", ("megatron", True): "verl-megatron-sft",
@@ -56,6 +67,13 @@ class ImportedLauncher:
     """Override keys that are not part of a mesh / memory plan."""
     launcher_rule: bool = False
     """The script computes DP with verl's rule ngpu / PP = TP * EP * DP."""
+    inherited: dict = field(default_factory=dict)
+    """Mesh field -> :class:`mlite.mesh.Inherited`: the sizes the launcher leaves unset and the value they take
+    (Megatron-Core: ETP = TP, VPP null, CP 1; Megatron Lite: ETP 1)."""
+    required: dict = field(default_factory=dict)
+    """Variables the script requires (``${NAME:?message}``) that were not set: name -> message."""
+    train_mtp: bool = False
+    """The launcher trains MTP layers (``model.mtp.enable`` and ``enable_train``); else no stage holds them."""
 
     @property
     def ngpu(self) -> int:
@@ -80,7 +98,8 @@ class ImportedLauncher:
         if (p.is_dir() and (p / "config.json").is_file()) or (p.is_file() and p.suffix == ".json"):
             return str(p)
         names = {n.lower(): n for n in available_models()}
-        return names.get(p.name.lower())
+        base = _MODEL_SUFFIXES.sub("", p.name)  # Qwen3-30B-A3B-Base, -Instruct-2507: the same architecture
+        return names.get(p.name.lower()) or names.get(base.lower())
 
     def plan(self, config: str | None = None):
         """``(MeshPlan or None, model ref or None)``: the planner's verdict on the mesh read."""
@@ -93,7 +112,7 @@ class ImportedLauncher:
         spec = from_hf_config(ref)
         seq = int(self.options.get("seq_len", 4096))
         return resolve(spec, self.ngpu, self.parallel, seq_len=seq, gpus_per_node=self.gpus_per_node,
-                       auto_uneven=True), ref
+                       auto_uneven=True, inherited=self.inherited, train_mtp=self.train_mtp), ref
 
     @property
     def rollout(self) -> dict:
@@ -113,19 +132,15 @@ class ImportedLauncher:
             doc = mp.to_dict()
             warnings = doc["warnings"] + warnings
         else:
-            dense, expert = p.tp * p.cp * p.pp, p.etp_size * p.ep * p.pp
-            errors = [f"ngpu {self.ngpu} is not divisible by {w} = {n}" for w, n in
-                      (("TP*CP*PP", dense), ("ETP*EP*PP", expert)) if self.ngpu % n]
-            doc = {"valid": not errors, "errors": errors, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp,
-                   "ep": p.ep, "etp": p.etp_size, "dp": self.ngpu // dense if not self.ngpu % dense else 0,
-                   "edp": self.ngpu // expert if not self.ngpu % expert else 0, "pp_layout": p.pp_layout or "",
-                   "layout_source": "pp_layout" if p.pp_layout else "unknown"}
-            warnings.append(f"no model config for '{self.model_path or '?'}': only the GPU-count rule was checked "
+            doc = self._world_only()
+            warnings = doc["warnings"] + warnings
+            warnings.append(f"no model config for '{self.model_path or '?'}': only the GPU-count rules were checked "
                             "(pass --config NAME_OR_PATH for heads, experts, layers)")
         out = {"ngpu": self.ngpu}
         for k in ("valid", "errors"):
             out[k] = doc[k]
         out["warnings"] = warnings
+        out["info"] = doc["info"]
         for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp", "pp_layout", "layout_source"):
             out[k] = doc[k]
         ldp = self.ngpu / p.pp / (p.tp * p.ep)
@@ -135,8 +150,62 @@ class ImportedLauncher:
             "model_config": ref, "options": self.options, "rollout": self.rollout,
             "launcher_rule": {"used": self.launcher_rule, "dp": int(ldp) if ldp.is_integer() else round(ldp, 3)},
             "unresolved": self.unresolved, "ignored": self.ignored, "source": self.source,
+            "inherited": {k: v.why for k, v in self.inherited.items()}, "train_mtp": self.train_mtp,
         })
         return out
+
+    def _world_only(self) -> dict:
+        """The verdict of the rules that need no model (Megatron-Core's world-size and VPP checks)."""
+        from types import SimpleNamespace
+
+        from ..mesh import MeshContext, run_rules
+        from ..mesh import checks as C
+
+        p = self.parallel
+        # any model: experts and widths that every size divides, so only the GPU-count rules speak
+        anything = SimpleNamespace(num_experts=1 << 20, moe_ffn_hidden_size=1 << 20, name=self.model_path or "?")
+        ctx = MeshContext(spec=anything, ngpu=self.ngpu, parallel=p, gpus_per_node=self.gpus_per_node,
+                          inherited=self.inherited)
+        found = run_rules(ctx, (C.rule_world_dense, C.rule_world_expert, C.rule_vpp, C.rule_inherited))
+        errors = [f.message for f in found if f.level == "error"]
+        return {"valid": not errors, "errors": errors, "warnings": [], "info": [f.message for f in found
+                                                                                if f.level == "info"],
+                "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": p.etp_size, "dp": ctx.dp,
+                "edp": ctx.edp, "pp_layout": p.pp_layout or "",
+                "layout_source": "pp_layout" if p.pp_layout else "unknown"}
+
+    def planner_values(self) -> dict:
+        """The mesh and cluster as planner fields: ``ngpu``, ``gpus_per_node``, ``seq_len``, ``tp`` ... ``etp``
+        (resolved, e.g. ETP = TP for a Megatron launcher that leaves it unset), ``pp_layout``."""
+        p = self.parallel
+        return {"ngpu": self.ngpu, "gpus_per_node": self.gpus_per_node,
+                "seq_len": int(self.options.get("seq_len", 4096)), "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp,
+                "ep": p.ep, "etp": p.etp_size, "pp_layout": p.pp_layout or ""}
+
+    def estimate(self, config: str | None = None, *, gpu_memory_gib: float | None = None):
+        """``(MeshPlan, MemoryEstimate or None)``: the training memory estimate of the imported mesh and options (None
+        for an invalid mesh). Refused (MliteError) without a model config. The per-phase RL estimate of GRPO/PPO
+        launchers (rollout ``gpu_memory_utilization``, rollout TP, ``n``, lengths, offload) is :func:`rl_estimate`.
+        """
+        from dataclasses import replace
+
+        from ..memory import estimate
+        from ..models import from_hf_config
+
+        mp, ref = self.plan(config)
+        if mp is None:
+            if not self.model_path:
+                need = "; ".join(f"the script requires {k} ({v})" for k, v in self.required.items())
+                raise MliteError(f"--estimate needs the model: model.path is empty{' (' + need + ')' if need else ''}; "
+                                 "pass --env MODEL_PATH=... or --config NAME_OR_PATH")
+            raise MliteError(f"--estimate needs the model: '{self.model_path}' is not a config in data/models/ "
+                             "or a local folder; pass --config NAME_OR_PATH")
+        if not mp.valid:
+            return mp, None
+        o = self.training_options()
+        if gpu_memory_gib is not None:
+            o = replace(o, gpu_memory_gib=gpu_memory_gib)
+        return mp, estimate(from_hf_config(ref), mp, o)
 
     def to_export_plan(self, *, model: str | None = None, target: str | None = None, **kw):
         """An :class:`mlite.export.ExportPlan` with this mesh, cluster and options (the header then states the
@@ -168,18 +237,18 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         source = str(src)
     else:
         source = str(src or "<text>")
-    res = run_script(text, env)
+    res = run_script(text, env, path=None if source.startswith("<") else Path(source).expanduser())
     if not res.launches:
-        raise MliteError(f"{source}: no verl launch line found (expected python3 -m verl.trainer.main_ppo or "
-                         "torchrun ... verl.trainer.sft_trainer with Hydra overrides)")
-    warnings = list(res.notes)
+        raise _no_launch(source, res)
+    warnings = list(res.notes) + [f"the script requires {k} ({v}); it is not set" for k, v in
+                                  res.shell.required.items()]
     outside = [ln for ln in res.launches if not ln.in_block]
     launch = (outside or res.launches)[-1]
     if len(outside or res.launches) > 1:
         warnings.append(f"{len(outside or res.launches)} verl launch lines found; read the last (line {launch.line})")
     ovs, unresolved, config_name, torchrun = [], {}, None, {}
     for k, w in enumerate(launch.words[:launch.entry]):
-        if w.startswith("--nnodes") or w.startswith("--nproc_per_node") or w.startswith("--nproc-per-node"):
+        if w.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")):
             key, _, val = w.partition("=")
             val = val or (launch.words[k + 1] if k + 1 < launch.entry else "")
             torchrun[key.lstrip("-").replace("-", "_")] = val
@@ -191,12 +260,12 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     while i < len(words):
         w, u, d = words[i], unres[i], deps[i]
         i += 1
-        if w.startswith("--config-name") or w.startswith("--config-path") or w.startswith("-cn"):
+        if w.startswith(("--config-name", "--config-path", "-cn")):
             key, _, val = w.partition("=")
             if not val and i < len(words):
                 val, i = words[i], i + 1
             if key in ("--config-name", "-cn"):
-                config_name = val[:-5] if val.endswith(".yaml") else val
+                config_name = val.removesuffix(".yaml")
             continue
         ov = parse_override(w)
         if ov is None:
@@ -214,6 +283,7 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
                         if not name.startswith("$") else f"could not resolve {label} (used in {shown})")
     is_sft = "sft" in launch.module
     backend, parallel, consumed, mesh_warn = read_parallel(ovs, is_sft=is_sft, config_name=config_name)
+    _refuse_unread_mesh(source, ovs, consumed | {"trainer.nnodes", "trainer.n_gpus_per_node"}, unresolved, res)
     warnings += mesh_warn
     nnodes, gpn, consumed_c, cw = _cluster(ovs, torchrun, is_sft)
     warnings += cw
@@ -243,10 +313,95 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         if ldp != rdp:
             warnings.append(f"this launcher computes DP with verl's rule ngpu/PP = TP*EP*DP = {ldp:g}; the runtime's "
                             f"rule ngpu = TP*CP*DP*PP gives DP = {rdp:g} (they differ because CP {p.cp} != EP {p.ep})")
+    by = {o.key: o.value for o in ovs}
+    mtp = "model.mtp" if is_sft else "actor_rollout_ref.model.mtp"
+    train_mtp = by.get(f"{mtp}.enable") is True and by.get(f"{mtp}.enable_train", True) is not False
     return ImportedLauncher(source=source, target=_TARGETS[(backend, is_sft)], entry=launch.module,
                             config_name=config_name, overrides=ovs, nnodes=nnodes, gpus_per_node=gpn,
                             parallel=parallel, options=options, model_path=model_path, warnings=warnings,
-                            unresolved=unresolved, ignored=ignored, launcher_rule=text_rule)
+                            unresolved=unresolved, ignored=ignored, launcher_rule=text_rule,
+                            inherited=_inherited(by, backend, is_sft, parallel), train_mtp=train_mtp,
+                            required=dict(res.shell.required))
+
+
+def _no_launch(source: str, res) -> MliteError:
+    """Why a script has no verl launch line, in one line."""
+    if res.unfollowed:
+        return MliteError(f"{source}: no verl launch line found; the script hands over to {res.unfollowed[0]}, which "
+                          "could not be read (pass --env for the variables of its path, or import that file)")
+    if res.unset_commands:
+        line, name = res.unset_commands[-1]
+        return MliteError(f"{source}: no verl launch line found; line {line} runs ${name}, which the script never sets "
+                          f"(pass --env {name}='torchrun ... -m verl.trainer.sft_trainer' or the command it stands "
+                          "for)")
+    if res.prints and not res.commands:
+        said = next((t for t in res.prints if t.strip()), "")
+        return MliteError(f"{source}: launches nothing: it only prints" + (f" '{said[:160]}'" if said else ""))
+    return MliteError(f"{source}: no verl launch line found (expected python3 -m verl.trainer.main_ppo, torchrun ... "
+                      "-m verl.trainer.sft_trainer, a recipe.<name>.main_<name> or verl.experimental... entry point "
+                      "with Hydra overrides)")
+
+
+def _is_mesh_key(key: str) -> bool:
+    leaf = key.rsplit(".", 1)[-1]
+    return key in ("trainer.nnodes", "trainer.n_gpus_per_node") or leaf in PARALLEL_KEYS.values() or \
+        leaf == "pipeline_model_parallel_layout" or (key.startswith(("engine.", f"{ACTOR}.engine."))
+                                                     and leaf in _MLITE_SIZES)
+
+
+def _refuse_unread_mesh(source: str, ovs, consumed: set, unresolved: dict, res) -> None:
+    """A mesh or cluster size the reader could not expand, or that is not a number, stops the import (exit 2)
+    rather than a silently wrong mesh."""
+    for o in ovs:
+        if o.key not in consumed or not _is_mesh_key(o.key):
+            continue
+        names = [n for n, keys in unresolved.items() if o.key in keys]
+        if names:
+            n = names[0]
+            how = (f"pass --env {n}=VALUE" if not n.startswith("$") else "it is not run; pass --env for the variable "
+                   "that holds it")
+            raise MliteError(f"{source}: {o.key}={o.raw}: could not expand {n if n.startswith('$') else '$' + n} "
+                             f"({how})")
+        leaf = o.key.rsplit(".", 1)[-1]
+        ok = o.value is None if leaf in ("virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size",
+                                         "pipeline_model_parallel_layout", "vpp", "etp") else False
+        if leaf == "pipeline_model_parallel_layout":
+            continue
+        if not ok and not (isinstance(o.value, int) and not isinstance(o.value, bool) and o.value >= 1):
+            raise MliteError(f"{source}: {o.key}={o.raw}: not a positive integer; set it (or pass --env for the "
+                             "variable it comes from)")
+
+
+def _inherited(by: dict, backend: str, is_sft: bool, p) -> dict:
+    """The mesh sizes the launcher leaves unset, with the value they take and why."""
+    from ..mesh import Inherited
+
+    out = {}
+    if backend == "megatron":
+        root = "engine" if is_sft else f"{ACTOR}.megatron"
+        def key(k):
+            return f"{root}.{PARALLEL_KEYS[k]}"
+
+        def unset(k):
+            return by.get(key(k)) is None
+
+        def how(k):
+            return "sets it to null" if key(k) in by else f"does not set {PARALLEL_KEYS[k]}"
+
+        if unset("etp"):
+            out["etp"] = Inherited(f"ETP inherited from TP = {p.tp} because the launcher {how('etp')} "
+                                   "(Megatron-Core: expert_tensor_parallel_size None means TP)", key("etp"))
+        if unset("vpp"):
+            out["vpp"] = Inherited(f"VPP null (no interleaved schedule) because the launcher {how('vpp')}",
+                                   key("vpp"))
+        if unset("cp"):
+            out["cp"] = Inherited(f"CP 1 (Megatron-Core's default) because the launcher {how('cp')}", key("cp"))
+    elif backend == "mlite":
+        root = "engine" if is_sft else f"{ACTOR}.engine"
+        if by.get(f"{root}.etp") is None:
+            out["etp"] = Inherited(f"ETP 1 (Megatron Lite's default) because the launcher does not set {root}.etp",
+                                   f"{root}.etp")
+    return out
 
 
 def _int(ov: ParsedOverride | None, what: str, warnings: list[str]) -> int | None:
@@ -274,3 +429,15 @@ def _cluster(ovs, torchrun: dict, is_sft: bool) -> tuple[int, int, set, list[str
         g = 1 if is_sft else 8
         w.append(f"trainer.n_gpus_per_node not set: verl's default {g}")
     return nn, g, {"trainer.nnodes", "trainer.n_gpus_per_node"}, w
+
+
+def rl_estimate(imported: ImportedLauncher, training) -> dict | None:
+    """Hook for the per-phase RL estimate of a GRPO/PPO launcher (rollout, log-prob, training phases) from its rollout
+    settings; the estimator is ``mlite.memory.rl`` (its own issue). None until that module exists, and for SFT."""
+    import importlib.util
+
+    if imported.target.endswith("-sft") or importlib.util.find_spec("mlite.memory.rl") is None:
+        return None
+    from ..memory import rl
+
+    return rl.estimate_launcher(imported, training) if hasattr(rl, "estimate_launcher") else None

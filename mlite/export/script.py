@@ -1,17 +1,29 @@
-"""Run the reader of :mod:`mlite.export.shell` over a launcher: assignments in order, ``case`` branches, and the
-verl launch line(s) with every word expanded. Nothing is executed."""
+"""Run the reader of :mod:`mlite.export.shell` over a launcher: assignments in order, ``case`` branches, ``source`` /
+``.`` / ``exec`` / ``bash`` of a sibling script (read in the same shell), and the verl launch line(s) with every word
+expanded. Nothing is executed.
+
+A ``case`` whose selector comes from a command substitution (``DEVICE=$(python3 -c 'import torch_npu' ... && echo
+npu || echo gpu)``) takes the ``gpu`` branch and says so in :attr:`ScriptResult.notes`."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from .expand import Shell, case_matches
+from .expand import SPLIT, Shell, case_matches
 from .shell import _ASSIGN, _BLOCK_OPEN, Command, lex
 
 ENTRY_MODULES = ("verl.trainer.main_ppo", "verl.trainer.sft_trainer", "verl.trainer.sft_trainer_ray",
                  "verl.trainer.fsdp_sft_trainer", "verl.trainer.main_ppo_v0")
-"""verl entry points whose arguments are Hydra overrides."""
+"""verl entry points whose arguments are Hydra overrides (more are recognised by :data:`ENTRY_PATTERN` after ``-m``)."""
+ENTRY_PATTERN = re.compile(r"(verl\.trainer\.[\w.]+|verl\.experimental\.[\w.]+|recipe\.\w+(\.\w+)*\.main_\w+)")
+"""Other verl entry points launched with ``-m``: trainers, ``verl.experimental...`` mains, recipes'
+``recipe.<name>.main_<name>``."""
+GPU_BRANCH = "gpu"
+"""The ``case`` word used when the selector is a command substitution (a device probe)."""
+_FOLLOW = ("source", ".", "exec", "bash", "sh")
+_MAX_DEPTH = 4
 
 _PREFIX_WORDS = {"exec", "command", "env", "nohup", "time", "builtin"}
 _DECL = {"export", "declare", "local", "readonly", "typeset"}
@@ -50,7 +62,19 @@ class ScriptResult:
     block_assignments: set = field(default_factory=set)
     """Variables assigned only inside blocks that were not run (``if``, loops, functions)."""
     notes: list[str] = field(default_factory=list)
-    """Things the reader did not follow (``source``, unresolved ``case`` words)."""
+    """Things the reader did, or did not follow (``source``, ``case`` words it chose or could not resolve)."""
+    unfollowed: list[str] = field(default_factory=list)
+    """Scripts it was asked to read (``source``, ``exec``) but could not: ``FILE (why)``."""
+    followed: list[str] = field(default_factory=list)
+    """Sibling scripts it read."""
+    prints: list[str] = field(default_factory=list)
+    """What ``echo`` / ``printf`` commands outside blocks print (to tell a stub that only prints)."""
+    commands: int = 0
+    """Commands other than assignments, ``set``, ``export``, ``echo``, ``exit`` outside blocks."""
+    unset_commands: list[tuple[int, str]] = field(default_factory=list)
+    """``(line, variable)`` of commands whose first word is a variable that is not set (``$COMMAND ...``)."""
+    skipped: list[Command] = field(default_factory=list)
+    """Commands inside blocks that were not run (searched for a launch line when there is none outside)."""
 
 
 def _is_assign(w) -> bool:
@@ -62,11 +86,21 @@ def _assign(sh: Shell, w) -> str:
     if isinstance(w, tuple):
         name, elems = w
         parts = [p for e in elems for p in sh.expand_each(e)]
-        sh.assign(name, [v for v, _, _ in parts], taint=[t for _, t, _ in parts], deps=[d for _, _, d in parts])
+        values, taint, deps = [v for v, _, _ in parts], [t for _, t, _ in parts], [d for _, _, d in parts]
+        if name.endswith("+"):  # ARR+=( ... ): append
+            name = name[:-1]
+            old = sh.vars.get(name)
+            old = old if isinstance(old, list) else ([old] if old else [])
+            n = len(old)
+            def pad(store):
+                return (store.get(name) if isinstance(store.get(name), list) else [set()] * n)[:n]
+
+            values, taint, deps = old + values, pad(sh.taint) + taint, pad(sh.deps) + deps
+        sh.assign(name, values, taint=taint, deps=deps)
         return name
     m = _ASSIGN.match(w)
     name, append, raw = m.group(1), m.group(2), w[m.end():]
-    val = sh._expand_text(raw, quoted=False)
+    val = sh._expand_text(raw, quoted=False).replace(SPLIT, " ")
     if append and isinstance(sh.vars.get(name), list):
         sh.assign(name, sh.vars[name] + [val])
     else:
@@ -76,7 +110,7 @@ def _assign(sh: Shell, w) -> str:
 
 def _find_launch(sh: Shell, cmd: Command, in_block: bool) -> Launch | None:
     text = " ".join(w if isinstance(w, str) else w[0] for w in cmd.words)
-    if "verl" not in text and "${" not in text and "$" not in text:
+    if "verl" not in text and "recipe." not in text and "$" not in text:
         return None
     words, unres, used = [], [], []
     for w in cmd.words:
@@ -89,20 +123,115 @@ def _find_launch(sh: Shell, cmd: Command, in_block: bool) -> Launch | None:
     while words and (set(words[0]) == {"+"} or words[0] in _PREFIX_WORDS):
         words, unres, used = words[1:], unres[1:], used[1:]
     for k, w in enumerate(words):
-        if w in ENTRY_MODULES:
+        if w in ENTRY_MODULES or (k and words[k - 1] == "-m" and ENTRY_PATTERN.fullmatch(w)):
             return Launch(words=words, unresolved=unres, used=used, entry=k, line=cmd.line, in_block=in_block)
     return None
 
 
-def run_script(text: str, env: dict | None = None) -> ScriptResult:
-    """Read ``text`` (a script, or a resolved command line) with ``env`` as the only outside variables."""
+def run_script(text: str, env: dict | None = None, *, path: str | Path | None = None) -> ScriptResult:
+    """Read ``text`` (a script, or a resolved command line) with ``env`` as the only outside variables; ``path`` (the
+    file ``text`` came from) lets ``source`` / ``exec`` of a sibling script be followed."""
     res = ScriptResult(shell=Shell(vars=dict(env or {})))
+    _run(res, text, Path(path) if path else None, 0)
+    if not res.launches:
+        for cmd in res.skipped:
+            launch = _find_launch(res.shell, Command([w for w in cmd.words if not _is_assign(w)] or cmd.words,
+                                                    line=cmd.line), in_block=True)
+            if launch:
+                res.launches.append(launch)
+    return res
+
+
+def _sibling(sh: Shell, words: list, here: Path | None) -> tuple[Path | None, str]:
+    """The script a ``source`` / ``exec`` word names, resolved next to ``here``: ``(path or None, shown name)``."""
+    raw = words[1] if len(words) > 1 and isinstance(words[1], str) else ""
+    if raw in ("-c", "-e", "-x", "-u") or raw.startswith("-"):
+        raw = next((w for w in words[2:] if isinstance(w, str) and not w.startswith("-")), "")
+    if not raw:
+        return None, ""
+    # $(dirname "$0"), $(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd): the script's own folder
+    raw = re.sub(r"\$\((cd\s+)?[\"']?\$\(dirname[^)]*\)[\"']?(\s*(&&|;)\s*pwd)?\)|\$\(dirname[^)]*\)", ".", raw)
+    sh.unresolved = set()
+    name = (sh.expand(raw) or [""])[0]
+    if sh.unresolved or not name or here is None:
+        return None, name or raw
+    p = Path(name).expanduser()
+    return (p if p.is_absolute() else here.parent / p), name
+
+
+def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
     sh = res.shell
     depth = 0
     cases: list[dict] = []
-    skipped: list[Command] = []
-    for cmd in lex(text):
+    status: bool | None = True  # of the last command run at the top level (None: a test that could not be read)
+    unknown_test = ""  # the test that made it None
+    ifs: list[dict] = []  # if-blocks whose condition was read: {"taken", "done", "nest", "then", "unknown"}
+    cmds = lex(text)
+    for k, cmd in enumerate(cmds):
         words = list(cmd.words)
+        kw = words[0] if words and isinstance(words[0], str) else None
+        if kw == "then" and ifs and ifs[-1]["then"]:
+            ifs[-1]["then"] = False
+            words = words[1:]
+            kw = words[0] if words and isinstance(words[0], str) else None
+            if not words:
+                continue
+        if ifs and not ifs[-1]["taken"]:  # inside a branch not taken: find the next branch or the fi
+            top = ifs[-1]
+            if top["unknown"]:
+                res.block_assignments |= {w[0].rstrip("+") if isinstance(w, tuple) else _ASSIGN.match(w).group(1)
+                                          for w in words if _is_assign(w)}
+            if kw in _OPENERS:
+                top["nest"] += 1
+            elif kw in _CLOSERS and top["nest"]:
+                top["nest"] -= 1
+            elif top["nest"]:
+                pass
+            elif kw == "fi":
+                ifs.pop()
+            elif kw == "elif" and not top["done"]:
+                r = _condition(sh, words, cmds, k)
+                if r is None:
+                    top.update(done=True, unknown=True)
+                    res.notes.append(f"line {cmd.line}: the elif condition could not be read; its branch and the "
+                                     "ones after it were not read")
+                else:
+                    top.update(taken=r, done=r, then=True)
+            elif kw == "else" and not top["done"]:
+                top.update(taken=True, done=True)
+                words = words[1:]
+                if words:
+                    cmds.insert(k + 1, Command(words, line=cmd.line))
+            continue
+        if ifs and depth == 0 and not cases_inactive(cases) and kw in ("elif", "else", "fi"):
+            if kw == "fi":
+                ifs.pop()
+            else:
+                ifs[-1]["taken"] = False  # the branch that ran ends here; skip to the fi
+            continue
+        if kw == "if" and depth == 0 and not cases_inactive(cases):
+            r = _condition(sh, words, cmds, k)
+            if r is not None:
+                ifs.append({"taken": r, "done": r, "nest": 0, "then": True, "unknown": False})
+                continue
+        if depth == 0 and not any(not cs["active"] for cs in cases):
+            if cmd.after == "&&" and status is False or cmd.after == "||" and status is True:
+                continue  # not run; the list's status stays
+            guess = cmd.after and status is None
+            if not cmd.after:
+                status, unknown_test = True, ""
+            if words and words[0] in ("[", "[[", "test"):
+                status = _test(sh, words, cmd.line)
+                if status is None:
+                    unknown_test = f"the test at line {cmd.line}"
+                continue
+            if guess and words and _is_assign(words[0]):
+                # run on a test that could not be read: what it assigns is unresolved, not a guess
+                for w in words:
+                    if _is_assign(w):
+                        name = _assign(sh, w)
+                        sh.taint[name] = {unknown_test or f"the test before line {cmd.line}"}
+                continue
         if words and isinstance(words[0], tuple) and words[0][0] == "__pattern__":
             if cases and depth == 0:
                 cs = cases[-1]
@@ -114,7 +243,10 @@ def run_script(text: str, env: dict | None = None) -> ScriptResult:
         first = words[0] if isinstance(words[0], str) else None
         if first == "esac" and depth == 0:
             if cases:
-                cases.pop()
+                cs = cases.pop()
+                if cs.get("guess") and not cs["matched"]:
+                    res.notes.append(f"line {cs['line']}: no '{GPU_BRANCH}' branch in the case on {cs['raw']}; "
+                                     "no branch was read")
             continue
         inactive = any(not cs["active"] for cs in cases)
         if depth or inactive:
@@ -123,8 +255,8 @@ def run_script(text: str, env: dict | None = None) -> ScriptResult:
             elif first in ("fi", "done", "}") and depth:
                 depth -= 1
             if depth and not inactive:
-                skipped.append(Command(words, skipped=True, line=cmd.line))
-                res.block_assignments |= {w[0] if isinstance(w, tuple) else _ASSIGN.match(w).group(1)
+                res.skipped.append(Command(words, skipped=True, line=cmd.line))
+                res.block_assignments |= {w[0].rstrip("+") if isinstance(w, tuple) else _ASSIGN.match(w).group(1)
                                           for w in words if _is_assign(w)}
             if first == "case" and inactive:
                 cases.append({"word": None, "matched": True, "active": False})
@@ -132,17 +264,11 @@ def run_script(text: str, env: dict | None = None) -> ScriptResult:
                 cases.pop()
             continue
         if first == "case":
-            sh.unresolved = set()
-            word = sh.expand(words[1])[0] if len(words) > 1 else ""
-            if sh.unresolved:
-                res.notes.append(f"line {cmd.line}: case on {words[1]} could not be resolved "
-                                 f"({', '.join(sorted(sh.unresolved))}); no branch was read")
-                word = None
-            cases.append({"word": word, "matched": False, "active": False})
+            cases.append(_case(res, words, cmd.line))
             continue
         if first in _BLOCK_OPEN or first == "{" or (first == "function" and "{" in words):
             depth += 1
-            skipped.append(Command(words, skipped=True, line=cmd.line))
+            res.skipped.append(Command(words, skipped=True, line=cmd.line))
             continue
         if first in _DECL:
             for w in words[1:]:
@@ -159,19 +285,90 @@ def run_script(text: str, env: dict | None = None) -> ScriptResult:
                 if isinstance(w, str):
                     sh.vars.pop(w, None)
             continue
-        if words[0] in ("source", "."):
-            res.notes.append(f"line {cmd.line}: '{words[0]} {words[1] if len(words) > 1 else ''}' was not followed")
+        if words[0] in ("echo", "printf"):
+            sh.unresolved = set()
+            res.prints.append(" ".join(x for w in words[1:] if isinstance(w, str) for x in sh.expand(w)))
+            continue
+        if words[0] == ":":  # ': "${X:=default}"', ': "${X:?message}"': only the expansion's side effects
+            for w in words[1:]:
+                if isinstance(w, str):
+                    sh.expand(w)
+            continue
+        if words[0] in ("set", "exit", "cd", "mkdir", "pushd", "popd", "trap", "shopt", "ulimit", "true"):
             continue
         launch = _find_launch(sh, Command(words, line=cmd.line), in_block=False)
         if launch:
             res.launches.append(launch)
-    if not res.launches:
-        for cmd in skipped:
-            launch = _find_launch(sh, Command([w for w in cmd.words if not _is_assign(w)] or cmd.words,
-                                              line=cmd.line), in_block=True)
-            if launch:
-                res.launches.append(launch)
-    return res
+            res.commands += 1
+            continue
+        m = re.fullmatch(r'"?\$\{?([A-Za-z_]\w*)\}?"?', words[0]) if isinstance(words[0], str) else None
+        if m and sh.vars.get(m.group(1)) is None and len(words) > 1:
+            res.unset_commands.append((cmd.line, m.group(1)))
+        if words[0] in _FOLLOW or (words[0] == "exec" and len(words) > 1 and words[1] in ("bash", "sh")):
+            follow = words[1:] if words[0] == "exec" and len(words) > 1 and words[1] in ("bash", "sh") else words
+            _follow(res, follow, here, level, cmd.line)
+            continue
+        res.commands += 1
+
+
+_OPENERS = {"if", "case", "for", "while", "until", "select", "{"}
+_CLOSERS = {"fi", "esac", "done", "}"}
+
+
+def cases_inactive(cases: list[dict]) -> bool:
+    return any(not cs["active"] for cs in cases)
+
+
+def _condition(sh: Shell, words: list, cmds: list[Command], k: int) -> bool | None:
+    """The value of ``if [ ... ]; then`` / ``elif [ ... ]; then``: a single test followed by ``then``; None when it is
+    anything else (a list of tests, a command) or cannot be read."""
+    nxt = cmds[k + 1].words if k + 1 < len(cmds) else []
+    if len(words) < 2 or words[1] not in ("[", "[[", "test") or not nxt or nxt[0] != "then":
+        return None
+    return _test(sh, words[1:], 0)
+
+
+def _case(res: ScriptResult, words: list, line: int) -> dict:
+    """The state of a ``case``: its word, or the GPU branch when the word is a command substitution's output."""
+    sh = res.shell
+    sh.unresolved = set()
+    raw = words[1] if len(words) > 1 and isinstance(words[1], str) else ""
+    expanded = sh.expand(raw) if raw else []
+    word = expanded[0] if expanded else ""
+    cs = {"word": word, "matched": False, "active": False, "line": line, "raw": raw}
+    if not sh.unresolved:
+        return cs
+    subs = sorted(u for u in sh.unresolved if u.startswith("$(") and not u.startswith("$(("))
+    if subs and sh.unresolved == set(subs):
+        m = re.fullmatch(r'"?\$\{?([A-Za-z_]\w*)\}?"?', raw)
+        if m:  # later tests of the same variable agree with the branch taken
+            sh.assign(m.group(1), GPU_BRANCH, taint=set(), deps=set())
+        res.notes.append(f"line {line}: case on {raw} depends on {subs[0]}, which is not run: took the "
+                         f"'{GPU_BRANCH}' branch" + (f" (pass --env {m.group(1)}=... for another)" if m else ""))
+        cs.update(word=GPU_BRANCH, guess=True)
+        return cs
+    res.notes.append(f"line {line}: case on {raw} could not be resolved ({', '.join(sorted(sh.unresolved))}); no "
+                     "branch was read")
+    cs["word"] = None
+    return cs
+
+
+def _follow(res: ScriptResult, words: list, here: Path | None, level: int, line: int) -> None:
+    """Read a sibling script named by ``source`` / ``.`` / ``exec`` / ``bash`` in the same shell."""
+    target, shown = _sibling(res.shell, words, here)
+    verb = words[0]
+    if target is None or level >= _MAX_DEPTH:
+        why = "its path could not be expanded" if target is None else "too deeply nested"
+        res.unfollowed.append(f"{shown or '?'} ({why})")
+        res.notes.append(f"line {line}: '{verb} {shown}' was not followed ({why})")
+        return
+    if not target.is_file():
+        res.unfollowed.append(f"{target} (no such file)")
+        res.notes.append(f"line {line}: '{verb} {shown}' was not followed (no such file: {target})")
+        return
+    res.followed.append(str(target))
+    res.notes.append(f"line {line}: read {target} ('{verb}')")
+    _run(res, target.read_text(encoding="utf-8", errors="replace"), target, level + 1)
 
 
 def uses_launcher_rule(text: str) -> bool:
@@ -185,3 +382,35 @@ def uses_launcher_rule(text: str) -> bool:
         elif re.search(r"/\(\$?\{?tp\}?\*\$?\{?ep\}?\)", t):
             return True
     return False
+
+
+_INT_OPS = {"-gt": lambda a, b: a > b, "-ge": lambda a, b: a >= b, "-lt": lambda a, b: a < b,
+            "-le": lambda a, b: a <= b, "-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b}
+
+
+def _test(sh: Shell, words: list, line: int) -> bool | None:
+    """``[ A -gt B ]``, ``[ "$X" = y ]``, ``[ -z "$X" ]``, ``!``: True / False, None when an operand could not be
+    expanded, reads a variable neither the script nor ``env`` sets, or the test is not one of these."""
+    raw = [w for w in words[1:] if isinstance(w, str) and w not in ("]", "]]")]
+    neg = bool(raw) and raw[0] == "!"
+    raw = raw[1:] if neg else raw
+    sh.unresolved = set()
+    vals = [(sh.expand(w) or [""])[0] if re.search("[\"']", w) or "$" in w else w for w in raw]
+    named = {m.group(1) for w in raw for m in re.finditer(r"\$\{?([A-Za-z_]\w*)", w)}
+    if sh.unresolved or any(sh.vars.get(n) is None for n in named):
+        return None  # a substitution, or a variable from the environment nobody gave (--env): not known here
+    out = None
+    if len(vals) == 3 and vals[1] in _INT_OPS:
+        try:
+            out = _INT_OPS[vals[1]](int(vals[0]), int(vals[2]))
+        except ValueError:
+            return None
+    elif len(vals) == 3 and vals[1] in ("=", "==", "!="):
+        out = (vals[0] == vals[2]) == (vals[1] != "!=")
+    elif len(vals) == 2 and vals[0] in ("-z", "-n"):
+        out = (vals[1] == "") == (vals[0] == "-z")
+    elif len(vals) == 1:
+        out = vals[0] != ""
+    if out is None:
+        return None
+    return not out if neg else out

@@ -26,6 +26,8 @@ class Command:
     """Inside an ``if`` / loop / function body."""
     line: int = 0
     """1-based line where it starts."""
+    after: str = ""
+    """The operator before it in a list: ``&&``, ``||`` (run on the previous command's status), else ``""``."""
 
 
 class _Lexer:
@@ -159,6 +161,7 @@ class _Lexer:
     def lex(self) -> list[Command]:
         words: list = []
         start = self.line
+        after = ""
         while self.i < len(self.s):
             self.skip_ws(newlines=False)
             c = self.peek()
@@ -172,10 +175,15 @@ class _Lexer:
                     self.adv()
                     self.expect_pattern = self.case_depth > 0
                 elif c in "&|" and self.peek() == c:
-                    self.adv()
+                    op += self.adv()
+                flushed = bool(words)
                 if words:
-                    self.cmds.append(Command(words, line=start))
+                    self.cmds.append(Command(words, line=start, after=after))
                     words = []
+                if op in ("&&", "||"):
+                    after = op
+                elif flushed or op != "\n":  # a newline right after && / || continues the list
+                    after = ""
                 if op == "\n" and self.case_depth and self.cmds and self.cmds[-1].words[-1:] == ["in"]:
                     self.expect_pattern = True
                 continue
@@ -211,7 +219,7 @@ class _Lexer:
                 continue
             w = self.read_word()
             if self.peek() == "(" and re.fullmatch(r"[A-Za-z_]\w*\+?=", w):
-                words.append((w.rstrip("=").rstrip("+"), self.read_array()))
+                words.append((w.rstrip("="), self.read_array()))  # "NAME+" appends
                 continue
             if not w:
                 if self.i < len(self.s) and self.peek() not in " \t\n":

@@ -145,3 +145,20 @@ def auto_layout_uncached(num_layers: int, num_mtp: int, num_stages: int) -> list
         stages.append(Stage(i, i == 0, tuple(range(start, start + n)), tuple(range(num_mtp)) if last else (), last))
         start += n
     return stages
+
+
+def _span(values: tuple[int, ...]) -> str:
+    if not values:
+        return ""
+    return f"{values[0]}" if len(values) == 1 else f"{values[0]}–{values[-1]}"
+
+
+def stage_text(plan, pp_rank: int) -> str:
+    """What pipeline rank ``pp_rank`` runs: ``E, layers 0–23`` (one part per virtual chunk)."""
+    parts = []
+    for s in plan.stage_of_rank(pp_rank):
+        bits = (["E"] if s.embedding else []) + ([f"layers {_span(s.layers)}"] if s.layers else [])
+        bits += [f"MTP {_span(s.mtp)}"] if s.mtp else []
+        bits += ["L"] if s.head else []
+        parts.append(", ".join(bits) or "empty")
+    return " | ".join(parts) if parts else "—"

@@ -1,23 +1,14 @@
-"""Validation of a mesh against a model: each rule explains itself (rule, numbers, nearest valid values).
+"""Findings and the small helpers the mesh rules share (divisors, nearest valid values, vocabulary padding).
 
-Rules (Megatron-Core / mlite):
-  world        GPU count divisible by TP*CP*PP (dense) and by ETP*EP*PP (experts)
-  heads        attention heads divisible by TP; KV heads (query groups) divisible by TP
-  gdn_heads    Gated DeltaNet key and value heads divisible by TP
-  experts      routed experts divisible by EP; EP/ETP > 1 only for MoE models
-  ffn          dense FFN (and shared-expert FFN) divisible by TP; expert FFN divisible by ETP
-  layers       layers split into PP*VPP stages, evenly or by pp_layout
-  vpp          VPP > 1 needs PP > 1
-  seq_len      sequence length divisible by 2*CP (load-balanced causal context parallelism)
-  deepseek_v4  DeepSeek-V4 runs with TP = ETP = 1 in mlite
-Warnings: TP or EP groups that span nodes; verl's launcher rule (DP = ngpu/PP/(TP*EP)) disagreeing with the
-runtime's (DP = ngpu/(TP*CP*PP)); MoE with TP > 1 needs sequence parallelism; Gated DeltaNet with CP > 1 needs
-flash-linear-attention >= 0.5. Info: vocabulary padding to a multiple of 128*TP.
+A :class:`Finding` is one rule's verdict; its :attr:`Finding.fixes` are alternative fixes, each a dict of
+fields -> values (``{"tp": 4}``, or ``{"ep": 1, "etp": 1}`` where one fix sets two sizes). The rules themselves
+are the functions of :mod:`mlite.mesh.checks`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,15 +16,38 @@ class Finding:
     """One rule's verdict on a mesh."""
 
     rule: str
-    """Rule id (see the module docstring)."""
+    """Rule id (see :data:`mlite.mesh.checks.RULES`)."""
     level: str
     """``error``, ``warning`` or ``info``."""
     message: str
     """One line: the rule, the numbers, and what would fix it."""
     field: str | None = None
-    """The ParallelConfig field (or ``ngpu``, ``seq_len``) to change."""
+    """The main ParallelConfig field (or ``ngpu``, ``seq_len``) the rule is about."""
     nearest: tuple[int, ...] = ()
-    """Nearest values of ``field`` that satisfy this rule."""
+    """Nearest values of :attr:`field` that satisfy this rule."""
+    fixes: tuple[dict, ...] = dc_field(default=())
+    """Alternative fixes, each a dict of fields -> values that satisfies this rule (best first)."""
+
+
+def finding(rule: str, level: str, message: str, fld: str | None = None, near=(), fixes=None) -> Finding:
+    """A finding whose fixes default to one ``{fld: value}`` per nearest value; errors name the nearest values."""
+    near = tuple(near)
+    if level == "error":
+        message += fmt_nearest(fld or "", near)
+    if fixes is None:
+        fixes = tuple({fld: v} for v in near) if fld else ()
+    return Finding(rule, level, message, fld, near, tuple(fixes))
+
+
+def fix_label(fix: dict) -> str:
+    """A fix as a button reads: ``tp = 4``, ``ep = etp = 1``, ``pp = 2, vpp = 1``; a layout: ``uneven layout``,
+    ``clear pp_layout``."""
+    if set(fix) == {"pp_layout"}:
+        return "uneven layout" if fix["pp_layout"] else "clear pp_layout"
+    values = list(fix.values())
+    if len(fix) > 1 and all(v == values[0] for v in values):
+        return " = ".join(fix) + f" = {values[0]}"
+    return ", ".join(f"{k} = {v}" for k, v in fix.items())
 
 
 def divisors(n: int) -> list[int]:

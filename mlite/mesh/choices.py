@@ -1,0 +1,74 @@
+"""What a mesh planner offers and prints: the sensible values of each size, a mesh's key and ``mlite mesh`` command
+line, and the rows of a table of ranked meshes. Widgets render these; they compute nothing of their own."""
+
+from __future__ import annotations
+
+from .config import ParallelConfig
+from .plan import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
+from .rules import divisors
+
+FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp")
+"""The model-parallel sizes a planner sets (mlite's ``ParallelConfig`` names)."""
+MAX_VPP = 8
+"""Largest VPP offered."""
+
+
+def mesh_key(p: ParallelConfig) -> str:
+    """``tp-pp-vpp-cp-ep-etp``: identifies a mesh in the tables."""
+    return f"{p.tp}-{p.pp}-{p.vpp}-{p.cp}-{p.ep}-{p.etp_size}"
+
+
+def field_options(spec, ngpu: int, field: str) -> list[int]:
+    """Sensible values of ``field`` for ``spec`` on ``ngpu`` GPUs (divisors the model can use at all)."""
+    ds = divisors(ngpu)
+    if field == "tp":
+        return [d for d in ds if d <= spec.num_attention_heads]
+    if field == "pp":
+        return [d for d in ds if d <= spec.num_layers]
+    if field == "vpp":
+        return list(range(1, MAX_VPP + 1))
+    if field == "cp":
+        return ds
+    if field == "ep":
+        return [d for d in ds if d <= spec.num_experts] if spec.num_experts else [1]
+    if field == "etp":
+        return ds if spec.num_experts else [1]
+    raise KeyError(field)
+
+
+def mesh_command(ref: str, plan) -> str:
+    """The ``mlite mesh`` command line of ``plan`` (flags at their defaults left out)."""
+    p = plan.parallel
+    parts = ["mlite", "mesh", ref if " " not in ref else repr(ref), "--ngpu", str(plan.ngpu)]
+    for f in FIELDS:
+        v = p.etp_size if f == "etp" else getattr(p, f)
+        if v != 1:
+            parts += [f"--{f}", str(v)]
+    if p.pp_layout:
+        parts += ["--pp-layout", repr(p.pp_layout)]
+    if plan.gpus_per_node != DEFAULT_GPUS_PER_NODE:
+        parts += ["--gpus-per-node", str(plan.gpus_per_node)]
+    if plan.seq_len != DEFAULT_SEQ_LEN:
+        parts += ["--seq-len", str(plan.seq_len)]
+    return " ".join(parts)
+
+
+def planner_rows(meshes) -> list[dict]:
+    """Table rows of :class:`mlite.mesh.RankedMesh` es (ranking order); ``cfg`` carries an uneven layout along."""
+    rows = []
+    for i, m in enumerate(meshes, 1):
+        plan, p = m.plan, m.plan.parallel
+        auto = plan.layout_source == "auto"
+        rows.append({
+            "rank": i, "key": mesh_key(p), "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep,
+            "etp": p.etp_size, "dp": plan.dp, "edp": plan.edp, "score": m.score,
+            "stages": "uneven" if auto else "even", "layout": plan.layout, "warnings": len(plan.warnings),
+            "warning_text": "\n".join(f.message for f in plan.warnings),
+            "cfg": ParallelConfig(tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, etp=p.etp_size,
+                                  pp_layout=plan.layout if auto else None)})
+    return rows
+
+
+def config_values(p: ParallelConfig) -> dict:
+    """A ParallelConfig as planner control values (ETP resolved, an empty pp_layout for none)."""
+    return {f: getattr(p, f) for f in FIELDS if f != "etp"} | {"etp": p.etp_size, "pp_layout": p.pp_layout or ""}
