@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 import time
 
+from ..rundir import COMPLETED, FINAL
+
 COMMAND = "run"
 ORDER = 35
 
@@ -78,7 +80,7 @@ def _follow(run, quiet: bool) -> None:
     stopping = False
     while True:
         try:
-            done = run.status in ("completed", "stopped", "failed")
+            done = run.status in FINAL
             if not quiet:
                 for step, d in run.rundir.read_metrics():
                     if step > shown:
@@ -123,4 +125,4 @@ def run(args) -> int:
         peak = "n/a" if doc["peak_memory_bytes"] is None else f"{doc['peak_memory_bytes'] / 2**20:.1f} MiB"
         print(f"{doc['status']}{tail}: {doc['steps']} steps, final loss {loss}, peak memory {peak}\n"
               f"log: {doc['log']}")
-    return 0 if doc["status"] == "completed" else 1
+    return 0 if doc["status"] == COMPLETED else 1

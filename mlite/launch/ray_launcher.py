@@ -16,6 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..rundir import OUTCOMES
 from .rundir import RunDir
 from .supervisor import Terminator, finalize, main_usage, worker_env
 
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if term.terminated and not exit_code:
         exit_code = -15
     doc = finalize(rd, exit_code=exit_code, launcher_output=fallback, terminated=term.terminated, launcher="ray")
-    return 0 if doc["status"] in ("completed", "stopped") else 1
+    return 0 if doc["status"] in OUTCOMES else 1
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import replace
 
 from ..errors import MliteError
+from ..rundir import RUNNING
 from .config import RunConfig
 from .handle import RunHandle
 from .rundir import RunDir, now_iso
@@ -54,7 +55,7 @@ def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: 
         return RunHandle(out, config=cfg, command=command, started=False)
     rd = RunDir(out)
     rd.create(cfg.to_dict(), command, cli, overwrite=overwrite)
-    rd.write_status(status="running", reason=None, launcher=cfg.launcher, started_at=now_iso(), pid=None,
+    rd.write_status(status=RUNNING, reason=None, launcher=cfg.launcher, started_at=now_iso(), pid=None,
                     ended_at=None, exit_code=None, steps=0)
     from .supervisor import worker_env
 

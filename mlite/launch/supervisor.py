@@ -21,6 +21,7 @@ import sys
 import time
 
 from ..paths import REPO_ROOT
+from ..rundir import COMPLETED, FAILED, OUTCOMES, STOPPED
 from .rundir import RunDir, now_iso
 
 _ROOT_CAUSE_RE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
@@ -86,16 +87,16 @@ def finalize(rd: RunDir, *, exit_code: int | None, launcher_output: str = "", te
              launcher: str = "torchrun") -> dict:
     """Decide the final status from what the workers left, log it and write ``status.json``."""
     result = rd.read_result()
-    if exit_code == 0 and result and result.get("outcome") in ("completed", "stopped"):
+    if exit_code == 0 and result and result.get("outcome") in OUTCOMES:
         status = result["outcome"]
-        reason = "" if status == "completed" else f"stop requested; stopped after step {result.get('steps')}"
+        reason = "" if status == COMPLETED else f"stop requested; stopped after step {result.get('steps')}"
     elif terminated and rd.stop_requested():
-        status, reason = "stopped", "stop requested; the workers did not stop in time and were terminated"
+        status, reason = STOPPED, "stop requested; the workers did not stop in time and were terminated"
     elif terminated:
-        status, reason = "failed", "terminated: the launcher process received SIGTERM"
+        status, reason = FAILED, "terminated: the launcher process received SIGTERM"
     else:
-        status, reason = "failed", failure_reason(rd, exit_code, launcher_output, launcher=launcher)
-    rd.lifecycle(f"status: {status}" + (f" ({reason})" if reason else ""))
+        status, reason = FAILED, failure_reason(rd, exit_code, launcher_output, launcher=launcher)
+    rd.log_final_status(status, reason)
     return rd.write_status(status=status, reason=reason or None, ended_at=now_iso(), exit_code=exit_code,
                            steps=last_step(rd))
 
@@ -137,7 +138,7 @@ def supervise_subprocess(rd: RunDir, argv: list[str], env: dict, *, launcher: st
     # torchrun's summary of a failed worker is at the end of the console file
     output = rd.tail(80, rd.console)
     doc = finalize(rd, exit_code=code, launcher_output=output, terminated=term.terminated, launcher=launcher)
-    return 0 if doc["status"] in ("completed", "stopped") else 1
+    return 0 if doc["status"] in OUTCOMES else 1
 
 
 def wait_pid_gone(pid: int, timeout: float) -> bool:

@@ -230,7 +230,7 @@ def train(rd: RunDir) -> dict:
         mem["peak_kind"] = peaks[0][1]
         mem["steps"] = step
         rd.write_json(rd.memory_file, mem)
-        rd.write_json(rd.result_file, {"outcome": outcome, "steps": step})
+        rd.write_result(outcome, step)
     destroy_distributed()
     return {"outcome": outcome, "steps": step}
 
