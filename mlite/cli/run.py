@@ -105,9 +105,11 @@ def _follow(run, quiet: bool) -> None:
 
 def run(args) -> int:
     from ..launch import start
+    from ..launch.validate import validate_run
     from . import print_json
 
-    cfg = _config(args)
+    # every input checked, every path made absolute (the workers start in the run directory), nothing written yet
+    cfg = validate_run(_config(args), overwrite=args.overwrite)
     if args.dry_run:
         h = start(cfg, dry_run=True, overwrite=args.overwrite)
         print(h.command)

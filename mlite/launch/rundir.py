@@ -86,8 +86,9 @@ class RunDir:
         return self.path / schema.error_file_name(rank)
 
     # ------------------------------------------------------------------ create
-    def create(self, config_dict: dict, command: str, cli: str, *, overwrite: bool = False) -> None:
-        """Make the folder and write ``config.json``, ``command.txt`` and the head of ``train.log``."""
+    def check_new(self, *, overwrite: bool = False) -> list[str]:
+        """Raise :class:`MliteError` when the run cannot go here (a file, an older run without ``overwrite``, a
+        folder that cannot be made); writes nothing. Returns the run files an overwrite would replace."""
         if self.path.exists() and not self.path.is_dir():
             raise MliteError(f"out: '{self.path}' is a file; give a folder for the run")
         taken = [n for n in RUN_FILES if (self.path / n).exists()]
@@ -95,6 +96,18 @@ class RunDir:
         if taken and not overwrite:
             raise MliteError(f"out: '{self.path}' already holds a run ({taken[0]}); give a new folder "
                              "(or --overwrite to replace it)")
+        parent = self.path
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            raise MliteError(f"out: cannot make '{self.path}': '{parent}' is a file; give a folder for the run")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise MliteError(f"out: cannot write under '{parent}' (permission denied); give a writable folder")
+        return taken
+
+    def create(self, config_dict: dict, command: str, cli: str, *, overwrite: bool = False) -> None:
+        """Make the folder and write ``config.json``, ``command.txt`` and the head of ``train.log``."""
+        taken = self.check_new(overwrite=overwrite)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             for n in taken:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import shlex
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 from ..errors import MliteError
 from ..rundir import RUNNING
 from .config import RunConfig
 from .handle import RunHandle
 from .rundir import RunDir, now_iso
+from .validate import validate_run
 
 
 def launcher_module(config: RunConfig):
@@ -36,7 +38,8 @@ def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: 
 
     ``dry_run``: validate and return a handle with ``command`` set, without writing or starting anything.
     ``overwrite``: reuse ``config.out`` even if it holds an older run (its run files are replaced).
-    Bad input raises :class:`~mlite.errors.MliteError` here, before any process starts.
+    Bad input raises :class:`~mlite.errors.MliteError` here (:func:`~mlite.launch.validate.validate_run`), before
+    any process starts or any file is written; relative paths are taken from the current directory.
     """
     cfg = config if config is not None else RunConfig()
     if not isinstance(cfg, RunConfig):
@@ -45,9 +48,8 @@ def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: 
         cfg = replace(cfg, **overrides)
     except TypeError as e:
         raise MliteError(f"start: {e}") from None
-    cfg.check_environment()
-    out = cfg.resolved_out()
-    cfg = replace(cfg, out=str(out))
+    cfg = validate_run(cfg, overwrite=overwrite)
+    out = Path(cfg.out)
     mod = launcher_module(cfg)
     command = mod.command(out, cfg.nproc)
     cli = shlex.join(["mlite", "run", *cfg.cli_args(), "--out", str(out)])

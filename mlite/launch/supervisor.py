@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from ..paths import REPO_ROOT
 from ..rundir import COMPLETED, FAILED, OUTCOMES, STOPPED
@@ -28,10 +29,14 @@ _ROOT_CAUSE_RE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)"
 
 
 def worker_env(threads: int) -> dict:
-    """Environment of the worker processes: this interpreter's packages, one OpenMP pool of ``threads``."""
+    """Environment of the worker processes: this interpreter's packages, one OpenMP pool of ``threads``; paths
+    absolute (the workers start in the run directory, not in the caller's)."""
     env = dict(os.environ)
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + paths)
+    for name in ("MLITE_DATA", "MLITE_RUNS", "MLITE_RESULTS"):  # the workers start in the run directory
+        if env.get(name):
+            env[name] = str(Path(env[name]).expanduser().resolve())
     env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning,ignore::FutureWarning")
