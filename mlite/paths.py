@@ -1,8 +1,9 @@
 """Where the kit's embedded defaults live: model configs, the tokenizer, the tiny dataset, sample logs.
 
 ``$MLITE_DATA`` when set; else the ``data/`` folder of a source checkout (editable install, tests); else the copy
-installed with the package (``mlite/_data``, package data of a wheel, which is what a non-editable ``pip install``
-has). The shipped locations are absolute, so worker processes started in another directory see the same files.
+installed with the package (``mlite/_data``: package data of the wheel, what a non-editable ``pip install`` has; in
+the checkout its ``models``, ``tokenizer`` and ``datasets`` are links into ``data/``; the sample logs and the scripts
+that make the data stay in the checkout). The shipped locations are absolute, so worker processes started in another directory see the same files.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ REPO_ROOT = PACKAGE_DIR.parent
 ``--target`` folder in a plain install); on ``PYTHONPATH`` it makes ``mlite`` importable in worker processes."""
 
 PACKAGED_DATA = PACKAGE_DIR / "_data"
-"""Where a wheel installs ``data/models``, ``data/tokenizer``, ``data/datasets`` and ``data/logs``."""
+"""Where a wheel installs ``data/models``, ``data/tokenizer`` and ``data/datasets``."""
 
 DATASET_SUFFIX = ".parquet"
 
