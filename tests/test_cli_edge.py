@@ -153,6 +153,10 @@ BAD = [
     (("export", "my-config.json", "--nodes", "1", "--target", "nope", "--out", "exported"), "--target"),
     (("logs", "plot", "logs/mlite_tiny_moe_fsdp2", "-o", "p.png", "--metrics", "nope"), "nope"),
     (("logs", "check", "logs/", "--fail-on", "nope"), "--fail-on"),
+    (("export", "my-config.json", "--nodes", "1", "--target", "verl-mlite-sft", "--time", "1 day", "--out",
+      "exported"), "--time"),
+    (("mesh", "my-config.json", "--ngpu", "2", "--list", "--limit", "0"), "--limit"),
+    ((*RUN, *CFG, "--crash-at-step", "5"), "crash_at_step"),
     # an output that cannot be made
     ((*RUN[:-1], "bad.json/r1", *CFG), "bad.json"),
     (("logs", "plot", "logs/mlite_tiny_moe_fsdp2", "-o", "bad.json/p.png"), "bad.json"),
