@@ -139,8 +139,8 @@ class RunConfig:
                                                or not isinstance(self.crash_at_step, int) or self.crash_at_step < 1):
             raise MliteError(f"crash_at_step: {self.crash_at_step!r} must be a step number >= 1 (or None)")
         if self.crash_at_step is not None and self.crash_at_step > self.steps:
-            raise MliteError(f"crash_at_step: {self.crash_at_step} is after the last step ({self.steps}): the run would "
-                             f"not crash; give --crash-at-step {self.steps} or less")
+            raise MliteError(f"crash_at_step: {self.crash_at_step} is after the last step ({self.steps}): the run "
+                             f"would not crash; give --crash-at-step {self.steps} or less")
         if self.lr_warmup_steps > self.steps and self.steps > 1:  # the default 2 still fits --steps 2
             raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must not exceed steps={self.steps}; give "
                              f"--lr-warmup-steps {self.steps - 1} or fewer")
