@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from mlite.launch import RunHandle
 from mlite.launch.memory_check import estimate_for, memory_rows
+from mlite.memory import GIB
 from mlite.rundir import FAILED, STOPPED
 
 from ._common import figure_png
 
-MIB = 1024**2
-GIB = 1024**3
+MIB = GIB // 1024
 
 
 def fmt_bytes(n) -> str:
