@@ -143,7 +143,8 @@ BAD = [
     (("run", *CFG, "--steps", "2", "--nproc", "0", "--device", "cpu", "--out", "runs/r1"), "nproc"),
     (("mesh", "my-config.json", "--ngpu", "0"), "--ngpu"),
     ((*RUN, *CFG, "--offload-fraction", "2"), "offload_fraction"),
-    ((*RUN, *CFG, "--lr-warmup-steps", "9"), "lr_warmup_steps"),
+    (("run", *CFG, "--steps", "5", "--nproc", "2", "--device", "cpu", "--out", "runs/r1", "--lr-warmup-steps", "9"),
+     "lr_warmup_steps"),
     # unknown option values
     (("run", *CFG, "--steps", "2", "--nproc", "2", "--device", "tpu", "--out", "runs/r1"), "--device"),
     ((*RUN, *CFG, "--recompute", "some"), "--recompute"),

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..errors import MliteError
-from ..paths import REPO_ROOT, is_source_checkout
+from ..paths import REPO_ROOT
 
 DEBUG_MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
 """The tiny configs in ``data/models`` that train on a CPU in seconds (one per model kind)."""
@@ -45,6 +45,8 @@ PARAM_DTYPES = ("auto", "fp32", "bf16")
 def runs_root() -> Path:
     """Where runs go by default: ``$MLITE_RUNS``, else ``runs/`` at the repository root of a source checkout
     (git-ignored), else ``runs/`` in the current directory (an installed package has no repository)."""
+    from ..paths import is_source_checkout
+
     env = os.environ.get("MLITE_RUNS")
     if env:
         return Path(env).expanduser().resolve()
@@ -64,8 +66,7 @@ class RunConfig:
     device: str = "cpu"
     """``cpu`` (gloo) or ``cuda`` (nccl, one GPU per process)."""
     optimizer: str = "fsdp2"
-    """mlite optimizer backend: ``fsdp2`` (``dist_opt``, Megatron-Core's distributed optimizer, is refused until the
-    lite runtime has it)."""
+    """mlite optimizer backend: ``fsdp2``; ``dist_opt`` is refused before start (not in the lite runtime yet)."""
     pao: bool = False
     """``use_precision_aware_optimizer``: bf16 params + int16 remainders instead of an fp32 master."""
     moment_dtype: str = "fp32"
@@ -138,12 +139,8 @@ class RunConfig:
         if self.crash_at_step is not None and (isinstance(self.crash_at_step, bool)
                                                or not isinstance(self.crash_at_step, int) or self.crash_at_step < 1):
             raise MliteError(f"crash_at_step: {self.crash_at_step!r} must be a step number >= 1 (or None)")
-        if self.crash_at_step is not None and self.crash_at_step > self.steps:
-            raise MliteError(f"crash_at_step: {self.crash_at_step} is after the last step ({self.steps}): the run "
-                             f"would not crash; give --crash-at-step {self.steps} or less")
-        if self.lr_warmup_steps > self.steps and self.steps > 1:  # the default 2 still fits --steps 2
-            raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must not exceed steps={self.steps}; give "
-                             f"--lr-warmup-steps {self.steps - 1} or fewer")
+        if self.lr_warmup_steps >= self.steps and self.steps > 2:  # 1- and 2-step smoke runs stay in warmup
+            raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must be smaller than steps={self.steps}")
         if self.out is not None:
             self.out = str(self.out)
 
@@ -199,15 +196,13 @@ class RunConfig:
 
     def check_environment(self) -> None:
         """What can be checked before starting anything: the model config reads, the runtime accepts the
-        optimizer settings, CUDA / GPUs / Ray are there when asked for (:func:`mlite.launch.validate.validate_run`
-        checks the rest)."""
+        optimizer settings, CUDA / GPUs / megatron-core / Ray are there when asked for."""
         from ..models import from_hf_config
 
+        if self.optimizer == "dist_opt":  # the worker would refuse it after torchrun started
+            raise MliteError("optimizer: dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2")
         from_hf_config(self.model)
         self.runtime_config()
-        if self.optimizer == "dist_opt":
-            raise MliteError("optimizer: dist_opt (Megatron-Core's distributed optimizer) is not in the lite runtime "
-                             "yet, on CPU or CUDA; use --optimizer fsdp2 (mlite memory and mlite export plan dist_opt)")
         if self.device == "cuda":
             import torch
 

@@ -98,6 +98,9 @@ def validate_run(config: RunConfig, *, overwrite: bool = False, cwd: str | os.Pa
         raise MliteError(f"start: expected a RunConfig, got {type(config).__name__}")
     base = Path(cwd).resolve() if cwd is not None else Path.cwd()
     config.validate()
+    if config.crash_at_step is not None and config.crash_at_step > config.steps:
+        raise MliteError(f"crash_at_step: {config.crash_at_step} is after the last step ({config.steps}): the run "
+                         f"would not crash; give --crash-at-step {config.steps} or less")
     cfg = replace(config, model=resolve_model(config.model, base), dataset=resolve_dataset(config.dataset, base))
     if cfg.out is not None:
         cfg = replace(cfg, out=str(_under(base, cfg.out).resolve()))
