@@ -154,8 +154,6 @@ BAD = [
     (("export", "my-config.json", "--nodes", "1", "--target", "nope", "--out", "exported"), "--target"),
     (("logs", "plot", "logs/mlite_tiny_moe_fsdp2", "-o", "p.png", "--metrics", "nope"), "nope"),
     (("logs", "check", "logs/", "--fail-on", "nope"), "--fail-on"),
-    (("export", "my-config.json", "--nodes", "1", "--target", "verl-mlite-sft", "--time", "1 day", "--out",
-      "exported"), "--time"),
     (("mesh", "my-config.json", "--ngpu", "2", "--list", "--limit", "0"), "--limit"),
     ((*RUN, *CFG, "--crash-at-step", "5"), "crash_at_step"),
     # an output that cannot be made

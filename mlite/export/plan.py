@@ -20,9 +20,6 @@ verl's built-in Megatron backend."""
 DEFAULT_LOG_DIR = "runs/slurm"
 """Where Slurm output (``%x-%j.out``) and verl's JSONL metrics go; the analysis notebook looks here."""
 
-_SLURM_TIME_RE = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|(?i:unlimited|infinite)")
-"""Slurm's ``--time`` formats: minutes[:seconds], hours:minutes:seconds, days-hours[:minutes[:seconds]]."""
-
 
 @dataclass(kw_only=True)
 class ExportPlan:
@@ -104,9 +101,6 @@ class ExportPlan:
         if self.max_prompt_length is not None and self.max_prompt_length >= self.options.seq_len:
             raise MliteError(f"max_prompt_length {self.max_prompt_length} leaves no room for responses in seq_len "
                              f"{self.options.seq_len}: lower it or raise --seq-len")
-        if self.time_limit is not None and not _SLURM_TIME_RE.fullmatch(str(self.time_limit)):
-            raise MliteError(f"--time {self.time_limit!r}: not a Slurm time limit; give minutes, HH:MM:SS or "
-                             f"D-HH:MM:SS (e.g. 24:00:00)")
         for name in ("model", "train_files", "val_files", "log_dir", "project_name"):
             if not str(getattr(self, name)).strip():
                 raise MliteError(f"{name} must not be empty")
