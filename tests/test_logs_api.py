@@ -152,7 +152,7 @@ def test_curve_explorer_widget(tmp_path):
     assert view.png != before and view.errors.message == ""
     view.select(runs=["verl_grpo_2x8_spike_nan_oom"], metrics=["loss", "grad_norm"])
     assert "spike" in view._events.value and "oom" in view._events.value
-    view.set_compare("mlite_tiny_moe_fsdp2", "mlite_tiny_moe_crash")  # bf16 + fp32 master vs fp32 params
+    view.set_compare("mlite_tiny_moe_fsdp2", "mlite_tiny_moe_dist_opt")
     view.compare()
     assert "not bitwise equal" in view._cmp_out.value
     view.load(str(tmp_path / "missing-*.out"))  # bad input: shown inline, no exception
