@@ -1,8 +1,8 @@
 """What to read: expand files, globs and directories into log sources, open them (plain or gzip, by magic
 bytes), and sniff their format from the first bytes.
 
-A *run directory* of the kit (:mod:`mlite.rundir`: ``train.log`` whose first line is ``# mlite-lab run log``,
-and/or ``metrics.jsonl``) is one source: metrics come from ``metrics.jsonl`` when present (else ``train.log``),
+A *run directory* of the kit (``train.log`` whose first line is ``# mlite-lab run log``, and/or
+``metrics.jsonl``) is one source: metrics come from ``metrics.jsonl`` when present (else ``train.log``),
 text events from ``train.log``. Any other directory stands for the log files in it (``*.log``, ``*.out``,
 ``*.err``, ``*.txt``, ``*.jsonl``, each optionally ``.gz``) and the run directories directly under it.
 """
