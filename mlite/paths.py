@@ -3,7 +3,8 @@
 ``$MLITE_DATA`` when set; else the ``data/`` folder of a source checkout (editable install, tests); else the copy
 installed with the package (``mlite/_data``: package data of the wheel, what a non-editable ``pip install`` has; in
 the checkout its ``models``, ``tokenizer`` and ``datasets`` are links into ``data/``; the sample logs and the scripts
-that make the data stay in the checkout). The shipped locations are absolute, so worker processes started in another directory see the same files.
+that make the data stay in the checkout). The shipped locations are absolute, so worker processes started in
+another directory see the same files.
 """
 
 from __future__ import annotations

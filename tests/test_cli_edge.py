@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, CliResult, assert_one_line_error
+
 from mlite.models import from_hf_config
 
 SAMPLES = REPO / "data" / "logs"

@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, assert_one_line_error, run_cli
+
 from mlite.errors import MliteError
 from mlite.launch import RunConfig, RunHandle, start
 from mlite.launch.rundir import LOG_HEADER, RunDir

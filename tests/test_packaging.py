@@ -17,7 +17,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 SOURCES = ("pyproject.toml", "README.md", "mlite", "widgets", "data")

@@ -215,29 +215,32 @@ class RunView(W.VBox):
             halt.wait(POLL_S)
 
     def _update(self, last_draw: float) -> float:
-        snap = self.monitor.poll()
+        mon, run = self.monitor, self.run
+        if mon is None or run is None:
+            return last_draw
+        snap = mon.poll()
         self._show(snap)
         now = time.monotonic()
-        final = snap["status"] in FINAL
-        if (snap["changed"] and now - last_draw >= DRAW_S) or final:
-            self._plot.value = self.monitor.png()
-            self._memory.value = self._memory_html(self.monitor.memory_rows(), self.run.memory())
-            self._log.value = f"<pre style='font-size:11px;max-height:14em;overflow:auto'>" \
-                              f"{esc(self.run.log_tail(8))}</pre>"
+        if (snap["changed"] and now - last_draw >= DRAW_S) or snap["status"] in FINAL:
+            self._redraw(mon, run)
             return now
         return last_draw
 
     def refresh(self, force_draw: bool = True) -> None:
         """Read the run's files once and redraw everything."""
-        if self.monitor is None:
+        mon, run = self.monitor, self.run
+        if mon is None or run is None:
             return
-        snap = self.monitor.poll()
+        snap = mon.poll()
         self._show(snap)
         if force_draw or snap["changed"]:
-            self._plot.value = self.monitor.png()
-            self._memory.value = self._memory_html(self.monitor.memory_rows(), self.run.memory())
-            self._log.value = f"<pre style='font-size:11px;max-height:14em;overflow:auto'>" \
-                              f"{esc(self.run.log_tail(8))}</pre>"
+            self._redraw(mon, run)
+
+    def _redraw(self, mon: RunMonitor, run) -> None:
+        """Curves, memory table and log tail from the presenter."""
+        self._plot.value = mon.png()
+        self._memory.value = self._memory_html(mon.memory_rows(), run.memory())
+        self._log.value = f"<pre style='font-size:11px;max-height:14em;overflow:auto'>{esc(run.log_tail(8))}</pre>"
 
     def _show(self, snap: dict) -> None:
         status, step, total = snap["status"], snap["step"], snap["total"]

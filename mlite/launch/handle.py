@@ -54,7 +54,7 @@ class RunHandle:
         self._last_status = NOT_STARTED if not started else RUNNING
 
     @classmethod
-    def open(cls, run_dir) -> "RunHandle":
+    def open(cls, run_dir) -> RunHandle:
         """Attach to an existing run directory (running or finished)."""
         rd = RunDir(run_dir)
         if not rd.log.exists() and not rd.metrics_jsonl.exists():
@@ -201,7 +201,7 @@ class RunHandle:
                 return int(max([mem.get("peak") or 0] + peaks))
         vals = [d["perf/max_memory_allocated_gb"] for _, d in self.rundir.read_metrics()
                 if "perf/max_memory_allocated_gb" in d]
-        return int(round(max(vals) * GIB)) if vals else None
+        return round(max(vals) * GIB) if vals else None
 
     @property
     def final_loss(self) -> float | None:

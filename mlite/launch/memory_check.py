@@ -51,5 +51,5 @@ def memory_rows(config: RunConfig, measured: dict | None, est=None) -> list[dict
     for item, e in estimated.items():
         m = got[item]
         ratio = (m / e) if m is not None and e else None
-        rows.append({"item": item, "measured": m, "estimated": int(round(e)), "ratio": ratio})
+        rows.append({"item": item, "measured": m, "estimated": round(e), "ratio": ratio})
     return rows

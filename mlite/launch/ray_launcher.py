@@ -80,20 +80,20 @@ def main(argv: list[str] | None = None) -> int:
             for ref in done:
                 try:
                     ray.get(ref)
-                except Exception as e:  # RayTaskError (the worker raised) or RayActorError (it died)
+                except Exception as e:  # noqa: BLE001 -- RayTaskError (the worker raised) or RayActorError (it died)
                     exit_code = 1
                     fallback = fallback or f"worker {refs[ref]} (Ray actor) failed: {_first_line(e)}"
             if exit_code:
                 break
         for a in actors:
             ray.kill(a)
-    except Exception as e:  # Ray itself did not start / broke
+    except Exception as e:  # noqa: BLE001 -- Ray itself did not start or broke: the run fails with its line
         exit_code = 1
         fallback = fallback or f"Ray launcher: {_first_line(e)}"
     finally:
         try:
             ray.shutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 -- shutting a broken Ray down is best effort; the status is decided
             pass
     if term.terminated and not exit_code:
         exit_code = -15

@@ -13,7 +13,6 @@ from __future__ import annotations
 import shlex
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 from ..errors import MliteError
 from ..rundir import RUNNING
@@ -25,11 +24,9 @@ from .validate import validate_run
 
 def launcher_module(config: RunConfig):
     """The module (torchrun or ray_launcher) that launches ``config``'s workers."""
-    if config.launcher == "ray":
-        from . import ray_launcher as mod
-    else:
-        from . import torchrun as mod
-    return mod
+    from . import ray_launcher, torchrun  # neither imports torch nor ray at module level
+
+    return ray_launcher if config.launcher == "ray" else torchrun
 
 
 def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: bool = False,
@@ -49,7 +46,7 @@ def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: 
     except TypeError as e:
         raise MliteError(f"start: {e}") from None
     cfg = validate_run(cfg, overwrite=overwrite)
-    out = Path(cfg.out)
+    out = cfg.resolved_out()  # absolute already: validate_run resolved it
     mod = launcher_module(cfg)
     command = mod.command(out, cfg.nproc)
     cli = shlex.join(["mlite", "run", *cfg.cli_args(), "--out", str(out)])
