@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..rundir import OUTCOMES
 from .rundir import RunDir
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(address="local", num_cpus=cfg.nproc, num_gpus=cfg.nproc if cuda else 0, include_dashboard=False,
                  object_store_memory=OBJECT_STORE_BYTES, log_to_driver=True, namespace="mlite-lab",
                  configure_logging=False)
-        actor_cls = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0, max_restarts=0)(RayWorker)
+        # Any: ray's stubs type the decorated class as a union of the class and its handle
+        actor_cls: Any = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0, max_restarts=0)(RayWorker)
         actors = [actor_cls.remote() for _ in range(cfg.nproc)]
         port = free_port()
         refs = {a.run.remote(str(rd.path), r, cfg.nproc, port, cfg.worker_threads()): r for r, a in enumerate(actors)}
