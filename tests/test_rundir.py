@@ -4,6 +4,7 @@ launch layer's writer, for every status it can end in, reads back through :mod:`
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -120,3 +121,24 @@ def test_the_schema_module_imports_nothing_heavy():
             "or m in ('torch', 'pandas', 'numpy', 'ipywidgets', 'matplotlib')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['mlite', 'mlite.rundir']"
+
+
+def test_the_crash_sample_is_a_real_run_of_its_recorded_command():
+    """``data/logs/mlite_tiny_moe_crash`` was made by ``mlite run --crash-at-step 13``: its files say so and agree."""
+    from conftest import REPO
+
+    from mlite.launch import RunConfig
+
+    rd = RunDir(REPO / "data" / "logs" / "mlite_tiny_moe_crash")
+    cfg = RunConfig.from_dict(rd.read_config_dict())
+    cli = rd.command_file.read_text().splitlines()[1]
+    assert cli.startswith("# mlite run ") and "--crash-at-step 13" in cli and cfg.crash_at_step == 13
+    words = rd.read_command().split()
+    module = words[words.index("-m") + 1]
+    assert importlib.util.find_spec(module) is not None and words[-1] == cfg.out  # a worker module that exists
+    doc = rd.read_status()
+    assert doc["status"] == schema.FAILED and doc["steps"] == 12 and doc["exit_code"] == 1
+    assert rd.log_status_line() == (schema.FAILED, doc["reason"]) and "crash_at_step=13" in doc["reason"]
+    assert rd.read_result() is None and [e["rank"] for e in rd.read_errors()] == [1, 0]  # worker 1 raised first
+    run = read_log(rd.path)
+    assert (run.num_steps, run.last_step) == (12, 12) and {"traceback", "exit_code"} <= {e.kind for e in run.events}
