@@ -190,3 +190,18 @@ def test_invalid_mesh_is_a_verdict_for_the_planning_commands_and_writes_nothing(
         res = mlite(home, *args)
         assert res.rc == 1 and "not divisible by TP" in res.out and "Traceback" not in res.err, (args, res)
     assert listing(home) == before
+
+
+def test_validate_run_makes_every_path_absolute_from_the_callers_directory(home):
+    from mlite.launch import RunConfig
+    from mlite.launch.validate import validate_run
+
+    (home / "my-data").mkdir()
+    shutil.copy(REPO / "data" / "datasets" / "tiny_sft" / "train.parquet", home / "my-data" / "train.parquet")
+    before = listing(home)
+    cfg = validate_run(RunConfig(model="my-config.json", dataset="my-data", out="runs/r", steps=2), cwd=home)
+    assert (cfg.model, cfg.dataset, cfg.out) == (str(home / "my-config.json"), str(home / "my-data"),
+                                                 str(home / "runs" / "r"))
+    named = validate_run(RunConfig(model="tiny-moe", out=str(home / "r2")), cwd=home)
+    assert (named.model, named.dataset) == ("tiny-moe", "tiny_sft")  # names stay names (cwd-independent)
+    assert listing(home) == before
