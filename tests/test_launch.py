@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, assert_one_line_error, run_cli
+
 from mlite.errors import MliteError
 from mlite.launch import RunConfig, RunHandle, start
 from mlite.launch.rundir import LOG_HEADER, RunDir
@@ -67,7 +67,7 @@ def test_run_config_round_trips_through_json_and_the_cli_flags():
 def test_estimator_options_follow_the_run(tmp_path):
     """The estimate the view shows uses the run's own bytes per parameter: checked against the fsdp2 rule
     written out by hand (param + grad in the param dtype, remainder 2 + bf16 moments 2 + 2, all over d = nproc)."""
-    from mlite.launch.monitor import estimate_for, memory_rows
+    from mlite.launch.memory_check import estimate_for, memory_rows
     from mlite.models import from_hf_config
 
     n = from_hf_config("tiny-moe").training_params
@@ -216,8 +216,29 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
 
 
 def test_importing_the_launch_layer_loads_no_torch_and_no_ui():
-    code = ("import sys, mlite.launch, mlite.launch.monitor, mlite.launch.supervisor, mlite.cli.run; "
+    code = ("import sys, mlite.launch, mlite.launch.memory_check, mlite.launch.supervisor, mlite.cli.run; "
             "bad = [m for m in ('torch', 'ipywidgets', 'IPython', 'matplotlib.pyplot', 'pandas', 'ray') "
             "if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_run_view_shows_a_finished_run_through_its_presenter():
+    """The run view attached to the real crash sample: the presenter (widgets/run_monitor.py) reads its files, the
+    status line says failed with the worker's reason, the curves are a PNG, the memory table has the four items."""
+    from widgets.run_monitor import RunMonitor, fmt_bytes
+    from widgets.run_view import RunView
+
+    run = RunHandle.open(REPO / "data" / "logs" / "mlite_tiny_moe_crash")
+    snap = RunMonitor(run).poll()
+    assert (snap["status"], snap["step"], snap["total"]) == ("failed", 12, 40) and "crash_at_step=13" in snap["reason"]
+    view = RunView()
+    view.attach(run)
+    view.wait(timeout=30)
+    assert 'class="mlite-run-state" style="color:#b00020' in view._status.value and "crash_at_step=13" in \
+        view._status.value
+    assert view._progress.value == 12 and view._progress.bar_style == "danger"
+    assert view._plot.value[:8] == b"\x89PNG\r\n\x1a\n"
+    for item in ("parameters", "gradients", "optimizer state", "peak"):
+        assert f"<td style=\"text-align:left;padding:1px 10px 1px 0\">{item}</td>" in view._memory.value
+    assert fmt_bytes(None) == "—" and fmt_bytes(3 * 2**30) == "3.00 GiB" and fmt_bytes(1536) == "1.5 KiB"

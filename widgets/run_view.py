@@ -6,7 +6,7 @@ status line, a progress bar, live loss and grad-norm curves, the measured memory
 the same configuration, and the tail of ``train.log``.
 
 Training never runs in the kernel: Start calls :func:`mlite.launch.start` (separate processes) and a poller thread
-reads the run's files (:class:`mlite.launch.monitor.RunMonitor`) every half second, redrawing the PNG curves at most
+reads the run's files (:class:`widgets.run_monitor.RunMonitor`) every half second, redrawing the PNG curves at most
 once a second. Stop writes the run's stop request and returns at once; the workers finish their step and the
 status turns ``stopped``. Bad input (an invalid form) shows one line in the inline error banner; a failed run
 shows its reason in red in the status line.
@@ -28,15 +28,19 @@ import ipywidgets as W
 from mlite.errors import MliteError
 from mlite.launch import DEBUG_MODELS, RunConfig, start
 from mlite.launch.config import DEVICES, LAUNCHERS, MOMENT_DTYPES, OPTIMIZERS
-from mlite.launch.monitor import RunMonitor, curves_png, estimate_for, fmt_bytes, memory_rows, peak_note
+from mlite.launch.memory_check import estimate_for, memory_rows
+from mlite.rundir import COMPLETED, FAILED, FINAL, RUNNING, STOPPED
 
 from ._common import ErrorBanner, esc, html_table
+from .run_monitor import RunMonitor, curves_png, fmt_bytes, peak_note
 
 POLL_S = 0.5
 """Seconds between two looks at the run's files."""
 DRAW_S = 1.0
 """Least seconds between two redraws of the curves."""
-_COLORS = {"running": "#1f6feb", "completed": "#1a7f37", "stopped": "#9a6700", "failed": "#b00020"}
+_COLORS = {RUNNING: "#1f6feb", COMPLETED: "#1a7f37", STOPPED: "#9a6700", FAILED: "#b00020"}
+"""Status word colours (``stopping`` and ``idle`` are the view's own words, grey)."""
+_BAR_STYLES = {COMPLETED: "success", FAILED: "danger", STOPPED: "warning"}
 
 
 class RunView(W.VBox):
@@ -211,38 +215,41 @@ class RunView(W.VBox):
             halt.wait(POLL_S)
 
     def _update(self, last_draw: float) -> float:
-        snap = self.monitor.poll()
+        mon, run = self.monitor, self.run
+        if mon is None or run is None:
+            return last_draw
+        snap = mon.poll()
         self._show(snap)
         now = time.monotonic()
-        final = snap["status"] in ("completed", "stopped", "failed")
-        if (snap["changed"] and now - last_draw >= DRAW_S) or final:
-            self._plot.value = self.monitor.png()
-            self._memory.value = self._memory_html(self.monitor.memory_rows(), self.run.memory())
-            self._log.value = f"<pre style='font-size:11px;max-height:14em;overflow:auto'>" \
-                              f"{esc(self.run.log_tail(8))}</pre>"
+        if (snap["changed"] and now - last_draw >= DRAW_S) or snap["status"] in FINAL:
+            self._redraw(mon, run)
             return now
         return last_draw
 
     def refresh(self, force_draw: bool = True) -> None:
         """Read the run's files once and redraw everything."""
-        if self.monitor is None:
+        mon, run = self.monitor, self.run
+        if mon is None or run is None:
             return
-        snap = self.monitor.poll()
+        snap = mon.poll()
         self._show(snap)
         if force_draw or snap["changed"]:
-            self._plot.value = self.monitor.png()
-            self._memory.value = self._memory_html(self.monitor.memory_rows(), self.run.memory())
-            self._log.value = f"<pre style='font-size:11px;max-height:14em;overflow:auto'>" \
-                              f"{esc(self.run.log_tail(8))}</pre>"
+            self._redraw(mon, run)
+
+    def _redraw(self, mon: RunMonitor, run) -> None:
+        """Curves, memory table and log tail from the presenter."""
+        self._plot.value = mon.png()
+        self._memory.value = self._memory_html(mon.memory_rows(), run.memory())
+        self._log.value = f"<pre style='font-size:11px;max-height:14em;overflow:auto'>{esc(run.log_tail(8))}</pre>"
 
     def _show(self, snap: dict) -> None:
         status, step, total = snap["status"], snap["step"], snap["total"]
-        running = status == "running"
+        running = status == RUNNING
         self._start.disabled = running
         self._stop.disabled = not running or (self.run is not None and self.run.rundir.stop_requested())
         self._progress.max = max(1, total or 1)
         self._progress.value = min(step, self._progress.max)
-        self._progress.bar_style = {"completed": "success", "failed": "danger", "stopped": "warning"}.get(status, "")
+        self._progress.bar_style = _BAR_STYLES.get(status, "")
         extra = []
         if snap.get("loss") is not None:
             extra.append(f"loss {snap['loss']:.4f}")

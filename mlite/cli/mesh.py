@@ -49,6 +49,10 @@ def run(args) -> int:
     from ..models import from_hf_config
     from . import print_json
 
+    if args.limit < 1:
+        from ..errors import MliteError
+
+        raise MliteError(f"--limit {args.limit}: give the number of meshes to print (1 or more)")
     spec = from_hf_config(args.config)
     if args.list:
         meshes = enumerate_meshes(spec, args.ngpu, seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 import time
 
+from ..rundir import COMPLETED, FINAL
+
 COMMAND = "run"
 ORDER = 35
 
@@ -45,7 +47,7 @@ def _follow(run, quiet: bool) -> None:
     stopping = False
     while True:
         try:
-            done = run.status in ("completed", "stopped", "failed")
+            done = run.status in FINAL
             if not quiet:
                 for step, d in run.rundir.read_metrics():
                     if step > shown:
@@ -70,9 +72,11 @@ def _follow(run, quiet: bool) -> None:
 
 def run(args) -> int:
     from ..launch import start
+    from ..launch.validate import validate_run
     from . import print_json
 
-    cfg = _config(args)
+    # every input checked, every path made absolute (the workers start in the run directory), nothing written yet
+    cfg = validate_run(_config(args), overwrite=args.overwrite)
     if args.dry_run:
         h = start(cfg, dry_run=True, overwrite=args.overwrite)
         print(h.command)
@@ -90,4 +94,4 @@ def run(args) -> int:
         peak = "n/a" if doc["peak_memory_bytes"] is None else f"{doc['peak_memory_bytes'] / 2**20:.1f} MiB"
         print(f"{doc['status']}{tail}: {doc['steps']} steps, final loss {loss}, peak memory {peak}\n"
               f"log: {doc['log']}")
-    return 0 if doc["status"] == "completed" else 1
+    return 0 if doc["status"] == COMPLETED else 1

@@ -33,8 +33,14 @@ __all__ = ["DEBUG_MODELS", "DEVICES", "LAUNCHERS", "MOMENT_DTYPES", "OPTIMIZERS"
 
 
 def runs_root() -> Path:
-    """Where runs go by default: ``$MLITE_RUNS`` or ``runs/`` at the repository root (git-ignored)."""
-    return Path(os.environ.get("MLITE_RUNS", REPO_ROOT / "runs"))
+    """Where runs go by default: ``$MLITE_RUNS``, else ``runs/`` at the repository root of a source checkout
+    (git-ignored), else ``runs/`` in the current directory (an installed package has no repository)."""
+    from ..paths import is_source_checkout
+
+    env = os.environ.get("MLITE_RUNS")
+    if env:
+        return Path(env).expanduser().resolve()
+    return REPO_ROOT / "runs" if is_source_checkout() else Path.cwd() / "runs"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -125,7 +131,7 @@ class RunConfig:
         if self.crash_at_step is not None and (isinstance(self.crash_at_step, bool)
                                                or not isinstance(self.crash_at_step, int) or self.crash_at_step < 1):
             raise MliteError(f"crash_at_step: {self.crash_at_step!r} must be a step number >= 1 (or None)")
-        if self.lr_warmup_steps >= self.steps and self.steps > 1:
+        if self.lr_warmup_steps >= self.steps and self.steps > 2:  # 1- and 2-step smoke runs stay in warmup
             raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must be smaller than steps={self.steps}")
         if not isinstance(self.compile, bool):
             raise MliteError(f"compile: {self.compile!r} must be True or False")

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from ..errors import MliteError
-from .rundir import FINAL, RunDir, now_iso
+from ..rundir import FAILED, FINAL, NOT_STARTED, RUNNING, SUMMARY_KEYS
+from .rundir import RunDir, now_iso
 
 GIB = 1024**3
 
@@ -50,10 +51,10 @@ class RunHandle:
         self.started = started
         """False for a dry run."""
         self._proc = proc
-        self._last_status = "not_started" if not started else "running"
+        self._last_status = NOT_STARTED if not started else RUNNING
 
     @classmethod
-    def open(cls, run_dir) -> "RunHandle":
+    def open(cls, run_dir) -> RunHandle:
         """Attach to an existing run directory (running or finished)."""
         rd = RunDir(run_dir)
         if not rd.log.exists() and not rd.metrics_jsonl.exists():
@@ -95,12 +96,12 @@ class RunHandle:
 
     def _status_doc(self) -> dict:
         if not self.started:
-            return {"status": "not_started", "reason": None}
+            return {"status": NOT_STARTED, "reason": None}
         doc = self.rundir.read_status()
         if doc is None:
             line = self.rundir.log_status_line()
             if line is None:
-                return {"status": "running" if self._proc is not None and self._proc.poll() is None else "failed",
+                return {"status": RUNNING if self._proc is not None and self._proc.poll() is None else FAILED,
                         "reason": None if self._proc is not None and self._proc.poll() is None
                         else "no status.json and no status line in train.log"}
             return {"status": line[0], "reason": line[1] or None}
@@ -132,9 +133,9 @@ class RunHandle:
         reason = "the launcher process died without a final status"
         if code is not None:
             reason += f" (exit code {code})"
-        self.rundir.lifecycle(f"status: failed ({reason})")
+        self.rundir.log_final_status(FAILED, reason)
         recs = self.rundir.read_metrics()
-        return self.rundir.write_status(status="failed", reason=reason, ended_at=now_iso(), exit_code=code,
+        return self.rundir.write_status(status=FAILED, reason=reason, ended_at=now_iso(), exit_code=code,
                                         steps=recs[-1][0] if recs else 0)
 
     @property
@@ -145,7 +146,7 @@ class RunHandle:
     @property
     def status(self) -> str:
         """``running``, ``completed``, ``stopped`` or ``failed`` (``not_started`` for a dry run)."""
-        self._last_status = self._status_doc().get("status", "running")
+        self._last_status = self._status_doc().get("status", RUNNING)
         return self._last_status
 
     @property
@@ -200,7 +201,7 @@ class RunHandle:
                 return int(max([mem.get("peak") or 0] + peaks))
         vals = [d["perf/max_memory_allocated_gb"] for _, d in self.rundir.read_metrics()
                 if "perf/max_memory_allocated_gb" in d]
-        return int(round(max(vals) * GIB)) if vals else None
+        return round(max(vals) * GIB) if vals else None
 
     @property
     def final_loss(self) -> float | None:
@@ -210,17 +211,18 @@ class RunHandle:
     def summary(self) -> dict:
         """The ``mlite run --json`` document."""
         doc = self._status_doc()
-        return {"status": doc.get("status"), "steps": self.steps_done, "final_loss": self.final_loss,
-                "log": str(self.log), "metrics_jsonl": str(self.metrics_jsonl),
-                "peak_memory_bytes": self.peak_memory_bytes, "reason": doc.get("reason") or None,
-                "run_dir": str(self.run_dir)}
+        summary = {"status": doc.get("status"), "steps": self.steps_done, "final_loss": self.final_loss,
+                   "log": str(self.log), "metrics_jsonl": str(self.metrics_jsonl),
+                   "peak_memory_bytes": self.peak_memory_bytes, "reason": doc.get("reason") or None,
+                   "run_dir": str(self.run_dir)}
+        return {k: summary[k] for k in SUMMARY_KEYS}
 
     # ------------------------------------------------------------------ control
     def wait(self, timeout: float | None = None, poll: float = 0.5) -> str:
         """Block until the run ended (and its launcher process exited); returns the final status.
         Raises ``TimeoutError`` after ``timeout`` seconds (the run keeps going)."""
         if not self.started:
-            return "not_started"
+            return NOT_STARTED
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.status not in FINAL:
             if deadline is not None and time.monotonic() > deadline:
@@ -238,7 +240,7 @@ class RunHandle:
         """Ask the workers to stop at the next step boundary; with ``wait``, block until the run ended (terminating
         the launcher after ``timeout`` seconds). Returns the status."""
         if not self.started:
-            return "not_started"
+            return NOT_STARTED
         if self.status in FINAL:
             return self._last_status
         self.rundir.request_stop()

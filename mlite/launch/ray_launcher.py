@@ -15,7 +15,9 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
+from ..rundir import OUTCOMES
 from .rundir import RunDir
 from .supervisor import Terminator, finalize, main_usage, worker_env
 
@@ -69,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(address="local", num_cpus=cfg.nproc, num_gpus=cfg.nproc if cuda else 0, include_dashboard=False,
                  object_store_memory=OBJECT_STORE_BYTES, log_to_driver=True, namespace="mlite-lab",
                  configure_logging=False)
-        actor_cls = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0, max_restarts=0)(RayWorker)
+        # Any: ray's stubs type the decorated class as a union of the class and its handle
+        actor_cls: Any = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0, max_restarts=0)(RayWorker)
         actors = [actor_cls.remote() for _ in range(cfg.nproc)]
         port = free_port()
         refs = {a.run.remote(str(rd.path), r, cfg.nproc, port, cfg.worker_threads()): r for r, a in enumerate(actors)}
@@ -79,25 +82,25 @@ def main(argv: list[str] | None = None) -> int:
             for ref in done:
                 try:
                     ray.get(ref)
-                except Exception as e:  # RayTaskError (the worker raised) or RayActorError (it died)
+                except Exception as e:  # noqa: BLE001 -- RayTaskError (the worker raised) or RayActorError (it died)
                     exit_code = 1
                     fallback = fallback or f"worker {refs[ref]} (Ray actor) failed: {_first_line(e)}"
             if exit_code:
                 break
         for a in actors:
             ray.kill(a)
-    except Exception as e:  # Ray itself did not start / broke
+    except Exception as e:  # noqa: BLE001 -- Ray itself did not start or broke: the run fails with its line
         exit_code = 1
         fallback = fallback or f"Ray launcher: {_first_line(e)}"
     finally:
         try:
             ray.shutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 -- shutting a broken Ray down is best effort; the status is decided
             pass
     if term.terminated and not exit_code:
         exit_code = -15
     doc = finalize(rd, exit_code=exit_code, launcher_output=fallback, terminated=term.terminated, launcher="ray")
-    return 0 if doc["status"] in ("completed", "stopped") else 1
+    return 0 if doc["status"] in OUTCOMES else 1
 
 
 if __name__ == "__main__":

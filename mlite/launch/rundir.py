@@ -1,25 +1,9 @@
-"""The run directory: one folder per debug run, in the format :mod:`mlite.logs` reads (``format = "mlite"``).
-
-=================  ==========================================================================================
-``command.txt``    the launcher command that runs the workers, then ``# mlite run ...`` (the same run from the CLI)
-``config.json``    the :class:`~mlite.launch.config.RunConfig` (``RunConfig.from_dict`` reads it back)
-``train.log``      ``# mlite-lab run log``, then ``[mlite] ...`` lifecycle lines (``status: running``, ``command:``,
-                   ``world:``, ``stop requested ...``, ``status: completed|stopped|failed (reason)``), one verl
-                   console line per step (``step:N - train/loss:... - train/grad_norm:... - train/lr:... -
-                   perf/max_memory_allocated_gb:... - perf/cpu_memory_used_gb:... - ...``, values as ``repr``) and
-                   the traceback of a worker that raised
-``metrics.jsonl``  verl's file-logger lines ``{"step": N, "data": {...}}`` (the same values)
-``status.json``    ``{"status", "reason", "pid", "launcher", "started_at", "ended_at", "exit_code", "steps"}``,
-                   replaced atomically by the launcher process (start and end)
-``memory.json``    per-rank measured memory (parameter / gradient / optimizer bytes, peak) after the first step
-``result.json``    written by rank 0 when the training loop ends: ``{"outcome": "completed"|"stopped", "steps"}``
-``error_rankR.json`` written by a worker that raised: exception line, traceback, time
-``STOP``           a stop request (the workers finish the step they are in, then exit cleanly)
-``console.log``    stdout / stderr of the launcher and the workers (warnings, Ray's chatter)
-=================  ==========================================================================================
+"""The run directory's writer and readers: one folder per debug run, in the format of :mod:`mlite.rundir` (file names,
+log header, status lines, statuses, JSON keys are defined there; :mod:`mlite.logs` reads the same folders).
 
 Every write is one ``os.write`` on a file opened with ``O_APPEND`` (lines of several processes never interleave
-mid-line) and goes to the kernel right away, so a crash loses nothing already logged.
+mid-line) and goes to the kernel right away, so a crash loses nothing already logged. ``status.json`` and the other
+JSON documents are replaced atomically.
 """
 
 from __future__ import annotations
@@ -29,20 +13,9 @@ import os
 import time
 from pathlib import Path
 
+from .. import rundir as schema
 from ..errors import MliteError
-
-LOG_HEADER = "# mlite-lab run log"
-"""First line of ``train.log`` (what :mod:`mlite.logs.detect` sniffs)."""
-
-STATUSES = ("running", "completed", "stopped", "failed")
-"""Values of ``RunHandle.status``."""
-
-FINAL = ("completed", "stopped", "failed")
-"""Statuses of a finished run."""
-
-RUN_FILES = ("command.txt", "config.json", "train.log", "metrics.jsonl", "status.json", "memory.json", "result.json",
-             "STOP", "console.log")
-"""Files the kit writes into a run directory (``error_rank*.json`` besides)."""
+from ..rundir import LOG_HEADER, RUN_FILES, STATUSES, parse_status_line, status_line
 
 
 def fmt_value(v) -> str:
@@ -75,53 +48,66 @@ class RunDir:
     # ------------------------------------------------------------------ paths
     @property
     def log(self) -> Path:
-        return self.path / "train.log"
+        return self.path / schema.LOG_FILE
 
     @property
     def metrics_jsonl(self) -> Path:
-        return self.path / "metrics.jsonl"
+        return self.path / schema.METRICS_FILE
 
     @property
     def config_file(self) -> Path:
-        return self.path / "config.json"
+        return self.path / schema.CONFIG_FILE
 
     @property
     def command_file(self) -> Path:
-        return self.path / "command.txt"
+        return self.path / schema.COMMAND_FILE
 
     @property
     def status_file(self) -> Path:
-        return self.path / "status.json"
+        return self.path / schema.STATUS_FILE
 
     @property
     def memory_file(self) -> Path:
-        return self.path / "memory.json"
+        return self.path / schema.MEMORY_FILE
 
     @property
     def result_file(self) -> Path:
-        return self.path / "result.json"
+        return self.path / schema.RESULT_FILE
 
     @property
     def stop_file(self) -> Path:
-        return self.path / "STOP"
+        return self.path / schema.STOP_FILE
 
     @property
     def console(self) -> Path:
-        return self.path / "console.log"
+        return self.path / schema.CONSOLE_FILE
 
     def error_file(self, rank: int) -> Path:
-        return self.path / f"error_rank{rank}.json"
+        return self.path / schema.error_file_name(rank)
 
     # ------------------------------------------------------------------ create
-    def create(self, config_dict: dict, command: str, cli: str, *, overwrite: bool = False) -> None:
-        """Make the folder and write ``config.json``, ``command.txt`` and the head of ``train.log``."""
+    def check_new(self, *, overwrite: bool = False) -> list[str]:
+        """Raise :class:`MliteError` when the run cannot go here (a file, an older run without ``overwrite``, a
+        folder that cannot be made); writes nothing. Returns the run files an overwrite would replace."""
         if self.path.exists() and not self.path.is_dir():
             raise MliteError(f"out: '{self.path}' is a file; give a folder for the run")
         taken = [n for n in RUN_FILES if (self.path / n).exists()]
-        taken += [p.name for p in self.path.glob("error_rank*.json")]
+        taken += [p.name for p in self.path.glob(schema.ERROR_GLOB)]
         if taken and not overwrite:
             raise MliteError(f"out: '{self.path}' already holds a run ({taken[0]}); give a new folder "
                              "(or --overwrite to replace it)")
+        parent = self.path
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            raise MliteError(f"out: cannot make '{self.path}': '{parent}' is a file; give a folder for the run")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise MliteError(f"out: cannot write under '{parent}' (permission denied); give a writable folder")
+        return taken
+
+    def create(self, config_dict: dict, command: str, cli: str, *, overwrite: bool = False) -> None:
+        """Make the folder and write ``config.json``, ``command.txt`` and the head of ``train.log``."""
+        taken = self.check_new(overwrite=overwrite)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             for n in taken:
@@ -130,7 +116,7 @@ class RunDir:
             raise MliteError(f"out: cannot write the run folder '{self.path}': {e.strerror or e}") from None
         _atomic_write(self.config_file, json.dumps(config_dict, indent=2) + "\n")
         _atomic_write(self.command_file, f"{command}\n# {cli}\n")
-        self.append_log(f"{LOG_HEADER}\n[mlite] status: running\n[mlite] command: {command}\n")
+        self.append_log(f"{LOG_HEADER}\n{status_line(schema.RUNNING)}\n{schema.LIFECYCLE_PREFIX}command: {command}\n")
 
     # ------------------------------------------------------------------ writers
     def append(self, path: Path, text: str) -> None:
@@ -146,25 +132,41 @@ class RunDir:
 
     def lifecycle(self, message: str) -> None:
         """``[mlite] message`` in ``train.log``."""
-        self.append_log(f"[mlite] {message}")
+        self.append_log(schema.LIFECYCLE_PREFIX + message)
+
+    def log_final_status(self, status: str, reason: str | None = None) -> None:
+        """The ``[mlite] status: <status> (<reason>)`` line that ends a run's ``train.log``."""
+        self.append_log(status_line(status, reason))
 
     def log_step(self, step: int, data: dict) -> None:
         """One step's metrics: the console line in ``train.log`` and the record in ``metrics.jsonl``."""
-        self.append(self.metrics_jsonl, json.dumps({"step": step, "data": data}) + "\n")
+        self.append(self.metrics_jsonl, json.dumps(dict(zip(schema.METRICS_KEYS, (step, data)))) + "\n")
         self.append_log(metric_line(step, data))
 
     def write_status(self, **fields) -> dict:
-        """Merge ``fields`` into ``status.json`` (atomic replace); returns the new document."""
+        """Merge ``fields`` (:data:`mlite.rundir.STATUS_KEYS`) into ``status.json`` (atomic replace); returns the
+        new document."""
+        unknown = sorted(set(fields) - set(schema.STATUS_KEYS))
+        if unknown:
+            raise ValueError(f"status.json: unknown key(s) {', '.join(unknown)}")
+        if "status" in fields and fields["status"] not in STATUSES:
+            raise ValueError(f"status.json: status {fields['status']!r} is not one of {', '.join(STATUSES)}")
         doc = self.read_status() or {}
         doc.update(fields)
         _atomic_write(self.status_file, json.dumps(doc, indent=2) + "\n")
         return doc
 
+    def write_result(self, outcome: str, steps: int) -> None:
+        """``result.json``: how the training loop ended (rank 0)."""
+        if outcome not in schema.OUTCOMES:
+            raise ValueError(f"result.json: outcome {outcome!r} is not one of {', '.join(schema.OUTCOMES)}")
+        self.write_json(self.result_file, dict(zip(schema.RESULT_KEYS, (outcome, steps))))
+
     def write_json(self, path: Path, doc) -> None:
         _atomic_write(path, json.dumps(doc, indent=2) + "\n")
 
     def write_error(self, rank: int, exc_line: str, tb: str) -> None:
-        self.write_json(self.error_file(rank), {"rank": rank, "error": exc_line, "traceback": tb, "time": time.time()})
+        self.write_json(self.error_file(rank), dict(zip(schema.ERROR_KEYS, (rank, exc_line, tb, time.time()))))
 
     def request_stop(self) -> None:
         """Ask the workers to stop after the step they are in."""
@@ -202,7 +204,7 @@ class RunDir:
 
     def read_errors(self) -> list[dict]:
         """Error records of the workers that raised, earliest first."""
-        out = [d for p in sorted(self.path.glob("error_rank*.json")) if (d := _read_json(p)) is not None]
+        out = [d for p in sorted(self.path.glob(schema.ERROR_GLOB)) if (d := _read_json(p)) is not None]
         return sorted(out, key=lambda d: d.get("time", 0))
 
     def read_metrics(self) -> list[tuple[int, dict]]:
@@ -227,10 +229,9 @@ class RunDir:
         except OSError:
             return None
         for ln in reversed(lines):
-            if ln.startswith("[mlite] status: "):
-                rest = ln[len("[mlite] status: "):].strip()
-                status, _, why = rest.partition(" ")
-                return status, why.strip().strip("()")
+            parsed = parse_status_line(ln)
+            if parsed is not None:
+                return parsed
         return None
 
     def tail(self, n: int = 20, path: Path | None = None) -> str:

@@ -15,18 +15,18 @@ import subprocess
 from dataclasses import replace
 
 from ..errors import MliteError
+from ..rundir import RUNNING
 from .config import RunConfig
 from .handle import RunHandle
 from .rundir import RunDir, now_iso
+from .validate import validate_run
 
 
 def launcher_module(config: RunConfig):
     """The module (torchrun or ray_launcher) that launches ``config``'s workers."""
-    if config.launcher == "ray":
-        from . import ray_launcher as mod
-    else:
-        from . import torchrun as mod
-    return mod
+    from . import ray_launcher, torchrun  # neither imports torch nor ray at module level
+
+    return ray_launcher if config.launcher == "ray" else torchrun
 
 
 def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: bool = False,
@@ -35,7 +35,8 @@ def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: 
 
     ``dry_run``: validate and return a handle with ``command`` set, without writing or starting anything.
     ``overwrite``: reuse ``config.out`` even if it holds an older run (its run files are replaced).
-    Bad input raises :class:`~mlite.errors.MliteError` here, before any process starts.
+    Bad input raises :class:`~mlite.errors.MliteError` here (:func:`~mlite.launch.validate.validate_run`), before
+    any process starts or any file is written; relative paths are taken from the current directory.
     """
     cfg = config if config is not None else RunConfig()
     if not isinstance(cfg, RunConfig):
@@ -44,9 +45,8 @@ def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: 
         cfg = replace(cfg, **overrides)
     except TypeError as e:
         raise MliteError(f"start: {e}") from None
-    cfg.check_environment()
-    out = cfg.resolved_out()
-    cfg = replace(cfg, out=str(out))
+    cfg = validate_run(cfg, overwrite=overwrite)
+    out = cfg.resolved_out()  # absolute already: validate_run resolved it
     mod = launcher_module(cfg)
     command = mod.command(out, cfg.nproc)
     cli = shlex.join(["mlite", "run", *cfg.cli_args(), "--out", str(out)])
@@ -54,7 +54,7 @@ def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: 
         return RunHandle(out, config=cfg, command=command, started=False)
     rd = RunDir(out)
     rd.create(cfg.to_dict(), command, cli, overwrite=overwrite)
-    rd.write_status(status="running", reason=None, launcher=cfg.launcher, started_at=now_iso(), pid=None,
+    rd.write_status(status=RUNNING, reason=None, launcher=cfg.launcher, started_at=now_iso(), pid=None,
                     ended_at=None, exit_code=None, steps=0)
     from .supervisor import worker_env
 

@@ -19,18 +19,24 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from ..paths import REPO_ROOT
+from ..rundir import COMPLETED, FAILED, OUTCOMES, STOPPED
 from .rundir import RunDir, now_iso
 
 _ROOT_CAUSE_RE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
 def worker_env(threads: int) -> dict:
-    """Environment of the worker processes: this interpreter's packages, one OpenMP pool of ``threads``."""
+    """Environment of the worker processes: this interpreter's packages, one OpenMP pool of ``threads``; paths
+    absolute (the workers start in the run directory, not in the caller's)."""
     env = dict(os.environ)
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + paths)
+    for name in ("MLITE_DATA", "MLITE_RUNS", "MLITE_RESULTS"):  # the workers start in the run directory
+        if env.get(name):
+            env[name] = str(Path(env[name]).expanduser().resolve())
     env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning,ignore::FutureWarning")
@@ -86,16 +92,16 @@ def finalize(rd: RunDir, *, exit_code: int | None, launcher_output: str = "", te
              launcher: str = "torchrun") -> dict:
     """Decide the final status from what the workers left, log it and write ``status.json``."""
     result = rd.read_result()
-    if exit_code == 0 and result and result.get("outcome") in ("completed", "stopped"):
+    if exit_code == 0 and result and result.get("outcome") in OUTCOMES:
         status = result["outcome"]
-        reason = "" if status == "completed" else f"stop requested; stopped after step {result.get('steps')}"
+        reason = "" if status == COMPLETED else f"stop requested; stopped after step {result.get('steps')}"
     elif terminated and rd.stop_requested():
-        status, reason = "stopped", "stop requested; the workers did not stop in time and were terminated"
+        status, reason = STOPPED, "stop requested; the workers did not stop in time and were terminated"
     elif terminated:
-        status, reason = "failed", "terminated: the launcher process received SIGTERM"
+        status, reason = FAILED, "terminated: the launcher process received SIGTERM"
     else:
-        status, reason = "failed", failure_reason(rd, exit_code, launcher_output, launcher=launcher)
-    rd.lifecycle(f"status: {status}" + (f" ({reason})" if reason else ""))
+        status, reason = FAILED, failure_reason(rd, exit_code, launcher_output, launcher=launcher)
+    rd.log_final_status(status, reason)
     return rd.write_status(status=status, reason=reason or None, ended_at=now_iso(), exit_code=exit_code,
                            steps=last_step(rd))
 
@@ -137,7 +143,7 @@ def supervise_subprocess(rd: RunDir, argv: list[str], env: dict, *, launcher: st
     # torchrun's summary of a failed worker is at the end of the console file
     output = rd.tail(80, rd.console)
     doc = finalize(rd, exit_code=code, launcher_output=output, terminated=term.terminated, launcher=launcher)
-    return 0 if doc["status"] in ("completed", "stopped") else 1
+    return 0 if doc["status"] in OUTCOMES else 1
 
 
 def wait_pid_gone(pid: int, timeout: float) -> bool:

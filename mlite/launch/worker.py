@@ -155,8 +155,15 @@ def train(rd: RunDir) -> dict:
 
     from ..runtime.data import sft_iterator
     from ..runtime.dist import destroy_distributed
-    from ..runtime.runtime import (create_runtime, forward_backward, lr_scheduler_step, memory_stats,
-                                   optimizer_step, to, zero_grad)
+    from ..runtime.runtime import (
+        create_runtime,
+        forward_backward,
+        lr_scheduler_step,
+        memory_stats,
+        optimizer_step,
+        to,
+        zero_grad,
+    )
 
     cfg = rd.read_config()
     threads = cfg.worker_threads()
@@ -230,7 +237,7 @@ def train(rd: RunDir) -> dict:
         mem["peak_kind"] = peaks[0][1]
         mem["steps"] = step
         rd.write_json(rd.memory_file, mem)
-        rd.write_json(rd.result_file, {"outcome": outcome, "steps": step})
+        rd.write_result(outcome, step)
     destroy_distributed()
     return {"outcome": outcome, "steps": step}
 
@@ -252,7 +259,7 @@ def report_failure(rd: RunDir, rank: int, exc: BaseException) -> None:
                 text = f"[mlite] worker {rank} raised:\n{tb}"
         rd.append_log(text)
         rd.write_error(rank, line, tb)
-    except Exception:  # the log folder itself is gone: nothing more to do
+    except Exception:  # noqa: BLE001 -- the log folder itself is gone: nothing more to do (the exception re-raises)
         pass
 
 
@@ -276,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     except MliteError as e:
         print(f"mlite worker: {e.message}", file=sys.stderr)
         return 1
-    except Exception:
+    except Exception:  # noqa: BLE001 -- process boundary: the traceback goes to stderr (console.log), exit 1
         traceback.print_exc()
         return 1
     return 0

@@ -16,12 +16,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import rundir as schema
 from ..errors import MliteError
 from .blockio import blocks, read_some
 from .records import Event
 from .verl_jsonl import looks_like_jsonl
 
-MLITE_HEADER = "# mlite-lab run log"
+MLITE_HEADER = schema.LOG_HEADER
 """First line of the kit's own ``train.log``."""
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".jsonl")
@@ -120,7 +121,7 @@ def has_trainer_markers(text: str, fmt: str) -> bool:
 
 def is_run_dir(path: Path) -> bool:
     """A kit run directory: it holds ``train.log`` or ``metrics.jsonl``."""
-    return path.is_dir() and ((path / "train.log").is_file() or (path / "metrics.jsonl").is_file())
+    return schema.is_run_dir(path)
 
 
 def _is_log_file(p: Path) -> bool:
@@ -132,14 +133,14 @@ def _is_log_file(p: Path) -> bool:
 
 def _source(path: Path) -> LogSource:
     if path.is_dir():
-        metrics = path / "metrics.jsonl"
-        log = path / "train.log"
+        metrics = path / schema.METRICS_FILE
+        log = path / schema.LOG_FILE
         return LogSource(path=path, name=path.name, fmt="mlite",
                          metrics_path=metrics if metrics.is_file() else (log if log.is_file() else None),
                          events_path=log if log.is_file() else None)
     fmt = sniff_format(path)
     parent = path.parent
-    if path.name in ("train.log", "metrics.jsonl") and is_run_dir(parent):
+    if path.name in schema.METRIC_SOURCES and is_run_dir(parent):
         name = parent.name
     else:
         name = path.name

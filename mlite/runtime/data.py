@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..errors import MliteError
-from ..paths import data_dir
+from ..paths import dataset_file, tokenizer_file
 from .batch import PackedBatch
 
 DEFAULT_DATASET = "tiny_sft"
@@ -36,7 +36,7 @@ ROLES = ("system", "user", "assistant", "tool")
 
 
 def tokenizer_path() -> Path:
-    return data_dir() / "tokenizer" / "tokenizer.json"
+    return tokenizer_file()
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,8 @@ def load_tokenizer(path: str | Path | None = None) -> ChatTokenizer:
 
 
 def dataset_path(name_or_path: str | Path = DEFAULT_DATASET, split: str = "train") -> Path:
-    """``data/datasets/<name>/<split>.parquet`` for a dataset name, or the given parquet path."""
-    p = Path(name_or_path)
-    if p.suffix == ".parquet":
-        return p
-    if p.is_dir():
-        return p / f"{split}.parquet"
-    return data_dir() / "datasets" / str(name_or_path) / f"{split}.parquet"
+    """``data/datasets/<name>/<split>.parquet`` for a dataset name, or the given parquet path (or folder)."""
+    return dataset_file(name_or_path, split)
 
 
 def load_sft_dataset(name_or_path: str | Path = DEFAULT_DATASET, split: str = "train", *,

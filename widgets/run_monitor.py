@@ -1,72 +1,31 @@
-"""What the run view shows, computed from a run's files: live loss / grad-norm curves, progress, and the measured
-memory next to the estimator's figure for the same configuration.
+"""The run view's presenter: polls one run's files and turns them into what ``RunView`` shows (status snapshot,
+curves PNG, memory rows, byte and peak wording). It builds no widget; matplotlib draws through the Agg canvas only
+(safe in the view's poller thread). It lives with the views so that :mod:`mlite.launch` stays free of UI code.
 
-* :func:`estimate_for` -- ``mlite.memory.estimate`` for a :class:`~mlite.launch.config.RunConfig`: optimizer
-  ``fsdp2``, the mesh the run uses (``nproc`` ranks, pure DP, as ``mlite.mesh.resolve`` plans it), the run's
-  dtypes, PAO, moments, offload and recompute, sequence length = tokens per micro-batch.
-* :func:`memory_rows` -- per item (parameters, gradients, optimizer state, peak): measured bytes (largest rank of
-  ``memory.json``) and estimated bytes, and their ratio.
 * :class:`RunMonitor` -- polls a :class:`~mlite.launch.handle.RunHandle` (cheap when nothing changed: it looks at
-  the metrics file's size) and renders the curves to PNG with the Agg canvas (no pyplot; safe in a thread).
-
-No UI library is imported at module level; matplotlib and pandas load inside the functions.
+  the metrics file's size) and renders the curves to PNG.
+* :func:`draw_curves` / :func:`curves_png` -- loss and grad norm against step.
+* :func:`fmt_bytes`, :func:`peak_note` -- how the memory table words its figures.
 """
 
 from __future__ import annotations
 
-from .config import RunConfig
-from .handle import RunHandle
+from mlite.launch import RunHandle
+from mlite.launch.memory_check import estimate_for, memory_rows
+from mlite.memory import GIB
+from mlite.rundir import FAILED, STOPPED
 
-MIB = 1024**2
+from ._common import figure_png
 
-
-def estimate_for(config: RunConfig):
-    """The memory estimate (``MemoryEstimate``) of ``config``'s run."""
-    from ..memory import estimate
-    from ..mesh import ParallelConfig, resolve
-    from ..models import from_hf_config
-
-    spec = from_hf_config(config.model)
-    opts = config.training_options()
-    plan = resolve(spec, config.nproc, ParallelConfig(), seq_len=opts.seq_len, gpus_per_node=opts.gpus_per_node,
-                   auto_uneven=True)
-    return estimate(spec, plan, opts)
-
-
-def memory_rows(config: RunConfig, measured: dict | None, est=None) -> list[dict]:
-    """Rows ``{"item", "measured", "estimated", "ratio"}`` (bytes per rank; measured = the largest rank).
-
-    Optimizer state counts device and host together (offload_fraction moves it, it still exists). ``peak``:
-    measured as ``memory.json`` says (``peak_kind``: CUDA ``max_memory_allocated``, or on CPU the tensor peak of
-    the step run under PyTorch's MemTracker), estimated as the allocator peak of a steady-state step.
-    """
-    est = est if est is not None else estimate_for(config)
-    w = est.worst
-    host_opt = w.host.get("offloaded_optimizer", 0.0)
-    estimated = {"parameters": w.params, "gradients": w.grads, "optimizer state": w.optimizer + host_opt,
-                 "peak": w.peak}
-    ranks = (measured or {}).get("ranks") or []
-
-    def largest(key):
-        vals = [r.get(key) for r in ranks if r.get(key) is not None]
-        return max(vals) if vals else None
-
-    got = {"parameters": largest("params"), "gradients": largest("grads"), "optimizer state": largest("optimizer"),
-           "peak": (measured or {}).get("peak", largest("peak"))}
-    rows = []
-    for item, e in estimated.items():
-        m = got[item]
-        ratio = (m / e) if m is not None and e else None
-        rows.append({"item": item, "measured": m, "estimated": int(round(e)), "ratio": ratio})
-    return rows
+MIB = GIB // 1024
 
 
 def fmt_bytes(n) -> str:
     """``12.34 MiB`` / ``1.20 GiB``; ``—`` for None."""
     if n is None:
         return "—"
-    if abs(n) >= 1024**3:
-        return f"{n / 1024**3:.2f} GiB"
+    if abs(n) >= GIB:
+        return f"{n / GIB:.2f} GiB"
     if abs(n) >= MIB:
         return f"{n / MIB:.2f} MiB"
     return f"{n / 1024:.1f} KiB"
@@ -108,18 +67,8 @@ def draw_curves(fig, df, total_steps: int | None = None) -> None:
 
 
 def curves_png(df, total_steps: int | None = None, *, size=(9.0, 3.0), dpi: int = 90) -> bytes:
-    """PNG bytes of :func:`draw_curves` (Agg canvas)."""
-    import io
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size, dpi=dpi)
-    FigureCanvasAgg(fig)
-    draw_curves(fig, df, total_steps)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    """PNG bytes of :func:`draw_curves`."""
+    return figure_png(lambda fig: draw_curves(fig, df, total_steps), size=size, dpi=dpi)
 
 
 class RunMonitor:
@@ -147,7 +96,7 @@ class RunMonitor:
             self._df = h.metrics()
         df = self._df
         last = df.iloc[-1] if df is not None and len(df) else None
-        return {"status": status, "reason": h.reason if status in ("failed", "stopped") else None,
+        return {"status": status, "reason": h.reason if status in (FAILED, STOPPED) else None,
                 "step": int(df.index[-1]) if last is not None else 0, "total": h.total_steps, "changed": changed,
                 "loss": _num(last, "train/loss"), "grad_norm": _num(last, "train/grad_norm")}
 

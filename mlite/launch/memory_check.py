@@ -1,0 +1,55 @@
+"""The measured memory of a debug run next to the estimator's figure for the same configuration.
+
+* :func:`estimate_for` -- ``mlite.memory.estimate`` for a :class:`~mlite.launch.config.RunConfig`: optimizer
+  ``fsdp2``, the mesh the run uses (``nproc`` ranks, pure DP, as ``mlite.mesh.resolve`` plans it), the run's
+  dtypes, PAO, moments, offload and recompute, sequence length = tokens per micro-batch.
+* :func:`memory_rows` -- per item (parameters, gradients, optimizer state, peak): measured bytes (largest rank of
+  ``memory.json``) and estimated bytes, and their ratio.
+
+The run view (``widgets/run_monitor.py``, ``widgets/run_view.py``) renders these rows; nothing here draws.
+"""
+
+from __future__ import annotations
+
+from .config import RunConfig
+
+
+def estimate_for(config: RunConfig):
+    """The memory estimate (``MemoryEstimate``) of ``config``'s run."""
+    from ..memory import estimate
+    from ..mesh import ParallelConfig, resolve
+    from ..models import from_hf_config
+
+    spec = from_hf_config(config.model)
+    opts = config.training_options()
+    plan = resolve(spec, config.nproc, ParallelConfig(), seq_len=opts.seq_len, gpus_per_node=opts.gpus_per_node,
+                   auto_uneven=True)
+    return estimate(spec, plan, opts)
+
+
+def memory_rows(config: RunConfig, measured: dict | None, est=None) -> list[dict]:
+    """Rows ``{"item", "measured", "estimated", "ratio"}`` (bytes per rank; measured = the largest rank).
+
+    Optimizer state counts device and host together (offload_fraction moves it, it still exists). ``peak``:
+    measured as ``memory.json`` says (``peak_kind``: CUDA ``max_memory_allocated``, or on CPU the tensor peak of
+    the step run under PyTorch's MemTracker), estimated as the allocator peak of a steady-state step.
+    """
+    est = est if est is not None else estimate_for(config)
+    w = est.worst
+    host_opt = w.host.get("offloaded_optimizer", 0.0)
+    estimated = {"parameters": w.params, "gradients": w.grads, "optimizer state": w.optimizer + host_opt,
+                 "peak": w.peak}
+    ranks = (measured or {}).get("ranks") or []
+
+    def largest(key):
+        vals = [r.get(key) for r in ranks if r.get(key) is not None]
+        return max(vals) if vals else None
+
+    got = {"parameters": largest("params"), "gradients": largest("grads"), "optimizer state": largest("optimizer"),
+           "peak": (measured or {}).get("peak", largest("peak"))}
+    rows = []
+    for item, e in estimated.items():
+        m = got[item]
+        ratio = (m / e) if m is not None and e else None
+        rows.append({"item": item, "measured": m, "estimated": round(e), "ratio": ratio})
+    return rows

@@ -1,0 +1,154 @@
+"""The import graph of ``mlite/``: no module imports itself back through other modules.
+
+The graph is read statically (``ast``): an edge ``A -> B`` for every import of a module of the package.
+``from .pkg import name`` is an edge to the submodule ``pkg.name`` when that is a module, else to ``pkg`` (its
+``__init__``). Two graphs are checked: the import-time one (module level, including ``try`` / ``if`` blocks, not
+``if TYPE_CHECKING:``, not inside functions), where a cycle makes the import order matter (half-initialised modules,
+``ImportError`` for a name not defined yet); and the full one (imports inside functions too), where a cycle means two
+modules that need each other and belong together or need their shared part split out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PKG = REPO / "mlite"
+
+
+def _modules(root: Path = PKG) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` of the package (``pkg/__init__.py`` is ``pkg``)."""
+    out = {}
+    for p in sorted(root.rglob("*.py")):
+        parts = list(p.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = p
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_time_nodes(body):
+    """Import statements that run when the module is imported (not in functions / classes / TYPE_CHECKING)."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _import_time_nodes(node.body)
+            yield from _import_time_nodes(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _import_time_nodes(block)
+        elif isinstance(node, (ast.With,)):
+            yield from _import_time_nodes(node.body)
+
+
+def _all_import_nodes(body):
+    """Every import statement, at any depth."""
+    for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
+def import_graph(mods: dict[str, Path], *, lazy: bool = False) -> dict[str, set[str]]:
+    """``module -> modules it imports``; ``lazy``: imports inside functions (and TYPE_CHECKING blocks) count too."""
+    nodes = _all_import_nodes if lazy else _import_time_nodes
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        here = mod.split(".") if is_pkg else mod.split(".")[:-1]
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in nodes(tree.body):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                if node.level:
+                    base_parts = here[: len(here) - (node.level - 1)]
+                    base = ".".join(base_parts + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                targets = []
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    targets.append(sub if sub in mods else base)
+            for t in targets:
+                while t and t not in mods and "." in t:  # `import mlite.x.y` where y is a name: the module x
+                    t = t.rsplit(".", 1)[0]
+                if t in mods and t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted, the list sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_the_graph_reader_sees_cycles_and_skips_lazy_imports(tmp_path):
+    pkg = tmp_path / "pk"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("try:\n    from .sub.c import f\nexcept ImportError:\n    pass\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("import pk.a\n")
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import e\n"
+                              "def g():\n    from . import e\n")
+    (pkg / "e.py").write_text("from .d import g\n")
+    graph = import_graph(_modules(pkg))
+    assert graph["pk.a"] == {"pk.b"} and graph["pk.b"] == {"pk.sub.c"} and graph["pk.sub.c"] == {"pk.a"}
+    assert graph["pk.d"] == set() and graph["pk.e"] == {"pk.d"}
+    assert find_cycles(graph) == [["pk.a", "pk.b", "pk.sub.c"]]
+    full = import_graph(_modules(pkg), lazy=True)
+    assert full["pk.d"] == {"pk.e"} and find_cycles(full) == [["pk.a", "pk.b", "pk.sub.c"], ["pk.d", "pk.e"]]
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["import-time", "with-lazy-imports"])
+def test_mlite_has_no_import_cycle(lazy):
+    mods = _modules()
+    assert "mlite.launch.rundir" in mods and "mlite.cli" in mods
+    graph = import_graph(mods, lazy=lazy)
+    assert "mlite.errors" in graph["mlite.launch.config"]  # the reader sees relative imports
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles in mlite/ (move the shared part into its own module): " + "; ".join(
+        " <-> ".join(c) for c in cycles)
