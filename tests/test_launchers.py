@@ -259,8 +259,26 @@ def test_estimate_for_every_launcher_that_imports(key, capsys):
         assert est is None and rc == 1
         return
     assert est["gpu_mem"] == 80 * 2**30 and est["per_gpu"]["total"] > 0 and est["host"]["per_gpu"] >= 0
-    assert rc == (0 if est["fits"] else 1)
-    assert "rl_estimate" in doc  # the hook for the RL per-phase estimate (None until mlite.memory.rl exists)
+    from mlite.memory.rl_options import RolloutOptions
+
+    rl = doc["rl_estimate"]
+    assert rc == (0 if est["fits"] and (rl is None or rl["fits"]) else 1)
+    if doc["target"].endswith("-sft") or any(w.startswith("no RL estimate: ") for w in doc["warnings"]):
+        assert rl is None
+        return
+    # GRPO/PPO: the per-phase RL estimate with the launcher's own rollout knobs, the same as mlite.memory.rl gives
+    assert set(rl) >= {"phases", "peak_phase", "fits", "kv_cache", "host_per_node", "warnings", "errors"}
+    ref = {"ref"} if RolloutOptions(**imp.rollout).ref == "colocated" else set()
+    assert set(rl["phases"]) == {"rollout", "old_log_prob", "actor_update", "weight_sync"} | ref
+    assert rl["peak_phase"] == max(rl["phases"], key=lambda n: rl["phases"][n]["gpu"])
+    from mlite.memory.rl import rl_estimate
+
+    mp, training = imp.estimate(gpu_memory_gib=80.0)
+    again = rl_estimate(from_hf_config(imp.model_ref()), mp, training.options, RolloutOptions(**imp.rollout))
+    assert again.to_dict()["phases"] == rl["phases"]
+    knobs = doc["rollout"]
+    if "gpu_memory_utilization" in knobs:  # the launcher's share, not verl's default, sized the engine
+        assert RolloutOptions(**imp.rollout).gpu_memory_utilization == knobs["gpu_memory_utilization"]
 
 
 def test_estimate_matches_mlite_memory(capsys):

@@ -72,8 +72,14 @@ def run(args) -> int:
 
         _, est = imp.estimate(args.config, gpu_memory_gib=gib)
         doc["estimate"] = est.to_dict() if est is not None else None
-        doc["rl_estimate"] = rl_estimate(imp, est) if est is not None else None
-    ok = doc["valid"] and (est is None or est.fits)
+        doc["rl_estimate"] = None
+        if est is not None:
+            try:
+                doc["rl_estimate"] = rl_estimate(imp, est, args.config)
+            except MliteError as e:  # the RL model does not cover this model: the training estimate still stands
+                doc["warnings"].append(f"no RL estimate: {e.message}")
+    rl = doc.get("rl_estimate")
+    ok = doc["valid"] and (est is None or est.fits) and (rl is None or rl["fits"])
     if args.json:
         print_json(doc)
         return 0 if ok else 1
@@ -93,6 +99,8 @@ def run(args) -> int:
         print(f"  info: {i}")
     if est is not None:
         _print_estimate(est, doc["estimate"])
+        if rl is not None:
+            _print_rl(rl)
     elif args.estimate:
         print("  estimate: none (the mesh is invalid)")
     return 0 if ok else 1
@@ -112,3 +120,18 @@ def _print_estimate(est, d) -> None:
     print(f"    host         {g(d['host']['per_gpu'])} per GPU, {g(d['host']['per_node'])} per node")
     verdict = "fits" if est.fits else "does NOT fit"
     print(f"    {verdict}: {g(pg['total'])} vs usable {g(d['usable'])} of {g(d['gpu_mem'])}")
+
+
+def _print_rl(rl: dict) -> None:
+    """The RL step by phase (GPU per GPU, host per node), as ``mlite rl-memory`` reports it."""
+    gib = 2**30
+    kv = rl["kv_cache"]
+    print(f"  RL step (rollout settings read from the launcher; verl's defaults for the rest): peak phase "
+          f"{rl['peak_phase']}, {'fits' if rl['fits'] else 'does NOT fit'}; KV cache {kv['bytes'] / gib:.2f} GiB = "
+          f"{kv['tokens']:,} tokens ({kv['max_concurrent_seqs']} sequences of prompt + response); host per node "
+          f"{rl['host_per_node'] / gib:.1f} GiB")
+    for name, ph in rl["phases"].items():
+        print(f"    {name:<14} GPU {ph['gpu'] / gib:8.2f} GiB   host/GPU {ph['host_per_gpu'] / gib:7.2f} GiB")
+    for e in rl["errors"]:
+        print(f"    error: {e}")
+

@@ -431,13 +431,16 @@ def _cluster(ovs, torchrun: dict, is_sft: bool) -> tuple[int, int, set, list[str
     return nn, g, {"trainer.nnodes", "trainer.n_gpus_per_node"}, w
 
 
-def rl_estimate(imported: ImportedLauncher, training) -> dict | None:
-    """Hook for the per-phase RL estimate of a GRPO/PPO launcher (rollout, log-prob, training phases) from its rollout
-    settings; the estimator is ``mlite.memory.rl`` (its own issue). None until that module exists, and for SFT."""
-    import importlib.util
-
-    if imported.target.endswith("-sft") or importlib.util.find_spec("mlite.memory.rl") is None:
+def rl_estimate(imported: ImportedLauncher, training, config: str | None = None) -> dict | None:
+    """The per-phase RL estimate (:func:`mlite.memory.rl.rl_estimate`) of a GRPO/PPO launcher: its training estimate
+    ``training`` (model, mesh, options) with the rollout knobs the launcher sets (``gpu_memory_utilization``, rollout
+    TP, ``n``, lengths, offload and sleep settings; verl's defaults for the others). None for SFT launchers."""
+    if imported.target.endswith("-sft"):
         return None
-    from ..memory import rl
+    from ..memory.rl import rl_estimate as phases
+    from ..memory.rl_options import RolloutOptions
+    from ..models import from_hf_config
 
-    return rl.estimate_launcher(imported, training) if hasattr(rl, "estimate_launcher") else None
+    _, ref = imported.plan(config)
+    rollout = RolloutOptions(**imported.rollout)
+    return phases(from_hf_config(ref), training.plan, training.options, rollout).to_dict()
