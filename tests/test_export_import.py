@@ -204,3 +204,48 @@ def test_sbatch_starts_ray_waits_for_gpus_and_runs_the_launcher(tmp_path):
     p = subprocess.run(["bash", str(out / res.job)], env=env, capture_output=True, text=True, cwd=tmp_path,
                        timeout=60)
     assert p.returncode == 1 and "Ray cluster incomplete: 8 of 16 GPUs joined" in p.stderr
+
+
+@pytest.mark.parametrize("target", ["verl-mlite-grpo", "verl-megatron-grpo"])
+def test_rollout_knobs_round_trip(tmp_path, target):
+    """Every rollout knob of the RL estimate goes out in the launcher and comes back through import-launcher (the one
+    key table, mlite.memory.rl_keys), so the per-phase RL estimate of the launcher is the one of the plan."""
+    from dataclasses import replace
+
+    from mlite.export import ExportPlan, write
+    from mlite.memory import TrainingOptions
+    from mlite.memory.rl_options import RolloutOptions
+    from mlite.mesh import ParallelConfig
+
+    knobs = {"name": "sglang", "free_cache_engine": False, "max_model_len": 6144, "max_num_batched_tokens": 16384,
+             "max_num_seqs": 64, "enforce_eager": True, "update_weights_bucket_megabytes": 512}
+    plan = ExportPlan(model="Qwen3-30B-A3B", target=target, nodes=2, parallel=ParallelConfig(tp=2, ep=8),
+                      options=TrainingOptions(seq_len=6144), rollout_n=4, rollout_tp=4,
+                      rollout_gpu_memory_utilization=0.45, max_prompt_length=2048, rollout_knobs=knobs)
+    res = write(plan, tmp_path)
+    from mlite.export.validate import validate_command
+
+    p = subprocess.run(["bash", str(tmp_path / res.launcher)], capture_output=True, text=True, timeout=60,
+                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/home/tester", "DRY_RUN": "1"})
+    assert p.returncode == 0, p.stderr
+    v = validate_command(shlex.split(p.stdout))  # every rollout key is one verl's own config has
+    assert v.ok, v.problems
+    imp = import_launcher(tmp_path / res.launcher)
+    want = plan.rollout_options
+    got = RolloutOptions(**imp.rollout)
+    for f in list(knobs) + ["n", "tensor_model_parallel_size", "gpu_memory_utilization", "prompt_length",
+                            "response_length"]:
+        assert getattr(got, f) == getattr(want, f), f
+    again = imp.to_export_plan()
+    assert again.rollout_knobs == knobs
+    assert again.rollout_options == replace(want, train_batch_size=again.rollout_options.train_batch_size)
+
+
+def test_rollout_knobs_refuse_owned_and_unknown_fields():
+    from mlite.errors import MliteError
+    from mlite.export import ExportPlan
+
+    with pytest.raises(MliteError, match="'n' is not a rollout knob of its own"):
+        ExportPlan(model="Qwen3-8B", rollout_knobs={"n": 4})
+    with pytest.raises(MliteError, match="'temperature' is not a rollout knob"):
+        ExportPlan(model="Qwen3-8B", rollout_knobs={"temperature": 1.0})

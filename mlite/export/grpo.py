@@ -5,7 +5,7 @@ Keys are verl 0.9.1's (``ppo_trainer.yaml`` and its groups); the tests compose t
 
 from __future__ import annotations
 
-from .launcher import COMMON_ENV, Knob
+from .launcher import COMMON_ENV, Knob, mtp_overrides
 from .overrides import Override, var
 
 ENTRY = ["python3", "-m", "verl.trainer.main_ppo"]
@@ -56,11 +56,12 @@ def data() -> list[Override]:
     ]
 
 
-def model() -> list[Override]:
+def model(spec) -> list[Override]:
     return [
         Override("actor_rollout_ref.model.path", var("MODEL_PATH")),
         Override.lit("actor_rollout_ref.model.trust_remote_code", True),
         Override.lit("actor_rollout_ref.model.use_fused_kernels", False),
+        *mtp_overrides("actor_rollout_ref.model", spec),
     ]
 
 
@@ -77,18 +78,32 @@ def actor_common() -> list[Override]:
     ]
 
 
-def rollout() -> list[Override]:
+def rollout(plan) -> list[Override]:
+    """The rollout engine: its knobs as variables, the plan's other rollout knobs (``plan.rollout_knobs``) written
+    through :data:`mlite.memory.rl_keys.ROLLOUT_KEYS`, the table ``import-launcher`` reads them back with."""
+    from ..memory.rl_keys import rollout_overrides
+    from .plan import ROLLOUT_OWNED
+
     r = "actor_rollout_ref.rollout"
-    return [
-        Override.lit(f"{r}.name", "vllm"),
+    opts = plan.rollout_options
+    out = [
+        Override.lit(f"{r}.name", opts.name),
         Override.lit(f"{r}.mode", "async"),
         Override(f"{r}.tensor_model_parallel_size", var("ROLLOUT_TP")),
         Override(f"{r}.gpu_memory_utilization", var("ROLLOUT_GPU_MEM_UTIL")),
         Override(f"{r}.n", var("ROLLOUT_N")),
         Override(f"{r}.prompt_length", var("MAX_PROMPT_LENGTH")),
         Override(f"{r}.response_length", var("MAX_RESPONSE_LENGTH")),
-        Override.lit(f"{r}.free_cache_engine", True),
+        Override.lit(f"{r}.free_cache_engine", opts.free_cache_engine),
     ]
+    written = {o.key for o in out}
+    from ..memory.rl_keys import ROLLOUT_KEYS
+
+    owned_keys = {k for f, k in ROLLOUT_KEYS if f in ROLLOUT_OWNED}
+    for key, value in rollout_overrides(opts, defaults=type(opts)()).items():
+        if key not in written and key not in owned_keys:
+            out.append(Override.lit(key, value))
+    return out
 
 
 def trainer() -> list[Override]:

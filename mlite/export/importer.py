@@ -215,8 +215,19 @@ class ImportedLauncher:
         ref = self.model_ref(model)
         if ref is None:
             raise MliteError(f"no model config for '{self.model_path}': pass model= (a data/models name or path)")
+        from .plan import ROLLOUT_OWNED
+
         p = self.parallel
         ldp = self.ngpu / p.pp / (p.tp * p.ep)
+        r = self.rollout
+        if not self.target.endswith("-sft"):
+            kw.setdefault("rollout_knobs", {k: v for k, v in r.items() if k not in ROLLOUT_OWNED
+                                            and k not in ("ref", "ref_param_offload")})
+            for field, name in (("n", "rollout_n"), ("tensor_model_parallel_size", "rollout_tp"),
+                                ("gpu_memory_utilization", "rollout_gpu_memory_utilization"),
+                                ("prompt_length", "max_prompt_length")):
+                if field in r:
+                    kw.setdefault(name, r[field])
         return ExportPlan(model=ref, target=target or (self.target if self.target in
                                                        ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
                                                        else "verl-mlite-grpo"),

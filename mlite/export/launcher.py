@@ -151,3 +151,11 @@ def render(lc: Launcher) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def mtp_overrides(prefix: str, spec) -> list[Override]:
+    """Train the model's MTP layers when it has some: the planner places them in the last pipeline stage, and verl
+    leaves them off unless ``<model>.mtp.enable`` and ``enable_train`` are set (``trainer/config/model/hf_model.yaml``)."""
+    if not spec.num_mtp_layers:
+        return []
+    return [Override.lit(f"{prefix}.mtp.enable", True), Override.lit(f"{prefix}.mtp.enable_train", True)]

@@ -11,11 +11,16 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import MliteError
 from ..memory import TrainingOptions
+from ..memory.rl_options import RolloutOptions
 from ..mesh import MeshPlan, ParallelConfig, resolve
 
 TARGETS = ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
 """What ``mlite export --target`` writes: verl SFT on the mlite engine, verl GRPO with the mlite actor, verl GRPO on
 verl's built-in Megatron backend."""
+
+ROLLOUT_OWNED = ("tensor_model_parallel_size", "gpu_memory_utilization", "n", "prompt_length", "response_length",
+                 "train_batch_size")
+"""RolloutOptions fields an ExportPlan owns through fields of its own (the rest are ``rollout_knobs``)."""
 
 DEFAULT_LOG_DIR = "runs/slurm"
 """Where Slurm output (``%x-%j.out``) and verl's JSONL metrics go; the analysis notebook looks here."""
@@ -64,6 +69,10 @@ class ExportPlan:
     """GRPO: vLLM ``gpu_memory_utilization`` (the training state shares the GPU)."""
     max_prompt_length: int | None = None
     """GRPO: prompt tokens; default min(1024, seq_len // 2); responses get the rest of ``options.seq_len``."""
+    rollout_knobs: dict = field(default_factory=dict)
+    """GRPO: the rollout engine's other knobs, by :class:`~mlite.memory.rl_options.RolloutOptions` field (``name``,
+    ``free_cache_engine``, ``max_model_len``, ``max_num_batched_tokens``, ``max_num_seqs``, ``dtype``,
+    ``enforce_eager``, ``update_weights_bucket_megabytes``); the fields above own n, TP, the memory share and lengths."""
     partition: str | None = None
     """``#SBATCH --partition`` (left as a commented line when None)."""
     account: str | None = None
@@ -98,6 +107,13 @@ class ExportPlan:
         if not 0 < self.rollout_gpu_memory_utilization < 1:
             raise MliteError(f"rollout_gpu_memory_utilization must be in (0, 1), got "
                              f"{self.rollout_gpu_memory_utilization}")
+        owned = set(ROLLOUT_OWNED)
+        for k in self.rollout_knobs:
+            if k in owned or k not in RolloutOptions.__dataclass_fields__:
+                raise MliteError(f"rollout_knobs: '{k}' is not a rollout knob of its own (n, TP, the memory share and "
+                                 "the lengths have their own fields; others: "
+                                 f"{', '.join(f for f in RolloutOptions.__dataclass_fields__ if f not in owned)})")
+        _ = self.rollout_options  # RolloutOptions validates the knob values
         if self.max_prompt_length is not None and self.max_prompt_length >= self.options.seq_len:
             raise MliteError(f"max_prompt_length {self.max_prompt_length} leaves no room for responses in seq_len "
                              f"{self.options.seq_len}: lower it or raise --seq-len")
@@ -154,6 +170,14 @@ class ExportPlan:
     @property
     def rollout_tensor_parallel(self) -> int:
         return self.rollout_tp or min(self.gpus_per_node, 8)
+
+    @property
+    def rollout_options(self) -> RolloutOptions:
+        """The rollout engine as :func:`mlite.memory.rl.rl_estimate` sees it: this plan's fields plus its knobs."""
+        return RolloutOptions(tensor_model_parallel_size=self.rollout_tensor_parallel,
+                              gpu_memory_utilization=self.rollout_gpu_memory_utilization, n=self.rollout_n,
+                              prompt_length=self.prompt_length, response_length=self.response_length,
+                              **self.rollout_knobs)
 
     def batch_size(self, dp: int) -> int:
         """``data.train_batch_size`` for a DP size (see :attr:`train_batch_size`)."""

@@ -55,8 +55,8 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
                      ("training", grpo.knobs(plan, mp.dp))],
         derived=mesh_check() + log_path_lines(),
         env=grpo.env(spec),
-        sections=[("ALGORITHM", grpo.algorithm()), ("DATA", grpo.data()), ("MODEL", grpo.model()),
-                  ("ACTOR", actor), ("ROLLOUT", grpo.rollout()), ("TRAINER", grpo.trainer())],
+        sections=[("ALGORITHM", grpo.algorithm()), ("DATA", grpo.data()), ("MODEL", grpo.model(spec)),
+                  ("ACTOR", actor), ("ROLLOUT", grpo.rollout(plan)), ("TRAINER", grpo.trainer())],
         command=grpo.ENTRY + [f"--config-name={CONFIG_NAME}"],
     )
     return lc, notes

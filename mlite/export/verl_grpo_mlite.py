@@ -31,8 +31,8 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
         derived=mesh_check() + log_path_lines(),
         env=grpo.env(spec),
         sections=[("EXTRA", [Override("hydra.searchpath", f"[{K.SEARCHPATH}]")]),
-                  ("ALGORITHM", grpo.algorithm()), ("DATA", grpo.data()), ("MODEL", grpo.model()),
-                  ("ACTOR", actor), ("ROLLOUT", grpo.rollout()), ("TRAINER", grpo.trainer())],
+                  ("ALGORITHM", grpo.algorithm()), ("DATA", grpo.data()), ("MODEL", grpo.model(spec)),
+                  ("ACTOR", actor), ("ROLLOUT", grpo.rollout(plan)), ("TRAINER", grpo.trainer())],
         command=list(grpo.ENTRY),
     )
     return lc, notes

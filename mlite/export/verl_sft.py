@@ -8,7 +8,7 @@ from __future__ import annotations
 from . import engine_mlite
 from . import mlite_keys as K
 from .header import build
-from .launcher import COMMON_ENV, Knob, Launcher, log_path_lines, mesh_check, mesh_knobs, path_knobs
+from .launcher import COMMON_ENV, Knob, Launcher, log_path_lines, mesh_check, mesh_knobs, mtp_overrides, path_knobs
 from .overrides import Override, var
 
 FILENAME = "run_verl_mlite_sft.sh"
@@ -47,7 +47,8 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
         Override.lit("data.truncation", "error"),
         Override.lit("data.messages_key", "messages"),
     ]
-    model = [Override("model.path", var("MODEL_PATH")), Override.lit("model.trust_remote_code", True)]
+    model = [Override("model.path", var("MODEL_PATH")), Override.lit("model.trust_remote_code", True),
+             *mtp_overrides("model", spec)]
     optim = [Override.lit("optim", "megatron"), Override("optim.lr", var("LR")),
              Override.lit("optim.lr_decay_style", "constant")]
     optim += [o for o in engine_ovs if o.key.startswith("optim.")]

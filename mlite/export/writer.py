@@ -66,6 +66,8 @@ def render(plan) -> ExportResult:
         "launcher": lc.filename, "sbatch": sbatch.filename(plan.target), "notes": notes,
         "experiment_name": plan.name, "log_dir": plan.log_dir,
     }
+    if not plan.is_sft:
+        doc["rollout"] = _jsonable(asdict(plan.rollout_options))
     files["plan.json"] = json.dumps(doc, indent=2) + "\n"
     return ExportResult(files=files, mesh=mp.to_dict(), notes=notes)
 
