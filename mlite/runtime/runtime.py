@@ -128,6 +128,8 @@ class LiteRuntime:
     def build_model(self) -> ModelHandle:
         """Build the model (same weights on every rank), shard it with FSDP2, set up AdamW and the schedule."""
         model, spec = self._make_model()
+        if self.cfg.compile:
+            compile_blocks(model)
         experts = expert_param_names(model)
         shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype)
         opt = ShardedAdamW(model.named_parameters(), self.cfg.optimizer, expert_names=experts, device=self.device)
@@ -281,6 +283,13 @@ class LiteRuntime:
         except ImportError:  # pragma: no cover - psutil is a dependency
             out["cpu_rss"] = None
         return out
+
+
+def compile_blocks(model: torch.nn.Module) -> None:
+    """``RuntimeConfig.compile``: replace each decoder block's ``forward`` by its ``torch.compile``d version (module
+    identity and parameter names unchanged, so FSDP2 wraps the block as usual and its hooks run outside the graph)."""
+    for block in getattr(model, "blocks", None) or []:
+        block.forward = torch.compile(block.forward)
 
 
 def _tally(tensors) -> dict:

@@ -113,8 +113,13 @@ class StateGroup:
 class ShardedAdamW:
     """AdamW over FSDP2 shards (see the module docstring for storage, grouping and the update paths)."""
 
-    def __init__(self, named_params, cfg: OptimizerConfig, *, expert_names: set[str], device):
+    def __init__(self, named_params, cfg: OptimizerConfig, *, expert_names: set[str], device, kernel: str = "auto"):
+        if kernel not in ("auto", "triton", "torch"):
+            raise ValueError(f"kernel {kernel!r}: use auto, triton or torch")
         self.cfg = cfg
+        self.kernel = kernel
+        """Update path of device-resident groups: ``auto`` (Triton on CUDA when installed), ``triton`` (always; on
+        CPU tensors only under ``TRITON_INTERPRET=1``, for tests) or ``torch``."""
         self.home = torch.device(device)
         """Device of the state of parameters that are not update-offloaded."""
         self.step_count = 0
@@ -209,7 +214,7 @@ class ShardedAdamW:
             sc = step_scalars(h)
             dev = self._group_device(g)
             pdev = local(g.slots[0].param).device
-            if dev.type == "cuda" and fused.HAVE_TRITON:
+            if self._fused(dev) and dev.type == pdev.type:
                 counts[g.expert].append(self._update_fused(g, sc))
             elif dev.type != pdev.type:
                 pending.append((g, sc, self._stage_in(g)))
@@ -219,6 +224,11 @@ class ShardedAdamW:
             counts[g.expert].append(self._update_staged(g, sc, event))
         self.last_zeros = tuple(int(sum(int(x) for x in counts[e])) for e in (False, True))
         return self.last_zeros
+
+    def _fused(self, dev: torch.device) -> bool:
+        if self.kernel == "auto":
+            return dev.type == "cuda" and fused.HAVE_TRITON
+        return self.kernel == "triton"
 
     @staticmethod
     def _shard(s: ParamSlot) -> torch.Tensor:
