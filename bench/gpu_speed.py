@@ -302,35 +302,43 @@ def sec_check(env, res):
     cases = [(torch.float32, True, 0.37, (fused.MODE_MASTER, fused.MODE_REMAINDER, fused.MODE_PARAM)),
              (torch.float32, False, 0.5, (fused.MODE_MASTER,)), (torch.bfloat16, True, 1.0, (fused.MODE_REMAINDER,))]
     for mdt, decoupled, clip, modes in cases:
-        if True:
-            sc = step_scalars(AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3,
-                                         decoupled=decoupled, clip_coef=clip))
-            ref, mr, vr = master.clone(), m0.to(mdt), v0.to(mdt)
-            adamw_inplace(ref, grad, mr, vr, sc, scratch(n, "cpu"))
-            hi, rr = split_fp32(ref)
-            for mode in modes:
-                p16, rem = split_fp32(master)
-                if mode == fused.MODE_PARAM:
-                    p, w = master.cuda(), None
-                else:
-                    p, w = p16.cuda(), (master.cuda() if mode == fused.MODE_MASTER else rem.cuda())
-                mt, vt = m0.to(mdt).cuda(), v0.to(mdt).cuda()
-                z = torch.zeros(fused.blocks(n), dtype=torch.int32, device="cuda")
-                fused.launch(p, grad.cuda(), w, mt, vt, z, mode, sc)
-                eq = lambda a, b: bool(torch.equal(a.cpu().view(torch.int16 if a.element_size() == 2 else
-                                                                 torch.int32), b.view(torch.int16 if
-                                                                                      b.element_size() == 2 else
-                                                                                      torch.int32)))
-                ok = {"m": eq(mt, mr), "v": eq(vt, vr), "zeros": int(z.sum()) == int((grad == 0).sum())}
-                if mode == fused.MODE_PARAM:
-                    ok["p"] = eq(p, ref)
-                else:
-                    ok["p"] = eq(p, hi)
-                    ok["w"] = eq(w, ref if mode == fused.MODE_MASTER else rr)
-                out["cases"][f"{str(mdt)[6:]} dec={decoupled} clip={clip} mode={mode}"] = ok
-                all_ok &= all(ok.values())
+        sc = step_scalars(AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3,
+                                     decoupled=decoupled, clip_coef=clip))
+        ref, mr, vr = master.clone(), m0.to(mdt), v0.to(mdt)
+        adamw_inplace(ref, grad, mr, vr, sc, scratch(n, "cpu"))
+        hi, rr = split_fp32(ref)
+        for mode in modes:
+            p16, rem = split_fp32(master)
+            if mode == fused.MODE_PARAM:
+                p, w = master.cuda(), None
+            else:
+                p, w = p16.cuda(), (master.cuda() if mode == fused.MODE_MASTER else rem.cuda())
+            mt, vt = m0.to(mdt).cuda(), v0.to(mdt).cuda()
+            z = torch.zeros(fused.blocks(n), dtype=torch.int32, device="cuda")
+            fused.launch(p, grad.cuda(), w, mt, vt, z, mode, sc)
+            ok = {"m": _bits_equal(mt, mr), "v": _bits_equal(vt, vr), "zeros": int(z.sum()) == int((grad == 0).sum())}
+            if mode == fused.MODE_PARAM:
+                ok["p"] = _bits_equal(p, ref)
+            else:
+                ok["p"] = _bits_equal(p, hi)
+                ok["w"] = _bits_equal(w, ref if mode == fused.MODE_MASTER else rr)
+            out["cases"][f"{str(mdt)[6:]} dec={decoupled} clip={clip} mode={mode}"] = ok
+            all_ok &= all(ok.values())
     out["kernel_equals_host_update"] = all_ok
     res["check"] = out
+
+
+def _bits_equal(a, b) -> bool:
+    """Same bits (``a`` on the device, ``b`` on the host; 2- or 4-byte elements)."""
+    view = {2: torch_int(16), 4: torch_int(32)}
+    return bool(a.dtype == b.dtype and a.shape == b.shape and
+                (a.cpu().view(view[a.element_size()]) == b.view(view[b.element_size()])).all())
+
+
+def torch_int(bits_: int):
+    import torch
+
+    return torch.int16 if bits_ == 16 else torch.int32
 
 
 def sec_pao(env, res):
