@@ -20,7 +20,7 @@ next one runs):
                989 TFLOP/s. Optimizer phase alone (grads present, norm + clip + update, repeated): lite fp32 master,
                lite PAO, and torch (clip_grad_norm_ foreach + AdamW(fused=True)) on fp32 tensors of the same shapes.
   offload      DENSE_SMALL (~0.15 B), one micro-batch: offload_fraction 1.0 vs resident step time.
-  compile      RuntimeConfig.compile=True on the dense model, one micro-batch (raw JSON only).
+  compile      RuntimeConfig.compile=True on the dense model, 1 and 4 micro-batches (raw JSON only).
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ def sec_check(env, res):
     for mdt, decoupled, clip, modes in cases:
         sc = step_scalars(AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3,
                                      decoupled=decoupled, clip_coef=clip))
-        ref, mr, vr = master.clone(), m0.to(mdt), v0.to(mdt)
+        ref, mr, vr = master.clone(), m0.to(mdt, copy=True), v0.to(mdt, copy=True)
         adamw_inplace(ref, grad, mr, vr, sc, scratch(n, "cpu"))
         hi, rr = split_fp32(ref)
         for mode in modes:
@@ -313,7 +313,7 @@ def sec_check(env, res):
                 p, w = master.cuda(), None
             else:
                 p, w = p16.cuda(), (master.cuda() if mode == fused.MODE_MASTER else rem.cuda())
-            mt, vt = m0.to(mdt).cuda(), v0.to(mdt).cuda()
+            mt, vt = m0.to(mdt, copy=True).cuda(), v0.to(mdt, copy=True).cuda()
             z = torch.zeros(fused.blocks(n), dtype=torch.int32, device="cuda")
             fused.launch(p, grad.cuda(), w, mt, vt, z, mode, sc)
             ok = {"m": _bits_equal(mt, mr), "v": _bits_equal(vt, vr), "zeros": int(z.sum()) == int((grad == 0).sum())}
@@ -389,7 +389,7 @@ def sec_offload(env, res):
 
 def sec_compile(env, res):
     t = time.perf_counter()
-    r, rt, h = lite_run(env, env.dense, (1,), compile=True)
+    r, rt, h = lite_run(env, env.dense, (1, 4), compile=True)
     r["wall_s_including_compile"] = time.perf_counter() - t
     del rt, h
     env.free()
