@@ -46,7 +46,7 @@ def _build():
 
     @triton.jit(do_not_specialize=["n"])
     def adamw_kernel(p_ptr, g_ptr, w_ptr, m_ptr, v_ptr, z_ptr, n, clip, b1, omb1, b2, omb2, ibc1, ibc2, eps, wd, lr,
-                     MODE: tl.constexpr, HAS_GRAD: tl.constexpr, CLIP: tl.constexpr, WD: tl.constexpr,
+                     MODE: tl.constexpr, HAS_GRAD: tl.constexpr, WD: tl.constexpr,
                      DECOUPLED: tl.constexpr, M_BF16: tl.constexpr, V_BF16: tl.constexpr, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -70,8 +70,7 @@ def _build():
             g = graw.to(tl.float32)
         else:
             g = tl.zeros([BLOCK], dtype=tl.float32)
-        if CLIP:
-            g = g * clip
+        g = g * clip  # always (x * 1.0 == x exactly): no kernel variant appears when clipping starts or stops
         if WD and not DECOUPLED:
             g = g + p32 * wd
         # ---- moments and update (same order as adamw_inplace)
@@ -129,8 +128,7 @@ def launch(param: torch.Tensor, grad: torch.Tensor | None, master: torch.Tensor 
     g = grad if grad is not None else param
     extra = {} if _interpreted() else {"enable_fp_fusion": False}
     kernel()[(blocks(n),)](param, g, w, exp_avg, exp_avg_sq, zeros, n, s.clip, s.b1, s.omb1, s.b2, s.omb2, s.ibc1,
-                           s.ibc2, s.eps, s.wd, s.lr, MODE=mode, HAS_GRAD=grad is not None, CLIP=s.clip != 1.0,
-                           WD=s.wd != 0.0, DECOUPLED=s.decoupled,
+                           s.ibc2, s.eps, s.wd, s.lr, MODE=mode, HAS_GRAD=grad is not None, WD=s.wd != 0.0, DECOUPLED=s.decoupled,
                            M_BF16=exp_avg.dtype == torch.bfloat16, V_BF16=exp_avg_sq.dtype == torch.bfloat16, BLOCK=BLOCK, num_warps=8, **extra)
 
 
