@@ -57,6 +57,24 @@ def test_split_merge_roundtrip_is_exact_on_every_edge_class(patterns):
     assert torch.equal(bits(back), bits(patterns))  # NaN payloads, -0.0, inf, subnormals included
 
 
+def test_in_place_host_forms_equal_split_and_merge_on_every_edge_class(patterns):
+    """The chunked host update's buffer forms (int16 wrap, int32 -> int16 truncation) give split/merge's bits."""
+    from mlite.runtime.optim.master import high_half_into_, merged_into_, split_from_pair_
+
+    n = patterns.numel()
+    hi, rem = split_fp32(patterns)
+    i32, i16 = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int16)
+    pair = torch.empty(n, 2, dtype=torch.int16)
+    out = torch.empty(n, dtype=torch.bfloat16)
+    high_half_into_(patterns, out, i32)
+    assert torch.equal(bits(out), bits(hi))
+    master = merged_into_(hi, rem, pair, i16)
+    assert torch.equal(bits(master), bits(patterns))
+    p2, r2 = torch.empty_like(out), torch.empty_like(rem)
+    split_from_pair_(master, pair, p2, r2, i32)
+    assert torch.equal(bits(p2), bits(hi)) and torch.equal(r2, rem)
+
+
 def test_remainder_is_the_signed_bit_distance_to_the_param(patterns):
     hi, rem = split_fp32(patterns)
     high, low = halves(patterns)

@@ -48,7 +48,14 @@ from ...errors import MliteError
 from ..config import OptimizerConfig
 from . import fused
 from .adamw import AdamWHyper, StepScalars, adamw_inplace, scratch, step_scalars
-from .master import merge_fp32, split_fp32
+from .master import (
+    LITTLE_ENDIAN,
+    high_half_into_,
+    merge_fp32,
+    merged_into_,
+    split_fp32,
+    split_from_pair_,
+)
 from .offload import offload_split
 
 CHUNK = 1 << 20
@@ -108,6 +115,13 @@ class StateGroup:
     """Flat state buffers by name."""
     staging: dict = field(default_factory=dict)
     """Host copies (gradient, parameter) of an offloaded group whose parameters are on another device."""
+
+
+def _work(n: int, device) -> dict:
+    """Work buffers of the torch-op update for chunks of up to ``n`` elements (allocated once per group update)."""
+    return {"fp": scratch(n, device), "i32": torch.empty(n, dtype=torch.int32, device=device),
+            "i16": torch.empty(n, dtype=torch.int16, device=device),
+            "pair": torch.empty(n, 2, dtype=torch.int16, device=device)}
 
 
 class ShardedAdamW:
@@ -266,27 +280,36 @@ class ShardedAdamW:
             for a in range(0, n, CHUNK):
                 b = min(a + CHUNK, n)
                 if work is None:
-                    work = scratch(min(CHUNK, max(x.param.numel() for x in g.slots)), lp.device)
+                    work = _work(min(CHUNK, max(x.param.numel() for x in g.slots)), lp.device)
                 self._chunk(g.mode, lp[a:b], None if grad is None else grad[a:b], s.state, a, b, sc, work)
         return zeros
 
     @staticmethod
-    def _chunk(mode: str, p: torch.Tensor, grad, state: dict, a: int, b: int, sc: StepScalars, work) -> None:
-        """Update ``p`` (param chunk, on the state's device) and ``state[a:b]`` in place."""
+    def _chunk(mode: str, p: torch.Tensor, grad, state: dict, a: int, b: int, sc: StepScalars, work: dict) -> None:
+        """Update ``p`` (param chunk, on the state's device) and ``state[a:b]`` in place (``work``: :func:`_work`)."""
         m, v = state["exp_avg"][a:b], state["exp_avg_sq"][a:b]
+        fp = work["fp"]
         if mode == "param":
-            adamw_inplace(p, grad, m, v, sc, work)
+            adamw_inplace(p, grad, m, v, sc, fp)
         elif mode == "master":
             master = state["master"][a:b]
-            adamw_inplace(master, grad, m, v, sc, work)
-            p.copy_(split_fp32(master)[0])
+            adamw_inplace(master, grad, m, v, sc, fp)
+            if LITTLE_ENDIAN:
+                high_half_into_(master, p, work["i32"])
+            else:
+                p.copy_(split_fp32(master)[0])
         else:
             rem = state["remainder"][a:b]
-            master = merge_fp32(p, rem)
-            adamw_inplace(master, grad, m, v, sc, work)
-            hi, r = split_fp32(master)
-            rem.copy_(r)
-            p.copy_(hi)
+            if LITTLE_ENDIAN:
+                master = merged_into_(p, rem, work["pair"], work["i16"])
+                adamw_inplace(master, grad, m, v, sc, fp)
+                split_from_pair_(master, work["pair"], p, rem, work["i32"])
+            else:
+                master = merge_fp32(p, rem)
+                adamw_inplace(master, grad, m, v, sc, fp)
+                hi, r = split_fp32(master)
+                rem.copy_(r)
+                p.copy_(hi)
 
     def _stage_in(self, g: StateGroup):
         """Queue the copies of an offloaded group's gradients (and PAO / fp32 params) into pinned host buffers."""
@@ -316,7 +339,7 @@ class ShardedAdamW:
             event.synchronize()
         gs, ps = g.staging["grad"], g.staging["param"]
         zeros = int((gs == 0).sum()) - sum(local(s.param).numel() for s in g.slots if s.param.grad is None)
-        work = scratch(min(CHUNK, g.numel), "cpu")
+        work = _work(min(CHUNK, g.numel), "cpu")
         for a in range(0, g.numel, CHUNK):
             b = min(a + CHUNK, g.numel)
             self._chunk(g.mode, ps[a:b], gs[a:b], g.bufs, a, b, sc, work)
