@@ -75,7 +75,7 @@ class LiteConfig:
     """``none``, ``selective`` (attention / delta-rule core) or ``full`` (whole blocks)."""
     packed_attention: str = "sdpa"
     """Packed-sequence attention path, chosen at build (:func:`~mlite.runtime.models.attention.packed_path`)."""
-    expert_path: str = "padded"
+    expert_path: str = "loop"
     """MoE expert GEMM path, chosen at build (:func:`~mlite.runtime.models.moe.expert_path`)."""
 
 

@@ -7,11 +7,13 @@ Dispatch sorts the ``T*k`` (token, slot) pairs by expert (a stable argsort), run
 slices at once and un-sorts with a permutation (no atomics in the forward, so results are deterministic). The expert
 GEMM path is chosen once, when the model is built (:func:`expert_path`), from what this PyTorch build supports:
 
-* ``grouped``: ``torch._grouped_mm`` -- one grouped GEMM for gate/up and one for down over all experts (CUDA: bf16 on
-  compute capability >= 9.0; CPU: where the build registers the op for CPU, natively or through its composite
-  per-group fallback);
-* ``padded``: the fallback elsewhere: tokens scattered into a zero-padded ``[E, C, H]`` buffer (``C`` = the largest
-  expert's token count, one host sync) and two batched matmuls; no per-expert Python loop.
+* ``grouped`` (CUDA, bf16, compute capability >= 9.0): ``torch._grouped_mm`` -- one grouped GEMM for gate/up and one
+  for down over all experts;
+* ``padded`` (other CUDA cases): tokens scattered into a zero-padded ``[E, C, H]`` buffer (``C`` = the largest
+  expert's token count, one host sync) and two batched matmuls; no per-expert Python loop on a GPU;
+* ``loop`` (CPU): one GEMM pair per expert that received tokens, on its contiguous slice -- the reference the other
+  two are tested against, and what the memory estimator's saved-tensor count models exactly on CPU (the grouped
+  op also saves its int32 group offsets, 4 bytes per expert and layer).
 
 Load-balancing loss (Switch Transformer form, per MoE layer): ``E * sum_e f_e * P_e`` with ``f_e`` the fraction
 of (token, slot) pairs routed to expert ``e`` and ``P_e`` the mean router probability of ``e`` (Megatron's
@@ -27,7 +29,7 @@ from torch import nn
 
 from .common import SwiGLU
 
-EXPERT_PATHS = ("grouped", "padded")
+EXPERT_PATHS = ("grouped", "padded", "loop")
 """Expert GEMM paths (see the module docstring)."""
 
 
@@ -49,6 +51,8 @@ def grouped_mm_supported(device, dtype: torch.dtype) -> bool:
 
 def expert_path(device, dtype: torch.dtype) -> str:
     """The expert GEMM path for a model living on ``device`` in ``dtype`` (decided once at model build)."""
+    if torch.device(device).type != "cuda":
+        return "loop"
     return "grouped" if grouped_mm_supported(device, dtype) else "padded"
 
 
@@ -77,10 +81,23 @@ def padded_swiglu(xs: torch.Tensor, counts: torch.Tensor, w1: torch.Tensor, w2: 
     return out[expert, slot]
 
 
+def loop_swiglu(xs: torch.Tensor, counts: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """Same as :func:`grouped_swiglu`, one expert at a time (one host sync for the counts)."""
+    outs = []
+    for e, (xe, n) in enumerate(zip(xs.split(counts.tolist()), counts.tolist())):
+        if n:
+            gate, up = F.linear(xe, w1[e]).chunk(2, dim=-1)
+            outs.append(F.linear(F.silu(gate) * up, w2[e]))
+    return torch.cat(outs) if outs else xs.new_zeros(0, w2.shape[1])
+
+
+_PATH_FN = {"grouped": grouped_swiglu, "padded": padded_swiglu, "loop": loop_swiglu}
+
+
 class Experts(nn.Module):
     """Routed experts as 3D parameters (the unit sharded over the expert-data-parallel mesh)."""
 
-    def __init__(self, num_experts: int, hidden: int, ffn: int, *, path: str = "padded", device=None, dtype=None):
+    def __init__(self, num_experts: int, hidden: int, ffn: int, *, path: str = "loop", device=None, dtype=None):
         super().__init__()
         if path not in EXPERT_PATHS:
             raise ValueError(f"expert path {path!r}: use one of {EXPERT_PATHS}")
@@ -96,8 +113,7 @@ class Experts(nn.Module):
 
     def forward(self, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """``xs[M, H]`` sorted by expert, ``counts[E]`` tokens per expert -> ``[M, H]``."""
-        fn = grouped_swiglu if self.path == "grouped" else padded_swiglu
-        return fn(xs, counts, self.gate_up_proj, self.down_proj)
+        return _PATH_FN[self.path](xs, counts, self.gate_up_proj, self.down_proj)
 
 
 class Router(nn.Module):
@@ -116,7 +132,7 @@ class MoE(nn.Module):
 
     def __init__(self, hidden: int, num_experts: int, top_k: int, ffn: int, *, norm_topk_prob: bool = True,
                  shared_ffn: int = 0, shared_name: str = "shared_expert", shared_gate: bool = True,
-                 expert_path: str = "padded", device=None, dtype=None):
+                 expert_path: str = "loop", device=None, dtype=None):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
