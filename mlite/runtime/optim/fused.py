@@ -11,7 +11,7 @@ as the torch-op path the host update runs (:func:`.adamw.adamw_inplace`).
 Each program also writes the number of exactly-zero gradient elements of its block to its own slot of an int32
 buffer (Megatron's ``num_zeros``; no atomics, so the count is deterministic).
 
-Bytes moved per element (bf16 parameter and gradient, fp32 moments): fp32 master 28, PAO remainder 24 (plus 2 for the
+Bytes moved per element (bf16 parameter and gradient, fp32 moments): fp32 master 28, PAO remainder 26 (plus 2 for the
 gradient-norm pass), the memory-traffic floor of the arithmetic.
 """
 
