@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_configs import DENSE_1B, DENSE_SMALL, MOE_SMALL  # noqa: E402
+from gpu_configs import DENSE_1B, DENSE_SMALL, MOE_SMALL
 
 PEAK_BF16 = 989e12
 """H100/H200 SXM dense bf16 peak (vendor datasheet), the MFU denominator."""
@@ -147,7 +147,7 @@ def lite_run(env, cfg, mbs_list, opt=None, **kw):
         mbs = _batches(env, n_mb, cfg["vocab_size"])
         env.reset_peak()
 
-        def fb():
+        def fb(mbs=mbs, n_mb=n_mb):
             rt.forward_backward(h, mbs, num_microbatches=n_mb)
 
         def opt_():
@@ -200,8 +200,6 @@ def torch_fused_phase(env, shapes, reps=5):
         env.sync()
         out["with_clip_s" if clip else "step_only_s"] = (time.perf_counter() - t) / reps
     out["params"] = sum(p.numel() for p in params)
-    del params, opt
-    env.free()
     return out
 
 
@@ -227,7 +225,7 @@ def hf_run(env, cfg, mbs_list):
         ids = [torch.randint(0, cfg["vocab_size"], (1, env.seq), generator=g).to(env.device) for _ in range(n_mb)]
         env.reset_peak()
 
-        def fb():
+        def fb(ids=ids, n_mb=n_mb):
             for x in ids:
                 (model(input_ids=x, labels=x).loss / n_mb).backward()
 
@@ -238,8 +236,6 @@ def hf_run(env, cfg, mbs_list):
 
         step, ph = _timed(env, fb, opt_, env.warm, env.iters)
         out[f"mb{n_mb}"] = _rates(env, cfg, n_mb, step, ph)
-    del model, opt
-    env.free()
     return out
 
 
@@ -255,6 +251,7 @@ def _model_section(env, res, key, cfg):
     env.free()
     _save(env, res)
     out["torch_fused"] = torch_fused_phase(env, shapes)
+    env.free()
     rt = _runtime(env, cfg, {"use_precision_aware_optimizer": True})
     h = rt.build_model()
     out["lite_pao_optimizer"] = lite_optimizer_phase(env, rt, h)
@@ -262,6 +259,7 @@ def _model_section(env, res, key, cfg):
     env.free()
     _save(env, res)
     out["hf_fsdp2"] = hf_run(env, cfg, (1, 4))
+    env.free()
     for mb in ("mb1", "mb4"):
         out[f"ratio_{mb}"] = out["lite"][mb]["tokens_per_s"] / out["hf_fsdp2"][mb]["tokens_per_s"]
 
@@ -280,7 +278,12 @@ def sec_check(env, res):
     from mlite.runtime.models.attention import packed_path
     from mlite.runtime.models.moe import expert_path
     from mlite.runtime.optim import fused
-    from mlite.runtime.optim.adamw import AdamWHyper, adamw_inplace, scratch, step_scalars
+    from mlite.runtime.optim.adamw import (
+        AdamWHyper,
+        adamw_inplace,
+        scratch,
+        step_scalars,
+    )
     from mlite.runtime.optim.master import split_fp32
 
     out = {"packed_path": packed_path(env.device, torch.bfloat16), "expert_path": expert_path(env.device,
@@ -481,7 +484,7 @@ def measure(a) -> int:
         res["section_command"][name] = res["command"]
         try:
             SECTIONS[name](env, res)
-        except Exception as e:  # noqa: BLE001 -- a benchmark section's failure is recorded; the next one runs
+        except Exception as e:  # noqa: BLE001 -- a failing section is recorded and the next one runs
             traceback.print_exc()
             res["errors"][name] = f"{type(e).__name__}: {e}"[:800]
         env.free()

@@ -50,7 +50,12 @@ from ..errors import MliteError
 from .config import RuntimeConfig
 from .dist import init_distributed, resolve_device
 from .fsdp import build_meshes, check_lite_parallel, expert_param_names, shard_model
-from .optim.clip import clip_coefficient, global_norm, global_norm_and_zeros, global_zeros
+from .optim.clip import (
+    clip_coefficient,
+    global_norm,
+    global_norm_and_zeros,
+    global_zeros,
+)
 from .optim.offload import move_model, release_device_cache
 from .optim.optimizer import ShardedAdamW, local
 from .optim.schedule import LRScheduler

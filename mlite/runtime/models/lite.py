@@ -26,11 +26,11 @@ from torch.utils.checkpoint import checkpoint
 
 from ...errors import MliteError
 from ..batch import PackedBatch
+from .attention import packed_path
 from .blocks import DecoderBlock, LiteConfig
 from .common import GatedRMSNorm, PackInfo, RMSNorm, rope_config
 from .deltanet import GatedDeltaNet
 from .loss import default_chunk, linear_cross_entropy
-from .attention import packed_path
 from .moe import Experts, Router, expert_path
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen3_next", "qwen3_5_moe")
