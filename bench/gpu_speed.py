@@ -1,20 +1,26 @@
 """Speed of the lite runtime on one GPU next to Hugging Face transformers + plain FSDP2, in the same process.
 
-    python3 bench/gpu_speed.py --out bench/results/gpu_speed_raw.json      # on the GPU
-    .venv/bin/python bench/gpu_speed.py --report bench/results/gpu_speed_raw.json --csv bench/results/gpu_speed.csv
+    python3 bench/gpu_speed.py --out bench/results                 # on the GPU: gpu_speed_raw.json + gpu_speed.csv
+    python3 bench/gpu_speed.py --report bench/results/gpu_speed_raw.json --csv bench/results/gpu_speed.csv
+    python3 bench/gpu_speed.py --out /tmp/x --device cpu --tiny    # the same code paths on CPU, tiny models
+    python3 bench/gpu_speed.py --out DIR --only dense,moe --merge EARLIER/gpu_speed_raw.json   # add sections
 
-Sections (each timed, each kept when a later one fails):
-  throughput  the ~1 B dense model (bench/gpu_configs.py DENSE_1B), bf16, one 4096-token sequence per micro-batch,
-              4 micro-batches per optimizer step: the lite runtime (fsdp2, fp32 master) and transformers'
-              Qwen3ForCausalLM with the same config under fully_shard per decoder layer + root
-              (MixedPrecisionPolicy bf16 compute, fp32 reduce; fp32 parameters; torch AdamW fused): tokens/s of
-              whole optimizer steps (3 warm-up, 6 timed) and MFU = model FLOPs/token x tokens/s / 989 TFLOP/s.
-  offload     offload_fraction 1.0 vs 0 step time (DENSE_SMALL), and the runtime context offload round trip
-              (params + optimizer state to CPU and back) in seconds per GB moved.
-  pao_bitwise tiny-dense in bf16 on CUDA, PAO vs fp32 master, 20 steps in lockstep (same gradient bits): losses and
-              weights bitwise equal.
-  fla         whether flash-linear-attention's chunk kernels run forward and backward on this GPU, and which path the
-              lite runtime's Gated DeltaNet takes.
+Sections (each timed; each row written to the CSV as soon as its section ends; a failing section is recorded and the
+next one runs):
+  check        the fused AdamW kernel on the GPU against the host torch-op update (every storage mode, fp32 and bf16
+               moments): bitwise equal or not; which attention / expert paths the build chose.
+  pao_bitwise  tiny-moe in bf16 on CUDA, PAO vs fp32 master, 50 steps in lockstep (same gradient bits): weights equal.
+  recompute    tiny-moe bf16, packed SFT data (sequences of unequal lengths): 4 steps with recompute none / selective /
+               full; 1 = completed; first losses compared.
+  dense, moe   the ~1.1 B dense (bench/gpu_configs.py DENSE_1B) and the ~0.7 B MoE (MOE_SMALL, 32 experts top-4), bf16,
+               4096-token micro-batches, 1 and 4 per step: lite runtime (fsdp2, fp32 master) vs transformers
+               (sdpa; the MoE with its default grouped_mm experts) under fully_shard per decoder layer + root
+               (MixedPrecisionPolicy bf16 compute, fp32 reduce; fp32 parameters; torch AdamW fused): tokens/s of whole
+               optimizer steps, phase split (forward+backward, optimizer), MFU = model FLOPs/token x tokens/s /
+               989 TFLOP/s. Optimizer phase alone (grads present, norm + clip + update, repeated): lite fp32 master,
+               lite PAO, and torch (clip_grad_norm_ foreach + AdamW(fused=True)) on fp32 tensors of the same shapes.
+  offload      DENSE_SMALL (~0.15 B), one micro-batch: offload_fraction 1.0 vs resident step time.
+  compile      RuntimeConfig.compile=True on the dense model, 1 and 4 micro-batches (raw JSON only).
 """
 
 from __future__ import annotations
@@ -31,337 +37,487 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_configs import DENSE_1B, DENSE_SMALL  # noqa: E402
+from gpu_configs import DENSE_1B, DENSE_SMALL, MOE_SMALL
 
 PEAK_BF16 = 989e12
 """H100/H200 SXM dense bf16 peak (vendor datasheet), the MFU denominator."""
-CMD = "python3 bench/gpu_speed.py --out bench/results/gpu_speed_raw.json"
-REPORT = "python3 bench/gpu_speed.py --report bench/results/gpu_speed_raw.json --csv bench/results/gpu_speed.csv"
+COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
+"""The CSV contract (issue 13)."""
+
+TINY_DENSE = dict(DENSE_SMALL, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=32, intermediate_size=256, vocab_size=512)
+TINY_MOE = dict(MOE_SMALL, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=32, moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2, vocab_size=512)
 
 
-def _batches(seq, n, vocab, seed=0):
+class Env:
+    """Device, sizes and timing helpers of one benchmark process."""
+
+    def __init__(self, device: str, tiny: bool):
+        self.device, self.tiny = device, tiny
+        self.seq = 256 if tiny else 4096
+        self.dense, self.moe = (TINY_DENSE, TINY_MOE) if tiny else (DENSE_1B, MOE_SMALL)
+        self.small = TINY_DENSE if tiny else DENSE_SMALL
+        self.warm, self.iters = (1, 2) if tiny else (2, 4)
+
+    def sync(self):
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def free(self):
+        import torch
+
+        gc.collect()
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
+    def peak(self):
+        import torch
+
+        return torch.cuda.max_memory_allocated() if self.device == "cuda" else None
+
+    def reset_peak(self):
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+
+def _runtime(env, cfg, opt=None, **kw):
+    from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
+    from mlite.runtime.runtime import create_runtime
+
+    impl = kw.pop("impl_cfg", {})
+    return create_runtime(RuntimeConfig(hf_path=cfg, device=env.device, param_dtype="bf16", backend_cfg=(
+        MegatronLiteConfig(optimizer=OptimizerConfig(lr=1e-4, **(opt or {})), impl_cfg=impl)), **kw))
+
+
+def _batches(env, n, vocab, seed=0):
     import torch
 
     from mlite.runtime.batch import PackedBatch
 
     g = torch.Generator().manual_seed(seed)
-    return [PackedBatch.from_sequences([torch.randint(0, vocab, (seq,), generator=g).tolist()]) for _ in range(n)]
+    return [PackedBatch.from_sequences([torch.randint(0, vocab, (env.seq,), generator=g).tolist()]).to(env.device)
+            for _ in range(n)]
 
 
-def _time_steps(step, warm, iters):
-    import torch
-
+def _timed(env, fb, opt, warm, iters):
+    """Mean step time of ``fb(); opt()`` over ``iters`` steps, then two more steps timed phase by phase."""
     for _ in range(warm):
-        step()
-    torch.cuda.synchronize()
+        fb()
+        opt()
+    env.sync()
     t = time.perf_counter()
     for _ in range(iters):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / iters
-
-
-class _Phases:
-    """Wall time of the forward+backward and the optimizer phase of a step, averaged over the recorded steps."""
-
-    def __init__(self):
-        self.total = {"forward_backward": 0.0, "optimizer": 0.0}
-        self.steps = 0
-
-    def run(self, forward_backward, optimizer, record: bool) -> None:
-        import torch
-
-        t = time.perf_counter()
-        forward_backward()
-        if record:
-            torch.cuda.synchronize()
-            self.total["forward_backward"] += time.perf_counter() - t
-            t = time.perf_counter()
-        optimizer()
-        if record:
-            torch.cuda.synchronize()
-            self.total["optimizer"] += time.perf_counter() - t
-            self.steps += record
-
-    def mean(self) -> dict:
-        return {k: v / max(1, self.steps) for k, v in self.total.items()}
-
-
-def lite_throughput(cfg, seq, n_mb, opt=None, warm=3, iters=6):
-    import torch
-
-    from mlite.models import from_hf_config
-    from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
-    from mlite.runtime.runtime import create_runtime
-
-    rt = create_runtime(RuntimeConfig(hf_path=cfg, device="cuda", param_dtype="bf16", backend_cfg=MegatronLiteConfig(
-        optimizer=OptimizerConfig(lr=1e-4, **(opt or {})))))
-    h = rt.build_model()
-    mbs = [b.to("cuda") for b in _batches(seq, n_mb, cfg["vocab_size"])]
-
-    phases = _Phases()
-
-    def optimizer():
-        rt.optimizer_step(h)
-        rt.zero_grad(h)
-
-    def step(record=False):
-        phases.run(lambda: rt.forward_backward(h, mbs, num_microbatches=n_mb), optimizer, record)
-
-    torch.cuda.reset_peak_memory_stats()
-    dt = _time_steps(step, warm, iters)
+        fb()
+        opt()
+    env.sync()
+    step = (time.perf_counter() - t) / iters
+    ph = {"forward_backward": 0.0, "optimizer": 0.0}
     for _ in range(2):
-        step(record=True)
-    spec = from_hf_config(cfg)
-    tokens = seq * n_mb
-    out = {"step_s": dt, "tokens_per_s": tokens / dt, "flops_per_token": spec.flops_per_token(seq),
-           "mfu": spec.flops_per_token(seq) * tokens / dt / PEAK_BF16, "peak_bytes": torch.cuda.max_memory_allocated(),
-           "phase_s": phases.mean()}
+        t = time.perf_counter()
+        fb()
+        env.sync()
+        ph["forward_backward"] += (time.perf_counter() - t) / 2
+        t = time.perf_counter()
+        opt()
+        env.sync()
+        ph["optimizer"] += (time.perf_counter() - t) / 2
+    return step, ph
+
+
+def _rates(env, cfg, n_mb, step, ph):
+    from mlite.models import from_hf_config
+
+    fpt = from_hf_config(cfg).flops_per_token(env.seq)
+    tokens = env.seq * n_mb
+    return {"step_s": step, "tokens_per_s": tokens / step, "flops_per_token": fpt,
+            "mfu": fpt * tokens / step / PEAK_BF16, "phase_s": ph, "peak_bytes": env.peak()}
+
+
+def lite_run(env, cfg, mbs_list, opt=None, **kw):
+    """Throughput of the lite runtime at each micro-batch count; returns (results, runtime, handle)."""
+    rt = _runtime(env, cfg, opt, **kw)
+    h = rt.build_model()
+    out = {}
+    for n_mb in mbs_list:
+        mbs = _batches(env, n_mb, cfg["vocab_size"])
+        env.reset_peak()
+
+        def fb(mbs=mbs, n_mb=n_mb):
+            rt.forward_backward(h, mbs, num_microbatches=n_mb)
+
+        def opt_():
+            rt.optimizer_step(h)
+            rt.zero_grad(h)
+
+        step, ph = _timed(env, fb, opt_, env.warm, env.iters)
+        out[f"mb{n_mb}"] = _rates(env, cfg, n_mb, step, ph)
     return out, rt, h
 
 
-def hf_fsdp2_throughput(cfg, seq, n_mb, warm=3, iters=6):
+def lite_optimizer_phase(env, rt, h, reps=5):
+    """Optimizer phase alone: grads of one micro-batch present, ``optimizer_step`` repeated."""
+    rt.zero_grad(h)
+    rt.forward_backward(h, _batches(env, 1, h.spec.vocab_size if h.spec else 512, seed=1))
+    rt.optimizer_step(h)
+    env.sync()
+    t = time.perf_counter()
+    for _ in range(reps):
+        rt.optimizer_step(h)
+    env.sync()
+    dt = (time.perf_counter() - t) / reps
+    n = sum(s.param.numel() for s in h.optimizer.slots)
+    rt.zero_grad(h)
+    return {"s": dt, "params": n, "bytes_per_s_at_30B": 30 * n / dt}
+
+
+def torch_fused_phase(env, shapes, reps=5):
+    """torch's fused AdamW (and clip_grad_norm_ foreach) on fp32 tensors of the given shapes (fp32 grads)."""
+    import torch
+
+    g = torch.Generator(device=env.device).manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, device=env.device, generator=g) * 0.02) for s in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape, device=env.device, generator=g) * 1e-3
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+
+    def step(clip):
+        if clip:
+            torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        opt.step()
+
+    out = {}
+    for clip in (False, True):
+        step(clip)
+        env.sync()
+        t = time.perf_counter()
+        for _ in range(reps):
+            step(clip)
+        env.sync()
+        out["with_clip_s" if clip else "step_only_s"] = (time.perf_counter() - t) / reps
+    out["params"] = sum(p.numel() for p in params)
+    return out
+
+
+def hf_run(env, cfg, mbs_list):
+    """transformers model + fully_shard per layer + root, fused AdamW, at each micro-batch count."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from mlite.models import from_hf_config
-
     c = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type")}
     hc = AutoConfig.for_model(cfg["model_type"], **c)
-    with torch.device("cuda"):
+    with torch.device(env.device):
         model = AutoModelForCausalLM.from_config(hc, dtype=torch.float32, attn_implementation="sdpa")
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.model.layers:
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=env.device == "cuda")
+    out = {"experts_implementation": getattr(model.config, "_experts_implementation", None),
+           "attn_implementation": getattr(model.config, "_attn_implementation", None)}
     g = torch.Generator().manual_seed(0)
-    ids = [torch.randint(0, cfg["vocab_size"], (1, seq), generator=g).cuda() for _ in range(n_mb)]
+    for n_mb in mbs_list:
+        ids = [torch.randint(0, cfg["vocab_size"], (1, env.seq), generator=g).to(env.device) for _ in range(n_mb)]
+        env.reset_peak()
 
-    phases = _Phases()
+        def fb(ids=ids, n_mb=n_mb):
+            for x in ids:
+                (model(input_ids=x, labels=x).loss / n_mb).backward()
 
-    def forward_backward():
-        for x in ids:
-            (model(input_ids=x, labels=x).loss / n_mb).backward()
+        def opt_():
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
 
-    def optimizer():
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    def step(record=False):
-        phases.run(forward_backward, optimizer, record)
-
-    torch.cuda.reset_peak_memory_stats()
-    dt = _time_steps(step, warm, iters)
-    for _ in range(2):
-        step(record=True)
-    spec = from_hf_config(cfg)
-    tokens = seq * n_mb
-    res = {"step_s": dt, "tokens_per_s": tokens / dt, "mfu": spec.flops_per_token(seq) * tokens / dt / PEAK_BF16,
-           "peak_bytes": torch.cuda.max_memory_allocated(), "phase_s": phases.mean()}
-    return res
+        step, ph = _timed(env, fb, opt_, env.warm, env.iters)
+        out[f"mb{n_mb}"] = _rates(env, cfg, n_mb, step, ph)
+    return out
 
 
-def sec_throughput(res, n_mb=4, key="throughput", warm=3, iters=6):
+def _model_section(env, res, key, cfg):
+    out = res.setdefault(key, {})
+    lite, rt, h = lite_run(env, cfg, (1, 4))
+    out["lite"] = lite
+    out["lite_optimizer"] = lite_optimizer_phase(env, rt, h)
+    shapes = [tuple(s.param.to_local().shape) if hasattr(s.param, "to_local") else tuple(s.param.shape)
+              for s in h.optimizer.slots]
+    out["paths"] = _paths(h)
+    del rt, h
+    env.free()
+    _save(env, res)
+    out["torch_fused"] = torch_fused_phase(env, shapes)
+    env.free()
+    rt = _runtime(env, cfg, {"use_precision_aware_optimizer": True})
+    h = rt.build_model()
+    out["lite_pao_optimizer"] = lite_optimizer_phase(env, rt, h)
+    del rt, h
+    env.free()
+    _save(env, res)
+    out["hf_fsdp2"] = hf_run(env, cfg, (1, 4))
+    env.free()
+    for mb in ("mb1", "mb4"):
+        out[f"ratio_{mb}"] = out["lite"][mb]["tokens_per_s"] / out["hf_fsdp2"][mb]["tokens_per_s"]
+
+
+def _paths(h) -> dict:
+    blocks = list(getattr(h.model, "blocks", []))
+    attn = sorted({b.self_attn.packed for b in blocks if hasattr(b, "self_attn")})
+    experts = sorted({b.mlp.experts.path for b in blocks if getattr(b, "mlp_kind", "") == "moe"})
+    return {"packed_attention": attn, "experts": experts}
+
+
+def sec_check(env, res):
+    """GPU kernel vs host torch-op update, bitwise, every mode."""
     import torch
 
-    lite, rt, h = lite_throughput(DENSE_1B, 4096, n_mb, warm=warm, iters=iters)
-    del h, rt
-    gc.collect()
-    torch.cuda.empty_cache()
-    hf = hf_fsdp2_throughput(DENSE_1B, 4096, n_mb, warm=warm, iters=iters)
-    gc.collect()
-    torch.cuda.empty_cache()
-    res[key] = {"model": "dense-1b", "seq": 4096, "microbatches": n_mb, "lite": lite, "hf_fsdp2": hf,
-                "ratio_lite_over_hf": lite["tokens_per_s"] / hf["tokens_per_s"]}
+    from mlite.runtime.models.attention import packed_path
+    from mlite.runtime.models.moe import expert_path
+    from mlite.runtime.optim import fused
+    from mlite.runtime.optim.adamw import (
+        AdamWHyper,
+        adamw_inplace,
+        scratch,
+        step_scalars,
+    )
+    from mlite.runtime.optim.master import split_fp32
+
+    out = {"packed_path": packed_path(env.device, torch.bfloat16), "expert_path": expert_path(env.device,
+                                                                                             torch.bfloat16),
+           "have_triton": fused.HAVE_TRITON, "cases": {}}
+    if env.device != "cuda":
+        res["check"] = out
+        return
+    import triton
+
+    out["triton"] = triton.__version__
+    g = torch.Generator().manual_seed(0)
+    n = (1 << 20) + 77
+    master = torch.randn(n, generator=g)
+    grad = torch.randn(n, generator=g).bfloat16()
+    grad[::101] = 0
+    m0, v0 = torch.randn(n, generator=g) * 0.1, torch.rand(n, generator=g) * 0.01
+    all_ok = True
+    cases = [(torch.float32, True, 0.37, (fused.MODE_MASTER, fused.MODE_REMAINDER, fused.MODE_PARAM)),
+             (torch.float32, False, 0.5, (fused.MODE_MASTER,)), (torch.bfloat16, True, 1.0, (fused.MODE_REMAINDER,))]
+    for mdt, decoupled, clip, modes in cases:
+        sc = step_scalars(AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3,
+                                     decoupled=decoupled, clip_coef=clip))
+        ref, mr, vr = master.clone(), m0.to(mdt, copy=True), v0.to(mdt, copy=True)
+        adamw_inplace(ref, grad, mr, vr, sc, scratch(n, "cpu"))
+        hi, rr = split_fp32(ref)
+        for mode in modes:
+            p16, rem = split_fp32(master)
+            if mode == fused.MODE_PARAM:
+                p, w = master.cuda(), None
+            else:
+                p, w = p16.cuda(), (master.cuda() if mode == fused.MODE_MASTER else rem.cuda())
+            mt, vt = m0.to(mdt, copy=True).cuda(), v0.to(mdt, copy=True).cuda()
+            z = torch.zeros(fused.blocks(n), dtype=torch.int32, device="cuda")
+            fused.launch(p, grad.cuda(), w, mt, vt, z, mode, sc)
+            ok = {"m": _bits_equal(mt, mr), "v": _bits_equal(vt, vr), "zeros": int(z.sum()) == int((grad == 0).sum())}
+            if mode == fused.MODE_PARAM:
+                ok["p"] = _bits_equal(p, ref)
+            else:
+                ok["p"] = _bits_equal(p, hi)
+                ok["w"] = _bits_equal(w, ref if mode == fused.MODE_MASTER else rr)
+            out["cases"][f"{str(mdt)[6:]} dec={decoupled} clip={clip} mode={mode}"] = ok
+            all_ok &= all(ok.values())
+    out["kernel_equals_host_update"] = all_ok
+    res["check"] = out
 
 
-def sec_offload(res):
+def _bits_equal(a, b) -> bool:
+    """Same bits (``a`` on the device, ``b`` on the host; 2- or 4-byte elements)."""
+    view = {2: torch_int(16), 4: torch_int(32)}
+    return bool(a.dtype == b.dtype and a.shape == b.shape and
+                (a.cpu().view(view[a.element_size()]) == b.view(view[b.element_size()])).all())
+
+
+def torch_int(bits_: int):
     import torch
+
+    return torch.int16 if bits_ == 16 else torch.int32
+
+
+def sec_pao(env, res):
+    """PAO vs fp32 master in lockstep on the device (same gradient bits each step)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from runtime_workers import lockstep
+
+    r = lockstep(0, env.device, {}, {"use_precision_aware_optimizer": True}, 50)
+    res["pao_bitwise"] = {"params_differ": r["params"], "masters_differ": r["masters"],
+                          "losses_equal": r["losses"][0] == r["losses"][1], "first_loss": r["losses"][0][0],
+                          "last_loss": r["losses"][0][-1], "steps": 50,
+                          "equal": not r["params"] and not r["masters"] and r["losses"][0] == r["losses"][1]}
+
+
+def sec_recompute(env, res):
+    """Recompute modes with packed data of unequal lengths (the default SFT dataset)."""
+    from mlite.runtime.data import sft_iterator
 
     out = {}
-    for name, opt in (("offload_0", {}), ("offload_1.0", {"offload_fraction": 1.0})):
-        r, rt, h = lite_throughput(DENSE_SMALL, 4096, 1, opt, warm=1, iters=2)
-        out[name] = r
-        if name == "offload_0":
-            stats = rt.memory_stats(h)
-            moved = stats["params"]["bytes"] + stats["optimizer_bytes"]
-            rt.zero_grad(h)
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            rt.to(h, "cpu")
-            torch.cuda.synchronize()
-            t_off = time.perf_counter() - t
-            t = time.perf_counter()
-            rt.to(h, "cuda")
-            torch.cuda.synchronize()
-            t_on = time.perf_counter() - t
-            out["runtime_offload"] = {"bytes": moved, "to_cpu_s": t_off, "to_gpu_s": t_on,
-                                      "roundtrip_s_per_gb": (t_off + t_on) / (moved / 1e9)}
-        del h, rt
-        gc.collect()
-        torch.cuda.empty_cache()
-    out["offload_overhead_x"] = out["offload_1.0"]["step_s"] / out["offload_0"]["step_s"]
+    for mode in ("none", "selective", "full"):
+        rt = _runtime(env, "tiny-moe", impl_cfg={"recompute": mode})
+        h = rt.build_model()
+        it = sft_iterator(tokens_per_microbatch=1024, seed=0)
+        losses, lens = [], []
+        for _ in range(4):
+            mbs = [b.to(env.device) for b in next(it)]
+            lens.append([list(b.lengths) for b in mbs])
+            losses.append(rt.train_step(h, mbs)["loss"])
+        out[mode] = {"losses": losses, "completed": True, "paths": _paths(h),
+                     "unequal_lengths": any(len(set(x)) > 1 for step in lens for x in step)}
+        del rt, h
+        env.free()
+        res["recompute"] = out
+    out["first_loss_abs_diff"] = {m: abs(out[m]["losses"][0] - out["none"]["losses"][0]) for m in ("selective",
+                                                                                                   "full")}
+
+
+def sec_offload(env, res):
+    out = {}
+    for name, opt in (("resident", {}), ("offload_1.0", {"offload_fraction": 1.0})):
+        r, rt, h = lite_run(env, env.small, (1,), opt)
+        out[name] = r["mb1"]
+        del rt, h
+        env.free()
+    out["ratio"] = out["offload_1.0"]["step_s"] / out["resident"]["step_s"]
     res["offload"] = out
 
 
-def sec_pao(res, device="cuda"):
-    """PAO vs fp32 master in lockstep: both runs get the same gradient bits every step (CUDA backward uses atomics,
-    so two independent backward passes differ in the last bits); the forward is deterministic, so equal weights give
-    equal losses. What is compared is the optimizer arithmetic on the bf16 CUDA path."""
-    import torch
-
-    from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
-    from mlite.runtime.data import sft_iterator
-    from mlite.runtime.runtime import create_runtime
-
-    runs = []
-    for opt in ({}, {"use_precision_aware_optimizer": True}):
-        rt = create_runtime(RuntimeConfig(hf_path="tiny-dense", device=device, param_dtype="bf16",
-                                          backend_cfg=MegatronLiteConfig(optimizer=OptimizerConfig(lr=2e-3, **opt))))
-        runs.append((rt, rt.build_model()))
-    (ra, a), (rb, b) = runs
-    it = sft_iterator(tokens_per_microbatch=1024, seed=0)
-    la, lb = [], []
-    for _ in range(20):
-        mbs = [x.to(device) for x in next(it)]
-        la.append(float(ra.forward_backward(a, mbs)["loss"]))
-        lb.append(float(rb.forward_backward(b, mbs)["loss"]))
-        with torch.no_grad():
-            for pa, pb in zip(a.model.parameters(), b.model.parameters()):
-                pb.grad.to_local().copy_(pa.grad.to_local())
-        for rt, h in runs:
-            rt.optimizer_step(h)
-            rt.zero_grad(h)
-    same_w = all(torch.equal(pa.detach().to_local(), pb.detach().to_local())
-                 for pa, pb in zip(a.model.parameters(), b.model.parameters()))
-    res["pao_bitwise"] = {"losses_equal": la == lb, "weights_equal": bool(same_w), "first_loss": la[0],
-                          "last_loss": la[-1], "steps": 20}
-    del runs, a, b
+def sec_compile(env, res):
+    t = time.perf_counter()
+    r, rt, h = lite_run(env, env.dense, (1, 4), compile=True)
+    r["wall_s_including_compile"] = time.perf_counter() - t
+    del rt, h
+    env.free()
+    res["compile"] = r
 
 
-def sec_fla(res):
-    import torch
-    import torch.nn.functional as F
+SECTIONS = {"check": sec_check, "pao_bitwise": sec_pao, "recompute": sec_recompute,
+            "dense": lambda env, res: _model_section(env, res, "dense", env.dense),
+            "moe": lambda env, res: _model_section(env, res, "moe", env.moe),
+            "offload": sec_offload, "compile": sec_compile}
 
-    out = {}
-    try:
-        import triton
 
-        out["triton"] = triton.__version__
-        import importlib
+def rows(r: dict) -> list[dict]:
+    """The CSV contract rows that the raw results hold (a row is left out when its section failed), each with the
+    command of the run that measured its section."""
+    out = []
+    cmds = r.get("section_command", {})
 
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    def add(name, value, unit, section):
+        out.append({"measurement": name, "value": value, "unit": unit, "gpu": r.get("gpu"),
+                    "torch_version": r.get("torch_version"), "command": cmds.get(section, r.get("command"))})
 
-        out["fla"] = getattr(importlib.import_module("fla"), "__version__", "?")
-        T, H, D = 512, 4, 64
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(1, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-        gg = -F.softplus(torch.randn(1, T, H, device="cuda", generator=g))
-        beta = torch.sigmoid(torch.randn(1, T, H, device="cuda", generator=g)).bfloat16()
-        xs = [x.requires_grad_() for x in (q, k, v, gg, beta)]
-        try:
-            o, _ = chunk_gated_delta_rule(*xs[:3], xs[3], xs[4], use_qk_l2norm_in_kernel=True)
-            out["forward"] = "ok"
-            try:
-                o.float().sum().backward()
-                out["backward"] = "ok"
-            except Exception as e:  # noqa: BLE001
-                out["backward"] = f"refused: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
-        except Exception as e:  # noqa: BLE001
-            out["forward"] = f"refused: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
-    except Exception as e:  # noqa: BLE001
-        out["import"] = f"{type(e).__name__}: {e}"[:300]
-    from mlite.runtime import gdn
+    for key in ("dense", "moe"):
+        d = r.get(key, {})
+        for mb in ("mb1", "mb4"):
+            if f"ratio_{mb}" in d:
+                add(f"ratio {key} {mb}", round(d[f"ratio_{mb}"], 3), "lite tokens/s / transformers+FSDP2 tokens/s",
+                    key)
+        tf = d.get("torch_fused", {}).get("with_clip_s")
+        if tf and "lite_optimizer" in d:
+            add(f"optimizer/torch_fused {key}", round(d["lite_optimizer"]["s"] / tf, 3),
+                "lite optimizer phase / torch clip_grad_norm_+AdamW(fused) time", key)
+        if key == "dense" and tf and "lite_pao_optimizer" in d:
+            add("optimizer/torch_fused dense pao", round(d["lite_pao_optimizer"]["s"] / tf, 3),
+                "lite PAO optimizer phase / torch clip_grad_norm_+AdamW(fused) time", key)
+        if key == "dense" and "mb4" in d.get("lite", {}):
+            add("mfu dense mb4", round(d["lite"]["mb4"]["mfu"], 4), "fraction of 989 TFLOP/s", key)
+    if "ratio" in r.get("offload", {}):
+        add("offload1.0/resident dense-small", round(r["offload"]["ratio"], 3), "step time ratio", "offload")
+    rc = r.get("recompute", {})
+    if "selective" in rc:
+        add("selective recompute packed cuda", int(bool(rc["selective"].get("completed"))), "1 = completed",
+            "recompute")
+    if "equal" in r.get("pao_bitwise", {}):
+        add("pao bitwise cuda", int(bool(r["pao_bitwise"]["equal"])), "1 = equal", "pao_bitwise")
+    return out
 
-    out["lite_backend"] = gdn.backend_for(torch.device("cuda"), torch.bfloat16)
-    res["fla"] = out
+
+def write_csv(r: dict, path) -> list[dict]:
+    rs = rows(r)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS))
+        w.writeheader()
+        w.writerows(rs)
+    return rs
+
+
+def _save(env, res):
+    out = Path(env.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_speed_raw.json").write_text(json.dumps(res, indent=1, default=str))
+    write_csv(res, out / "gpu_speed.csv")
 
 
 def measure(a) -> int:
     import torch
 
-    res = {"gpu": torch.cuda.get_device_name(), "torch_version": torch.__version__, "command": CMD}
-    t0 = time.perf_counter()
-    sections = (("throughput", sec_throughput), ("pao_bitwise", sec_pao), ("offload", sec_offload), ("fla", sec_fla),
-                ("throughput_8mb", lambda r: sec_throughput(r, 8, "throughput_8mb", 2, 4)))
-    wanted = set(a.only.split(",")) if a.only else None
-    if a.merge and Path(a.merge).exists():
+    env = Env(a.device, a.tiny)
+    env.out = a.out
+    res = {"gpu": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "torch_version": torch.__version__,
+           "command": "python3 bench/gpu_speed.py " + " ".join(sys.argv[1:]), "tiny": a.tiny, "errors": {},
+           "section_s": {}}
+    if a.merge:
         earlier = json.loads(Path(a.merge).read_text())
-        res.update({k: v for k, v in earlier.items() if k not in res})
-        res["command"] = f"{earlier.get('command', '')} && {CMD} --merge {a.merge} --only {a.only}"
-    for name, fn in sections:
-        if wanted and name not in wanted:
-            continue
+        for k, v in earlier.items():
+            if k in ("errors", "section_s", "section_command"):
+                res[k] = dict(v)
+            elif k not in ("command", "tiny"):
+                res.setdefault(k, v)
+    res.setdefault("section_command", {})
+    t0 = time.perf_counter()
+    wanted = a.only.split(",") if a.only else list(SECTIONS)
+    for name in wanted:
         if time.perf_counter() - t0 > a.deadline_s:
-            res[name] = {"skipped": "deadline"}
+            res["errors"][name] = "skipped: deadline"
             continue
         t = time.perf_counter()
+        res["errors"].pop(name, None)
+        res["section_command"][name] = res["command"]
         try:
-            fn(res)
-        except Exception as e:  # noqa: BLE001 -- keep the other sections
+            SECTIONS[name](env, res)
+        except Exception as e:  # noqa: BLE001 -- a failing section is recorded and the next one runs
             traceback.print_exc()
-            res[name] = {"error": f"{type(e).__name__}: {e}"[:600]}
-        print(f"== {name} ({time.perf_counter() - t:.1f} s): {json.dumps(res.get(name), default=str)[:600]}",
+            res["errors"][name] = f"{type(e).__name__}: {e}"[:800]
+        env.free()
+        res["section_s"][name] = time.perf_counter() - t
+        print(f"== {name} ({res['section_s'][name]:.1f} s): {json.dumps(res.get(name), default=str)[:1500]}",
               flush=True)
-        Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+        _save(env, res)
+    for row in rows(res):
+        print(f"{row['measurement']:40s} {row['value']} {row['unit']}")
     import torch.distributed as dist
 
     if dist.is_initialized():
-        dist.barrier()
         dist.destroy_process_group()
     return 0
 
 
 def report(a) -> int:
     r = json.loads(Path(a.report).read_text())
-    rows = []
-    for key in ("throughput", "throughput_8mb"):
-        tp = r.get(key, {})
-        if "lite" not in tp:
-            continue
-        tag = f"dense-1b seq4096 x{tp['microbatches']}"
-        for who in ("lite", "hf_fsdp2"):
-            rows.append({"measurement": f"{tag} tokens/s ({who})", "value": round(tp[who]["tokens_per_s"]),
-                         "unit": "tokens/s"})
-            rows.append({"measurement": f"{tag} MFU ({who})", "value": round(tp[who]["mfu"], 4),
-                         "unit": "fraction of 989 TFLOP/s"})
-            for phase, sec in (tp[who].get("phase_s") or {}).items():
-                rows.append({"measurement": f"{tag} {phase} time per step ({who})", "value": round(sec, 4),
-                             "unit": "s"})
-        rows.append({"measurement": f"{tag} lite / hf_fsdp2 tokens/s", "value": round(tp["ratio_lite_over_hf"], 3),
-                     "unit": "ratio"})
-    off = r.get("offload", {})
-    if "offload_overhead_x" in off:
-        rows.append({"measurement": "dense-small step time offload_fraction 1.0 / 0", "value":
-                     round(off["offload_overhead_x"], 2), "unit": "ratio"})
-        rows.append({"measurement": "runtime offload round trip", "value":
-                     round(off["runtime_offload"]["roundtrip_s_per_gb"], 4), "unit": "s per GB"})
-    pao = r.get("pao_bitwise", {})
-    if "losses_equal" in pao:
-        rows.append({"measurement": "PAO vs fp32 master, 20 steps bf16 CUDA: losses and weights bitwise equal",
-                     "value": int(pao["losses_equal"] and pao["weights_equal"]), "unit": "1 = yes"})
-    for row in rows:
-        row.update(gpu=r["gpu"], torch_version=r["torch_version"], command=f"{r['command']} && {REPORT}")
-        print(f"{row['measurement']:70s} {row['value']} {row['unit']}")
-    print("fla:", json.dumps(r.get("fla")))
-    if a.csv and rows:
-        with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+    rs = write_csv(r, a.csv) if a.csv else rows(r)
+    for row in rs:
+        print(f"{row['measurement']:40s} {row['value']} {row['unit']}")
     return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="measure on this GPU and write the raw JSON here")
-    ap.add_argument("--report", default=None, help="summarise a raw JSON into the CSV")
+    ap.add_argument("--out", default=None, help="measure and write gpu_speed_raw.json + gpu_speed.csv in this folder")
+    ap.add_argument("--report", default=None, help="rewrite the CSV from a raw JSON")
     ap.add_argument("--csv", default=None)
-    ap.add_argument("--deadline-s", type=float, default=150.0)
-    ap.add_argument("--only", default="", help="comma-separated sections")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--tiny", action="store_true", help="tiny models (debugging the script on CPU)")
+    ap.add_argument("--deadline-s", type=float, default=420.0, help="skip sections that would start after this")
+    ap.add_argument("--only", default="", help="comma-separated sections, in this order")
     ap.add_argument("--merge", default=None, help="start from an earlier raw JSON (sections run now replace its)")
     a = ap.parse_args()
     return report(a) if a.report else measure(a)

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from runtime_workers import bits, lockstep, same_bits, snapshot, train
 
 from mlite.errors import MliteError
 from mlite.runtime.config import OptimizerConfig
@@ -19,8 +20,6 @@ from mlite.runtime.optim.master import merge_fp32, round_bf16, split_fp32
 from mlite.runtime.optim.offload import offload_split
 from mlite.runtime.optim.optimizer import ShardedAdamW
 from mlite.runtime.optim.schedule import LRScheduler
-
-from runtime_workers import bits, lockstep, same_bits, snapshot, train
 
 # ---------------------------------------------------------------------------------------------- remainder arithmetic
 EDGE_HIGH = [0x0000, 0x0001, 0x007F, 0x0080, 0x0081, 0x3F7F, 0x3F80, 0x3F81, 0x7F7E, 0x7F7F, 0x7F80, 0x7F81, 0x7FC0,
@@ -55,6 +54,28 @@ def test_split_merge_roundtrip_is_exact_on_every_edge_class(patterns):
     assert hi.dtype == torch.bfloat16 and rem.dtype == torch.int16
     back = merge_fp32(hi, rem)
     assert torch.equal(bits(back), bits(patterns))  # NaN payloads, -0.0, inf, subnormals included
+
+
+def test_in_place_host_forms_equal_split_and_merge_on_every_edge_class(patterns):
+    """The chunked host update's buffer forms (int16 wrap, int32 -> int16 truncation) give split/merge's bits."""
+    from mlite.runtime.optim.master import (
+        high_half_into_,
+        merged_into_,
+        split_from_pair_,
+    )
+
+    n = patterns.numel()
+    hi, rem = split_fp32(patterns)
+    i32, i16 = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int16)
+    pair = torch.empty(n, 2, dtype=torch.int16)
+    out = torch.empty(n, dtype=torch.bfloat16)
+    high_half_into_(patterns, out, i32)
+    assert torch.equal(bits(out), bits(hi))
+    master = merged_into_(hi, rem, pair, i16)
+    assert torch.equal(bits(master), bits(patterns))
+    p2, r2 = torch.empty_like(out), torch.empty_like(rem)
+    split_from_pair_(master, pair, p2, r2, i32)
+    assert torch.equal(bits(p2), bits(hi)) and torch.equal(r2, rem)
 
 
 def test_remainder_is_the_signed_bit_distance_to_the_param(patterns):
@@ -278,8 +299,9 @@ def test_optimizer_config_rejects_bad_values_in_one_line(kwargs, needle):
 
 # ---------------------------------------------------------------------------------------------- THE key test
 def _pao_vs_fp32_worker(rank, world, steps):
-    from mlite.runtime.runtime import create_runtime
     from runtime_workers import runtime_config
+
+    from mlite.runtime.runtime import create_runtime
 
     out = {}
     for name, opt in [("fp32", {}), ("pao", {"use_precision_aware_optimizer": True}),

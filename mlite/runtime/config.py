@@ -208,6 +208,9 @@ class RuntimeConfig:
     """Seed of the weight initialisation (identical on every rank)."""
     dist_timeout_s: float = 300.0
     """Timeout of every collective, seconds."""
+    compile: bool = False
+    """``torch.compile`` each decoder block's forward (FSDP2's hooks stay eager); off by default: compile time per
+    distinct packing layout, and not faster everywhere (see README, GPU results)."""
     model_factory: Callable | None = None
     """Optional ``f(param_dtype: torch.dtype, device: torch.device, seed: int) -> nn.Module`` used instead of
     ``build_lite_model`` (tests, custom models); the module should offer ``blocks``, ``expert_modules()`` and
@@ -220,6 +223,8 @@ class RuntimeConfig:
             self.backend_cfg = MegatronLiteConfig(**self.backend_cfg)
         if self.param_dtype != "auto":
             self.param_dtype = dtype_name(self.param_dtype, "param_dtype")
+        if not isinstance(self.compile, bool):
+            raise MliteError(f"compile: {self.compile!r} must be true or false")
         if self.hf_path is None and self.model_factory is None:
             raise MliteError("hf_path: no model given; pass a data/models name (e.g. 'tiny-moe'), a config path "
                              "or a config dict")

@@ -50,7 +50,12 @@ from ..errors import MliteError
 from .config import RuntimeConfig
 from .dist import init_distributed, resolve_device
 from .fsdp import build_meshes, check_lite_parallel, expert_param_names, shard_model
-from .optim.clip import clip_coefficient, global_norm_and_zeros
+from .optim.clip import (
+    clip_coefficient,
+    global_norm,
+    global_norm_and_zeros,
+    global_zeros,
+)
 from .optim.offload import move_model, release_device_cache
 from .optim.optimizer import ShardedAdamW, local
 from .optim.schedule import LRScheduler
@@ -128,6 +133,8 @@ class LiteRuntime:
     def build_model(self) -> ModelHandle:
         """Build the model (same weights on every rank), shard it with FSDP2, set up AdamW and the schedule."""
         model, spec = self._make_model()
+        if self.cfg.compile:
+            compile_blocks(model)
         experts = expert_param_names(model)
         shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype)
         opt = ShardedAdamW(model.named_parameters(), self.cfg.optimizer, expert_names=experts, device=self.device)
@@ -186,22 +193,28 @@ class LiteRuntime:
         """Free the gradient shards (set to None)."""
         handle.model.zero_grad(set_to_none=True)
 
-    def grad_norm(self, handle: ModelHandle) -> tuple[float, int]:
-        """Global gradient L2 norm and zero count over all shards (collective)."""
+    def _grad_groups(self, handle: ModelHandle) -> list:
         dense, expert = [], []
         for s in handle.optimizer.slots:
             g = None if s.param.grad is None else local(s.param.grad)
             (expert if s.expert else dense).append(g)
-        return global_norm_and_zeros([(dense, self.dp_group), (expert, self.edp_group)], self.device)
+        return [(dense, self.dp_group), (expert, self.edp_group)]
+
+    def grad_norm(self, handle: ModelHandle) -> tuple[float, int]:
+        """Global gradient L2 norm and zero count over all shards (collective)."""
+        return global_norm_and_zeros(self._grad_groups(handle), self.device)
 
     def optimizer_step(self, handle: ModelHandle) -> tuple[bool, float, int]:
         """Clip on the global norm and update: ``(ok, grad_norm, num_zeros)``; ``ok=False`` (no update) when the
-        norm is inf or nan."""
-        norm, zeros = self.grad_norm(handle)
+        norm is inf or nan. The norm is one fused multi-tensor pass; the zero count comes out of the update pass
+        (a separate pass only when the update is skipped)."""
+        groups = self._grad_groups(handle)
+        norm = global_norm(groups, self.device)
         if not math.isfinite(norm):
-            return False, norm, zeros
+            return False, norm, global_norm_and_zeros(groups, self.device)[1]
         coef = clip_coefficient(norm, self.cfg.optimizer.clip_grad)
-        handle.optimizer.step(lr=handle.scheduler.lr, clip_coef=coef)
+        dense0, expert0 = handle.optimizer.step(lr=handle.scheduler.lr, clip_coef=coef)
+        zeros = global_zeros([(dense0, self.dp_group), (expert0, self.edp_group)], self.device)
         return True, norm, zeros
 
     def lr_scheduler_step(self, handle: ModelHandle, increment: int = 1) -> float:
@@ -275,6 +288,13 @@ class LiteRuntime:
         except ImportError:  # pragma: no cover - psutil is a dependency
             out["cpu_rss"] = None
         return out
+
+
+def compile_blocks(model: torch.nn.Module) -> None:
+    """``RuntimeConfig.compile``: replace each decoder block's ``forward`` by its ``torch.compile``d version (module
+    identity and parameter names unchanged, so FSDP2 wraps the block as usual and its hooks run outside the graph)."""
+    for block in getattr(model, "blocks", None) or []:
+        block.forward = torch.compile(block.forward)
 
 
 def _tally(tensors) -> dict:

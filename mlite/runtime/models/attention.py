@@ -1,22 +1,25 @@
 """Grouped-query attention over packed sequences (Llama / Qwen2 / Qwen3 / Mixtral), optionally output-gated
 (Qwen3-Next / Qwen3.5: ``q_proj`` doubled, ``o = attn * sigmoid(gate)``) with partial RoPE.
 
-The attention core picks one path per forward (all through ``F.scaled_dot_product_attention`` or PyTorch's
-flash varlen op, never a loop over tokens):
+The packed-sequence path is chosen once, when the model is built (:func:`packed_path`), from what this PyTorch build
+and the target device/dtype support -- never by trying a kernel and catching its failure (an exception raised inside
+autograd or checkpointing, such as ``torch.utils.checkpoint``'s recomputation stop, is control flow and must reach
+its owner). All paths go through ``F.scaled_dot_product_attention`` or PyTorch's flash varlen op, never a loop over
+tokens:
 
 * all sequences the same length (one sequence included): one batched ``is_causal=True`` SDPA call
   ``[N, H, L, D]`` -- on CUDA this is the flash kernel;
-* CUDA, different lengths, bf16/fp16: ``torch.nn.attention.varlen.varlen_attn`` (flash varlen) when this PyTorch
-  has it (disabled for the rest of the run, with one warning, if it ever raises), else one causal SDPA call per
-  sequence (fp32 on CUDA always takes this path);
-* CPU, different lengths: one SDPA call with a block-diagonal causal mask for streams up to
-  :data:`MASK_MAX_TOKENS` tokens, else one causal SDPA call per sequence.
+* path ``varlen`` (CUDA, bf16/fp16, ``torch.nn.attention.varlen.varlen_attn`` present), different lengths: one flash
+  varlen call over the whole packed stream;
+* path ``sdpa``, different lengths: on CPU one SDPA call with a block-diagonal causal mask for streams up to
+  :data:`MASK_MAX_TOKENS` tokens, else (and on CUDA) one causal SDPA call per sequence.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import inspect
-import logging
 
 import torch
 import torch.nn.functional as F
@@ -25,45 +28,52 @@ from torch.utils.checkpoint import checkpoint
 
 from .common import PackInfo, RMSNorm, apply_rotary
 
-log = logging.getLogger("mlite.runtime")
-
 MASK_MAX_TOKENS = 4096
 """Largest packed stream for which the CPU path builds a dense [T, T] block-diagonal mask."""
 
-_VARLEN: dict = {}
+PACKED_PATHS = ("varlen", "sdpa")
+"""Packed-sequence attention paths (see the module docstring)."""
 
 
-def _varlen_fn():
-    """PyTorch's flash varlen attention as ``fn(q, k, v, cu, max_len) -> out`` (or None), probed once."""
-    if "fn" in _VARLEN:
-        return _VARLEN["fn"]
-    _VARLEN["fn"] = None
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-
-        params = inspect.signature(varlen_attn).parameters
-        causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
-        native_gqa = "enable_gqa" in params
-        if "window_size" in params or "is_causal" in params:
-            def fn(q, k, v, cu, max_len):
-                kw = dict(causal)
-                if q.shape[1] != k.shape[1]:
-                    if native_gqa:
-                        kw["enable_gqa"] = True
-                    else:
-                        rep = q.shape[1] // k.shape[1]
-                        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-                return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kw)
-            _VARLEN["fn"] = fn
-    except Exception:  # noqa: BLE001 -- older PyTorch: no varlen op
-        pass
-    return _VARLEN["fn"]
+def varlen_available() -> bool:
+    """This PyTorch has ``torch.nn.attention.varlen.varlen_attn`` with a causal mode."""
+    if importlib.util.find_spec("torch.nn.attention") is None:
+        return False
+    if importlib.util.find_spec("torch.nn.attention.varlen") is None:
+        return False
+    return "window_size" in _varlen_params() or "is_causal" in _varlen_params()
 
 
-def _disable_varlen(err: Exception) -> None:
-    log.warning("flash varlen attention unavailable (%s); packed sequences use one SDPA call each",
-                str(err).splitlines()[0][:200])
-    _VARLEN["fn"] = None
+def packed_path(device, dtype: torch.dtype) -> str:
+    """The packed-sequence path for a model living on ``device`` in ``dtype`` (decided once at model build)."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dtype in (torch.float16, torch.bfloat16) and varlen_available():
+        return "varlen"
+    return "sdpa"
+
+
+@functools.cache
+def _varlen_params() -> frozenset:
+    from torch.nn.attention.varlen import varlen_attn
+
+    return frozenset(inspect.signature(varlen_attn).parameters)
+
+
+def _varlen(q, k, v, cu, max_len, scale):
+    """Flash varlen attention, causal, GQA natively when the op takes ``enable_gqa`` (else K/V repeated)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = _varlen_params()
+    kw = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    if "scale" in params:
+        kw["scale"] = scale
+    if q.shape[1] != k.shape[1]:
+        if "enable_gqa" in params:
+            kw["enable_gqa"] = True
+        else:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kw)
 
 
 def _sdpa(q, k, v, *, scale, causal=True, mask=None):
@@ -82,20 +92,16 @@ def _block_causal_mask(pack: PackInfo) -> torch.Tensor:
     return pack.cache["block_causal_mask"]
 
 
-def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pack: PackInfo, scale: float) -> torch.Tensor:
+def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pack: PackInfo, scale: float,
+                   path: str = "sdpa") -> torch.Tensor:
     """Causal attention within each packed sequence: ``q[T, Hq, D], k/v[T, Hkv, D] -> [T, Hq, D]``."""
-    T, Hq, D = q.shape
+    T, Hq = q.shape[0], q.shape[1]
     if pack.equal_lengths:
         n, L = pack.num_sequences, pack.max_seqlen
         qb, kb, vb = (x.reshape(n, L, x.shape[1], x.shape[2]).transpose(1, 2) for x in (q, k, v))
         return _sdpa(qb, kb, vb, scale=scale).transpose(1, 2).reshape(T, Hq, v.shape[-1])
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):  # flash varlen: half precision only
-        fn = _varlen_fn()
-        if fn is not None:
-            try:
-                return fn(q, k, v, pack.cu_seqlens, pack.max_seqlen)
-            except Exception as e:  # unsupported dtype / head dim / build: fall back for the rest of the run
-                _disable_varlen(e)
+    if path == "varlen" and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        return _varlen(q, k, v, pack.cu_seqlens, pack.max_seqlen, scale)
     if not q.is_cuda and T <= MASK_MAX_TOKENS:
         mask = _block_causal_mask(pack)
         qb, kb, vb = (x.transpose(0, 1)[None] for x in (q, k, v))
@@ -116,8 +122,11 @@ class Attention(nn.Module):
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, *, qkv_bias=False, o_bias=False,
                  qk_norm=False, output_gate=False, eps=1e-6, zero_centered_norm=False, selective_recompute=False,
-                 device=None, dtype=None):
+                 packed: str = "sdpa", device=None, dtype=None):
         super().__init__()
+        if packed not in PACKED_PATHS:
+            raise ValueError(f"packed attention path {packed!r}: use one of {PACKED_PATHS}")
+        self.packed = packed
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.output_gate = output_gate
         self.scale = head_dim ** -0.5
@@ -149,9 +158,9 @@ class Attention(nn.Module):
         cos, sin = rope
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if self.selective_recompute and torch.is_grad_enabled():
-            o = checkpoint(attention_core, q, k, v, pack, self.scale, use_reentrant=False)
+            o = checkpoint(attention_core, q, k, v, pack, self.scale, self.packed, use_reentrant=False)
         else:
-            o = attention_core(q, k, v, pack, self.scale)
+            o = attention_core(q, k, v, pack, self.scale, self.packed)
         o = o.reshape(T, self.heads * hd)
         if gate is not None:
             o = o * torch.sigmoid(gate)

@@ -73,6 +73,10 @@ class LiteConfig:
     """Gated DeltaNet short-convolution width."""
     recompute: str = "none"
     """``none``, ``selective`` (attention / delta-rule core) or ``full`` (whole blocks)."""
+    packed_attention: str = "sdpa"
+    """Packed-sequence attention path, chosen at build (:func:`~mlite.runtime.models.attention.packed_path`)."""
+    expert_path: str = "loop"
+    """MoE expert GEMM path, chosen at build (:func:`~mlite.runtime.models.moe.expert_path`)."""
 
 
 class DecoderBlock(nn.Module):
@@ -102,13 +106,14 @@ class DecoderBlock(nn.Module):
                 h, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
                 qkv_bias="self_attn.q_proj.bias" in names, o_bias="self_attn.o_proj.bias" in names,
                 qk_norm="self_attn.q_norm.weight" in names, output_gate=attention == "gated_full", eps=eps,
-                zero_centered_norm=zc, selective_recompute=selective, **kw)
+                zero_centered_norm=zc, selective_recompute=selective, packed=cfg.packed_attention, **kw)
         self.post_attention_layernorm = RMSNorm(h, eps, zero_centered=zc, **kw)
         if mlp == "moe":
             shared_name = "shared_experts" if "mlp.shared_experts.gate_proj.weight" in names else "shared_expert"
             self.mlp = MoE(h, cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size,
                            norm_topk_prob=cfg.norm_topk_prob, shared_ffn=cfg.shared_expert_ffn_hidden_size,
-                           shared_name=shared_name, shared_gate="mlp.shared_expert_gate.weight" in names, **kw)
+                           shared_name=shared_name, shared_gate="mlp.shared_expert_gate.weight" in names,
+                           expert_path=cfg.expert_path, **kw)
         else:
             self.mlp = SwiGLU(h, cfg.ffn_hidden_size, bias="mlp.gate_proj.bias" in names, **kw)
 

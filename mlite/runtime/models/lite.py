@@ -18,17 +18,20 @@ Recompute (activation checkpointing, PyTorch non-reentrant):
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ...errors import MliteError
 from ..batch import PackedBatch
+from .attention import packed_path
 from .blocks import DecoderBlock, LiteConfig
 from .common import GatedRMSNorm, PackInfo, RMSNorm, rope_config
 from .deltanet import GatedDeltaNet
 from .loss import default_chunk, linear_cross_entropy
-from .moe import Experts, Router
+from .moe import Experts, Router, expert_path
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen3_next", "qwen3_5_moe")
 """Architectures (as :class:`~mlite.models.ModelSpec` names them) the lite runtime builds."""
@@ -240,15 +243,18 @@ def build_lite_model(spec, *, param_dtype: torch.dtype = torch.float32, device="
     """Build the lite model for ``spec`` (a ModelSpec, or a ``data/models`` name / path / dict).
 
     Weights are initialised on CPU in fp32 from ``seed`` (HF scheme; the global RNG is left untouched), then moved
-    to ``device`` and cast to ``param_dtype``, so CPU and GPU runs start from the same weights. ``device="meta"``
+    to ``device`` and cast to ``param_dtype``, so CPU and GPU runs start from the same weights. The packed-attention
+    and expert-GEMM paths are chosen here for ``device`` and ``param_dtype`` (``config.packed_attention``,
+    ``config.expert_path``). ``device="meta"``
     builds shapes only (no memory, no init: call :meth:`LiteModel.reset_parameters` after materialising).
     """
     from ...models import ModelSpec, from_hf_config
 
     if not isinstance(spec, ModelSpec):
         spec = from_hf_config(spec)
-    cfg = lite_config(spec, recompute)
     device = torch.device(device)
+    cfg = dataclasses.replace(lite_config(spec, recompute), packed_attention=packed_path(device, param_dtype),
+                              expert_path=expert_path(device, param_dtype))
     if device.type == "meta":
         return LiteModel(spec, cfg, moe_aux_loss_coeff=moe_aux_loss_coeff, device="meta", dtype=param_dtype)
     model = LiteModel(spec, cfg, moe_aux_loss_coeff=moe_aux_loss_coeff, device="meta", dtype=torch.float32)

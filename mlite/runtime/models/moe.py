@@ -3,9 +3,17 @@ expert (Qwen3-MoE, Mixtral, Qwen3-Next / Qwen3.5). HF names: ``gate.weight``, ``
 ``[E, 2I, H]`` (gate rows first, then up), ``experts.down_proj`` ``[E, H, I]``, ``shared_expert.*``,
 ``shared_expert_gate.weight``.
 
-Dispatch sorts the ``T*k`` (token, slot) pairs by expert (a stable argsort), runs each expert on its contiguous
-slice -- ``torch._grouped_mm`` in one call on CUDA/bf16 when it passes a one-time probe, else one GEMM per expert
-that received tokens -- and un-sorts with a permutation (no atomics, so results are deterministic).
+Dispatch sorts the ``T*k`` (token, slot) pairs by expert (a stable argsort), runs all experts on their contiguous
+slices at once and un-sorts with a permutation (no atomics in the forward, so results are deterministic). The expert
+GEMM path is chosen once, when the model is built (:func:`expert_path`), from what this PyTorch build supports:
+
+* ``grouped`` (CUDA, bf16, compute capability >= 9.0): ``torch._grouped_mm`` -- one grouped GEMM for gate/up and one
+  for down over all experts;
+* ``padded`` (other CUDA cases): tokens scattered into a zero-padded ``[E, C, H]`` buffer (``C`` = the largest
+  expert's token count, one host sync) and two batched matmuls; no per-expert Python loop on a GPU;
+* ``loop`` (CPU): one GEMM pair per expert that received tokens, on its contiguous slice -- the reference the other
+  two are tested against, and what the memory estimator's saved-tensor count models exactly on CPU (the grouped
+  op also saves its int32 group offsets, 4 bytes per expert and layer).
 
 Load-balancing loss (Switch Transformer form, per MoE layer): ``E * sum_e f_e * P_e`` with ``f_e`` the fraction
 of (token, slot) pairs routed to expert ``e`` and ``P_e`` the mean router probability of ``e`` (Megatron's
@@ -15,47 +23,86 @@ of (token, slot) pairs routed to expert ``e`` and ``P_e`` the mean router probab
 
 from __future__ import annotations
 
-import logging
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .common import SwiGLU
 
-log = logging.getLogger("mlite.runtime")
+EXPERT_PATHS = ("grouped", "padded", "loop")
+"""Expert GEMM paths (see the module docstring)."""
 
-_GROUPED: dict = {}
 
-
-def _grouped_mm_ok(x: torch.Tensor) -> bool:
-    """One-time probe: ``torch._grouped_mm`` runs here and agrees with per-expert GEMMs (CUDA, bf16)."""
-    if not (x.is_cuda and x.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm")):
+def grouped_mm_supported(device, dtype: torch.dtype) -> bool:
+    """``torch._grouped_mm`` has a kernel for this device and dtype in this build."""
+    dev = torch.device(device)
+    if not hasattr(torch, "_grouped_mm"):
         return False
-    key = (x.device.index,)
-    if key not in _GROUPED:
-        try:
-            g = torch.Generator(device=x.device).manual_seed(0)
-            counts = [5, 0, 19, 8]
-            a = torch.randn(sum(counts), 64, device=x.device, dtype=x.dtype, generator=g)
-            w = torch.randn(len(counts), 32, 64, device=x.device, dtype=x.dtype, generator=g)
-            offs = torch.tensor(counts, device=x.device).cumsum(0).to(torch.int32)
-            got = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
-            ref = torch.cat([p @ w[e].t() for e, p in enumerate(a.split(counts))])
-            _GROUPED[key] = bool(torch.allclose(got.float(), ref.float(), atol=1e-1, rtol=2e-2))
-        except Exception as e:  # noqa: BLE001 -- any failure means: use the loop
-            log.warning("torch._grouped_mm unusable (%s); MoE experts run one GEMM each",
-                        str(e).splitlines()[0][:200])
-            _GROUPED[key] = False
-    return _GROUPED[key]
+    if dev.type == "cuda":
+        if dtype != torch.bfloat16 or not torch.cuda.is_available():
+            return False
+        return torch.cuda.get_device_capability(dev) >= (9, 0)
+    if dev.type == "cpu":  # a CPU kernel, or the composite op's built-in per-group fallback
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        return dtype in (torch.float32, torch.bfloat16) and (
+            has("aten::_grouped_mm", "CPU") or has("aten::_grouped_mm", "CompositeExplicitAutograd"))
+    return False
+
+
+def expert_path(device, dtype: torch.dtype) -> str:
+    """The expert GEMM path for a model living on ``device`` in ``dtype`` (decided once at model build)."""
+    if torch.device(device).type != "cuda":
+        return "loop"
+    return "grouped" if grouped_mm_supported(device, dtype) else "padded"
+
+
+def grouped_swiglu(xs: torch.Tensor, counts: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """All experts through ``torch._grouped_mm``: ``xs[M, H]`` sorted by expert, ``counts[E]``,
+    ``w1[E, 2I, H]`` (gate rows, then up), ``w2[E, H, I]`` -> ``[M, H]``."""
+    offs = counts.cumsum(0).to(torch.int32)
+    h = torch._grouped_mm(xs, w1.transpose(-2, -1), offs=offs)
+    gate, up = h.chunk(2, dim=-1)
+    return torch._grouped_mm(F.silu(gate) * up, w2.transpose(-2, -1), offs=offs)
+
+
+def padded_swiglu(xs: torch.Tensor, counts: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """Same as :func:`grouped_swiglu` with two batched matmuls over a zero-padded ``[E, C, H]`` buffer."""
+    E, M, H = counts.numel(), xs.shape[0], xs.shape[1]
+    if M == 0:
+        return xs.new_zeros(0, w2.shape[1])
+    cap = int(counts.max())
+    starts = counts.cumsum(0) - counts
+    expert = torch.repeat_interleave(torch.arange(E, device=xs.device), counts, output_size=M)
+    slot = torch.arange(M, device=xs.device) - starts[expert]
+    buf = xs.new_zeros(E, cap, H).index_put((expert, slot), xs)
+    h = torch.bmm(buf, w1.transpose(-2, -1))
+    gate, up = h.chunk(2, dim=-1)
+    out = torch.bmm(F.silu(gate) * up, w2.transpose(-2, -1))
+    return out[expert, slot]
+
+
+def loop_swiglu(xs: torch.Tensor, counts: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """Same as :func:`grouped_swiglu`, one expert at a time (one host sync for the counts)."""
+    outs = []
+    for e, (xe, n) in enumerate(zip(xs.split(counts.tolist()), counts.tolist())):
+        if n:
+            gate, up = F.linear(xe, w1[e]).chunk(2, dim=-1)
+            outs.append(F.linear(F.silu(gate) * up, w2[e]))
+    return torch.cat(outs) if outs else xs.new_zeros(0, w2.shape[1])
+
+
+_PATH_FN = {"grouped": grouped_swiglu, "padded": padded_swiglu, "loop": loop_swiglu}
 
 
 class Experts(nn.Module):
     """Routed experts as 3D parameters (the unit sharded over the expert-data-parallel mesh)."""
 
-    def __init__(self, num_experts: int, hidden: int, ffn: int, *, device=None, dtype=None):
+    def __init__(self, num_experts: int, hidden: int, ffn: int, *, path: str = "loop", device=None, dtype=None):
         super().__init__()
+        if path not in EXPERT_PATHS:
+            raise ValueError(f"expert path {path!r}: use one of {EXPERT_PATHS}")
         self.num_experts, self.hidden, self.ffn = num_experts, hidden, ffn
+        self.path = path
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * ffn, hidden, device=device, dtype=dtype))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden, ffn, device=device, dtype=dtype))
 
@@ -66,19 +113,7 @@ class Experts(nn.Module):
 
     def forward(self, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """``xs[M, H]`` sorted by expert, ``counts[E]`` tokens per expert -> ``[M, H]``."""
-        w1, w2 = self.gate_up_proj, self.down_proj
-        if _grouped_mm_ok(xs):
-            offs = counts.cumsum(0).to(torch.int32)
-            h = torch._grouped_mm(xs, w1.transpose(-2, -1), offs=offs)
-            gate, up = h.chunk(2, dim=-1)
-            return torch._grouped_mm(F.silu(gate) * up, w2.transpose(-2, -1), offs=offs)
-        outs, sizes = [], counts.tolist()
-        for e, (xe, n) in enumerate(zip(xs.split(sizes), sizes)):
-            if n == 0:
-                continue
-            gate, up = F.linear(xe, w1[e]).chunk(2, dim=-1)
-            outs.append(F.linear(F.silu(gate) * up, w2[e]))
-        return torch.cat(outs) if outs else xs.new_zeros(0, self.hidden)
+        return _PATH_FN[self.path](xs, counts, self.gate_up_proj, self.down_proj)
 
 
 class Router(nn.Module):
@@ -97,12 +132,12 @@ class MoE(nn.Module):
 
     def __init__(self, hidden: int, num_experts: int, top_k: int, ffn: int, *, norm_topk_prob: bool = True,
                  shared_ffn: int = 0, shared_name: str = "shared_expert", shared_gate: bool = True,
-                 device=None, dtype=None):
+                 expert_path: str = "loop", device=None, dtype=None):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
         self.gate = Router(hidden, num_experts, **kw)
-        self.experts = Experts(num_experts, hidden, ffn, **kw)
+        self.experts = Experts(num_experts, hidden, ffn, path=expert_path, **kw)
         self.shared_name = shared_name if shared_ffn else None
         if shared_ffn:
             setattr(self, shared_name, SwiGLU(hidden, shared_ffn, **kw))

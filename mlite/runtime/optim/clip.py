@@ -2,10 +2,13 @@
 
 Every rank holds a disjoint shard of every gradient (FSDP2 ``Shard(0)``, padding excluded), so the global L2 norm is
 ``sqrt(sum over groups of all_reduce_sum(local sum of squares))``: dense parameters reduced over the dense FSDP group
-(DP x CP), expert parameters over the expert-data-parallel group (EDP). Squares are computed in fp32 from the
-gradients widened chunk by chunk and accumulated in fp64. ``num_zeros`` counts gradient elements equal to zero, summed
-the same way (Megatron logs it as ``num zeros``). Clipping is Megatron's: ``coef = clip_grad / (norm + 1e-6)``,
-applied only when ``coef < 1``; the runtime applies it inside the fp32 update (the bf16 gradients are not rewritten).
+(DP x CP), expert parameters over the expert-data-parallel group (EDP). The local part is one multi-tensor
+``torch._foreach_norm`` over the gradient shards (fp32 accumulation, one pass over the gradients, deterministic),
+whose per-tensor norms are squared and summed in fp64. ``num_zeros`` counts gradient elements equal to zero, summed
+the same way (Megatron logs it as ``num zeros``): the optimizer step counts them inside its update pass
+(:meth:`~mlite.runtime.optim.optimizer.ShardedAdamW.step`); :func:`local_zeros` is the separate pass for when no update
+runs. Clipping is Megatron's: ``coef = clip_grad / (norm + 1e-6)``, applied only when ``coef < 1``; the runtime
+applies it inside the fp32 update (the bf16 gradients are not rewritten).
 """
 
 from __future__ import annotations
@@ -16,36 +19,56 @@ from typing import Iterable
 import torch
 import torch.distributed as dist
 
-CHUNK = 1 << 22
-"""Elements widened to fp32 at a time (16 MiB of fp32)."""
 
-
-def local_sq_and_zeros(grads: Iterable[torch.Tensor | None], device) -> torch.Tensor:
-    """``[sum of squares, zero count]`` (float64, on ``device``) over local gradient shards; None adds nothing."""
-    acc = torch.zeros(2, dtype=torch.float64, device=device)
-    for g in grads:
-        if g is None or g.numel() == 0:
-            continue
-        flat = g.reshape(-1)
-        for s in range(0, flat.numel(), CHUNK):
-            c = flat[s:s + CHUNK]
-            c32 = c.to(device=device, dtype=torch.float32)
-            acc[0] += (c32 * c32).sum()
-            acc[1] += (c == 0).sum()
+def local_sq(grads: Iterable[torch.Tensor | None], device) -> torch.Tensor:
+    """Sum of squares (float64 scalar on ``device``) over local gradient shards; None and empty add nothing."""
+    gs = [g for g in grads if g is not None and g.numel() > 0]
+    acc = torch.zeros((), dtype=torch.float64, device=device)
+    by_dev: dict = {}
+    for g in gs:
+        by_dev.setdefault((g.device, g.dtype), []).append(g)
+    for ts in by_dev.values():
+        norms = torch._foreach_norm(ts, 2, dtype=torch.float32)
+        acc += torch.stack(norms).to(device=device, dtype=torch.float64).square().sum()
     return acc
 
 
-def global_norm_and_zeros(groups: list[tuple[list[torch.Tensor | None], object]], device) -> tuple[float, int]:
-    """Global L2 norm and zero count from ``[(local grad shards, process group), ...]``."""
-    total_sq = 0.0
-    zeros = 0
+def local_zeros(grads: Iterable[torch.Tensor | None], device) -> torch.Tensor:
+    """Count of exactly-zero elements (int64 scalar on ``device``) over local gradient shards."""
+    acc = torch.zeros((), dtype=torch.int64, device=device)
+    for g in grads:
+        if g is not None and g.numel() > 0:
+            acc += (g == 0).sum().to(device)
+    return acc
+
+
+def global_norm(groups: list[tuple[list[torch.Tensor | None], object]], device) -> float:
+    """Global L2 norm from ``[(local grad shards, process group), ...]`` (one host sync)."""
+    parts = []
     for grads, group in groups:
-        acc = local_sq_and_zeros(grads, device)
+        acc = local_sq(grads, device)
         if dist.is_initialized() and dist.get_world_size(group) > 1:
             dist.all_reduce(acc, group=group)
-        total_sq += float(acc[0])
-        zeros += int(acc[1])
-    return math.sqrt(total_sq), zeros  # sqrt keeps inf and nan
+        parts.append(acc)
+    return math.sqrt(float(torch.stack(parts).sum())) if parts else 0.0  # sqrt keeps inf and nan
+
+
+def global_zeros(counts: list[tuple[torch.Tensor | int, object]], device) -> int:
+    """Sum of local zero counts ``[(count, process group), ...]`` over their groups."""
+    total = 0
+    for c, group in counts:
+        t = torch.as_tensor(c, dtype=torch.int64).to(device).reshape(())
+        if dist.is_initialized() and dist.get_world_size(group) > 1:
+            dist.all_reduce(t, group=group)
+        total += int(t)
+    return total
+
+
+def global_norm_and_zeros(groups: list[tuple[list[torch.Tensor | None], object]], device) -> tuple[float, int]:
+    """Global L2 norm and zero count from ``[(local grad shards, process group), ...]`` (two passes)."""
+    groups = [(list(g), grp) for g, grp in groups]
+    zeros = global_zeros([(local_zeros(g, device), grp) for g, grp in groups], device)
+    return global_norm(groups, device), zeros
 
 
 def clip_coefficient(norm: float, clip_grad: float | None) -> float:

@@ -31,6 +31,8 @@ the same on CPU and CUDA.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 _LOW = 0xFFFF
@@ -67,3 +69,46 @@ def merge_fp32(param: torch.Tensor, remainder: torch.Tensor) -> torch.Tensor:
 def round_bf16(x: torch.Tensor) -> torch.Tensor:
     """fp32 -> bf16, round to nearest with ties away from zero (the bf16 parameter PAO keeps)."""
     return split_fp32(x)[0]
+
+
+# ---------------------------------------------------------------------------------------------- in-place host forms
+# The same bijection with preallocated buffers and fewer passes, for the chunked host update (offload_fraction).
+# They rely on two facts of two's-complement int arithmetic that torch's CPU kernels follow: int32 -> int16
+# conversion keeps the low 16 bits, and int16 addition wraps. ``tests/test_runtime_optim.py`` checks them against
+# :func:`split_fp32` / :func:`merge_fp32` on every edge class.
+
+LITTLE_ENDIAN = sys.byteorder == "little"
+"""An int16 pair ``[low, high]`` read as int32 is ``high * 65536 + (low & 0xFFFF)`` (the in-place merge needs it)."""
+
+
+def high_half_into_(master: torch.Tensor, out_bf16: torch.Tensor, work_i32: torch.Tensor) -> None:
+    """``out_bf16 = round_bf16(master)`` (ties away from zero): ``((bits >> 15) + 1) >> 1`` keeps the high half plus
+    bit 15 (the round-up flag) without int32 overflow; the int16 truncation wraps 0x8000 as split does."""
+    w = work_i32[:master.numel()]
+    torch.bitwise_right_shift(master.view(torch.int32), 15, out=w)
+    w.add_(1)
+    w.bitwise_right_shift_(1)
+    out_bf16.view(torch.int16).copy_(w)
+
+
+def merged_into_(param: torch.Tensor, remainder: torch.Tensor, pair: torch.Tensor, work_i16: torch.Tensor
+                 ) -> torch.Tensor:
+    """The fp32 master of ``(param, remainder)`` built in ``pair`` (int16 ``[n, 2]``) and returned as its fp32 view:
+    low half = the remainder's bits, high half = ``param_bits + (remainder >> 15)`` (i.e. minus one when the
+    remainder is negative, wrapping 0x8000 back to 0x7FFF as merge does)."""
+    n = param.numel()
+    pr, w = pair[:n], work_i16[:n]
+    pr[:, 0].copy_(remainder)
+    torch.bitwise_right_shift(remainder, 15, out=w)
+    w.add_(param.view(torch.int16))
+    pr[:, 1].copy_(w)
+    return pr.view(torch.int32).view(-1).view(torch.float32)
+
+
+def split_from_pair_(pair_master: torch.Tensor, pair: torch.Tensor, out_bf16: torch.Tensor,
+                     out_remainder: torch.Tensor, work_i32: torch.Tensor) -> None:
+    """Split the fp32 master held in ``pair`` (as :func:`merged_into_` built it) into the bf16 param and the
+    remainder (the remainder is the low half's bits)."""
+    n = out_bf16.numel()
+    high_half_into_(pair_master, out_bf16, work_i32)
+    out_remainder.copy_(pair[:n, 0])

@@ -16,13 +16,26 @@ plus the parameter shard (2 B bf16 / 4 B fp32) and its gradient shard (same dtyp
 fp32-reduced gradient back), i.e. 16 / 14 / 10 bytes per parameter for bf16 runs, 16 for fp32 runs (divided by the
 FSDP group size for the per-rank figure).
 
-Allocation is lazy, as in Megatron-Core: the state appears at the first ``step()`` (or when a checkpoint with state is
-loaded). The master starts as the exact fp32 value of the bf16 parameter (remainder 0). Transient memory of a step:
-the update works through each local shard in flat chunks of at most :data:`CHUNK` elements, holding about eight fp32
-temporaries of one chunk (~128 MiB), plus, for update-offloaded tensors, the chunk's CPU copies.
+Flat per-group buffers: parameters that share the state device, the storage mode, weight decay and the expert flag
+form a :class:`StateGroup`; each state kind of a group is one flat buffer and every slot's state tensor is a view of
+its range (so ``slot.state`` keeps its per-parameter shape for checkpoints and memory accounting, and a move is one
+copy per buffer). Allocation is lazy, as in Megatron-Core: the state appears at the first ``step()`` (or when a
+checkpoint with state is loaded). The master starts as the exact fp32 value of the bf16 parameter (remainder 0).
 
-The bf16 parameter is always rewritten as :func:`~mlite.runtime.optim.master.round_bf16` of the new fp32 master (ties
-away from zero) in both the fp32-master and the PAO mode, so the two modes are bitwise identical.
+How a group is updated (chosen from where its state and parameters live):
+
+* device state on CUDA with Triton: the fused kernel of :mod:`.fused`, one launch per parameter shard, one pass over
+  the shard's memory (merge the remainder, clip scale, AdamW, write the bf16 param and the remainder or the master);
+* CPU state with the parameters on another device (``offload_fraction``): the group's gradients (and, for PAO, the bf16
+  params) are copied into a pinned host buffer of the group, the update runs over the flat group buffers on the host
+  in chunks of :data:`CHUNK` elements with preallocated work buffers, and the new parameters are copied back
+  asynchronously. Extra host memory: one gradient and one parameter copy of the offloaded parameters;
+* otherwise (CPU runs, CUDA without Triton): the same torch-op update per shard, chunked.
+
+All three evaluate the same operation sequence (:mod:`.adamw`), so the storage modes, the offload split and the
+device that runs the update do not change a bit of the result. The bf16 parameter is always written as
+:func:`~mlite.runtime.optim.master.round_bf16` of the new fp32 master (ties away from zero) in both the fp32-master
+and the PAO mode, so the two modes are bitwise identical.
 """
 
 from __future__ import annotations
@@ -33,17 +46,26 @@ import torch
 
 from ...errors import MliteError
 from ..config import OptimizerConfig
-from .adamw import AdamWHyper, adamw_chunk
-from .master import merge_fp32, round_bf16, split_fp32
+from . import fused
+from .adamw import AdamWHyper, StepScalars, adamw_inplace, scratch, step_scalars
+from .master import (
+    LITTLE_ENDIAN,
+    high_half_into_,
+    merge_fp32,
+    merged_into_,
+    split_fp32,
+    split_from_pair_,
+)
 from .offload import offload_split
 
-CHUNK = 1 << 22
-"""Elements per update chunk (16 MiB per fp32 temporary)."""
+CHUNK = 1 << 20
+"""Elements per chunk of the torch-op update (4 MiB per fp32 work buffer)."""
 
 STATE_KEYS = ("master", "remainder", "exp_avg", "exp_avg_sq")
 """Names of the per-element state tensors (``memory_stats`` reports them separately)."""
 
 _TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_MODE_ID = {"param": fused.MODE_PARAM, "master": fused.MODE_MASTER, "remainder": fused.MODE_REMAINDER}
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -68,14 +90,50 @@ class ParamSlot:
     mode: str
     """``param`` (fp32 params), ``master`` (fp32 master copy) or ``remainder`` (PAO int16 remainders)."""
     state: dict = field(default_factory=dict)
-    """Flat state tensors by name (see :data:`STATE_KEYS`)."""
+    """Flat state tensors by name (see :data:`STATE_KEYS`), views of the group's buffers."""
+
+
+@dataclass(slots=True)
+class StateGroup:
+    """Slots updated together: same state placement, storage mode, weight decay and expert flag."""
+
+    slots: list[ParamSlot]
+    """Members, in model order."""
+    offsets: list[int]
+    """Start of each member's range in the flat buffers."""
+    numel: int
+    """Total local elements."""
+    offload: bool
+    """State on CPU (update-state offload)."""
+    mode: str
+    """Storage mode of every member."""
+    decay: bool
+    """Weight decay applies to every member."""
+    expert: bool
+    """Members are expert parameters."""
+    bufs: dict = field(default_factory=dict)
+    """Flat state buffers by name."""
+    staging: dict = field(default_factory=dict)
+    """Host copies (gradient, parameter) of an offloaded group whose parameters are on another device."""
+
+
+def _work(n: int, device) -> dict:
+    """Work buffers of the torch-op update for chunks of up to ``n`` elements (allocated once per group update)."""
+    return {"fp": scratch(n, device), "i32": torch.empty(n, dtype=torch.int32, device=device),
+            "i16": torch.empty(n, dtype=torch.int16, device=device),
+            "pair": torch.empty(n, 2, dtype=torch.int16, device=device)}
 
 
 class ShardedAdamW:
-    """AdamW over FSDP2 shards (see the module docstring for storage and memory)."""
+    """AdamW over FSDP2 shards (see the module docstring for storage, grouping and the update paths)."""
 
-    def __init__(self, named_params, cfg: OptimizerConfig, *, expert_names: set[str], device):
+    def __init__(self, named_params, cfg: OptimizerConfig, *, expert_names: set[str], device, kernel: str = "auto"):
+        if kernel not in ("auto", "triton", "torch"):
+            raise ValueError(f"kernel {kernel!r}: use auto, triton or torch")
         self.cfg = cfg
+        self.kernel = kernel
+        """Update path of device-resident groups: ``auto`` (Triton on CUDA when installed), ``triton`` (always; on
+        CPU tensors only under ``TRITON_INTERPRET=1``, for tests) or ``torch``."""
         self.home = torch.device(device)
         """Device of the state of parameters that are not update-offloaded."""
         self.step_count = 0
@@ -87,6 +145,10 @@ class ShardedAdamW:
             self.slots.append(ParamSlot(name=name, param=p, expert=name in expert_names,
                                         decay=not (name.endswith(".bias") or p.dim() == 1),
                                         offload=off, mode=self._mode(name, p)))
+        self.groups: list[StateGroup] = []
+        """State groups (built with the state)."""
+        self.last_zeros: tuple[int, int] = (0, 0)
+        """Local zero-gradient counts ``(dense, expert)`` of the last :meth:`step`."""
 
     def _mode(self, name: str, p: torch.Tensor) -> str:
         if p.dtype == torch.float32:
@@ -103,72 +165,188 @@ class ShardedAdamW:
     def state_device(self, slot: ParamSlot) -> torch.device:
         return torch.device("cpu") if slot.offload else self.home
 
+    def _group_device(self, g: StateGroup) -> torch.device:
+        return torch.device("cpu") if g.offload else self.home
+
     def init_state(self) -> None:
         """Allocate the state (idempotent); the master is the exact fp32 value of the current parameter."""
+        if self.initialized:
+            return
+        by_key: dict = {}
         for s in self.slots:
-            if s.state:
-                continue
-            lp = local(s.param).detach().reshape(-1)
-            dev, n = self.state_device(s), lp.numel()
-            if s.mode == "master":
-                s.state["master"] = lp.to(device=dev, dtype=torch.float32, copy=True)
-            elif s.mode == "remainder":
-                s.state["remainder"] = torch.zeros(n, dtype=torch.int16, device=dev)
-            s.state["exp_avg"] = torch.zeros(n, dtype=_TORCH_DTYPE[self.cfg.exp_avg_dtype], device=dev)
-            s.state["exp_avg_sq"] = torch.zeros(n, dtype=_TORCH_DTYPE[self.cfg.exp_avg_sq_dtype], device=dev)
+            by_key.setdefault((s.offload, s.mode, s.decay, s.expert), []).append(s)
+        self.groups = []
+        for (off, mode, decay, expert), slots in by_key.items():
+            offsets, n = [], 0
+            for s in slots:
+                offsets.append(n)
+                n += local(s.param).numel()
+            g = StateGroup(slots=slots, offsets=offsets, numel=n, offload=off, mode=mode, decay=decay, expert=expert)
+            dev = self._group_device(g)
+            if mode == "master":
+                g.bufs["master"] = torch.empty(n, dtype=torch.float32, device=dev)
+            elif mode == "remainder":
+                g.bufs["remainder"] = torch.zeros(n, dtype=torch.int16, device=dev)
+            g.bufs["exp_avg"] = torch.zeros(n, dtype=_TORCH_DTYPE[self.cfg.exp_avg_dtype], device=dev)
+            g.bufs["exp_avg_sq"] = torch.zeros(n, dtype=_TORCH_DTYPE[self.cfg.exp_avg_sq_dtype], device=dev)
+            self._bind(g)
+            if mode == "master":
+                for s in slots:
+                    s.state["master"].copy_(local(s.param).detach().reshape(-1))
+            self.groups.append(g)
+
+    @staticmethod
+    def _bind(g: StateGroup) -> None:
+        """Point every member's state at its range of the group buffers."""
+        for s, a in zip(g.slots, g.offsets):
+            n = local(s.param).numel()
+            s.state = {k: buf[a:a + n] for k, buf in g.bufs.items()}
 
     def move_state(self, device) -> None:
         """Runtime context offload: move the state of non-offloaded parameters to ``device`` (and allocate there)."""
         self.home = torch.device(device)
-        for s in self.slots:
-            dev = self.state_device(s)
-            for k, t in s.state.items():
-                if t.device != dev:
-                    s.state[k] = t.to(dev)
+        for g in self.groups:
+            dev = self._group_device(g)
+            if any(t.device != dev for t in g.bufs.values()):
+                g.bufs = {k: t.to(dev) for k, t in g.bufs.items()}
+                self._bind(g)
 
     # ------------------------------------------------------------------ update
     @torch.no_grad()
-    def step(self, lr: float, clip_coef: float = 1.0) -> None:
-        """One AdamW step on every local shard (call only after a finite global grad norm)."""
+    def step(self, lr: float, clip_coef: float = 1.0) -> tuple[int, int]:
+        """One AdamW step on every local shard (call only after a finite global grad norm); returns the local
+        zero-gradient counts ``(dense, expert)``."""
         self.init_state()
         self.step_count += 1
         c = self.cfg
-        for s in self.slots:
+        counts: dict = {False: [], True: []}
+        pending = []
+        for g in self.groups:
             h = AdamWHyper(lr=lr, beta1=c.betas[0], beta2=c.betas[1], eps=c.eps,
-                           weight_decay=c.weight_decay if s.decay else 0.0, step=self.step_count,
+                           weight_decay=c.weight_decay if g.decay else 0.0, step=self.step_count,
                            decoupled=c.decoupled, clip_coef=clip_coef)
-            self._update(s, h)
+            sc = step_scalars(h)
+            dev = self._group_device(g)
+            pdev = local(g.slots[0].param).device
+            if self._fused(dev) and dev.type == pdev.type:
+                counts[g.expert].append(self._update_fused(g, sc))
+            elif dev.type != pdev.type:
+                pending.append((g, sc, self._stage_in(g)))
+            else:
+                counts[g.expert].append(self._update_torch(g, sc))
+        for g, sc, event in pending:  # host updates after every device kernel is queued
+            counts[g.expert].append(self._update_staged(g, sc, event))
+        self.last_zeros = tuple(int(sum(int(x) for x in counts[e])) for e in (False, True))
+        return self.last_zeros
 
-    def _update(self, s: ParamSlot, h: AdamWHyper) -> None:
+    def _fused(self, dev: torch.device) -> bool:
+        if self.kernel == "auto":
+            return dev.type == "cuda" and fused.HAVE_TRITON
+        return self.kernel == "triton"
+
+    @staticmethod
+    def _shard(s: ParamSlot) -> torch.Tensor:
         shard = local(s.param)
         if not shard.is_contiguous():  # FSDP2 shards are contiguous; a copy would silently drop the update
             raise RuntimeError(f"parameter {s.name}: local shard is not contiguous")
-        lp = shard.view(-1)
-        n = lp.numel()
-        if n == 0:
-            return
-        grad = None if s.param.grad is None else local(s.param.grad).reshape(-1)
-        m, v = s.state["exp_avg"], s.state["exp_avg_sq"]
-        dev = m.device
-        for a in range(0, n, CHUNK):
-            b = min(a + CHUNK, n)
-            p_c = lp[a:b]
-            g_c = (torch.zeros(b - a, dtype=torch.float32, device=dev) if grad is None
-                   else grad[a:b].to(dev))
-            if s.mode == "param":
-                new = adamw_chunk(p_c.to(dev), g_c, m[a:b], v[a:b], h)
-                p_c.copy_(new)
-            elif s.mode == "master":
-                master = s.state["master"][a:b]
-                new = adamw_chunk(master, g_c, m[a:b], v[a:b], h)
-                master.copy_(new)
-                p_c.copy_(round_bf16(new))
+        return shard.view(-1)
+
+    @staticmethod
+    def _grad(s: ParamSlot) -> torch.Tensor | None:
+        return None if s.param.grad is None else local(s.param.grad).reshape(-1)
+
+    def _update_fused(self, g: StateGroup, sc: StepScalars) -> torch.Tensor:
+        """Triton: one kernel per shard; returns the group's zero count (a device scalar)."""
+        sizes = [fused.blocks(local(s.param).numel()) for s in g.slots]
+        zeros = torch.zeros(max(1, sum(sizes)), dtype=torch.int32, device=g.bufs["exp_avg"].device)
+        mode = _MODE_ID[g.mode]
+        z0 = 0
+        for s, nb in zip(g.slots, sizes):
+            key = "master" if g.mode == "master" else "remainder" if g.mode == "remainder" else None
+            fused.launch(self._shard(s), self._grad(s), s.state[key] if key else None, s.state["exp_avg"],
+                         s.state["exp_avg_sq"], zeros[z0:z0 + nb], mode, sc)
+            z0 += nb
+        return zeros.sum()
+
+    def _update_torch(self, g: StateGroup, sc: StepScalars) -> int:
+        """Torch ops on the shard's own device, chunk by chunk (CPU runs; CUDA without Triton)."""
+        work = None
+        zeros = 0
+        for s in g.slots:
+            lp, grad = self._shard(s), self._grad(s)
+            n = lp.numel()
+            if grad is not None:
+                zeros += int((grad == 0).sum())
+            for a in range(0, n, CHUNK):
+                b = min(a + CHUNK, n)
+                if work is None:
+                    work = _work(min(CHUNK, max(x.param.numel() for x in g.slots)), lp.device)
+                self._chunk(g.mode, lp[a:b], None if grad is None else grad[a:b], s.state, a, b, sc, work)
+        return zeros
+
+    @staticmethod
+    def _chunk(mode: str, p: torch.Tensor, grad, state: dict, a: int, b: int, sc: StepScalars, work: dict) -> None:
+        """Update ``p`` (param chunk, on the state's device) and ``state[a:b]`` in place (``work``: :func:`_work`)."""
+        m, v = state["exp_avg"][a:b], state["exp_avg_sq"][a:b]
+        fp = work["fp"]
+        if mode == "param":
+            adamw_inplace(p, grad, m, v, sc, fp)
+        elif mode == "master":
+            master = state["master"][a:b]
+            adamw_inplace(master, grad, m, v, sc, fp)
+            if LITTLE_ENDIAN:
+                high_half_into_(master, p, work["i32"])
             else:
-                rem = s.state["remainder"][a:b]
-                new = adamw_chunk(merge_fp32(p_c.to(dev), rem), g_c, m[a:b], v[a:b], h)
-                hi, r = split_fp32(new)
+                p.copy_(split_fp32(master)[0])
+        else:
+            rem = state["remainder"][a:b]
+            if LITTLE_ENDIAN:
+                master = merged_into_(p, rem, work["pair"], work["i16"])
+                adamw_inplace(master, grad, m, v, sc, fp)
+                split_from_pair_(master, work["pair"], p, rem, work["i32"])
+            else:
+                master = merge_fp32(p, rem)
+                adamw_inplace(master, grad, m, v, sc, fp)
+                hi, r = split_fp32(master)
                 rem.copy_(r)
-                p_c.copy_(hi)
+                p.copy_(hi)
+
+    def _stage_in(self, g: StateGroup):
+        """Queue the copies of an offloaded group's gradients (and PAO / fp32 params) into pinned host buffers."""
+        pdtype = local(g.slots[0].param).dtype
+        if not g.staging:
+            pin = torch.cuda.is_available()
+            g.staging = {k: torch.empty(g.numel, dtype=pdtype, pin_memory=pin) for k in ("grad", "param")}
+        gs, ps = g.staging["grad"], g.staging["param"]
+        for s, a in zip(g.slots, g.offsets):
+            lp, grad = self._shard(s), self._grad(s)
+            n = lp.numel()
+            if grad is None:
+                gs[a:a + n].zero_()
+            else:
+                gs[a:a + n].copy_(grad, non_blocking=True)
+            if g.mode != "master":
+                ps[a:a + n].copy_(lp, non_blocking=True)
+        if torch.cuda.is_available() and local(g.slots[0].param).is_cuda:
+            ev = torch.cuda.Event()
+            ev.record()
+            return ev
+        return None
+
+    def _update_staged(self, g: StateGroup, sc: StepScalars, event) -> int:
+        """Host update of an offloaded group over its flat buffers, then copy the new parameters back."""
+        if event is not None:
+            event.synchronize()
+        gs, ps = g.staging["grad"], g.staging["param"]
+        zeros = int((gs == 0).sum()) - sum(local(s.param).numel() for s in g.slots if s.param.grad is None)
+        work = _work(min(CHUNK, g.numel), "cpu")
+        for a in range(0, g.numel, CHUNK):
+            b = min(a + CHUNK, g.numel)
+            self._chunk(g.mode, ps[a:b], gs[a:b], g.bufs, a, b, sc, work)
+        for s, a in zip(g.slots, g.offsets):
+            lp = self._shard(s)
+            lp.copy_(ps[a:a + lp.numel()], non_blocking=True)
+        return zeros
 
     # ------------------------------------------------------------------ introspection / checkpoint
     def master_weight(self, s: ParamSlot) -> torch.Tensor:
