@@ -41,6 +41,8 @@ from gpu_configs import DENSE_1B, DENSE_SMALL, MOE_SMALL
 
 PEAK_BF16 = 989e12
 """H100/H200 SXM dense bf16 peak (vendor datasheet), the MFU denominator."""
+REPORT_CMD = "python3 bench/gpu_speed.py --report bench/results/gpu_speed_raw.json --csv bench/results/gpu_speed.csv"
+"""The step that turns the raw JSON into the CSV (tests/test_bench_results.py re-runs it)."""
 COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
 """The CSV contract (issue 13)."""
 
@@ -413,7 +415,8 @@ def rows(r: dict) -> list[dict]:
 
     def add(name, value, unit, section):
         out.append({"measurement": name, "value": value, "unit": unit, "gpu": r.get("gpu"),
-                    "torch_version": r.get("torch_version"), "command": cmds.get(section, r.get("command"))})
+                    "torch_version": r.get("torch_version"),
+                    "command": f"{cmds.get(section, r.get('command'))} && {REPORT_CMD}"})
 
     for key in ("dense", "moe"):
         d = r.get(key, {})
