@@ -21,6 +21,12 @@ Loss normalisation (as verl): every micro-batch's summed token loss is scaled by
 of loss tokens of the whole global batch (all micro-batches on all DP ranks); FSDP2's gradient average over DP then
 leaves ``sum of token-loss gradients / G``. The reported loss is ``sum of token losses / G``.
 
+Mesh (``ParallelConfig(tp, cp, ep, etp=1)`` on one node, see :mod:`mlite.runtime.parallel`): "DP" above is DP x CP
+(the ranks whose tokens differ: each CP rank holds its load-balanced chunks of every sequence); every rank of a
+DP x CP group feeds the micro-batches of its DP rank (data rank = DP rank), the runtime splits each over CP. Expert
+gradients (EP-sharded experts, FSDP2 over EDP) are divided by DP x CP as well. The gradient norm sums dense shards
+over DP x CP and expert shards over the whole world (EDP x EP).
+
 Memory (per rank, bf16 params, FSDP group size d = world size): parameter shards 2N/d, gradient shards 2N/d (exist
 from the first backward of a step until ``zero_grad``, which frees them), optimizer state 12N/d (fp32 master), 10N/d
 (PAO remainders) or 6N/d (PAO + bf16 moments), allocated at the first ``optimizer_step``; transient: unsharded units
@@ -49,7 +55,7 @@ import torch.distributed as dist
 from ..errors import MliteError
 from .config import RuntimeConfig
 from .dist import init_distributed, resolve_device
-from .fsdp import build_meshes, check_lite_parallel, expert_param_names, shard_model
+from .fsdp import build_meshes, check_lite_parallel, expert_modules, expert_param_names, shard_model
 from .optim.clip import clip_coefficient, global_norm_and_zeros
 from .optim.offload import move_model, release_device_cache
 from .optim.optimizer import ShardedAdamW, local
@@ -97,10 +103,14 @@ class LiteRuntime:
             pd = "bf16" if self.device.type == "cuda" or bc.optimizer.pao else "fp32"
         self.param_dtype_name = pd
         self.param_dtype = _DTYPES[pd]
-        self.dense_mesh, self.expert_mesh = build_meshes(bc.parallel, self.info.world_size, self.device.type)
-        self.dp_group = self.dense_mesh.get_group()
-        self.edp_group = self.expert_mesh.get_group()
+        self.pstate = build_meshes(bc.parallel, self.info.world_size, self.info.rank, self.device.type)
+        self.dense_mesh, self.expert_mesh = self.pstate.fsdp_dense_mesh, self.pstate.fsdp_expert_mesh
+        self.dp_group = self.pstate.dp_cp_group  # loss / token-count reduction: every rank's tokens differ
+        self.edp_group = self.pstate.edp_group
+        # expert shards differ over EDP and over EP: their norm is summed over the whole world
+        self.expert_norm_group = self.edp_group if self.pstate.ep == 1 else dist.group.WORLD
         self.dp_size = self.dense_mesh.size()
+        self.applied = None
 
     @property
     def rank(self) -> int:
@@ -127,9 +137,16 @@ class LiteRuntime:
 
     def build_model(self) -> ModelHandle:
         """Build the model (same weights on every rank), shard it with FSDP2, set up AdamW and the schedule."""
+        from .parallel import apply_parallelism
+
         model, spec = self._make_model()
+        if self.pstate.ep > 1 and not expert_modules(model):
+            raise MliteError(f"ep: EP {self.pstate.ep} needs a model with routed experts; use --ep 1 for a dense "
+                             "model")
+        self.applied = apply_parallelism(model, self.pstate)
         experts = expert_param_names(model)
-        shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype)
+        shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype,
+                    expert_divide_factor=self.pstate.dp_cp)
         opt = ShardedAdamW(model.named_parameters(), self.cfg.optimizer, expert_names=experts, device=self.device)
         return ModelHandle(runtime=self, model=model, optimizer=opt, scheduler=LRScheduler(self.cfg.optimizer),
                            spec=spec)
@@ -147,6 +164,10 @@ class LiteRuntime:
         ``num_microbatches``.
         """
         mbs = _microbatches(batch, num_microbatches)
+        cp = self.applied.cp if self.applied is not None else None
+        metas = [None] * len(mbs)
+        if cp is not None:
+            mbs, metas = zip(*(cp.split(mb.to("cpu")) for mb in mbs))
         counts = [_loss_tokens(mb) for mb in mbs]
         tok = torch.tensor([float(sum(counts))], dtype=torch.float64, device=self.device)
         if self.dp_size > 1:
@@ -157,11 +178,12 @@ class LiteRuntime:
         fn = loss_fn or _model_loss
         loss_acc = torch.zeros((), dtype=torch.float64, device=self.device)
         with torch.no_grad() if forward_only else nullcontext():
-            for mb in mbs:
-                out = fn(model, mb.to(self.device, non_blocking=True))
-                loss_sum = out[0] if isinstance(out, (tuple, list)) else out
-                if not forward_only:
-                    (loss_sum.float() * scale).backward()
+            for mb, meta in zip(mbs, metas):
+                with nullcontext() if meta is None else cp.active(meta):
+                    out = fn(model, mb.to(self.device, non_blocking=True))
+                    loss_sum = out[0] if isinstance(out, (tuple, list)) else out
+                    if not forward_only:
+                        (loss_sum.float() * scale).backward()
                 loss_acc += loss_sum.detach().double()
         if self.dp_size > 1:
             dist.all_reduce(loss_acc, group=self.dp_group)
@@ -192,7 +214,7 @@ class LiteRuntime:
         for s in handle.optimizer.slots:
             g = None if s.param.grad is None else local(s.param.grad)
             (expert if s.expert else dense).append(g)
-        return global_norm_and_zeros([(dense, self.dp_group), (expert, self.edp_group)], self.device)
+        return global_norm_and_zeros([(dense, self.dp_group), (expert, self.expert_norm_group)], self.device)
 
     def optimizer_step(self, handle: ModelHandle) -> tuple[bool, float, int]:
         """Clip on the global norm and update: ``(ok, grad_norm, num_zeros)``; ``ok=False`` (no update) when the
@@ -217,8 +239,13 @@ class LiteRuntime:
     # ------------------------------------------------------------------ rl tiers
     def export_weights(self, handle: ModelHandle, device="cpu") -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``(name, full tensor)`` for every parameter (all-gathers: every rank must consume it)."""
+        experts = {id(p) for s in handle.optimizer.slots if s.expert for p in [s.param]}
         for name, p in handle.model.named_parameters():
             full = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+            if self.pstate.ep > 1 and id(p) in experts:  # this EP rank's experts -> all of them
+                from .parallel.comm import all_gather_dim0
+
+                full = all_gather_dim0(full.detach().contiguous(), self.pstate.ep_group, self.pstate.ep)
             yield name, full.detach().to(device)
 
     def to(self, handle: ModelHandle, device, model: bool = True, optimizer: bool = True,
@@ -245,13 +272,21 @@ class LiteRuntime:
         """Save sharded model + optimizer state and the step counters (see :mod:`mlite.runtime.checkpoint`)."""
         from .checkpoint import save
 
+        self._check_checkpoint_mesh("save_checkpoint")
         return save(handle, path)
 
     def load_checkpoint(self, handle: ModelHandle, path, load_optimizer: bool = True) -> None:
         """Load what :meth:`save_checkpoint` wrote (same optimizer storage layout)."""
         from .checkpoint import load
 
+        self._check_checkpoint_mesh("load_checkpoint")
         load(handle, path, load_optimizer)
+
+    def _check_checkpoint_mesh(self, what: str) -> None:
+        if self.pstate.ep > 1 or self.pstate.tp > 1:
+            raise MliteError(f"{what}: checkpoints of EP > 1 or TP > 1 runs are not implemented by the lite runtime "
+                             "(the expert / tensor slices carry no global layout for DCP yet); checkpoint a "
+                             "data-parallel or CP run")
 
     # ------------------------------------------------------------------ memory
     def memory_stats(self, handle: ModelHandle) -> dict:
@@ -263,6 +298,7 @@ class LiteRuntime:
         out = {"params": params, "grads": grads, **opt,
                "optimizer_bytes": sum(v["bytes"] for v in opt.values()),
                "param_dtype": self.param_dtype_name, "device": str(self.device), "world_size": self.world_size,
+               "mesh": self.pstate.to_dict(),
                "max_memory_allocated": None, "memory_allocated": None, "memory_reserved": None}
         if self.device.type == "cuda":
             out["max_memory_allocated"] = torch.cuda.max_memory_allocated(self.device)
