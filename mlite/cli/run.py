@@ -29,6 +29,9 @@ def add_parser(sub):
     p.add_argument("--steps", type=int, required=True, help="optimizer steps")
     p.add_argument("--nproc", type=int, required=True, help="worker processes (data-parallel size)")
     p.add_argument("--device", choices=DEVICES, required=True, help="cpu (gloo) or cuda (nccl, one GPU per process)")
+    for name, what in (("tp", "tensor parallel size (sequence parallel)"), ("cp", "context parallel size"),
+                       ("ep", "expert parallel size"), ("etp", "expert tensor parallel size (1 only)")):
+        p.add_argument(f"--{name}", type=int, default=1, help=f"{what}; --nproc = TP*CP*DP (default 1)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="fsdp2", help="mlite optimizer backend (default fsdp2)")
     p.add_argument("--pao", action="store_true", help="use_precision_aware_optimizer (bf16 params + int16 remainders)")
     p.add_argument("--moment-dtype", choices=MOMENT_DTYPES, default="fp32", help="Adam moment dtype (bf16 needs --pao)")
@@ -61,7 +64,8 @@ def add_parser(sub):
 def _config(args):
     from ..launch import RunConfig
 
-    return RunConfig(model=args.model, steps=args.steps, nproc=args.nproc, device=args.device,
+    return RunConfig(model=args.model, steps=args.steps, nproc=args.nproc, device=args.device, tp=args.tp, cp=args.cp,
+                     ep=args.ep, etp=args.etp,
                      optimizer=args.optimizer, pao=args.pao, moment_dtype=args.moment_dtype,
                      offload_fraction=args.offload_fraction, param_offload=args.param_offload,
                      optimizer_offload=args.optimizer_offload, launcher=args.launcher, seed=args.seed, lr=args.lr,
