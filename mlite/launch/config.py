@@ -162,8 +162,11 @@ class RunConfig:
         from ..mesh import resolve
         from ..models import from_hf_config
 
+        from ..runtime.parallel.state import check_mesh
+
         spec = spec or from_hf_config(self.model)
         p = self.parallel_config()
+        check_mesh(p)
         plan = resolve(spec, self.nproc, p, seq_len=2 * p.cp, gpus_per_node=self.nproc)
         if not plan.valid:
             reasons = "; ".join(f.message for f in plan.errors)

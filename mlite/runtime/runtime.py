@@ -147,6 +147,8 @@ class LiteRuntime:
         experts = expert_param_names(model)
         shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype,
                     expert_divide_factor=self.pstate.dp_cp)
+        if self.applied.tp is not None:
+            self.applied.tp.bind(model)
         opt = ShardedAdamW(model.named_parameters(), self.cfg.optimizer, expert_names=experts, device=self.device)
         return ModelHandle(runtime=self, model=model, optimizer=opt, scheduler=LRScheduler(self.cfg.optimizer),
                            spec=spec)
@@ -168,6 +170,12 @@ class LiteRuntime:
         metas = [None] * len(mbs)
         if cp is not None:
             mbs, metas = zip(*(cp.split(mb.to("cpu")) for mb in mbs))
+        tp = self.applied.tp if self.applied is not None else None
+        if tp is not None:
+            from .parallel.tp import pad_for_tp
+
+            mbs = [pad_for_tp(mb.to("cpu"), tp.tp) for mb in mbs]
+            tp.pending = tp.pending or not forward_only
         counts = [_loss_tokens(mb) for mb in mbs]
         tok = torch.tensor([float(sum(counts))], dtype=torch.float64, device=self.device)
         if self.dp_size > 1:
@@ -207,14 +215,27 @@ class LiteRuntime:
     def zero_grad(self, handle: ModelHandle) -> None:
         """Free the gradient shards (set to None)."""
         handle.model.zero_grad(set_to_none=True)
+        if self.applied is not None and self.applied.tp is not None:
+            self.applied.tp.pending = False
 
     def grad_norm(self, handle: ModelHandle) -> tuple[float, int]:
         """Global gradient L2 norm and zero count over all shards (collective)."""
-        dense, expert = [], []
+        tp = self.applied.tp if self.applied is not None else None
+        if tp is not None:
+            tp.reduce_partial_grads()
+        dense, tp_split, expert = [], [], []
         for s in handle.optimizer.slots:
             g = None if s.param.grad is None else local(s.param.grad)
-            (expert if s.expert else dense).append(g)
-        return global_norm_and_zeros([(dense, self.dp_group), (expert, self.expert_norm_group)], self.device)
+            if s.expert:
+                expert.append(g)
+            elif tp is not None and "tp" in (getattr(s.param, "device_mesh", None).mesh_dim_names or ()):
+                tp_split.append(g)  # TP shards differ over TP as well: summed over DP x CP x TP
+            else:
+                dense.append(g)
+        groups = [(dense, self.dp_group), (expert, self.expert_norm_group)]
+        if tp_split:
+            groups.append((tp_split, dist.group.WORLD))
+        return global_norm_and_zeros(groups, self.device)
 
     def optimizer_step(self, handle: ModelHandle) -> tuple[bool, float, int]:
         """Clip on the global norm and update: ``(ok, grad_norm, num_zeros)``; ``ok=False`` (no update) when the
