@@ -1,8 +1,9 @@
 """The lite runtime on a mesh (gloo, CPU, 1-4 processes): EP, CP (and EP x CP) runs equal the data-parallel run
 with the same DP step for step (loss and grad norm, fp32 params, relative 1e-5), PAO stays bitwise equal to the
-fp32 master on every mesh, the measured per-rank parameter / gradient / optimizer bytes equal the estimator's
+fp32 master on every mesh (TP too), the measured per-rank parameter / gradient / optimizer bytes equal the estimator's
 (``mlite memory --optimizer fsdp2``) for 9 meshes, the packed-batch CP split, and bad meshes refused before any
-process starts."""
+process starts. The equivalence runs are 10 steps of 2 micro-batches of 2 packed sequences (12-24 tokens) per DP
+rank, so CP pads and splits packed sequences and TP pads the stream."""
 
 from __future__ import annotations
 
@@ -25,14 +26,15 @@ MOE = ("tiny-moe", "tiny-hybrid")
 STEPS = 10
 MESHES_BY_WORLD = {
     1: [(m, {}) for m in MODELS],
-    2: [(m, {}) for m in MODELS] + [(m, {"ep": 2}) for m in MOE] + [(m, {"cp": 2}) for m in MODELS],
+    2: [(m, {}) for m in MODELS] + [(m, {"ep": 2}) for m in MOE] + [(m, {"cp": 2}) for m in MODELS]
+    + [(m, {"tp": 2}) for m in MODELS],
     4: [(m, {"ep": 2, "cp": 2}) for m in MOE],
 }
 """Equivalence runs per world size: DP baselines (DP = 1 and 2) and the mesh runs."""
 MEMORY_MESHES = {2: [{}, {"ep": 2}, {"cp": 2}],
                  4: [{"ep": 2}, {"ep": 4}, {"cp": 2}, {"cp": 4}, {"ep": 2, "cp": 2}, {"ep": 4, "cp": 2}]}
 """Meshes whose measured per-rank bytes are checked against the estimator (tiny-moe, bf16 params, fp32 master)."""
-PAO_MESHES = {2: [{"ep": 2}, {"cp": 2}], 4: [{"ep": 2, "cp": 2}]}
+PAO_MESHES = {2: [{"ep": 2}, {"cp": 2}, {"tp": 2}], 4: [{"ep": 2, "cp": 2}]}
 """Meshes on which PAO is checked bitwise against the fp32 master."""
 
 
@@ -88,11 +90,12 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-30)
 
 
-@pytest.mark.parametrize("model,par", [(m, p) for m in MODELS for p in ({"ep": 2}, {"cp": 2}, {"ep": 2, "cp": 2})
+@pytest.mark.parametrize("model,par", [(m, p) for m in MODELS
+                                       for p in ({"ep": 2}, {"cp": 2}, {"tp": 2}, {"ep": 2, "cp": 2})
                                        if m in MOE or "ep" not in p])
 def test_mesh_run_equals_the_data_parallel_run_with_the_same_dp(mesh_results, model, par):
     world = 2 * par.get("cp", 1) if "ep" in par else 2
-    dp = world // par.get("cp", 1)
+    dp = world // (par.get("cp", 1) * par.get("tp", 1))
     got = mesh_results[world][0]["train"][_key(model, par)]
     ref = mesh_results[dp][0]["train"][_key(model, {})]
     assert len(got) == len(ref) == STEPS
@@ -110,7 +113,7 @@ def test_pao_is_bitwise_equal_to_the_fp32_master_on_every_mesh(mesh_results):
             for key, (params, masters) in r["pao"].items():
                 assert params == [] and masters == [], (w, key, params[:3], masters[:3])
                 seen[key] = True
-    assert len(seen) == 3
+    assert len(seen) == 4
 
 
 def test_measured_per_rank_bytes_equal_the_estimate(mesh_results):
@@ -209,3 +212,20 @@ def test_cli_mesh_run_records_the_mesh_and_matches_the_estimate(tmp_path):
     rows = {r["item"]: r for r in memory_rows(cfg, mem)}
     for item in ("parameters", "gradients", "optimizer state"):
         assert rows[item]["measured"] == rows[item]["estimated"], (item, rows[item])
+
+
+def test_run_view_shows_the_mesh_and_its_estimate():
+    from mlite.launch import RunConfig
+    from mlite.launch.monitor import estimate_for, fmt_bytes
+    from widgets.run_view import RunView
+
+    cfg = RunConfig(model="tiny-moe", nproc=4, cp=2, ep=2)
+    v = RunView(cfg)
+    assert v.config().parallel_config().to_dict() == cfg.parallel_config().to_dict()
+    assert v._mesh.value == "mesh: tp 1 · cp 2 · ep 2 · etp 1 · dp 2 · edp 2"
+    w = estimate_for(cfg).worst
+    dp_only = estimate_for(RunConfig(model="tiny-moe", nproc=4)).worst
+    assert w.local_params < dp_only.local_params  # the mesh's estimate: experts split over EP
+    assert fmt_bytes(round(w.params)) in v._memory.value
+    v._ep.value = 3  # an invalid mesh: one line in the banner, with the planner's reason
+    assert "routed experts 8 are not divisible by EP 3" in v.errors.message
