@@ -13,6 +13,11 @@ from each source for each of its experts; (2) exchange tokens: an all-to-all of 
 inverse permutation and the reverse all-to-all bring every output row back to the rank and position it came from
 (combine). Both all-to-alls are differentiable (the backward pass is the reverse exchange), so gradients of the
 expert weights hold every token routed to them, from every rank of the EP group.
+
+Every rank runs the same collectives in the same order whatever the routing: when no token reaches any local
+expert, the experts run on one zero row (output discarded), so the backward pass still runs both reverse
+all-to-alls and the experts' gradient reduction (a zero gradient) -- otherwise that rank's backward graph would skip
+them and its peers would wait forever.
 """
 
 from __future__ import annotations
@@ -58,7 +63,15 @@ class ExpertDispatcher:
         got = all_to_all(xs, recv_splits, send_splits, self.group)     # source-major, then local expert
         perm = _expert_major(recv_rows, xs.device)
         local_counts = recv.sum(0).to(counts.device)
-        ys = experts(got.index_select(0, perm), local_counts)
+        rows = got.index_select(0, perm)
+        empty = rows.shape[0] == 0
+        if empty:  # no token for any local expert: one zero row keeps the backward graph (and its collectives)
+            rows = rows.new_zeros(1, rows.shape[1]) + got.sum()
+            local_counts = torch.zeros_like(local_counts)
+            local_counts[0] = 1
+        ys = experts(rows, local_counts)
+        if empty:
+            ys = ys[:0]
         back = torch.empty_like(ys).index_copy(0, perm, ys)            # source-major again
         return all_to_all(back, send_splits, recv_splits, self.group)
 
