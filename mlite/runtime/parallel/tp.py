@@ -5,25 +5,28 @@ DP x CP, the 2D layout of torchtitan):
 
 * full attention: ``q_proj``, ``k_proj``, ``v_proj`` column-wise (whole heads per rank; the output-gated
   ``q_proj`` of Qwen3-Next / Qwen3.5 keeps each head's query and gate rows together), ``o_proj`` row-wise;
-* the dense MLP: ``gate_proj`` and ``up_proj`` column-wise, ``down_proj`` row-wise.
+* the dense MLP and the shared expert: ``gate_proj`` and ``up_proj`` column-wise, ``down_proj`` row-wise;
+* the embedding and the lm_head by vocabulary rows (vocabulary-parallel, as Megatron; the vocabulary must be
+  divisible by TP, the lite runtime does not pad it), with a vocabulary-parallel fused cross entropy: the final
+  hidden states are all-gathered over TP, every TP rank computes its vocabulary share of the logits and the max,
+  sum of exponentials and target logit are all-reduced, so every TP rank holds the same full loss (the loss and its
+  token count are then reduced over DP x CP only, as without TP).
 
 Sequence parallelism: between those regions the residual stream is split along the tokens: rank ``t`` holds tokens
 ``t*T/TP .. (t+1)*T/TP - 1`` (the micro-batch is padded with one extra, loss-free sequence so that TP divides T).
 Entering attention / MLP the stream is all-gathered (DTensor ``Shard(0) -> Replicate``), leaving it the row-wise
-output is reduce-scattered (``Partial -> Shard(0)``); the norms run on the local tokens.
+output is reduce-scattered (``Partial -> Shard(0)``); the embedding's output is reduce-scattered into the split
+stream; the norms run on the local tokens.
 
-Not split (replicated on every TP rank, each rank computing with its own tokens): the embedding (full lookup, then
-this rank's tokens), the final norm, the router and the routed experts (ETP = 1: experts are sharded by EP / EDP
-only) and the shared expert (on the local tokens), the q/k norms, and the Gated DeltaNet layers (the input is
-all-gathered over TP, the layer runs on whole sequences, this rank's tokens are kept). The lm_head and the cross
-entropy are not vocab-parallel: the final hidden states are all-gathered over TP and every TP rank computes the
-same full loss (so the loss and its token count are reduced over DP x CP only, as without TP).
+Not split (replicated on every TP rank, each computing with its own tokens): the norms, the router and the routed
+experts (ETP = 1: experts are sharded by EP / EDP only), the shared-expert gate, the q/k norms, and the Gated
+DeltaNet layers (their input is all-gathered over TP, the layer runs on whole sequences, this rank's tokens are
+kept).
 
 Gradients: DTensor's autograd completes the split weights' gradients. The replicated parameters that only saw this
-rank's tokens (or heads) -- embedding, norms, router, shared expert, q/k norms, Gated DeltaNet -- hold a partial
+rank's tokens (or heads) -- norms, router, shared-expert gate, q/k norms, Gated DeltaNet -- hold a partial
 gradient; :meth:`TensorParallel.reduce_partial_grads` sums their (FSDP2-reduced) shards over TP once per step,
-before the norm and the update (Megatron all-reduces its sequence-parallel layernorm gradients the same way). The
-lm_head's gradient is already complete on every TP rank.
+before the norm and the update (Megatron all-reduces its sequence-parallel layernorm gradients the same way).
 """
 
 from __future__ import annotations
@@ -37,19 +40,52 @@ from ..batch import IGNORE_INDEX, PackedBatch
 from .comm import all_gather_dim0
 
 
-class _GatherKeepLocalGrad(torch.autograd.Function):
-    """All-gather along dim 0; backward keeps this rank's slice (every rank's downstream computation is the same)."""
+class _VocabParallelLinearCE(torch.autograd.Function):
+    """Summed cross entropy of ``hidden @ W.T`` with ``W`` split by vocabulary rows over TP (Megatron's
+    ``vocab_parallel_cross_entropy`` fused with the lm_head GEMM, chunked over rows like
+    :func:`mlite.runtime.models.loss.linear_cross_entropy`): the max, the sum of exponentials and the target logit
+    are all-reduced over TP, so every TP rank gets the same loss. Gradients are computed in the forward pass; the
+    hidden-state gradient is this rank's vocabulary share (partial: the caller's all-gather backward sums it)."""
 
     @staticmethod
-    def forward(ctx, x, group, size, rank):
-        ctx.rank, ctx.n = rank, x.shape[0]
-        out = x.new_empty((size * x.shape[0], *x.shape[1:]))
-        dist.all_gather_into_tensor(out, x.contiguous(), group=group)
-        return out
+    def forward(ctx, hidden, weight, targets, chunk, group, vocab_start, grad_enabled):
+        n, Vl = hidden.shape[0], weight.shape[0]
+        want_h, want_w = grad_enabled and ctx.needs_input_grad[0], grad_enabled and ctx.needs_input_grad[1]
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        gh = torch.empty_like(hidden) if want_h else None
+        gw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_w else None
+        for s in range(0, n, chunk):
+            hc, tc = hidden[s:s + chunk], targets[s:s + chunk]
+            logits = (hc @ weight.t()).float()
+            m = logits.max(dim=-1).values
+            dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
+            ex = torch.exp(logits - m[:, None])
+            se = ex.sum(dim=-1)
+            dist.all_reduce(se, group=group)
+            lt = tc - vocab_start
+            own = (lt >= 0) & (lt < Vl)
+            rows = torch.arange(hc.shape[0], device=hc.device)
+            tl = torch.where(own, logits[rows, lt.clamp(0, Vl - 1)], torch.zeros_like(m))
+            dist.all_reduce(tl, group=group)
+            total += (m + torch.log(se) - tl).sum()
+            if want_h or want_w:
+                p = ex / se[:, None]
+                p[rows[own], lt[own]] -= 1.0
+                p = p.to(hidden.dtype)
+                if want_h:
+                    gh[s:s + chunk] = p @ weight
+                if want_w:
+                    gw += (p.t() @ hc).float()
+        ctx.save_for_backward(gh, gw)
+        ctx.weight_dtype = weight.dtype
+        return total
 
     @staticmethod
     def backward(ctx, g):
-        return g[ctx.rank * ctx.n:(ctx.rank + 1) * ctx.n], None, None, None
+        gh, gw = ctx.saved_tensors
+        dh = None if gh is None else gh * g.to(gh.dtype)
+        dw = None if gw is None else (gw * g.to(gw.dtype)).to(ctx.weight_dtype)
+        return dh, dw, None, None, None, None, None
 
 
 def pad_for_tp(batch: PackedBatch, tp: int) -> PackedBatch:
@@ -77,8 +113,16 @@ class TensorParallel:
         n = out.shape[0] // self.tp
         return out[self.rank * n:(self.rank + 1) * n]
 
-    def _gather_keep_local(self, module, args, out):
-        return _GatherKeepLocalGrad.apply(out, self.group, self.tp, self.rank)
+    def _gather(self, module, args, out):
+        return all_gather_dim0(out, self.group, self.tp)
+
+    def cross_entropy(self, hidden, weight, targets, chunk):
+        """Vocabulary-parallel fused lm_head + cross entropy (the model's ``cross_entropy`` hook)."""
+        w = weight.to_local() if hasattr(weight, "to_local") else weight
+        if hidden.shape[0] == 0:
+            return (hidden.sum() + w.sum()).float() * 0.0
+        return _VocabParallelLinearCE.apply(hidden, w, targets, int(chunk), self.group, self.rank * w.shape[0],
+                                            torch.is_grad_enabled())
 
     def _gather_pre(self, module, args):
         x, *rest = args
@@ -95,7 +139,6 @@ class TensorParallel:
         from ..models.deltanet import GatedDeltaNet
 
         tp = self.tp
-        split: set[int] = set()
         for block in model.blocks:
             plan = {}
             mixer = block.mixer
@@ -113,24 +156,31 @@ class TensorParallel:
             elif isinstance(mixer, GatedDeltaNet):
                 mixer.register_forward_pre_hook(self._gather_pre)
                 mixer.register_forward_hook(self._local_tokens)
-            if isinstance(block.mlp, SwiGLU):
-                plan.update({"mlp": PrepareModuleInput(input_layouts=(Shard(0),), desired_input_layouts=(Replicate(),)),
-                             "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
-                             "mlp.down_proj": RowwiseParallel(output_layouts=Shard(0))})
+            mlps = [("mlp", block.mlp)] if isinstance(block.mlp, SwiGLU) else []
+            shared = getattr(block.mlp, "shared_name", None)
+            if shared:
+                mlps.append((f"mlp.{shared}", getattr(block.mlp, shared)))
+            for name, _ in mlps:
+                plan.update({name: PrepareModuleInput(input_layouts=(Shard(0),), desired_input_layouts=(Replicate(),)),
+                             f"{name}.gate_proj": ColwiseParallel(), f"{name}.up_proj": ColwiseParallel(),
+                             f"{name}.down_proj": RowwiseParallel(output_layouts=Shard(0))})
             if plan:
                 parallelize_module(block, self.mesh, plan)
-            for name, p in block.named_parameters():
-                if hasattr(p, "placements"):
-                    split.add(id(p))
-        model.embed.register_forward_hook(self._local_tokens)
-        model.norm.register_forward_hook(self._gather_keep_local)
-        experts = {id(p) for m in model.modules() if type(m).__name__ == "Experts" for p in m.parameters()}
-        head = id(model.lm_head.weight)
-        tied = model.lm_head.weight is model.embed.weight
-        if tied:
+        if model.lm_head.weight is model.embed.weight:
             raise MliteError("tp: tied embeddings are not supported with TP > 1 by the lite runtime; use --tp 1")
-        self.partial_names = [n for n, p in model.named_parameters()
-                              if id(p) not in split and id(p) not in experts and id(p) != head]
+        vocab = model.embed.weight.shape[0]
+        if vocab % tp:
+            raise MliteError(f"tp: vocabulary {vocab} is not divisible by TP {tp} (the lite runtime does not pad it); "
+                             "choose a TP that divides the vocabulary")
+        # vocabulary-parallel embedding (reduce-scatter into the sequence-parallel stream) and lm_head
+        parallelize_module(model, self.mesh, {
+            "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
+            "lm_head": ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())})
+        model.norm.register_forward_hook(self._gather)
+        model.cross_entropy = self.cross_entropy
+        split = {id(p) for p in model.parameters() if hasattr(p, "placements")}
+        experts = {id(p) for m in model.modules() if type(m).__name__ == "Experts" for p in m.parameters()}
+        self.partial_names = [n for n, p in model.named_parameters() if id(p) not in split and id(p) not in experts]
 
     def bind(self, model) -> None:
         """After FSDP2: find the (now sharded) partial-gradient parameters by name."""
