@@ -228,7 +228,7 @@ class LiteRuntime:
             g = None if s.param.grad is None else local(s.param.grad)
             if s.expert:
                 expert.append(g)
-            elif tp is not None and "tp" in (getattr(s.param, "device_mesh", None).mesh_dim_names or ()):
+            elif tp is not None and tp.is_split(s.name, s.param):
                 tp_split.append(g)  # TP shards differ over TP as well: summed over DP x CP x TP
             else:
                 dense.append(g)
@@ -263,6 +263,9 @@ class LiteRuntime:
         experts = {id(p) for s in handle.optimizer.slots if s.expert for p in [s.param]}
         for name, p in handle.model.named_parameters():
             full = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+            tp = self.applied.tp if self.applied is not None else None
+            if tp is not None and name in tp.sliced:  # hand-sliced TP heads -> the whole tensor
+                full = tp.unslice(name, full.detach())
             if self.pstate.ep > 1 and id(p) in experts:  # this EP rank's experts -> all of them
                 from .parallel.comm import all_gather_dim0
 

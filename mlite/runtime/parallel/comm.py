@@ -3,6 +3,7 @@
 * :func:`all_to_all` -- ``all_to_all_single`` with per-rank split sizes; backward is the reverse all-to-all.
 * :func:`all_gather_dim0` -- concatenation of every rank's tensor along dim 0 (rank order); backward
   reduce-scatters (sums) the gradient and keeps this rank's slice.
+* :func:`reduce_scatter_dim0` -- the sum over ranks, this rank's share of the rows; backward all-gathers.
 * :func:`exchange_counts` -- all-to-all of an integer count matrix (no gradient).
 
 All take an explicit process group, work on gloo (CPU) and nccl (CUDA), and are no-ops for a group of one rank.
@@ -62,3 +63,25 @@ def exchange_counts(send: torch.Tensor, group) -> torch.Tensor:
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv, send.contiguous(), group=group)
     return recv
+
+
+class _ReduceScatter0(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group, size):
+        ctx.group, ctx.size = group, size
+        out = x.new_empty((x.shape[0] // size, *x.shape[1:]))
+        dist.reduce_scatter_tensor(out, x.contiguous(), op=dist.ReduceOp.SUM, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        gi = g.new_empty((ctx.size * g.shape[0], *g.shape[1:]))
+        dist.all_gather_into_tensor(gi, g.contiguous(), group=ctx.group)
+        return gi, None, None
+
+
+def reduce_scatter_dim0(x: torch.Tensor, group, size: int) -> torch.Tensor:
+    """Sum ``x`` over ``group`` and keep this rank's ``1/size`` of the rows (backward: all-gather)."""
+    if size == 1:
+        return x
+    return _ReduceScatter0.apply(x, group, size)

@@ -6,6 +6,9 @@ DP x CP, the 2D layout of torchtitan):
 * full attention: ``q_proj``, ``k_proj``, ``v_proj`` column-wise (whole heads per rank; the output-gated
   ``q_proj`` of Qwen3-Next / Qwen3.5 keeps each head's query and gate rows together), ``o_proj`` row-wise;
 * the dense MLP and the shared expert: ``gate_proj`` and ``up_proj`` column-wise, ``down_proj`` row-wise;
+* Gated DeltaNet: key and value heads (``in_proj_*``, the conv channels, ``A_log``, ``dt_bias`` column-wise,
+  ``out_proj`` row-wise) -- sliced by hand into plain tensors, because the layer reads its conv weight, ``A_log``
+  and ``dt_bias`` directly; its input is all-gathered over TP and its output reduce-scattered back, like attention;
 * the embedding and the lm_head by vocabulary rows (vocabulary-parallel, as Megatron; the vocabulary must be
   divisible by TP, the lite runtime does not pad it), with a vocabulary-parallel fused cross entropy: the final
   hidden states are all-gathered over TP, every TP rank computes its vocabulary share of the logits and the max,
@@ -19,12 +22,10 @@ output is reduce-scattered (``Partial -> Shard(0)``); the embedding's output is 
 stream; the norms run on the local tokens.
 
 Not split (replicated on every TP rank, each computing with its own tokens): the norms, the router and the routed
-experts (ETP = 1: experts are sharded by EP / EDP only), the shared-expert gate, the q/k norms, and the Gated
-DeltaNet layers (their input is all-gathered over TP, the layer runs on whole sequences, this rank's tokens are
-kept).
+experts (ETP = 1: experts are sharded by EP / EDP only), the shared-expert gate, the q/k norms and the Gated DeltaNet output norm.
 
 Gradients: DTensor's autograd completes the split weights' gradients. The replicated parameters that only saw this
-rank's tokens (or heads) -- norms, router, shared-expert gate, q/k norms, Gated DeltaNet -- hold a partial
+rank's tokens (or heads) -- norms, router, shared-expert gate -- hold a partial
 gradient; :meth:`TensorParallel.reduce_partial_grads` sums their (FSDP2-reduced) shards over TP once per step,
 before the norm and the update (Megatron all-reduces its sequence-parallel layernorm gradients the same way).
 """
@@ -37,7 +38,7 @@ from torch import nn
 
 from ...errors import MliteError
 from ..batch import IGNORE_INDEX, PackedBatch
-from .comm import all_gather_dim0
+from .comm import all_gather_dim0, reduce_scatter_dim0
 
 
 class _VocabParallelLinearCE(torch.autograd.Function):
@@ -106,13 +107,10 @@ class TensorParallel:
     def __init__(self, state):
         self.mesh, self.group, self.tp, self.rank = state.tp_mesh, state.tp_group, state.tp, state.tp_rank
         self.partial: list[nn.Parameter] = []
+        self.sliced: dict[str, tuple[int, tuple[int, ...]]] = {}
         self.pending = False
 
     # ------------------------------------------------------------------ hooks of the sequence-parallel region
-    def _local_tokens(self, module, args, out):
-        n = out.shape[0] // self.tp
-        return out[self.rank * n:(self.rank + 1) * n]
-
     def _gather(self, module, args, out):
         return all_gather_dim0(out, self.group, self.tp)
 
@@ -128,6 +126,47 @@ class TensorParallel:
         x, *rest = args
         return (all_gather_dim0(x, self.group, self.tp), *rest)
 
+    def _reduce_scatter(self, module, args, out):
+        return reduce_scatter_dim0(out, self.group, self.tp)
+
+    # ------------------------------------------------------------------ Gated DeltaNet: heads sliced by hand
+    def _slice_gdn(self, prefix: str, m) -> None:
+        """Keep this rank's key / value heads of a Gated DeltaNet layer (plain tensors: the layer reads its conv
+        weight, ``A_log`` and ``dt_bias`` directly, so they cannot be DTensors next to local activations)."""
+        tp, t = self.tp, self.rank
+        if m.h % tp or m.hv % tp:
+            raise MliteError(f"tp: Gated DeltaNet key heads {m.h} and value heads {m.hv} must be divisible by TP {tp}")
+        kd, vd = m.key_dim_total, m.value_dim_total
+        conv = (kd, kd, vd)
+        segs = {"conv1d.weight": (0, conv), "dt_bias": (0, (m.hv,)), "A_log": (0, (m.hv,)),
+                "out_proj.weight": (1, (vd,))}
+        if m.fused:  # grouped per key head already: whole groups per rank
+            segs.update({"in_proj_qkvz.weight": (0, (m.conv_dim + vd,)), "in_proj_ba.weight": (0, (2 * m.hv,))})
+        else:
+            segs.update({"in_proj_qkv.weight": (0, conv), "in_proj_z.weight": (0, (vd,)),
+                         "in_proj_b.weight": (0, (m.hv,)), "in_proj_a.weight": (0, (m.hv,))})
+        for name, (dim, sizes) in segs.items():
+            mod, attr = (m, name) if "." not in name else (getattr(m, name.split(".")[0]), name.split(".")[1])
+            full = getattr(mod, attr).detach()
+            parts = [seg.chunk(tp, dim=dim)[t] for seg in full.split(list(sizes), dim=dim)]
+            setattr(mod, attr, nn.Parameter(torch.cat(parts, dim=dim).clone()))
+            self.sliced[f"{prefix}.{name}"] = (dim, sizes)
+        m.h, m.hv = m.h // tp, m.hv // tp
+        m.key_dim_total, m.value_dim_total, m.conv_dim = kd // tp, vd // tp, m.conv_dim // tp
+
+    def unslice(self, name: str, local: torch.Tensor) -> torch.Tensor:
+        """The full tensor of a hand-sliced parameter from every TP rank's ``local`` (collective over TP)."""
+        dim, sizes = self.sliced[name]
+        parts = [torch.empty_like(local) for _ in range(self.tp)]
+        dist.all_gather(parts, local.contiguous(), group=self.group)
+        per = [p.split([s // self.tp for s in sizes], dim=dim) for p in parts]
+        return torch.cat([per[r][i] for i in range(len(sizes)) for r in range(self.tp)], dim=dim)
+
+    def is_split(self, name: str, param) -> bool:
+        """The parameter's shards differ over TP (DTensor on the TP mesh, or a hand-sliced one)."""
+        mesh = getattr(param, "device_mesh", None)
+        return name in self.sliced or (mesh is not None and "tp" in (mesh.mesh_dim_names or ()))
+
     # ------------------------------------------------------------------ install
     def install(self, model) -> None:
         from torch.distributed.tensor import Replicate, Shard
@@ -139,7 +178,7 @@ class TensorParallel:
         from ..models.deltanet import GatedDeltaNet
 
         tp = self.tp
-        for block in model.blocks:
+        for i, block in enumerate(model.blocks):
             plan = {}
             mixer = block.mixer
             if isinstance(mixer, Attention):
@@ -154,8 +193,9 @@ class TensorParallel:
                 mixer.heads //= tp
                 mixer.kv_heads //= tp
             elif isinstance(mixer, GatedDeltaNet):
+                self._slice_gdn(f"blocks.{i}.linear_attn", mixer)
                 mixer.register_forward_pre_hook(self._gather_pre)
-                mixer.register_forward_hook(self._local_tokens)
+                mixer.register_forward_hook(self._reduce_scatter)
             mlps = [("mlp", block.mlp)] if isinstance(block.mlp, SwiGLU) else []
             shared = getattr(block.mlp, "shared_name", None)
             if shared:
@@ -180,7 +220,8 @@ class TensorParallel:
         model.cross_entropy = self.cross_entropy
         split = {id(p) for p in model.parameters() if hasattr(p, "placements")}
         experts = {id(p) for m in model.modules() if type(m).__name__ == "Experts" for p in m.parameters()}
-        self.partial_names = [n for n, p in model.named_parameters() if id(p) not in split and id(p) not in experts]
+        self.partial_names = [n for n, p in model.named_parameters()
+                              if id(p) not in split and id(p) not in experts and n not in self.sliced]
 
     def bind(self, model) -> None:
         """After FSDP2: find the (now sharded) partial-gradient parameters by name."""
