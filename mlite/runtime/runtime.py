@@ -171,10 +171,11 @@ class LiteRuntime:
         if cp is not None:
             mbs, metas = zip(*(cp.split(mb.to("cpu")) for mb in mbs))
         tp = self.applied.tp if self.applied is not None else None
-        if tp is not None:
+        if tp is not None and cp is None:  # (CP pads every sequence to a multiple of 2*CP*TP already)
             from .parallel.tp import pad_for_tp
 
             mbs = [pad_for_tp(mb.to("cpu"), tp.tp) for mb in mbs]
+        if tp is not None:
             tp.pending = tp.pending or not forward_only
         counts = [_loss_tokens(mb) for mb in mbs]
         tok = torch.tensor([float(sum(counts))], dtype=torch.float64, device=self.device)

@@ -2,7 +2,8 @@
 K/V; Gated DeltaNet by all-gathering its input sequence.
 
 Split of a packed micro-batch (THD, as Megatron-Core's ``get_batch_on_this_cp_rank`` for packed sequences): every
-sequence is padded at its end to a multiple of ``2*CP`` tokens (pad tokens: id 0, label -100, loss off, positions
+sequence is padded at its end to a multiple of ``2*CP`` tokens (``2*CP*TP`` with TP, so that TP divides every
+rank's stream) (pad tokens: id 0, label -100, loss off, positions
 continuing the sequence; causality keeps them from touching any real token), then cut into ``2*CP`` equal chunks;
 CP rank ``i`` holds chunks ``i`` and ``2*CP-1-i`` of every sequence (the causal work is then the same on every
 rank), so its local stream is ``[seq0 chunk i, seq0 chunk 2CP-1-i, seq1 chunk i, ...]`` with global RoPE positions.
@@ -104,11 +105,15 @@ def chunk_index(full_lengths: tuple[int, ...], cp: int, rank: int) -> list[int]:
     return out
 
 
-def split_batch(batch: PackedBatch, cp: int, rank: int) -> tuple[PackedBatch, CPBatch]:
-    """This CP rank's share of ``batch`` (module docstring) and the layout needed to reassemble sequences."""
+def split_batch(batch: PackedBatch, cp: int, rank: int, multiple: int | None = None) -> tuple[PackedBatch, CPBatch]:
+    """This CP rank's share of ``batch`` (module docstring) and the layout needed to reassemble sequences.
+    ``multiple``: pad every sequence to a multiple of it (default 2*CP; with TP, 2*CP*TP, so that TP divides each
+    rank's stream for sequence parallelism)."""
     if batch.device.type != "cpu":
         raise MliteError("context parallel: split the PackedBatch on the host (before moving it to the device)")
-    m = 2 * cp
+    m = multiple or 2 * cp
+    if m % (2 * cp):
+        raise MliteError(f"context parallel: sequences must be padded to a multiple of 2*CP = {2 * cp}, got {m}")
     full = tuple(-(-n // m) * m for n in batch.lengths)
     pos = batch.positions()
     src, spos, sid, fpos = [], [], [], []
@@ -146,12 +151,12 @@ def split_batch(batch: PackedBatch, cp: int, rank: int) -> tuple[PackedBatch, CP
 class ContextParallel:
     """CP over one group: splits micro-batches and provides the attention / Gated DeltaNet hooks."""
 
-    def __init__(self, group, cp: int, rank: int):
-        self.group, self.cp, self.rank = group, cp, rank
+    def __init__(self, group, cp: int, rank: int, multiple: int | None = None):
+        self.group, self.cp, self.rank, self.multiple = group, cp, rank, multiple or 2 * cp
         self.current: CPBatch | None = None
 
     def split(self, batch: PackedBatch) -> tuple[PackedBatch, CPBatch]:
-        return split_batch(batch, self.cp, self.rank)
+        return split_batch(batch, self.cp, self.rank, self.multiple)
 
     @contextmanager
     def active(self, meta: CPBatch):
@@ -216,4 +221,4 @@ class ContextParallel:
                 m.cp_attention = self.attention
             elif isinstance(m, GatedDeltaNet):
                 m.register_forward_pre_hook(self.gdn_pre_hook)
-                m.register_forward_hook(self.gdn_post_hook)
+                m.register_forward_hook(self.gdn_post_hook, prepend=True)  # before TP's reduce-scatter

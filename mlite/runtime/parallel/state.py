@@ -28,9 +28,6 @@ def check_mesh(parallel) -> None:
     if etp not in (None, 1):
         raise MliteError(f"parallel.etp={etp}: the lite runtime implements etp = 1 only (experts whole on each EP "
                          "rank); use --etp 1; the real mlite implements etp > 1 on GPUs")
-    if parallel.tp > 1 and (parallel.cp > 1 or parallel.ep > 1):
-        raise MliteError(f"parallel.tp={parallel.tp} with cp={parallel.cp}, ep={parallel.ep}: the lite runtime runs "
-                         "TP alone, or CP and EP (together or apart) without TP; use --tp 1 or --cp 1 --ep 1")
     if getattr(parallel, "pp_layout", None):
         raise MliteError("parallel.pp_layout: pipeline layouts need pp > 1, which the lite runtime does not "
                          "implement; the real mlite does on GPUs")
@@ -151,6 +148,6 @@ def apply_parallelism(model, state: ParallelState) -> Applied:
     if state.cp > 1:
         from .cp import ContextParallel
 
-        out.cp = ContextParallel(state.cp_group, state.cp, state.cp_rank)
+        out.cp = ContextParallel(state.cp_group, state.cp, state.cp_rank, multiple=2 * state.cp * state.tp)
         out.cp.install(model)
     return out
