@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import assert_one_line_error, run_cli
+from runtime_workers import runtime_config, same_bits, snapshot, synthetic_microbatches
 
 from mlite.mesh import ParallelConfig
 from mlite.runtime.batch import IGNORE_INDEX, PackedBatch
 from mlite.runtime.dist import run_local
 from mlite.runtime.parallel.cp import split_batch
 from mlite.runtime.parallel.ep import _expert_major
-
-from conftest import assert_one_line_error, run_cli
-from runtime_workers import runtime_config, same_bits, snapshot, synthetic_microbatches
 
 pytestmark = pytest.mark.slow
 
@@ -172,7 +171,7 @@ def test_memory_cli_reports_the_same_per_rank_bytes(mesh_results):
     res = run_cli("memory", "tiny-moe", "--ngpu", "4", "--ep", "2", "--cp", "2", "--optimizer", "fsdp2", "--json")
     assert res.rc == 0, res.err
     per = res.json()["per_gpu"]
-    _, par, params, grads, opt, _ = next(m for m in mesh_results[4][0]["memory"]
+    _, _, params, grads, opt, _ = next(m for m in mesh_results[4][0]["memory"]
                                          if m[:2] == ("tiny-moe", {"ep": 2, "cp": 2}))
     assert (params, grads, opt) == (per["params"], per["grads"], per["optimizer"])
 

@@ -27,7 +27,7 @@ def add_parser(sub):
     p.add_argument("--model", required=True, metavar="CONFIG",
                    help=f"data/models name ({', '.join(DEBUG_MODELS)}) or a config.json path")
     p.add_argument("--steps", type=int, required=True, help="optimizer steps")
-    p.add_argument("--nproc", type=int, required=True, help="worker processes (data-parallel size)")
+    p.add_argument("--nproc", type=int, required=True, help="worker processes: TP*CP*DP (= EP*EDP)")
     p.add_argument("--device", choices=DEVICES, required=True, help="cpu (gloo) or cuda (nccl, one GPU per process)")
     for name, what in (("tp", "tensor parallel size (sequence parallel)"), ("cp", "context parallel size"),
                        ("ep", "expert parallel size"), ("etp", "expert tensor parallel size (1 only)")):

@@ -97,7 +97,7 @@ class ParallelState:
                 "dp_rank": self.dp_rank, "cp_rank": self.cp_rank, "tp_rank": self.tp_rank, "ep_rank": self.ep_rank}
 
     @classmethod
-    def build(cls, parallel, world: int, rank: int, device_type: str) -> "ParallelState":
+    def build(cls, parallel, world: int, rank: int, device_type: str) -> ParallelState:
         """Meshes and coordinates for ``parallel`` on ``world`` ranks (the process group must be up)."""
         from ...mesh import RankLayout, build_device_mesh
 
@@ -106,8 +106,9 @@ class ParallelState:
             warnings.simplefilter("ignore", UserWarning)
             meshes = build_device_mesh(parallel, world, device_type)
             fd, fe, tpm = meshes.dense["dp_cp"], meshes.expert["edp"], meshes.dense["tp"]
-            groups = dict(dp_cp_group=fd.get_group(), edp_group=fe.get_group(), cp_group=meshes.dense["cp"].get_group(),
-                          tp_group=tpm.get_group(), ep_group=meshes.expert["ep"].get_group())
+            groups = {"dp_cp_group": fd.get_group(), "edp_group": fe.get_group(),
+                      "cp_group": meshes.dense["cp"].get_group(), "tp_group": tpm.get_group(),
+                      "ep_group": meshes.expert["ep"].get_group()}
         p = parallel
         lay = RankLayout(tp=p.tp, cp=p.cp, dp=meshes.dp, pp=p.pp, ep=p.ep, etp=p.etp_size, edp=meshes.edp)
         d, e = lay.coords(rank, "dense"), lay.coords(rank, "expert")

@@ -170,8 +170,12 @@ class TensorParallel:
     # ------------------------------------------------------------------ install
     def install(self, model) -> None:
         from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                       parallelize_module)
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            PrepareModuleInput,
+            RowwiseParallel,
+            parallelize_module,
+        )
 
         from ..models.attention import Attention
         from ..models.common import SwiGLU
