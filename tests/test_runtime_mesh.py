@@ -227,20 +227,30 @@ def test_bad_mesh_is_refused_before_anything_starts(tmp_path, args, needles):
     assert not out.exists()
 
 
-def test_cli_mesh_run_records_the_mesh_and_matches_the_estimate(tmp_path):
+def test_cli_mesh_run_sees_the_data_parallel_runs_data_and_matches_the_estimate(tmp_path):
+    """``mlite run --nproc 2 --cp 2 --ep 2`` (DP 1) trains on the same sequences as ``--nproc 1`` (data rank = DP
+    rank): equal loss and grad norm per step; memory.json carries the mesh and equals the run view's estimate."""
     from mlite.launch.monitor import memory_rows
     from mlite.launch.rundir import RunDir
 
-    out = tmp_path / "run"
-    res = run_cli("run", "--model", "tiny-moe", "--steps", "3", "--nproc", "2", "--ep", "2", "--device", "cpu",
-                  "--tokens-per-microbatch", "128", "--out", str(out), "--json")
-    assert res.rc == 0, res.err + res.out
-    rd = RunDir(out)
-    assert "mesh: tp 1, cp 1, ep 2, etp 1, dp 2, edp 1" in (out / "train.log").read_text()
+    common = ["--model", "tiny-moe", "--steps", "3", "--device", "cpu", "--tokens-per-microbatch", "128",
+              "--param-dtype", "fp32", "--json"]
+    runs = {}
+    for name, extra in (("mesh", ["--nproc", "2", "--cp", "2", "--ep", "2"]), ("dp", ["--nproc", "1"])):
+        out = tmp_path / name
+        res = run_cli("run", *common, *extra, "--out", str(out))
+        assert res.rc == 0, res.err + res.out
+        runs[name] = RunDir(out)
+    rd = runs["mesh"]
+    assert "mesh: tp 1, cp 2, ep 2, etp 1, dp 1, edp 1" in rd.log.read_text()
+    mesh, dp = (dict(r.read_metrics()) for r in (runs["mesh"], runs["dp"]))
+    assert sorted(mesh) == sorted(dp) == [1, 2, 3]
+    for step in mesh:
+        for key in ("train/loss", "train/grad_norm"):
+            assert _rel(mesh[step][key], dp[step][key]) <= 1e-5, (step, key, mesh[step][key], dp[step][key])
     mem = rd.read_memory()
-    assert [r["mesh"]["ep_rank"] for r in mem["ranks"]] == [0, 1]
-    cfg = rd.read_config()
-    rows = {r["item"]: r for r in memory_rows(cfg, mem)}
+    assert [(r["mesh"]["cp_rank"], r["mesh"]["ep_rank"]) for r in mem["ranks"]] == [(0, 0), (1, 1)]
+    rows = {r["item"]: r for r in memory_rows(rd.read_config(), mem)}
     for item in ("parameters", "gradients", "optimizer state"):
         assert rows[item]["measured"] == rows[item]["estimated"], (item, rows[item])
 
