@@ -1,7 +1,7 @@
 """The lite runtime on a mesh (gloo, CPU, 1-4 processes): EP, CP (and EP x CP) runs equal the data-parallel run
 with the same DP step for step (loss and grad norm, fp32 params, relative 1e-5), PAO stays bitwise equal to the
 fp32 master on every mesh (TP too), the measured per-rank parameter / gradient / optimizer bytes equal the estimator's
-(``mlite memory --optimizer fsdp2``) for 17 meshes, the packed-batch CP split, and bad meshes refused before any
+(``mlite memory --optimizer fsdp2``) for 18 meshes, the packed-batch CP split, and bad meshes refused before any
 process starts. The equivalence runs are 10 steps of 2 micro-batches of 2 packed sequences (12-24 tokens) per DP
 rank, so CP pads and splits packed sequences and TP pads the stream."""
 
@@ -27,13 +27,15 @@ MESHES_BY_WORLD = {
     1: [(m, {}) for m in MODELS],
     2: [(m, {}) for m in MODELS] + [(m, {"ep": 2}) for m in MOE] + [(m, {"cp": 2}) for m in MODELS]
     + [(m, {"tp": 2}) for m in MODELS],
-    4: [(m, {"ep": 2, "cp": 2}) for m in MOE] + [("tiny-hybrid", {"tp": 2, "cp": 2}), ("tiny-hybrid", {"tp": 2, "ep": 2})],
+    4: [(m, {"ep": 2, "cp": 2}) for m in MOE] + [("tiny-hybrid", {"tp": 2, "cp": 2}), ("tiny-hybrid", {"tp": 2, "ep": 2}),
+                                                 ("tiny-hybrid", {"tp": 2, "cp": 2, "ep": 2})],
 }
 """Equivalence runs per world size: DP baselines (DP = 1 and 2) and the mesh runs."""
 MEMORY_MESHES = {2: [("tiny-moe", {}), ("tiny-moe", {"ep": 2}), ("tiny-moe", {"cp": 2}), ("tiny-moe", {"tp": 2}),
                      ("tiny-dense", {"tp": 2}), ("tiny-hybrid", {"tp": 2})],
                  4: [("tiny-moe", p) for p in ({"ep": 2}, {"ep": 4}, {"cp": 2}, {"cp": 4}, {"ep": 2, "cp": 2},
-                                               {"ep": 4, "cp": 2}, {"tp": 2}, {"tp": 2, "ep": 2}, {"tp": 2, "cp": 2})]
+                                               {"ep": 4, "cp": 2}, {"tp": 2}, {"tp": 2, "ep": 2}, {"tp": 2, "cp": 2},
+                                               {"tp": 2, "cp": 2, "ep": 2})]
                  + [("tiny-hybrid", {"ep": 4}), ("tiny-hybrid", {"tp": 2, "cp": 2})]}
 """Meshes whose measured per-rank bytes are checked against the estimator (bf16 params, fp32 master)."""
 UNEVEN = {("tiny-hybrid", 4)}
@@ -108,9 +110,10 @@ def _rel(a: float, b: float) -> float:
 @pytest.mark.parametrize("model,par", [(m, p) for m in MODELS
                                        for p in ({"ep": 2}, {"cp": 2}, {"tp": 2}, {"ep": 2, "cp": 2})
                                        if m in MOE or "ep" not in p]
-                         + [("tiny-hybrid", {"tp": 2, "cp": 2}), ("tiny-hybrid", {"tp": 2, "ep": 2})])
+                         + [("tiny-hybrid", p) for p in ({"tp": 2, "cp": 2}, {"tp": 2, "ep": 2},
+                                                          {"tp": 2, "cp": 2, "ep": 2})])
 def test_mesh_run_equals_the_data_parallel_run_with_the_same_dp(mesh_results, model, par):
-    world = 4 if len(par) > 1 else 2  # two axes of size 2 need 4 processes
+    world = 4 if len(par) > 1 else 2  # two or three axes of size 2: 4 processes (TP x CP x DP = EP x EDP)
     dp = world // (par.get("cp", 1) * par.get("tp", 1))
     got = mesh_results[world][0]["train"][_key(model, par)]
     ref = mesh_results[dp][0]["train"][_key(model, {})]
@@ -156,7 +159,7 @@ def test_measured_per_rank_bytes_equal_the_estimate(mesh_results):
             else:
                 assert got == [want] * world, (model, world, par, got, want)
             checked += 1
-    assert checked == sum(len(m) for m in MEMORY_MESHES.values()) == 17
+    assert checked == sum(len(m) for m in MEMORY_MESHES.values()) == 18
 
 
 def test_export_weights_gives_the_full_weights_on_a_mesh(mesh_results):
@@ -253,6 +256,18 @@ def test_cli_mesh_run_sees_the_data_parallel_runs_data_and_matches_the_estimate(
     rows = {r["item"]: r for r in memory_rows(rd.read_config(), mem)}
     for item in ("parameters", "gradients", "optimizer state"):
         assert rows[item]["measured"] == rows[item]["estimated"], (item, rows[item])
+
+
+def test_run_config_carries_the_mesh():
+    from mlite.launch import RunConfig
+
+    cfg = RunConfig(model="tiny-moe", nproc=4, tp=2, ep=2)
+    assert cfg.cli_args()[cfg.cli_args().index("--tp") + 1] == "2"
+    assert cfg.cli_args()[cfg.cli_args().index("--ep") + 1] == "2"
+    assert "--cp" not in cfg.cli_args()
+    assert RunConfig.from_dict(cfg.to_dict()).parallel_config().to_dict() == cfg.parallel_config().to_dict()
+    rc = cfg.runtime_config()
+    assert (rc.backend_cfg.parallel.tp, rc.backend_cfg.parallel.ep) == (2, 2)
 
 
 def test_run_view_shows_the_mesh_and_its_estimate():
