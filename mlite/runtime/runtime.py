@@ -24,8 +24,11 @@ leaves ``sum of token-loss gradients / G``. The reported loss is ``sum of token 
 Mesh (``ParallelConfig(tp, cp, ep, etp=1)`` on one node, see :mod:`mlite.runtime.parallel`): "DP" above is DP x CP
 (the ranks whose tokens differ: each CP rank holds its load-balanced chunks of every sequence); every rank of a
 DP x CP group feeds the micro-batches of its DP rank (data rank = DP rank), the runtime splits each over CP. Expert
-gradients (EP-sharded experts, FSDP2 over EDP) are divided by DP x CP as well. The gradient norm sums dense shards
-over DP x CP and expert shards over the whole world (EDP x EP).
+gradients (EP-sharded experts, FSDP2 over EDP) are divided by DP x CP as well. Under TP every TP rank computes the
+same full loss (vocabulary-parallel cross entropy), so the loss is reduced over DP x CP only; the replicated
+parameters' partial gradients are summed over TP before the norm. The gradient norm sums replicated dense shards
+over DP x CP, TP-split shards and expert shards over the whole world. Checkpoints of EP > 1 or TP > 1 runs are
+refused (their slices carry no global layout for DCP yet).
 
 Memory (per rank, bf16 params, FSDP group size d = world size): parameter shards 2N/d, gradient shards 2N/d (exist
 from the first backward of a step until ``zero_grad``, which frees them), optimizer state 12N/d (fp32 master), 10N/d
