@@ -177,9 +177,8 @@ def test_every_model_kind_trains(fsdp_results):
         assert losses == fsdp_results[1]["train"][name]
 
 
-@pytest.mark.parametrize("kw,needle", [(dict(tp=2), "parallel.tp=2"), (dict(pp=2), "parallel.pp=2"),
-                                       (dict(cp=2), "parallel.cp=2"), (dict(ep=2), "parallel.ep=2"),
-                                       (dict(vpp=2), "parallel.vpp=2"), (dict(etp=2), "parallel.etp=2")])
+@pytest.mark.parametrize("kw,needle", [(dict(pp=2), "parallel.pp=2"), (dict(vpp=2), "parallel.vpp=2"),
+                                       (dict(etp=2), "parallel.etp=2")])
 def test_unsupported_parallelism_is_a_clear_error(kw, needle):
     from mlite.mesh import ParallelConfig
     from mlite.runtime.runtime import create_runtime

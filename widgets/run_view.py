@@ -1,6 +1,6 @@
 """``RunView``: start a single-node debug run from a notebook, watch it, stop it.
 
-A form (model, steps, processes, device, launcher; optimizer, PAO, moment dtype, ``offload_fraction``, param /
+A form (model, steps, processes, the mesh (tp, cp, ep, etp), device, launcher; optimizer, PAO, moment dtype, ``offload_fraction``, param /
 optimizer runtime offload, seed, lr, run folder; defaults: tiny-moe on CPU, 2 processes), Start / Stop buttons, a
 status line, a progress bar, live loss and grad-norm curves, the measured memory next to the estimator's figure for
 the same configuration, and the tail of ``train.log``.
@@ -11,7 +11,12 @@ once a second. Stop writes the run's stop request and returns at once; the worke
 status turns ``stopped``. Bad input (an invalid form) shows one line in the inline error banner; a failed run
 shows its reason in red in the status line.
 
-CSS classes for tests: ``mlite-run-view`` (the view), ``mlite-run-<field>`` (model, steps, nproc, device, launcher,
+The mesh line under the memory table (``mlite-run-mesh``) names the run's mesh with its DP and EDP; the table is
+this mesh's per-rank bytes (measured: the largest rank of ``memory.json``) next to ``mlite memory`` for the same
+model, mesh and options.
+
+CSS classes for tests: ``mlite-run-view`` (the view), ``mlite-run-<field>`` (model, steps, nproc, tp, cp, ep, etp,
+device, launcher,
 optimizer, pao, moment-dtype, offload-fraction, param-offload, optimizer-offload, seed, lr, out),
 ``mlite-run-start``, ``mlite-run-stop``, ``mlite-run-status`` (text ``<status> · step N/M · ...``; attribute-free
 ``.mlite-run-state`` span holding the status word and ``.mlite-run-step`` holding N), ``mlite-run-progress``,
@@ -66,6 +71,12 @@ class RunView(W.VBox):
                             "steps")
         self._nproc = field(W.BoundedIntText(value=c.nproc, min=1, max=64, description="processes", layout=lay),
                             "nproc")
+        small = W.Layout(width="130px")
+        self._tp, self._cp, self._ep, self._etp = (
+            field(W.BoundedIntText(value=getattr(c, n), min=1, max=64, description=n, layout=small), n)
+            for n in ("tp", "cp", "ep", "etp"))
+        self._mesh = W.HTML()
+        self._mesh.add_class("mlite-run-mesh")
         self._device = field(W.Dropdown(options=DEVICES, value=c.device, description="device", layout=lay), "device")
         self._launcher = field(W.Dropdown(options=LAUNCHERS, value=c.launcher, description="launcher", layout=lay),
                                "launcher")
@@ -111,26 +122,29 @@ class RunView(W.VBox):
             w.observe(lambda _: self._form_changed(), "value")
 
         form = W.HBox([
-            W.VBox([W.HTML("<b>Model and mesh</b>"), self._model, self._steps, self._nproc, self._device,
-                    self._launcher]),
+            W.VBox([W.HTML("<b>Model and mesh</b>"), self._model, self._steps, self._nproc,
+                    W.HBox([self._tp, self._cp]), W.HBox([self._ep, self._etp]), self._device, self._launcher]),
             W.VBox([W.HTML("<b>Optimizer</b>"), self._optimizer, self._pao, self._moments, self._offload,
                     self._param_offload, self._opt_offload]),
             W.VBox([W.HTML("<b>Run</b>"), self._seed, self._lr]),
         ])
         super().__init__(children=(form, self._out, W.HBox([self._start, self._stop]), self.errors, self._status,
-                                   self._progress, self._plot, W.HTML("<b>Memory per process</b>"), self._memory,
+                                   self._progress, self._plot, W.HTML("<b>Memory per process</b>"), self._mesh,
+                                   self._memory,
                                    self._dir, self._log), **kwargs)
         self.add_class("mlite-run-view")
         self.errors.run(self._show_estimate)
 
     # ------------------------------------------------------------------ form
     def _form_widgets(self):
-        return (self._model, self._steps, self._nproc, self._device, self._launcher, self._optimizer, self._pao,
+        return (self._model, self._steps, self._nproc, self._tp, self._cp, self._ep, self._etp, self._device, self._launcher, self._optimizer, self._pao,
                 self._moments, self._offload, self._param_offload, self._opt_offload, self._seed, self._lr, self._out)
 
     def config(self) -> RunConfig:
         """The form as a RunConfig (raises MliteError for bad values)."""
         return RunConfig(model=self._model.value.strip(), steps=int(self._steps.value), nproc=int(self._nproc.value),
+                         tp=int(self._tp.value), cp=int(self._cp.value), ep=int(self._ep.value),
+                         etp=int(self._etp.value),
                          device=self._device.value, launcher=self._launcher.value, optimizer=self._optimizer.value,
                          pao=bool(self._pao.value), moment_dtype=self._moments.value,
                          offload_fraction=float(self._offload.value), param_offload=bool(self._param_offload.value),
@@ -143,13 +157,23 @@ class RunView(W.VBox):
 
     def _show_estimate(self) -> None:
         cfg = self.config()
-        self._memory.value = self._memory_html(memory_rows(cfg, None, estimate_for(cfg)), None)
+        cfg.check_mesh()  # the planner's reasons, as mlite run gives them
+        est = estimate_for(cfg)
+        self._mesh.value = self.mesh_html(est)
+        self._memory.value = self._memory_html(memory_rows(cfg, None, est), None)
+
+    @staticmethod
+    def mesh_html(est) -> str:
+        """``mesh: tp T · cp C · ep E · etp 1 · dp D · edp F`` of an estimate's plan."""
+        m = est.plan.to_dict()
+        return "mesh: " + " · ".join(f"{k} {m[k]}" for k in ("tp", "cp", "ep", "etp", "dp", "edp"))
 
     # ------------------------------------------------------------------ actions
     def start(self, **overrides):
         """Start a run from the form (``overrides`` also set the form, e.g. ``start(steps=10)``); returns the
         RunHandle. Bad input raises MliteError (the button shows it inline)."""
-        names = {"model": self._model, "steps": self._steps, "nproc": self._nproc, "device": self._device,
+        names = {"model": self._model, "steps": self._steps, "nproc": self._nproc, "tp": self._tp, "cp": self._cp,
+                 "ep": self._ep, "etp": self._etp, "device": self._device,
                  "launcher": self._launcher, "optimizer": self._optimizer, "pao": self._pao,
                  "moment_dtype": self._moments, "offload_fraction": self._offload,
                  "param_offload": self._param_offload, "optimizer_offload": self._opt_offload, "seed": self._seed,

@@ -52,7 +52,15 @@ class RunConfig:
     steps: int = 30
     """Optimizer steps to run."""
     nproc: int = 2
-    """Worker processes on this machine (the data-parallel size: FSDP2 shards over all of them)."""
+    """Worker processes on this machine: TP x CP x DP (dense) = EP x EDP (experts, ETP = 1)."""
+    tp: int = 1
+    """Tensor parallel size (Megatron ``tp``; with sequence parallelism)."""
+    cp: int = 1
+    """Context parallel size (Megatron ``cp``; each sequence split in 2*CP load-balanced chunks)."""
+    ep: int = 1
+    """Expert parallel size (Megatron ``ep``; routed experts split, tokens exchanged by all-to-all)."""
+    etp: int = 1
+    """Expert tensor parallel size; the lite runtime runs 1 only."""
     device: str = "cpu"
     """``cpu`` (gloo) or ``cuda`` (nccl, one GPU per process)."""
     optimizer: str = "fsdp2"
@@ -105,7 +113,7 @@ class RunConfig:
         if not isinstance(self.model, str) or not self.model.strip():
             raise MliteError("model: give a data/models name (tiny-dense, tiny-moe, tiny-hybrid) or a config path")
         for name, lo in (("steps", 1), ("nproc", 1), ("tokens_per_microbatch", 16), ("num_microbatches", 1),
-                         ("lr_warmup_steps", 0), ("seed", 0)):
+                         ("lr_warmup_steps", 0), ("seed", 0), ("tp", 1), ("cp", 1), ("ep", 1), ("etp", 1)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise MliteError(f"{name}: {v!r} must be an integer >= {lo}")
@@ -135,10 +143,36 @@ class RunConfig:
             raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must be smaller than steps={self.steps}")
         if not isinstance(self.compile, bool):
             raise MliteError(f"compile: {self.compile!r} must be True or False")
+        if self.etp != 1:
+            raise MliteError(f"etp: {self.etp} is not run by the lite runtime (experts stay whole on each EP rank); "
+                             "use --etp 1")
         if self.out is not None:
             self.out = str(self.out)
 
     # ------------------------------------------------------------------ derived
+    def parallel_config(self):
+        """The run's mesh as :class:`mlite.mesh.ParallelConfig`."""
+        from ..mesh import ParallelConfig
+
+        return ParallelConfig(tp=self.tp, cp=self.cp, ep=self.ep, etp=self.etp)
+
+    def check_mesh(self, spec=None) -> None:
+        """Refuse a mesh the planner (:func:`mlite.mesh.resolve`) rejects for this model and ``nproc``, with its
+        reasons. The sequence-length rule does not apply: the runtime pads every sequence to a multiple of 2*CP."""
+        from ..mesh import resolve
+        from ..models import from_hf_config
+
+        from ..runtime.parallel.state import check_mesh
+
+        spec = spec or from_hf_config(self.model)
+        p = self.parallel_config()
+        check_mesh(p)
+        plan = resolve(spec, self.nproc, p, seq_len=2 * p.cp, gpus_per_node=self.nproc)
+        if not plan.valid:
+            reasons = "; ".join(f.message for f in plan.errors)
+            raise MliteError(f"mesh: --nproc {self.nproc} --tp {self.tp} --cp {self.cp} --ep {self.ep} --etp "
+                             f"{self.etp} is not a valid mesh for {spec.name}: {reasons}")
+
     def resolved_param_dtype(self) -> str:
         """Parameter storage dtype of the run: ``param_dtype``, with auto = bf16 on CUDA or with PAO, else fp32."""
         if self.param_dtype != "auto":
@@ -177,7 +211,8 @@ class RunConfig:
                 raise MliteError("compile: this runtime has no torch.compile option yet; drop --compile")
             extra["compile"] = True
         return RuntimeConfig(hf_path=self.model, device=self.device, seed=self.seed, param_dtype=self.param_dtype,
-                             backend_cfg=MegatronLiteConfig(optimizer=opt, impl_cfg={"recompute": self.recompute}),
+                             backend_cfg=MegatronLiteConfig(optimizer=opt, impl_cfg={"recompute": self.recompute},
+                                                            parallel=self.parallel_config()),
                              **extra)
 
     def training_options(self):
@@ -190,7 +225,9 @@ class RunConfig:
             param_offload=self.param_offload, optimizer_offload=self.optimizer_offload,
             param_dtype=self.resolved_param_dtype(),
             seq_len=self.tokens_per_microbatch, micro_batch_size=1, num_microbatches=self.num_microbatches,
-            recompute=self.recompute, fused_cross_entropy=True, activation_model="lite",
+            recompute=self.recompute, fused_cross_entropy=True,
+            # the lite activation model describes tp = cp = ep = 1; a mesh run is estimated the Megatron way
+            activation_model="lite" if self.tp * self.cp * self.ep == 1 else "megatron",
             lite_device="cpu" if self.device == "cpu" else "cuda",
             framework_overhead_gib=0.0 if self.device == "cpu" else 2.0, gpus_per_node=self.nproc)
 
@@ -201,7 +238,7 @@ class RunConfig:
 
         if self.optimizer == "dist_opt":  # the worker would refuse it after torchrun started
             raise MliteError("optimizer: dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2")
-        from_hf_config(self.model)
+        self.check_mesh(from_hf_config(self.model))
         self.runtime_config()
         if self.device == "cuda":
             import torch

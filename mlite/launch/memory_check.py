@@ -17,13 +17,15 @@ from .config import RunConfig
 def estimate_for(config: RunConfig):
     """The memory estimate (``MemoryEstimate``) of ``config``'s run."""
     from ..memory import estimate
-    from ..mesh import ParallelConfig, resolve
+    from ..mesh import resolve
     from ..models import from_hf_config
 
     spec = from_hf_config(config.model)
     opts = config.training_options()
-    plan = resolve(spec, config.nproc, ParallelConfig(), seq_len=opts.seq_len, gpus_per_node=opts.gpus_per_node,
-                   auto_uneven=True)
+    p = config.parallel_config()
+    # CP splits each sequence into 2*CP chunks: the planner's sequence-length rule sees the padded length
+    seq = max(opts.seq_len // (2 * p.cp), 1) * 2 * p.cp
+    plan = resolve(spec, config.nproc, p, seq_len=seq, gpus_per_node=opts.gpus_per_node, auto_uneven=True)
     return estimate(spec, plan, opts)
 
 

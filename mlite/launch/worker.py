@@ -145,7 +145,7 @@ def _memory_record(stats: dict, probe: MemoryProbe, step: int) -> dict:
     return {"step": step, "params": stats["params"]["bytes"], "grads": stats["grads"]["bytes"],
             "optimizer": stats["optimizer_bytes"], "optimizer_detail": opt,
             "params_by_device": stats["params"]["by_device"], "peak": probe.peak_bytes(), "peak_kind": probe.kind,
-            "param_dtype": stats["param_dtype"], "device": stats["device"]}
+            "param_dtype": stats["param_dtype"], "device": stats["device"], "mesh": stats.get("mesh")}
 
 
 def train(rd: RunDir) -> dict:
@@ -172,8 +172,11 @@ def train(rd: RunDir) -> dict:
     rank, world, dev = rt.rank, rt.world_size, rt.device
     if world != cfg.nproc:
         raise MliteError(f"nproc: the config asks for {cfg.nproc} processes but {world} joined the process group")
+    # data rank = DP rank: the TP and CP ranks of one DP replica read the same micro-batches (the runtime splits
+    # them over CP), so the global batch is tokens_per_microbatch x num_microbatches x DP whatever the mesh
+    ps = rt.pstate
     data = sft_iterator(dataset=cfg.dataset, tokens_per_microbatch=cfg.tokens_per_microbatch,
-                        num_microbatches=cfg.num_microbatches, rank=rank, world=world, seed=cfg.seed)
+                        num_microbatches=cfg.num_microbatches, rank=ps.dp_rank, world=ps.dp, seed=cfg.seed)
     probe = MemoryProbe(dev, cfg.steps)
     h = rt.build_model()
     if rank == 0:
@@ -183,6 +186,7 @@ def train(rd: RunDir) -> dict:
                      f"{' + PAO' if cfg.pao else ''}, moments {cfg.moment_dtype}, offload_fraction "
                      f"{cfg.offload_fraction:g}, param_offload {cfg.param_offload}, optimizer_offload "
                      f"{cfg.optimizer_offload}")
+        rd.lifecycle(f"mesh: tp {ps.tp}, cp {ps.cp}, ep {ps.ep}, etp 1, dp {ps.dp}, edp {ps.edp}")
     offload = cfg.param_offload or cfg.optimizer_offload
     moves = dict(model=cfg.param_offload, optimizer=cfg.optimizer_offload, grad=cfg.param_offload)
     outcome, step = "completed", 0

@@ -193,7 +193,11 @@ RUN: tuple[Option, ...] = (
     Option("model", str, "tiny-moe", "--model", f"data/models name ({', '.join(RUN_DEBUG_MODELS)}) or a "
            "config.json path", required=True, metavar="CONFIG"),
     Option("steps", int, 30, "--steps", "optimizer steps", required=True),
-    Option("nproc", int, 2, "--nproc", "worker processes (data-parallel size)", required=True),
+    Option("nproc", int, 2, "--nproc", "worker processes: TP*CP*DP (= EP*EDP)", required=True),
+    Option("tp", int, 1, "--tp", "tensor parallel size (sequence parallel); --nproc = TP*CP*DP"),
+    Option("cp", int, 1, "--cp", "context parallel size; --nproc = TP*CP*DP"),
+    Option("ep", int, 1, "--ep", "expert parallel size; --nproc = EP*EDP (with ETP 1)"),
+    Option("etp", int, 1, "--etp", "expert tensor parallel size (the lite runtime runs 1 only)"),
     Option("device", str, "cpu", "--device", "cpu (gloo) or cuda (nccl, one GPU per process)", choices=RUN_DEVICES,
            required=True),
     Option("optimizer", str, "fsdp2", "--optimizer", "mlite optimizer backend (default fsdp2)",

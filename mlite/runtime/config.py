@@ -5,8 +5,9 @@ parallel=ParallelConfig(...), optimizer=OptimizerConfig(...), impl_cfg={...}))``
 
 What the lite runtime implements (everything else raises :class:`~mlite.errors.MliteError` saying so):
 
-* parallelism: ``tp = pp = vpp = cp = 1`` and ``ep = etp = 1``, i.e. pure FSDP2 data parallelism on one node (EDP = DP);
-  the real mlite implements the other axes on GPUs.
+* parallelism: ``ParallelConfig(tp, cp, ep, etp=1)`` on one node (:mod:`mlite.runtime.parallel`: EP all-to-all,
+  load-balanced CP, TP with sequence parallelism on DTensor; FSDP2 over DP x CP and EDP); ``pp = vpp = 1`` and
+  ``etp = 1``: the real mlite implements those on GPUs.
 * optimizer backend ``fsdp2`` (AdamW on FSDP2 shards). ``dist_opt`` (Megatron-Core's distributed optimizer) is the
   real mlite's; the lite runtime rejects it with a clear message.
 * ``OptimizerConfig.optimizer`` names the backend as the contract does; ``impl_cfg["optimizer"]`` (verl's
@@ -145,7 +146,7 @@ class MegatronLiteConfig:
     impl: str = "lite"
     """Implementation; only ``lite``."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    """The mesh (the lite runtime implements tp = pp = vpp = cp = ep = etp = 1)."""
+    """The mesh (the lite runtime runs tp, cp and ep; pp = vpp = etp = 1)."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     """Optimizer settings."""
     impl_cfg: dict = field(default_factory=dict)

@@ -1,9 +1,9 @@
-"""FSDP2 sharding of a lite model over the run's meshes (pure data parallelism on one node).
+"""FSDP2 sharding of a lite model over the run's meshes (one node; tp, cp and ep from :mod:`mlite.runtime.parallel`).
 
 Which meshes: :func:`mlite.mesh.build_device_mesh` gives a dense mesh ("pp", "dp", "cp", "tp") and an expert mesh
-("pp", "edp", "ep", "etp"); dense parameters are sharded over ``dense["dp_cp"]`` and the ``experts`` modules over
-``expert["edp"]``. The lite runtime implements ``tp = pp = vpp = cp = ep = etp = 1`` only, so both are the full world
-(EDP = DP); :func:`check_lite_parallel` rejects anything else with a clear :class:`~mlite.errors.MliteError`.
+("pp", "edp", "ep", "etp"); dense parameters are sharded over ``dense["dp_cp"]`` (DP x CP) and the ``experts``
+modules (this EP rank's experts only) over ``expert["edp"]``. :func:`check_lite_parallel` rejects pp, vpp and
+etp > 1 with a clear :class:`~mlite.errors.MliteError`.
 
 How (mirrors mlite's fsdp2 backend):
 
@@ -20,45 +20,30 @@ How (mirrors mlite's fsdp2 backend):
 * Methods the runtime calls besides ``forward`` (``loss``) are registered with ``register_fsdp_forward_method`` so that
   they unshard the root's parameters like ``forward`` does.
 
-Memory per rank: parameter and gradient shards = (2 + 2) x N / world bytes for bf16, plus transient unsharded
+Memory per rank: parameter and gradient shards = (2 + 2) x (N_dense / (DP x CP) + N_expert / EP / EDP) bytes
+for bf16 (N_dense per TP rank), plus transient unsharded
 parameters and gradients of the FSDP units being all-gathered / reduce-scattered.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import torch
-import torch.nn as nn
+from torch import nn
 
-from ..errors import MliteError
 
 
 def check_lite_parallel(parallel) -> None:
-    """Raise MliteError for any model-parallel axis the lite runtime does not implement."""
-    for name in ("tp", "pp", "vpp", "cp", "ep"):
-        v = getattr(parallel, name)
-        if v != 1:
-            raise MliteError(f"parallel.{name}={v}: the lite runtime implements pure FSDP2 data parallelism "
-                             f"(tp = pp = vpp = cp = ep = etp = 1); the real mlite implements {name} > 1 on GPUs")
-    etp = getattr(parallel, "etp", None)
-    if etp not in (None, 1):
-        raise MliteError(f"parallel.etp={etp}: the lite runtime implements etp = 1 only; the real mlite implements "
-                         "etp > 1 on GPUs")
-    if getattr(parallel, "pp_layout", None):
-        raise MliteError("parallel.pp_layout: pipeline layouts need pp > 1, which the lite runtime does not "
-                         "implement; the real mlite does on GPUs")
+    """Raise MliteError for any parallel axis the lite runtime does not implement (pp, vpp, etp > 1)."""
+    from .parallel.state import check_mesh
+
+    check_mesh(parallel)
 
 
-def build_meshes(parallel, world_size: int, device_type: str):
-    """``(dense FSDP mesh, expert FSDP mesh)``: 1-D meshes named ``dp_cp`` and ``edp``."""
-    check_lite_parallel(parallel)
-    from ..mesh import build_device_mesh
+def build_meshes(parallel, world_size: int, rank: int, device_type: str):
+    """The run's :class:`~mlite.runtime.parallel.ParallelState` (meshes, coordinates, groups)."""
+    from .parallel import ParallelState
 
-    meshes = build_device_mesh(parallel, world_size, device_type)
-    with warnings.catch_warnings():  # torch warns that slicing a flattened dim will change; the result is right today
-        warnings.simplefilter("ignore", UserWarning)
-        return meshes.dense["dp_cp"], meshes.expert["edp"]
+    return ParallelState.build(parallel, world_size, rank, device_type)
 
 
 def expert_modules(model: nn.Module) -> list[nn.Module]:
@@ -74,13 +59,20 @@ def expert_param_names(model: nn.Module) -> set[str]:
     return {n for n, p in model.named_parameters() if id(p) in ids}
 
 
-def shard_model(model: nn.Module, dense_mesh, expert_mesh, param_dtype: torch.dtype) -> nn.Module:
-    """Apply FSDP2 in place (experts, blocks, root) and return the model."""
+def shard_model(model: nn.Module, dense_mesh, expert_mesh, param_dtype: torch.dtype,
+                expert_divide_factor: float | None = None) -> nn.Module:
+    """Apply FSDP2 in place (experts, blocks, root) and return the model. ``expert_divide_factor``: what the expert
+    gradients are divided by after their reduce-scatter over EDP (default EDP, FSDP2's average); under EP it is
+    DP x CP, the dense factor, because every expert gradient already sums the tokens of its whole EP group."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32, cast_forward_inputs=False)
     for m in expert_modules(model):
         fully_shard(m, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=True)
+        if expert_divide_factor is not None and expert_divide_factor != expert_mesh.size():
+            m.set_gradient_divide_factor(float(expert_divide_factor))
+            if expert_mesh.size() > 1:
+                m.set_force_sum_reduction_for_comms(True)  # SUM, then divide (gloo has no PREMUL_SUM)
     for block in getattr(model, "blocks", None) or []:
         fully_shard(block, mesh=dense_mesh, mp_policy=mp, reshard_after_forward=True)
     fully_shard(model, mesh=dense_mesh, mp_policy=mp, reshard_after_forward=False)

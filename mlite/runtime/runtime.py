@@ -21,6 +21,15 @@ Loss normalisation (as verl): every micro-batch's summed token loss is scaled by
 of loss tokens of the whole global batch (all micro-batches on all DP ranks); FSDP2's gradient average over DP then
 leaves ``sum of token-loss gradients / G``. The reported loss is ``sum of token losses / G``.
 
+Mesh (``ParallelConfig(tp, cp, ep, etp=1)`` on one node, see :mod:`mlite.runtime.parallel`): "DP" above is DP x CP
+(the ranks whose tokens differ: each CP rank holds its load-balanced chunks of every sequence); every rank of a
+DP x CP group feeds the micro-batches of its DP rank (data rank = DP rank), the runtime splits each over CP. Expert
+gradients (EP-sharded experts, FSDP2 over EDP) are divided by DP x CP as well. Under TP every TP rank computes the
+same full loss (vocabulary-parallel cross entropy), so the loss is reduced over DP x CP only; the replicated
+parameters' partial gradients are summed over TP before the norm. The gradient norm sums replicated dense shards
+over DP x CP, TP-split shards and expert shards over the whole world. Checkpoints of EP > 1 or TP > 1 runs are
+refused (their slices carry no global layout for DCP yet).
+
 Memory (per rank, bf16 params, FSDP group size d = world size): parameter shards 2N/d, gradient shards 2N/d (exist
 from the first backward of a step until ``zero_grad``, which frees them), optimizer state 12N/d (fp32 master), 10N/d
 (PAO remainders) or 6N/d (PAO + bf16 moments), allocated at the first ``optimizer_step``; transient: unsharded units
@@ -49,7 +58,7 @@ import torch.distributed as dist
 from ..errors import MliteError
 from .config import RuntimeConfig
 from .dist import init_distributed, resolve_device
-from .fsdp import build_meshes, check_lite_parallel, expert_param_names, shard_model
+from .fsdp import build_meshes, check_lite_parallel, expert_modules, expert_param_names, shard_model
 from .optim.clip import (
     clip_coefficient,
     global_norm,
@@ -102,10 +111,14 @@ class LiteRuntime:
             pd = "bf16" if self.device.type == "cuda" or bc.optimizer.pao else "fp32"
         self.param_dtype_name = pd
         self.param_dtype = _DTYPES[pd]
-        self.dense_mesh, self.expert_mesh = build_meshes(bc.parallel, self.info.world_size, self.device.type)
-        self.dp_group = self.dense_mesh.get_group()
-        self.edp_group = self.expert_mesh.get_group()
+        self.pstate = build_meshes(bc.parallel, self.info.world_size, self.info.rank, self.device.type)
+        self.dense_mesh, self.expert_mesh = self.pstate.fsdp_dense_mesh, self.pstate.fsdp_expert_mesh
+        self.dp_group = self.pstate.dp_cp_group  # loss / token-count reduction: every rank's tokens differ
+        self.edp_group = self.pstate.edp_group
+        # expert shards differ over EDP and over EP: their norm is summed over the whole world
+        self.expert_norm_group = self.edp_group if self.pstate.ep == 1 else dist.group.WORLD
         self.dp_size = self.dense_mesh.size()
+        self.applied = None
 
     @property
     def rank(self) -> int:
@@ -132,11 +145,20 @@ class LiteRuntime:
 
     def build_model(self) -> ModelHandle:
         """Build the model (same weights on every rank), shard it with FSDP2, set up AdamW and the schedule."""
+        from .parallel import apply_parallelism
+
         model, spec = self._make_model()
+        if self.pstate.ep > 1 and not expert_modules(model):
+            raise MliteError(f"ep: EP {self.pstate.ep} needs a model with routed experts; use --ep 1 for a dense "
+                             "model")
+        self.applied = apply_parallelism(model, self.pstate)
         if self.cfg.compile:
             compile_blocks(model)
         experts = expert_param_names(model)
-        shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype)
+        shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype,
+                    expert_divide_factor=self.pstate.dp_cp)
+        if self.applied.tp is not None:
+            self.applied.tp.bind(model)
         opt = ShardedAdamW(model.named_parameters(), self.cfg.optimizer, expert_names=experts, device=self.device)
         return ModelHandle(runtime=self, model=model, optimizer=opt, scheduler=LRScheduler(self.cfg.optimizer),
                            spec=spec)
@@ -154,6 +176,17 @@ class LiteRuntime:
         ``num_microbatches``.
         """
         mbs = _microbatches(batch, num_microbatches)
+        cp = self.applied.cp if self.applied is not None else None
+        metas = [None] * len(mbs)
+        if cp is not None:
+            mbs, metas = zip(*(cp.split(mb.to("cpu")) for mb in mbs))
+        tp = self.applied.tp if self.applied is not None else None
+        if tp is not None and cp is None:  # (CP pads every sequence to a multiple of 2*CP*TP already)
+            from .parallel.tp import pad_for_tp
+
+            mbs = [pad_for_tp(mb.to("cpu"), tp.tp) for mb in mbs]
+        if tp is not None:
+            tp.pending = tp.pending or not forward_only
         counts = [_loss_tokens(mb) for mb in mbs]
         tok = torch.tensor([float(sum(counts))], dtype=torch.float64, device=self.device)
         if self.dp_size > 1:
@@ -164,11 +197,12 @@ class LiteRuntime:
         fn = loss_fn or _model_loss
         loss_acc = torch.zeros((), dtype=torch.float64, device=self.device)
         with torch.no_grad() if forward_only else nullcontext():
-            for mb in mbs:
-                out = fn(model, mb.to(self.device, non_blocking=True))
-                loss_sum = out[0] if isinstance(out, (tuple, list)) else out
-                if not forward_only:
-                    (loss_sum.float() * scale).backward()
+            for mb, meta in zip(mbs, metas):
+                with nullcontext() if meta is None else cp.active(meta):
+                    out = fn(model, mb.to(self.device, non_blocking=True))
+                    loss_sum = out[0] if isinstance(out, (tuple, list)) else out
+                    if not forward_only:
+                        (loss_sum.float() * scale).backward()
                 loss_acc += loss_sum.detach().double()
         if self.dp_size > 1:
             dist.all_reduce(loss_acc, group=self.dp_group)
@@ -192,13 +226,28 @@ class LiteRuntime:
     def zero_grad(self, handle: ModelHandle) -> None:
         """Free the gradient shards (set to None)."""
         handle.model.zero_grad(set_to_none=True)
+        if self.applied is not None and self.applied.tp is not None:
+            self.applied.tp.pending = False
 
     def _grad_groups(self, handle: ModelHandle) -> list:
-        dense, expert = [], []
+        """``[(local grads, group)]`` whose squares sum to the global norm: dense over DP x CP, experts over EDP (or
+        the world under EP), TP-split shards over the world; the TP-replicated partial grads are summed first."""
+        tp = self.applied.tp if self.applied is not None else None
+        if tp is not None:
+            tp.reduce_partial_grads()  # once per step (it keeps a pending flag)
+        dense, tp_split, expert = [], [], []
         for s in handle.optimizer.slots:
             g = None if s.param.grad is None else local(s.param.grad)
-            (expert if s.expert else dense).append(g)
-        return [(dense, self.dp_group), (expert, self.edp_group)]
+            if s.expert:
+                expert.append(g)
+            elif tp is not None and tp.is_split(s.name, s.param):
+                tp_split.append(g)  # TP shards differ over TP as well: summed over DP x CP x TP
+            else:
+                dense.append(g)
+        groups = [(dense, self.dp_group), (expert, self.expert_norm_group)]
+        if tp_split:
+            groups.append((tp_split, dist.group.WORLD))
+        return groups
 
     def grad_norm(self, handle: ModelHandle) -> tuple[float, int]:
         """Global gradient L2 norm and zero count over all shards (collective)."""
@@ -209,12 +258,16 @@ class LiteRuntime:
         norm is inf or nan. The norm is one fused multi-tensor pass; the zero count comes out of the update pass
         (a separate pass only when the update is skipped)."""
         groups = self._grad_groups(handle)
-        norm = global_norm(groups, self.device)
+        if len(groups) > 2:  # TP-split shards: the update pass's per-group zero counts do not split by TP
+            norm, zeros = global_norm_and_zeros(groups, self.device)
+        else:
+            norm, zeros = global_norm(groups, self.device), None
         if not math.isfinite(norm):
-            return False, norm, global_norm_and_zeros(groups, self.device)[1]
+            return False, norm, global_norm_and_zeros(groups, self.device)[1] if zeros is None else zeros
         coef = clip_coefficient(norm, self.cfg.optimizer.clip_grad)
         dense0, expert0 = handle.optimizer.step(lr=handle.scheduler.lr, clip_coef=coef)
-        zeros = global_zeros([(dense0, self.dp_group), (expert0, self.edp_group)], self.device)
+        if zeros is None:
+            zeros = global_zeros([(dense0, self.dp_group), (expert0, self.expert_norm_group)], self.device)
         return True, norm, zeros
 
     def lr_scheduler_step(self, handle: ModelHandle, increment: int = 1) -> float:
@@ -230,8 +283,16 @@ class LiteRuntime:
     # ------------------------------------------------------------------ rl tiers
     def export_weights(self, handle: ModelHandle, device="cpu") -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``(name, full tensor)`` for every parameter (all-gathers: every rank must consume it)."""
+        experts = {id(p) for s in handle.optimizer.slots if s.expert for p in [s.param]}
         for name, p in handle.model.named_parameters():
             full = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+            tp = self.applied.tp if self.applied is not None else None
+            if tp is not None and name in tp.sliced:  # hand-sliced TP heads -> the whole tensor
+                full = tp.unslice(name, full.detach())
+            if self.pstate.ep > 1 and id(p) in experts:  # this EP rank's experts -> all of them
+                from .parallel.comm import all_gather_dim0
+
+                full = all_gather_dim0(full.detach().contiguous(), self.pstate.ep_group, self.pstate.ep)
             yield name, full.detach().to(device)
 
     def to(self, handle: ModelHandle, device, model: bool = True, optimizer: bool = True,
@@ -258,13 +319,21 @@ class LiteRuntime:
         """Save sharded model + optimizer state and the step counters (see :mod:`mlite.runtime.checkpoint`)."""
         from .checkpoint import save
 
+        self._check_checkpoint_mesh("save_checkpoint")
         return save(handle, path)
 
     def load_checkpoint(self, handle: ModelHandle, path, load_optimizer: bool = True) -> None:
         """Load what :meth:`save_checkpoint` wrote (same optimizer storage layout)."""
         from .checkpoint import load
 
+        self._check_checkpoint_mesh("load_checkpoint")
         load(handle, path, load_optimizer)
+
+    def _check_checkpoint_mesh(self, what: str) -> None:
+        if self.pstate.ep > 1 or self.pstate.tp > 1:
+            raise MliteError(f"{what}: checkpoints of EP > 1 or TP > 1 runs are not implemented by the lite runtime "
+                             "(the expert / tensor slices carry no global layout for DCP yet); checkpoint a "
+                             "data-parallel or CP run")
 
     # ------------------------------------------------------------------ memory
     def memory_stats(self, handle: ModelHandle) -> dict:
@@ -276,6 +345,7 @@ class LiteRuntime:
         out = {"params": params, "grads": grads, **opt,
                "optimizer_bytes": sum(v["bytes"] for v in opt.values()),
                "param_dtype": self.param_dtype_name, "device": str(self.device), "world_size": self.world_size,
+               "mesh": self.pstate.to_dict(),
                "max_memory_allocated": None, "memory_allocated": None, "memory_reserved": None}
         if self.device.type == "cuda":
             out["max_memory_allocated"] = torch.cuda.max_memory_allocated(self.device)

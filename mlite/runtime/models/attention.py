@@ -141,6 +141,8 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(head_dim, eps, zero_centered=zero_centered_norm, **kw)
         else:
             self.q_norm = self.k_norm = None
+        # context-parallel hook (mlite.runtime.parallel.cp): None = attention over the local tokens
+        self.cp_attention = None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], pack: PackInfo) -> torch.Tensor:
         T = x.shape[0]
@@ -157,10 +159,12 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rope
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        # the packed path chosen at build (``self.packed``), or the CP hook: all-gathered K/V (mlite.runtime.parallel.cp)
+        core, extra = (attention_core, (self.packed,)) if self.cp_attention is None else (self.cp_attention, ())
         if self.selective_recompute and torch.is_grad_enabled():
-            o = checkpoint(attention_core, q, k, v, pack, self.scale, self.packed, use_reentrant=False)
+            o = checkpoint(core, q, k, v, pack, self.scale, *extra, use_reentrant=False)
         else:
-            o = attention_core(q, k, v, pack, self.scale, self.packed)
+            o = core(q, k, v, pack, self.scale, *extra)
         o = o.reshape(T, self.heads * hd)
         if gate is not None:
             o = o * torch.sigmoid(gate)

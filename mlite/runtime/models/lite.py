@@ -82,6 +82,8 @@ class LiteModel(nn.Module):
         self.moe_aux_loss_coeff = float(moe_aux_loss_coeff)
         # loss positions per chunk of the fused linear cross-entropy
         self.ce_chunk_tokens = default_chunk(cfg.vocab_size)
+        # tensor-parallel hook (mlite.runtime.parallel.tp): None = linear_cross_entropy over the whole vocabulary
+        self.cross_entropy = None
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size, **kw)
         self.blocks = nn.ModuleList()
         for layer in spec.main_layers:
@@ -231,8 +233,8 @@ class LiteModel(nn.Module):
             raise MliteError(f"PackedBatch.labels: label {int(targets.max())} is outside the vocabulary "
                              f"(vocab_size {self.config.vocab_size})")
         sel, n = batch.loss_index(), batch.num_loss_tokens()
-        loss = linear_cross_entropy(hidden.index_select(0, sel), self.lm_head.weight, targets.index_select(0, sel),
-                                    self.ce_chunk_tokens)
+        ce = linear_cross_entropy if self.cross_entropy is None else self.cross_entropy
+        loss = ce(hidden.index_select(0, sel), self.lm_head.weight, targets.index_select(0, sel), self.ce_chunk_tokens)
         if aux is not None:
             loss = loss + self.moe_aux_loss_coeff * aux.float() * n
         return loss, n

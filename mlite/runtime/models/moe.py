@@ -138,6 +138,8 @@ class MoE(nn.Module):
         self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
         self.gate = Router(hidden, num_experts, **kw)
         self.experts = Experts(num_experts, hidden, ffn, path=expert_path, **kw)
+        # expert-parallel hook (mlite.runtime.parallel.ep): None = every expert is local
+        self.expert_dispatcher = None
         self.shared_name = shared_name if shared_ffn else None
         if shared_ffn:
             setattr(self, shared_name, SwiGLU(hidden, shared_ffn, **kw))
@@ -161,7 +163,9 @@ class MoE(nn.Module):
         flat = ids.reshape(-1)
         order = torch.argsort(flat, stable=True)
         counts = torch.bincount(flat, minlength=E)
-        ys = self.experts(x[order // k], counts)
+        xs = x[order // k]
+        ys = self.experts(xs, counts) if self.expert_dispatcher is None else self.expert_dispatcher(
+            self.experts, xs, counts)
         ys = ys * weights.reshape(-1)[order, None]
         y = ys.new_empty(T * k, H).index_copy(0, order, ys).view(T, k, H).sum(dim=1)
         if self.shared_name is not None:
