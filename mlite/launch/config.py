@@ -143,9 +143,8 @@ class RunConfig:
             raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must be smaller than steps={self.steps}")
         if not isinstance(self.compile, bool):
             raise MliteError(f"compile: {self.compile!r} must be True or False")
-        if self.etp != 1:
-            raise MliteError(f"etp: {self.etp} is not run by the lite runtime (experts stay whole on each EP rank); "
-                             "use --etp 1")
+        if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1:
+            raise MliteError(f"etp: {self.etp!r} must be a positive integer")
         if self.out is not None:
             self.out = str(self.out)
 
@@ -164,6 +163,9 @@ class RunConfig:
 
         from ..runtime.parallel.state import check_mesh
 
+        if self.etp != 1:  # a valid config (it round-trips), refused before a run starts
+            raise MliteError(f"etp: {self.etp} is not run by the lite runtime (experts stay whole on each EP rank); "
+                             "use --etp 1")
         spec = spec or from_hf_config(self.model)
         p = self.parallel_config()
         check_mesh(p)
