@@ -26,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mlite.memory.mcore_oracle import predict_row  # noqa: E402
+
 DENSE = dict(hidden=2048, heads=16, kv_heads=8, head_dim=128, ffn=6144, layers=16, vocab=32000, qk_norm=True)
 DENSE_MHA = dict(DENSE, kv_heads=16)
 MOE = dict(hidden=1024, heads=16, kv_heads=4, head_dim=64, ffn=2816, layers=8, vocab=32000, qk_norm=True, experts=16,
@@ -69,60 +71,6 @@ QUICK = [
 ]
 
 
-def sdpa_layer_spec(case):
-    """The local spec with ``DotProductAttention`` replaced by PyTorch SDPA (causal, GQA native)."""
-    import torch
-    import torch.nn.functional as F
-
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer.module import MegatronModule
-
-    class SDPAttention(MegatronModule):
-        """Core attention through ``F.scaled_dot_product_attention`` (flash kernel on CUDA for bf16)."""
-
-        def __init__(self, config, layer_number, attn_mask_type, attention_type=None, attention_dropout=None,
-                     softmax_scale=None, **kwargs):
-            super().__init__(config=config)
-            self.heads, self.groups = config.num_attention_heads, config.num_query_groups
-            self.scale = softmax_scale
-
-        def forward(self, query, key, value, attention_mask=None, attn_mask_type=None, attention_bias=None,
-                    packed_seq_params=None, **kwargs):
-            s, b = query.shape[0], query.shape[1]
-            q, k, v = (x.permute(1, 2, 0, 3) for x in (query, key, value))  # [b, heads, s, d]
-            with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
-                                                     enable_gqa=self.heads != self.groups)
-            return out.permute(2, 0, 1, 3).reshape(s, b, -1)
-
-    spec = get_gpt_layer_local_spec(num_experts=case.experts or None, moe_grouped_gemm=False,
-                                    qk_layernorm=case.qk_norm, normalization="RMSNorm")
-    spec.submodules.self_attention.submodules.core_attention = SDPAttention
-    return spec
-
-
-def predict(row) -> dict:
-    """The estimator's static and peak bytes for a row (one GPU)."""
-    from mlite.memory import TrainingOptions, estimate
-    from mlite.memory.mcore_oracle import OracleCase
-    from mlite.mesh import ParallelConfig, resolve
-    from mlite.models import from_hf_config
-
-    case = OracleCase(seq=row["seq"], micro_batch=row["micro_batch"], recompute=row["recompute"], **row["model"])
-    spec = from_hf_config(case.hf_config())
-    o = TrainingOptions(seq_len=row["seq"], micro_batch_size=row["micro_batch"],
-                        num_microbatches=row["num_microbatches"], recompute=row["recompute"],
-                        attention=row["attention"], use_distributed_optimizer=row["dist_opt"],
-                        main_grads_dtype=row["grad"], lite_device="cuda", gpu_memory_gib=141)
-    e = estimate(spec, resolve(spec, 1, ParallelConfig(), seq_len=row["seq"]), o, explain=False)
-    w = e.worst
-    return {"predicted_static_bytes": round(w.static), "predicted_peak_bytes": round(w.peak),
-            "predicted_activations": {k: round(v) for k, v in w.activations.items()},
-            "predicted_transients": {k: round(v) for k, v in w.transients.items()},
-            "predicted_persistent": {k: round(v) for k, v in w.persistent.items()},
-            "params": round(w.local_params)}
-
-
 def run_row(row, iters: int = 3) -> dict:
     """Build, train ``iters`` iterations and measure one row (in this process)."""
     import torch
@@ -130,7 +78,7 @@ def run_row(row, iters: int = 3) -> dict:
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    from mlite.memory.mcore_oracle import OracleCase, build_gpt, init_single_process, saved_bytes
+    from mlite.memory.mcore_oracle import OracleCase, build_gpt, init_single_process, saved_bytes, sdpa_layer_spec
 
     cuda = torch.cuda.is_available()
     init_single_process()
@@ -194,7 +142,7 @@ def measure(rows, out: Path, timeout: int, parallel: int = 1, budget_gib: float 
 
     out.parent.mkdir(parents=True, exist_ok=True)
     records = json.loads(out.read_text()) if out.exists() else []
-    pending = [dict(row, **predict(row)) for row in rows]
+    pending = [dict(row, **predict_row(row)) for row in rows]
     running: list[tuple[dict, subprocess.Popen, float]] = []
     while pending or running:
         load = sum(r["predicted_peak_bytes"] for r, _, _ in running) / 2**30
@@ -268,7 +216,7 @@ def row_main(spec: str) -> int:
     return 0
 
 
-COMMAND = ("python3 bench/mcore_memory.py measure --out bench/results/mcore_memory_raw.json && "
+COMMAND = ("python3 bench/mcore_memory.py measure --saved --out bench/results/mcore_memory_raw.json --rows {name} && "
            "python3 bench/mcore_memory.py report bench/results/mcore_memory_raw.json --csv bench/results/mcore_memory.csv")
 FIELDS = ["config", "attention", "validated_against", "predicted_static_bytes", "measured_static_bytes",
           "predicted_peak_bytes", "measured_peak_bytes", "static_error", "peak_error", "seq", "micro_batch",
@@ -280,7 +228,7 @@ def report(raw: Path, csv_path: Path | None) -> int:
     recs = json.loads(raw.read_text())
     rows = []
     for r in recs:
-        r.update({k: v for k, v in predict(r).items()})  # the estimator as it is now, against the measurement
+        r.update(predict_row(r))  # the estimator as it is now, against the measurement
         if r.get("measured_static_bytes") is None:
             print(f"{r['name']}: {r.get('error', 'not measured')}")
             continue
@@ -292,12 +240,12 @@ def report(raw: Path, csv_path: Path | None) -> int:
                      "predicted_static_bytes": r["predicted_static_bytes"],
                      "measured_static_bytes": r["measured_static_bytes"],
                      "predicted_peak_bytes": r["predicted_peak_bytes"], "measured_peak_bytes": r["measured_peak_bytes"],
-                     "static_error": round(se, 4), "peak_error": round(pe, 4), "seq": r["seq"],
+                     "static_error": round(se, 6), "peak_error": round(pe, 6), "seq": r["seq"],
                      "micro_batch": r["micro_batch"], "num_microbatches": r["num_microbatches"],
                      "recompute": r["recompute"], "dist_opt": r["dist_opt"], "grad_buffer": r["grad"],
                      "gpu": r.get("gpu", ""), "torch_version": r.get("torch_version", ""),
                      "megatron_core_version": r.get("megatron_core_version", ""),
-                     "command": COMMAND + f" --rows {r['name']}"})
+                     "command": COMMAND.format(name=r["name"])})
         print(f"{r['name']:40s} static {se:+7.2%}  peak {pe:+7.2%}")
     if csv_path:
         with open(csv_path, "w", newline="") as f:

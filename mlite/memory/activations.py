@@ -217,8 +217,10 @@ def mcore_attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
     causal mask is a new bool s x s tensor per layer. V is a view of the fused QKV output, so for MHA (no expansion),
     under selective recompute (the checkpoint keeps q, k, v) and for flash the whole QKV output stays alive; so does
     it with qk-norm on CUDA (the fused RMSNorm keeps its input, a view of it). RoPE keeps bf16 cos and sin (s x
-    rot) for q and for k per layer. Flash (TE / flash-attn kernels): q, k, v, the output and a fp32 log-sum-exp per
-    head and token; no score matrix."""
+    rot) for q and for k per layer. With GQA and qk-norm on CUDA, q's reshape out of the grouped QKV layout is a
+    copy that the fused q-norm keeps (on the CPU the composite norm keeps fp32 copies instead). Flash (TE /
+    flash-attn kernels): q, k, v, the output (which is the out-projection's input) and a fp32 log-sum-exp per head
+    and token; no score matrix."""
     D = d.s * d.b
     h, t, dh = spec.hidden_size, d.t, spec.head_dim
     a, kv = spec.num_attention_heads / t, spec.num_key_value_heads / t
@@ -232,6 +234,8 @@ def mcore_attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
     held_by_norm = qk_norm and d.device == "cuda"
     if qk_norm:
         lin += 4 * D * (a + kv) if d.device == "cuda" else (8 * dh + 4) * D * (a + kv)
+    if qk_norm and d.device == "cuda" and kv < a:
+        lin += 2 * D * a * dh  # GQA: q's grouped-layout reshape is a copy, and the fused q-norm keeps it
     held = held_by_norm
     if held:
         lin += qkv
@@ -242,7 +246,8 @@ def mcore_attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
             lin += qkv
         if d.flash:
             core = 0.0
-    elif d.flash:
+    elif d.flash:  # the kernel's output is the out-projection's input (kept once)
+        lin -= 2 * D * a * dh
         core = 2 * D * a * dh + 2 * D * kv * dh + 2 * D * a * dh + 4 * D * a + (0 if held else qkv)
     else:
         X = d.b * a * d.s * d.s

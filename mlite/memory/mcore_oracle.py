@@ -206,6 +206,61 @@ def build_gpt(case: OracleCase, layer_spec=None, **overrides):
     return model
 
 
+def sdpa_layer_spec(case):
+    """The local spec with ``DotProductAttention`` replaced by PyTorch SDPA (causal, GQA native, the flash kernel
+    forced): Megatron's other modules around a flash core, the closest to Transformer Engine that runs here."""
+    import torch
+    import torch.nn.functional as F
+
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.module import MegatronModule
+
+    class SDPAttention(MegatronModule):
+        """Core attention through ``F.scaled_dot_product_attention`` (flash kernel on CUDA for bf16)."""
+
+        def __init__(self, config, layer_number, attn_mask_type, attention_type=None, attention_dropout=None,
+                     softmax_scale=None, **kwargs):
+            super().__init__(config=config)
+            self.heads, self.groups = config.num_attention_heads, config.num_query_groups
+            self.scale = softmax_scale
+
+        def forward(self, query, key, value, attention_mask=None, attn_mask_type=None, attention_bias=None,
+                    packed_seq_params=None, **kwargs):
+            s, b = query.shape[0], query.shape[1]
+            q, k, v = (x.permute(1, 2, 0, 3) for x in (query, key, value))  # [b, heads, s, d]
+            with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
+                                                     enable_gqa=self.heads != self.groups)
+            return out.permute(2, 0, 1, 3).reshape(s, b, -1)
+
+    spec = get_gpt_layer_local_spec(num_experts=case.experts or None, moe_grouped_gemm=False,
+                                    qk_layernorm=case.qk_norm, normalization="RMSNorm")
+    spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    return spec
+
+
+def predict_row(row: dict) -> dict:
+    """The estimator's static and peak bytes for one row of ``bench/mcore_memory.py`` (one GPU, CUDA)."""
+    from ..mesh import ParallelConfig, resolve
+    from ..models import from_hf_config
+    from .estimate import estimate
+    from .options import TrainingOptions
+
+    case = OracleCase(seq=row["seq"], micro_batch=row["micro_batch"], recompute=row["recompute"], **row["model"])
+    spec = from_hf_config(case.hf_config())
+    o = TrainingOptions(seq_len=row["seq"], micro_batch_size=row["micro_batch"],
+                        num_microbatches=row["num_microbatches"], recompute=row["recompute"],
+                        attention=row["attention"], use_distributed_optimizer=row["dist_opt"],
+                        main_grads_dtype=row["grad"], lite_device="cuda", gpu_memory_gib=141)
+    e = estimate(spec, resolve(spec, 1, ParallelConfig(), seq_len=row["seq"]), o, explain=False)
+    w = e.worst
+    return {"predicted_static_bytes": round(w.static), "predicted_peak_bytes": round(w.peak),
+            "predicted_activations": {k: round(v) for k, v in w.activations.items()},
+            "predicted_transients": {k: round(v) for k, v in w.transients.items()},
+            "predicted_persistent": {k: round(v) for k, v in w.persistent.items()},
+            "params": round(w.local_params)}
+
+
 def component(name: str) -> tuple[int | None, str]:
     """(layer index or None for the root, estimator component) of the module that saved a tensor."""
     parts = name.split(".")
