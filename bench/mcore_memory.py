@@ -26,20 +26,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlite.memory.mcore_oracle import predict_row  # noqa: E402
+from mlite.memory.mcore_oracle import predict_row
 
-DENSE = dict(hidden=2048, heads=16, kv_heads=8, head_dim=128, ffn=6144, layers=16, vocab=32000, qk_norm=True)
-DENSE_MHA = dict(DENSE, kv_heads=16)
-MOE = dict(hidden=1024, heads=16, kv_heads=4, head_dim=64, ffn=2816, layers=8, vocab=32000, qk_norm=True, experts=16,
-           topk=4, moe_ffn=512)
+DENSE = {"hidden": 2048, "heads": 16, "kv_heads": 8, "head_dim": 128, "ffn": 6144, "layers": 16, "vocab": 32000,
+         "qk_norm": True}
+DENSE_MHA = {**DENSE, "kv_heads": 16}
+MOE = {"hidden": 1024, "heads": 16, "kv_heads": 4, "head_dim": 64, "ffn": 2816, "layers": 8, "vocab": 32000,
+       "qk_norm": True, "experts": 16, "topk": 4, "moe_ffn": 512}
 
 
 def _row(name, model, seq, mb, recompute, dist_opt=True, grad="fp32", attention="unfused", layers=None, micro=1):
     m = dict(model)
     if layers:
         m["layers"] = layers
-    return dict(name=name, model=m, seq=seq, micro_batch=mb, recompute=recompute, dist_opt=dist_opt, grad=grad,
-                attention=attention, num_microbatches=micro)
+    return {"name": name, "model": m, "seq": seq, "micro_batch": mb, "recompute": recompute, "dist_opt": dist_opt,
+            "grad": grad, "attention": attention, "num_microbatches": micro}
 
 
 ROWS = [
@@ -65,8 +66,8 @@ ROWS = [
 ]
 
 QUICK = [
-    _row("quick_dense_unfused", dict(DENSE, layers=2, vocab=4096), 1024, 2, "none"),
-    _row("quick_moe_sdpa_bf16grad", dict(MOE, layers=2, vocab=4096), 1024, 1, "selective", grad="bf16",
+    _row("quick_dense_unfused", {**DENSE, "layers": 2, "vocab": 4096}, 1024, 2, "none"),
+    _row("quick_moe_sdpa_bf16grad", {**MOE, "layers": 2, "vocab": 4096}, 1024, 1, "selective", grad="bf16",
          attention="flash"),
 ]
 
@@ -74,11 +75,19 @@ QUICK = [
 def run_row(row, iters: int = 3) -> dict:
     """Build, train ``iters`` iterations and measure one row (in this process)."""
     import torch
-
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+    )
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    from mlite.memory.mcore_oracle import OracleCase, build_gpt, init_single_process, saved_bytes, sdpa_layer_spec
+    from mlite.memory.mcore_oracle import (
+        OracleCase,
+        build_gpt,
+        init_single_process,
+        saved_bytes,
+        sdpa_layer_spec,
+    )
 
     cuda = torch.cuda.is_available()
     init_single_process()

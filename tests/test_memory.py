@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import assert_one_line_error, run_cli
+
 from mlite.errors import MliteError
 from mlite.memory import GIB, TrainingOptions, estimate, mesh_table, sweep
 from mlite.memory.activations import gpt_layer_bytes

@@ -1,4 +1,13 @@
-"""Activation memory per layer and micro-batch (bytes), after Korthikanti et al. 2022, per component.
+"""Activation memory per layer and micro-batch (bytes), per component.
+
+Two sets of formulas. For GQA attention, dense MLP and MoE layers the default is what Megatron-Core's local-spec
+modules keep for the backward (``mcore_*`` below: derived from its source, equal byte for byte to Megatron-Core on
+the CPU in ``tests/test_mcore_oracle.py`` and on an H200 in ``bench/mcore_memory.py``). The Korthikanti et al. 2022
+components (``attention_bytes``, ``mlp_bytes``, ``gpt_layer_bytes``) remain for the paper's GPT cases, for MLA, DSA,
+Gated DeltaNet and DeepSeek-V4 layers, and when ``recompute_modules`` are set; they are not validated against
+Megatron-Core.
+
+Korthikanti components:
 
 Notation: s local sequence length (seq_len / CP), b micro-batch, h hidden, a heads, t TP, D = s*b tokens.
 Everything is bf16 (2 bytes) unless noted; dropout masks are 1 byte. For a GPT layer (MHA, GeLU FFN 4h, dropout)

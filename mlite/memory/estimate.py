@@ -4,8 +4,10 @@ Per pipeline rank (the most loaded one is reported on top): parameters, gradient
 exp_avg, exp_avg_sq apart), activations by component, logits, transients (FSDP2 all-gather / reduce-scatter of
 the largest unit, full-recompute rebuild, the fp32 logits gradient), and other (framework overhead outside
 PyTorch's allocator, distributed-optimizer buffer padding). ``static`` is what the allocator holds after the
-optimizer step (params + grads + optimizer state); ``peak`` adds activations and the largest transient; ``total``
-adds the framework overhead, and ``fits`` compares it with the device memory less the headroom.
+optimizer step (params + grads + optimizer state + persistent buffers such as Megatron's attention score buffer,
++ the fp32 main-grad copies of a bf16 grad buffer without PAO); ``peak`` is the larger of forward/backward (static
+without those copies + activations + the largest transient) and the optimizer step (static + Adam's temporaries);
+``total`` adds the framework overhead, and ``fits`` compares it with the device memory less the headroom.
 
 Runtime context offload (verl ``param_offload`` / ``optimizer_offload`` / ``grad_offload``) is reported per phase:
 ``training`` (everything resident for the step) and ``idle`` (rollout or waiting: offloaded state on the host).
@@ -191,7 +193,22 @@ class MemoryEstimate:
             "mesh": {k: v for k, v in self.plan.to_dict().items() if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp",
                                                                             "edp", "ngpu", "pp_layout")},
             "formulas": self.formulas,
+            "validated_against": validated_against(self.options),
         }
+
+
+def validated_against(o: TrainingOptions) -> str:
+    """What the activation rows of this option set were checked against (the measurements in bench/results)."""
+    if o.activation_model == "lite":
+        return "the kit's lite runtime on an H200 (bench/results/gpu_memory.csv)"
+    if o.attention == "unfused":
+        where = ("Megatron-Core 0.19.2, local spec (DotProductAttention), on an H200 (bench/results/mcore_memory.csv) "
+                 "and Megatron-Core 0.16.1 on the CPU (tests/test_mcore_oracle.py)")
+    else:
+        where = ("Megatron-Core 0.19.2 with PyTorch SDPA flash core attention on an H200 (bench/results/"
+                 "mcore_memory.csv), standing in for Transformer Engine (not installed there)")
+    return (where + "; GQA/MHA attention, dense SwiGLU and MoE layers at TP = PP = CP = 1; MLA, DSA, Gated DeltaNet "
+            "and recompute_modules follow Korthikanti-style components, not validated against Megatron-Core")
 
 
 def _act_dims(spec, plan: MeshPlan, o: TrainingOptions) -> ActDims:
@@ -264,7 +281,6 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
     f = float(o.offload_fraction)
     dims = _act_dims(spec, plan, o)
     cache = _layer_cache(spec, dims)
-    D = dims.s * dims.b
     vocab_local = plan.padded_vocab / p.tp
     ranks = []
     stages = stage_params(spec, plan)
@@ -403,7 +419,7 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
     w = est.worst
     sp = stages[w.pp_rank]
     o = est.options
-    g = lambda x: f"{x / GIB:.2f} GiB"  # noqa: E731
+    g = lambda x: f"{x / GIB:.2f} GiB"
     shard = sp.dense / d_dense + sp.expert / d_exp
     held = "shard" if sb.params_sharded else "local"
     rows = [
@@ -422,7 +438,7 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
         ("activations", "sum over layers of per-layer bytes x micro-batches in flight (+ logits)",
          f"s={dims.s}, b={dims.b}, t={dims.t}, sp={dims.sp}, recompute={dims.recompute}, "
          f"in flight={_in_flight(est.plan, o, w.pp_rank):g}", w.activation_total),
-        ("transient", "max(FSDP2 all-gather + reduce-scatter + recompute, logits gradient)",
+        ("transient", "max(FSDP2 all-gather + reduce-scatter + recompute layer + attention scores, logits)",
          ", ".join(f"{k}={g(v)}" for k, v in w.transients.items()) or "none", w.transient_peak),
         ("other", "framework overhead + buffer padding", ", ".join(f"{k}={g(v)}" for k, v in w.other.items()),
          sum(w.other.values())),

@@ -110,14 +110,13 @@ def install_shims() -> None:
     """Patch the few CUDA-only calls the local spec makes (idempotent); must run before the model is built."""
     if _READY["shims"]:
         return
-    import megatron.core.jit as jit
+    from megatron.core import jit
 
     jit.jit_fuser = jit.noop_decorator
-    import torch
-
-    import megatron.core.fusions.fused_softmax as fused_softmax
     import megatron.core.tensor_parallel.random as rng
-    import megatron.core.transformer.moe.moe_utils as moe_utils
+    import torch
+    from megatron.core.fusions import fused_softmax
+    from megatron.core.transformer.moe import moe_utils
 
     if not torch.cuda.is_available():
         torch.cuda.current_device = lambda: "cpu"
@@ -144,7 +143,6 @@ def init_single_process() -> None:
     """A process group of size 1 (gloo on CPU, nccl on CUDA) and model parallelism of 1 (idempotent)."""
     import torch
     import torch.distributed as dist
-
     from megatron.core import parallel_state
 
     install_shims()
@@ -155,7 +153,9 @@ def init_single_process() -> None:
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(1, 1)
         if torch.cuda.is_available():
-            from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+            from megatron.core.tensor_parallel.random import (
+                model_parallel_cuda_manual_seed,
+            )
 
             model_parallel_cuda_manual_seed(1234)
 
@@ -164,16 +164,17 @@ def transformer_config(case: OracleCase, **overrides):
     """Megatron-Core's ``TransformerConfig`` for ``case`` (the settings in the module docstring)."""
     import torch
     import torch.nn.functional as F
-
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    cfg = dict(num_layers=case.layers, hidden_size=case.hidden, num_attention_heads=case.heads,
-               num_query_groups=case.kv_heads, ffn_hidden_size=case.ffn, kv_channels=case.head_dim, bf16=True,
-               params_dtype=torch.bfloat16, hidden_dropout=0.0, attention_dropout=0.0, normalization="RMSNorm",
-               gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, qk_layernorm=case.qk_norm,
-               use_cpu_initialization=not torch.cuda.is_available(), gradient_accumulation_fusion=False,
-               masked_softmax_fusion=False, bias_activation_fusion=True, apply_rope_fusion=False,
-               bias_dropout_fusion=False, persist_layer_norm=False, cross_entropy_loss_fusion=False)
+    cfg = {"num_layers": case.layers, "hidden_size": case.hidden, "num_attention_heads": case.heads,
+           "num_query_groups": case.kv_heads, "ffn_hidden_size": case.ffn, "kv_channels": case.head_dim,
+           "bf16": True,
+           "params_dtype": torch.bfloat16, "hidden_dropout": 0.0, "attention_dropout": 0.0,
+           "normalization": "RMSNorm", "gated_linear_unit": True, "activation_func": F.silu, "add_bias_linear": False,
+           "qk_layernorm": case.qk_norm, "use_cpu_initialization": not torch.cuda.is_available(),
+           "gradient_accumulation_fusion": False, "masked_softmax_fusion": False, "bias_activation_fusion": True,
+           "apply_rope_fusion": False, "bias_dropout_fusion": False, "persist_layer_norm": False,
+           "cross_entropy_loss_fusion": False}
     if case.recompute == "selective":
         cfg.update(recompute_granularity="selective")
     elif case.recompute == "full":
@@ -189,7 +190,6 @@ def transformer_config(case: OracleCase, **overrides):
 def build_gpt(case: OracleCase, layer_spec=None, **overrides):
     """Megatron-Core's GPTModel for ``case`` in bf16 on the current device (local spec unless ``layer_spec``)."""
     import torch
-
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
@@ -211,7 +211,6 @@ def sdpa_layer_spec(case):
     forced): Megatron's other modules around a flash core, the closest to Transformer Engine that runs here."""
     import torch
     import torch.nn.functional as F
-
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.module import MegatronModule
 
@@ -322,7 +321,7 @@ def saved_bytes(model, case: OracleCase, tokens=None) -> dict:
     finally:
         for h in handles:
             h.remove()
-    layers = [dict() for _ in range(case.layers)]
+    layers: list[dict[str, int]] = [{} for _ in range(case.layers)]
     root: dict[str, int] = {}
     for name, nbytes in seen.values():
         i, comp = component(name)

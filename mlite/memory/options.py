@@ -55,7 +55,7 @@ class TrainingOptions:
     sequence_parallel: bool = False
     """Megatron sequence parallelism (activations split over TP); forced on for MoE with TP > 1."""
     attention: str = "flash"
-    """``flash`` (no score matrix stored) or ``unfused`` (scores materialised, Megatron's local spec without TE)."""
+    """``flash`` (TE / flash-attn kernels: no score matrix) or ``unfused`` (Megatron's local spec: scores kept)."""
     dropout: bool = False
     """Hidden/attention dropout masks stored (Korthikanti's GPT cases); LLM fine-tuning runs without."""
     fused_cross_entropy: bool = False
@@ -63,7 +63,7 @@ class TrainingOptions:
     activation_model: str = "megatron"
     """``megatron`` (Korthikanti/Megatron layers) or ``lite`` (the kit's lite runtime: what its modules save)."""
     lite_device: str = "cuda"
-    """Device of a lite-runtime run: ``cuda`` (fused RMSNorm) or ``cpu`` (composite RMSNorm keeps fp32 copies)."""
+    """Device of the run: ``cuda`` (fused RMSNorm) or ``cpu`` (composite RMSNorm keeps fp32 copies; CPU oracles)."""
     gpu_memory_gib: float = 80.0
     """Device memory in GiB (H100 80, H200 141, B200 180; see GPU_MEMORY_GIB)."""
     headroom: float = 0.05
