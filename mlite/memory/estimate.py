@@ -35,9 +35,6 @@ GIB = 1024**3
 CUBLAS_WORKSPACE = 64 * 2**20
 """cuBLAS + cuBLASLt workspaces PyTorch takes from its caching allocator on Hopper (32 MiB each; measured: every
 Megatron-Core row on the H200 holds 64 MiB more after the step than its state and buffers)."""
-MOE_FULL_RECOMPUTE_RESIDUE = 4352
-"""Bytes per token and MoE layer that stay allocated after the step with full recompute (measured on the H200 with
-Megatron-Core 0.19.2 at 8192 tokens, two rows; source not identified, scaling with tokens assumed)."""
 
 
 @dataclass(kw_only=True)
@@ -373,8 +370,15 @@ def _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb):
     if dims.device == "cuda":
         persistent["cublas_workspace"] = CUBLAS_WORKSPACE
     moe_layers = sum(n for layer, n in sp.layer_kinds if layer.mlp == "moe")
-    if moe_layers and o.recompute == "full":
-        persistent["moe_recompute_residue"] = MOE_FULL_RECOMPUTE_RESIDUE * tokens * moe_layers
+    if moe_layers:
+        # the all-gather dispatcher keeps its last routing map (bool), permuted probabilities (bf16) and
+        # permutation indices (int64) as attributes until the next forward
+        k = spec.moe_router_topk
+        persistent["moe_dispatcher_cache"] = tokens * (spec.num_experts + 10 * k) * moe_layers
+        if o.recompute == "full":
+            # the cached probabilities carry the recomputed graph, whose leaf is the checkpoint's detached layer
+            # input: that input and its gradient (bf16) stay alive per MoE layer
+            persistent["moe_recompute_inputs"] = 4 * tokens * h * moe_layers
     if recompute_layer:
         transients["recompute_layer"] = recompute_layer
     return acts, transients, persistent

@@ -372,3 +372,46 @@ def predicted(case: OracleCase, device: str = "cpu", attention: str = "unfused")
         root["rope"] = w.persistent["rope_table"]
     total = sum(sum(x.values()) for x in layers) + sum(root.values())
     return {"layers": layers, "root": root, "total": total}
+
+
+def _alive_storages(params: set[int]) -> dict[int, tuple]:
+    import gc
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    gc.collect()
+    seen: dict[int, tuple] = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and not isinstance(obj, (torch.nn.Parameter, FakeTensor)):
+            st = obj.untyped_storage()
+            if st.data_ptr() not in params and st.nbytes():
+                seen.setdefault(st.data_ptr(), (st.nbytes(), tuple(obj.shape), str(obj.dtype).replace("torch.", "")))
+    return seen
+
+
+def alive_after_backward(model, case: OracleCase, iters: int = 2) -> dict:
+    """Tensors still alive after ``iters`` forward/backward passes that were not there before them (parameters and
+    their grads excluded): what Megatron-Core keeps between steps besides the model state. Megatron's global score
+    buffer is emptied first so that an earlier model's buffer does not stand in for this one's. Returns
+    ``{"bytes": total, "tensors": [(bytes, shape, dtype), ...]}``, each storage once (FakeTensors left by tracing
+    at import hold no memory and are skipped)."""
+    import torch
+
+    from megatron.core import parallel_state
+
+    parallel_state.get_global_memory_buffer().buffer.clear()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    before = _alive_storages(params)
+    dev = next(model.parameters()).device
+    g = torch.Generator(device="cpu").manual_seed(1)
+    for _ in range(iters):
+        ids = torch.randint(0, case.vocab, (case.micro_batch, case.seq), generator=g).to(dev)
+        pos = torch.arange(case.seq, device=dev).unsqueeze(0).expand(case.micro_batch, -1)
+        loss = model(ids, pos, None, labels=torch.roll(ids, -1, dims=1))
+        loss.float().mean().backward()
+        del loss, ids, pos
+        for p in model.parameters():
+            p.grad = None
+    new = {k: v for k, v in _alive_storages(params).items() if k not in before}
+    return {"bytes": sum(v[0] for v in new.values()), "tensors": sorted(new.values(), reverse=True)}
