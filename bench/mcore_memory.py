@@ -7,7 +7,11 @@ iterations (zero_grad_buffer, zero_grad, forward/backward per micro-batch, finis
 ``memory_allocated`` right after the last step (static) and ``max_memory_allocated`` over the last iteration (peak).
 Each row runs in its own process (a failing row is recorded and the next one runs) and is appended to the raw JSON
 as it finishes. The prediction is ``mlite.memory.estimate`` for the same model and options (``attention=unfused`` for
-the local spec, ``flash`` for SDPA).
+the local spec, ``flash`` for SDPA). ``--saved`` also records each row's per-component saved bytes on the GPU (the
+oracle of :mod:`mlite.memory.mcore_oracle`) next to the model's. The raw JSON keeps the prediction made at
+measurement time; ``report`` recomputes it with the estimator as it is now.
+
+Needs megatron-core (0.19.2 on the H200, carried as a cp312 wheel; no Transformer Engine or Apex there).
 
     python3 bench/mcore_memory.py measure --out $OUT/mcore_memory_raw.json [--rows dense_s1024_none,...] [--quick]
     python3 bench/mcore_memory.py report bench/results/mcore_memory_raw.json --csv bench/results/mcore_memory.csv

@@ -397,7 +397,6 @@ def alive_after_backward(model, case: OracleCase, iters: int = 2) -> dict:
     ``{"bytes": total, "tensors": [(bytes, shape, dtype), ...]}``, each storage once (FakeTensors left by tracing
     at import hold no memory and are skipped)."""
     import torch
-
     from megatron.core import parallel_state
 
     parallel_state.get_global_memory_buffer().buffer.clear()
