@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import assert_one_line_error, run_cli
+
 from mlite.errors import MliteError
 from mlite.memory import GIB, TrainingOptions, estimate, mesh_table, sweep
 from mlite.memory.activations import gpt_layer_bytes
@@ -170,7 +170,8 @@ def test_fits_verdict_and_gpu_memory():
 
 def test_validation_errors():
     with pytest.raises(MliteError, match="precision-aware"):
-        TrainingOptions(main_grads_dtype="bf16")
+        TrainingOptions(exp_avg_dtype="bf16")
+    TrainingOptions(main_grads_dtype="bf16")  # Megatron-Core's grad_reduce_in_fp32=False runs without PAO
     with pytest.raises(MliteError, match="distributed optimizer"):
         TrainingOptions(use_precision_aware_optimizer=True, use_distributed_optimizer=False)
     with pytest.raises(MliteError, match="offload_fraction"):
@@ -211,3 +212,28 @@ def test_cli_bad_usage():
     assert_one_line_error(run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--moment-dtype", "bf16"), "--pao")
     assert_one_line_error(run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--gpu-mem", "lots"), "--gpu-mem")
     assert_one_line_error(run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--offload-fraction", "2"), "offload_fraction")
+
+
+def test_bf16_grads_without_pao_are_megatron_cores_bytes():
+    """``--grad-dtype bf16`` without ``--pao`` is Megatron-Core's ``grad_reduce_in_fp32=False``: a bf16 grad buffer
+    (2 B per local parameter) and, after the step, the optimizer's fp32 copies of its grad shard
+    (``shard_main_param.grad = shard_model_grad.float()``: 4 B per shard parameter) next to fp32 master, m, v."""
+    n = L8.total
+    res = run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--grad-dtype", "bf16", "--json")
+    assert res.rc == 0, res.err
+    doc = res.json()
+    assert doc["per_gpu"]["params"] == 2 * n
+    assert doc["per_gpu"]["grads"] == round(2 * n + 4 * n / 8)
+    assert doc["step_grads"] == round(4 * n / 8)
+    assert doc["per_gpu"]["optimizer"] == round(12 * n / 8)
+    assert doc["bytes_per_param"] == 2 + 2 + 12 / 8
+    fp32 = run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--json").json()
+    assert fp32["static"] - doc["static"] == round(4 * n - 2 * n - 4 * n / 8)
+    # the copies exist from the step to the next zero_grad: not during forward/backward
+    e = _est(L8, 8, TrainingOptions(main_grads_dtype="bf16", seq_len=8192))
+    w = e.worst
+    assert w.step_grads == 4 * n / 8 and w.peak < w.static + w.activation_total
+    nodist = _est(L8, 1, TrainingOptions(main_grads_dtype="bf16", use_distributed_optimizer=False)).worst
+    assert nodist.grads + nodist.step_grads == 6 * n
+    pao = _est(L8, 8, TrainingOptions(main_grads_dtype="bf16", use_precision_aware_optimizer=True)).worst
+    assert pao.step_grads == 0  # PAO hands the bf16 shard to the optimizer as decoupled_grad

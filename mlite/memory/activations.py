@@ -1,4 +1,13 @@
-"""Activation memory per layer and micro-batch (bytes), after Korthikanti et al. 2022, per component.
+"""Activation memory per layer and micro-batch (bytes), per component.
+
+Two sets of formulas. For GQA attention, dense MLP and MoE layers the default is what Megatron-Core's local-spec
+modules keep for the backward (``mcore_*`` below: derived from its source, equal byte for byte to Megatron-Core on
+the CPU in ``tests/test_mcore_oracle.py`` and on an H200 in ``bench/mcore_memory.py``). The Korthikanti et al. 2022
+components (``attention_bytes``, ``mlp_bytes``, ``gpt_layer_bytes``) remain for the paper's GPT cases, for MLA, DSA,
+Gated DeltaNet and DeepSeek-V4 layers, and when ``recompute_modules`` are set; they are not validated against
+Megatron-Core.
+
+Korthikanti components:
 
 Notation: s local sequence length (seq_len / CP), b micro-batch, h hidden, a heads, t TP, D = s*b tokens.
 Everything is bf16 (2 bytes) unless noted; dropout masks are 1 byte. For a GPT layer (MHA, GeLU FFN 4h, dropout)
@@ -54,6 +63,12 @@ class ActDims:
     """none | selective | full."""
     modules: frozenset
     """Extra recomputed mlite modules."""
+    mcore: bool = True
+    """Megatron-Core's local-spec layers (what its modules save) for GQA attention, dense MLP and MoE; False: the
+    Korthikanti components (the paper's cases)."""
+    device: str = "cuda"
+    """Where the norms run: ``cuda`` (torch's fused RMSNorm keeps its bf16 input and a fp32 rstd) or ``cpu`` (the
+    composite keeps fp32 copies: the CPU oracle)."""
 
 
 def _split(x: float, d: ActDims) -> float:
@@ -155,16 +170,21 @@ def layer_bytes(spec, layer, d: ActDims) -> dict[str, float]:
     D = d.s * d.b
     if d.recompute == "full":
         return {"layer_inputs": _split(2 * D * spec.hidden_size * max(1, spec.hc_mult), d)}
-    out = attention_bytes(spec, layer.attention, d)
-    out.update(mlp_bytes(spec, layer.mlp, d))
-    norms = _split(4 * D * spec.hidden_size, d)
+    mcore = d.mcore and not d.modules
+    if mcore and layer.attention in ("full", "gated_full"):
+        out = mcore_attention_bytes(spec, layer.attention, d)
+    else:
+        out = attention_bytes(spec, layer.attention, d)
+    out.update(mcore_mlp_bytes(spec, layer.mlp, d) if mcore and layer.mlp in ("dense", "moe") else
+               mlp_bytes(spec, layer.mlp, d))
+    norms = 2 * _split(norm_bytes(spec.hidden_size, d) * D, d) if mcore else _split(4 * D * spec.hidden_size, d)
     out["norms"] = 0.0 if "layernorm" in d.modules else norms
     return out
 
 
 def layer_bytes_no_recompute(spec, layer, d: ActDims) -> float:
     """One layer's full activations (what full recompute rebuilds transiently during backward)."""
-    full = ActDims(d.s, d.b, d.t, d.etp, d.sp, d.flash, d.dropout, "none", frozenset())
+    full = ActDims(d.s, d.b, d.t, d.etp, d.sp, d.flash, d.dropout, "none", frozenset(), d.mcore, d.device)
     return sum(layer_bytes(spec, layer, full).values())
 
 
@@ -177,10 +197,117 @@ def gpt_layer_bytes(s: int, b: int, h: int, a: int, t: int, *, sp: bool, recompu
     layer = LayerSpec(0, "full", "dense", False, (ParamGroup("x", 1, "attention", "tp"),))
     spec = SimpleNamespace(hidden_size=h, num_attention_heads=a, num_key_value_heads=a, head_dim=h // a,
                            v_head_dim=h // a, ffn_hidden_size=4 * h, hc_mult=1, main_layers=(layer,))
-    d = ActDims(s, b, t, 1, sp, False, True, recompute, frozenset())
+    d = ActDims(s, b, t, 1, sp, False, True, recompute, frozenset(), mcore=False)
     if recompute == "full":
         return sum(layer_bytes(spec, layer, d).values())
     parts = attention_bytes(spec, "full", d)
     parts.update(mlp_bytes(spec, "dense", d, gated=False))
     parts["norms"] = _split(4 * s * b * h, d)
     return sum(parts.values())
+
+
+# ----------------------------------------------------------------------------- Megatron-Core local spec
+def norm_bytes(width: int, d: ActDims) -> float:
+    """Bytes per token a torch RMSNorm over ``width`` keeps: bf16 input + fp32 rstd (CUDA's fused kernel), or two
+    fp32 copies + rstd (the CPU composite)."""
+    return 2 * width + 4 if d.device == "cuda" else 8 * width + 4
+
+
+def _qk_norm(spec) -> bool:
+    return any(g.name.endswith(("q_norm.weight", "q_a_layernorm.weight")) for g in _first_layer_groups(spec))
+
+
+def mcore_attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
+    """What Megatron-Core's local-spec ``SelfAttention`` keeps (``attention``) and its core (``attention_core``).
+
+    Unfused (``DotProductAttention``): the scores come from ``baddbmm`` into bf16, are copied to fp32 for the
+    softmax (``masked_softmax_fusion`` off: torch softmax), the fp32 softmax output is saved and its bf16 copy is
+    saved by the ``bmm`` with V; K and V are expanded to all query heads (``repeat_interleave``) when GQA; the
+    causal mask is a new bool s x s tensor per layer. V is a view of the fused QKV output, so for MHA (no expansion),
+    under selective recompute (the checkpoint keeps q, k, v) and for flash the whole QKV output stays alive; so does
+    it with qk-norm on CUDA (the fused RMSNorm keeps its input, a view of it). RoPE keeps bf16 cos and sin (s x
+    rot) for q and for k per layer. With GQA and qk-norm on CUDA, q's reshape out of the grouped QKV layout is a
+    copy that the fused q-norm keeps (on the CPU the composite norm keeps fp32 copies instead). Flash (TE /
+    flash-attn kernels): q, k, v, the output (which is the out-projection's input) and a fp32 log-sum-exp per head
+    and token; no score matrix."""
+    D = d.s * d.b
+    h, t, dh = spec.hidden_size, d.t, spec.head_dim
+    a, kv = spec.num_attention_heads / t, spec.num_key_value_heads / t
+    qk_norm = _qk_norm(spec)
+    qkv = 2 * D * (a + 2 * kv) * dh * (1.5 if kind == "gated_full" else 1.0)  # gated: q projection doubled
+    lin = _split(2 * D * h, d) + 2 * D * a * dh + 4 * 2 * d.s * dh  # QKV input, out-proj input, RoPE cos/sin
+    if kind == "gated_full":
+        lin += 4 * D * a * dh
+    if d.dropout:
+        lin += _split(D * h, d)
+    held_by_norm = qk_norm and d.device == "cuda"
+    if qk_norm:
+        lin += 4 * D * (a + kv) if d.device == "cuda" else (8 * dh + 4) * D * (a + kv)
+    if qk_norm and d.device == "cuda" and kv < a:
+        lin += 2 * D * a * dh  # GQA: q's grouped-layout reshape is a copy, and the fused q-norm keeps it
+    held = held_by_norm
+    if held:
+        lin += qkv
+    core = 0.0
+    if d.recompute == "selective":
+        lin += 2 * D * a * dh + 2 * D * kv * dh + 4  # the checkpoint keeps q and k (after RoPE), v, an int32
+        if not held:
+            lin += qkv
+        if d.flash:
+            core = 0.0
+    elif d.flash:  # the kernel's output is the out-projection's input (kept once)
+        lin -= 2 * D * a * dh
+        core = 2 * D * a * dh + 2 * D * kv * dh + 2 * D * a * dh + 4 * D * a + (0 if held else qkv)
+    else:
+        X = d.b * a * d.s * d.s
+        core = 2 * D * a * dh * 2 + d.s * d.s + 6 * X + (X if d.dropout else 0)
+        if kv < a:
+            core += 2 * D * a * dh  # V expanded to all heads
+        elif not held:
+            core += qkv
+    return {"attention": lin, "attention_core": core}
+
+
+def attention_transient(spec, d: ActDims) -> float:
+    """Unfused attention's working set on top of what one layer keeps, at its worst moment: the bf16 scores and
+    their fp32 copy next to the softmax output in the forward, the fp32 gradients of the softmax in the backward
+    (6 bytes per score derived, 8 measured); selective recompute rebuilds the kept 6 bytes per score first.
+    Flash: none."""
+    if d.flash:
+        return 0.0
+    X = d.b * spec.num_attention_heads / d.t * d.s * d.s
+    # + 2 bytes per score: observed on the H200 (Megatron-Core 0.19.2, torch 2.11) beyond the derivation above
+    return (14 if d.recompute == "selective" else 8) * X
+
+
+def attention_buffer(spec, d: ActDims) -> float:
+    """Megatron's global memory buffer ("mpu") that ``baddbmm`` reads: b x heads x s x s bf16, allocated at the
+    first forward and kept for the life of the process (unfused attention only)."""
+    return 0.0 if d.flash else 2 * d.b * spec.num_attention_heads / d.t * d.s * d.s
+
+
+def mcore_mlp_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
+    """Megatron-Core's MLP (SwiGLU with ``bias_activation_fusion``: FC1 input, FC1 output, FC2 input) and MoE layer
+    (router, all-gather token dispatcher, ``SequentialMLP`` experts) by component.
+
+    MoE per token (D tokens; /t with sequence parallelism): the router's input 2h (bf16), fp32 scores 4E, top-k
+    probabilities 4k and two int64 top-k index tensors 16k; the aux loss keeps tokens-per-expert 8E once; the
+    dispatcher keeps the routing map E (bool), the probabilities by expert 2E (bf16) and the sorted indices 8k;
+    each routed token copy (top_k of them) keeps its permuted input 2h, its bf16 probability 2, FC1 output 4f and
+    FC2 input 2f (f / etp)."""
+    D = d.s * d.b
+    h, t = spec.hidden_size, d.t
+    if kind == "dense":
+        ffn = spec.ffn_hidden_size
+        x = _split(2 * D * h, d) + 6 * D * ffn / t
+        if d.dropout:
+            x += _split(D * h, d)
+        return {"mlp": x}
+    k, f, E = spec.moe_router_topk, spec.moe_ffn_hidden_size, spec.num_experts
+    tokens = D / t if d.sp else D
+    router = tokens * (2 * h + 4 * E + 20 * k) + 8 * E + 4
+    dispatcher = tokens * (3 * E + 8 * k)
+    routed = k * tokens * (2 * h + 2 + 6 * f / d.etp)
+    fs = spec.shared_expert_ffn_hidden_size
+    shared = 6 * D * fs / t if fs else 0.0
+    return {"moe": router + dispatcher + routed + shared}

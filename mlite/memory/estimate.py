@@ -4,8 +4,10 @@ Per pipeline rank (the most loaded one is reported on top): parameters, gradient
 exp_avg, exp_avg_sq apart), activations by component, logits, transients (FSDP2 all-gather / reduce-scatter of
 the largest unit, full-recompute rebuild, the fp32 logits gradient), and other (framework overhead outside
 PyTorch's allocator, distributed-optimizer buffer padding). ``static`` is what the allocator holds after the
-optimizer step (params + grads + optimizer state); ``peak`` adds activations and the largest transient; ``total``
-adds the framework overhead, and ``fits`` compares it with the device memory less the headroom.
+optimizer step (params + grads + optimizer state + persistent buffers such as Megatron's attention score buffer,
++ the fp32 main-grad copies of a bf16 grad buffer without PAO); ``peak`` is the larger of forward/backward (static
+without those copies + activations + the largest transient) and the optimizer step (static + Adam's temporaries);
+``total`` adds the framework overhead, and ``fits`` compares it with the device memory less the headroom.
 
 Runtime context offload (verl ``param_offload`` / ``optimizer_offload`` / ``grad_offload``) is reported per phase:
 ``training`` (everything resident for the step) and ``idle`` (rollout or waiting: offloaded state on the host).
@@ -17,12 +19,22 @@ from dataclasses import dataclass, field
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
-from .activations import ActDims, layer_bytes, layer_bytes_no_recompute
+from .activations import (
+    ActDims,
+    attention_buffer,
+    attention_transient,
+    layer_bytes,
+    layer_bytes_no_recompute,
+    norm_bytes,
+)
 from .optimizer import state_bytes
 from .options import TrainingOptions
 from .params import StageParams, stage_params
 
 GIB = 1024**3
+CUBLAS_WORKSPACE = 64 * 2**20
+"""cuBLAS + cuBLASLt workspaces PyTorch takes from its caching allocator on Hopper (32 MiB each; measured: every
+Megatron-Core row on the H200 holds 64 MiB more after the step than its state and buffers)."""
 
 
 @dataclass(kw_only=True)
@@ -57,6 +69,12 @@ class RankMemory:
     """Gradient bytes alive at the peak (None: all of ``grads``; the lite runtime frees them between steps)."""
     lite: bool = False
     """Transients follow the lite runtime's three moments (see :mod:`mlite.memory.lite`)."""
+    persistent: dict = field(default_factory=dict)
+    """Buffers kept for the life of the process besides the model state (Megatron's attention score buffer, the
+    cached RoPE table); part of ``static`` and of the peak."""
+    step_grads: float = 0.0
+    """fp32 copies of bf16 main grads that the optimizer makes at the step and ``zero_grad`` frees (Megatron-Core,
+    bf16 gradient buffer without PAO): part of ``static`` after the step, absent during forward and backward."""
 
     optimizer: float = field(init=False)
     """Optimizer state on the GPU (master + exp_avg + exp_avg_sq)."""
@@ -76,17 +94,20 @@ class RankMemory:
     def __post_init__(self) -> None:
         # computed once: the whole-mesh table builds tens of thousands of these
         self.optimizer = self.master + self.exp_avg + self.exp_avg_sq
-        self.static = self.params + self.grads + self.optimizer
+        self.static = self.params + self.grads + self.optimizer + sum(self.persistent.values()) + self.step_grads
         self.activation_total = sum(self.activations.values())
         t = self.transients
         if self.lite:
             self.transient_peak = t.get("root_params_unsharded", 0) + max(
                 t.get("ce_forward", 0), t.get("loss_backward", 0), t.get("fsdp2_unit", 0) + t.get("recompute_layer", 0))
         else:
-            backward = t.get("fsdp2_all_gather", 0) + t.get("fsdp2_reduce_scatter", 0) + t.get("recompute_layer", 0)
-            self.transient_peak = max(backward, t.get("logits_grad", 0), t.get("optimizer_step", 0))
+            backward = (t.get("fsdp2_all_gather", 0) + t.get("fsdp2_reduce_scatter", 0) + t.get("recompute_layer", 0)
+                        + t.get("attention_scores", 0))
+            self.transient_peak = max(backward, t.get("logits_grad", 0))
         grads_off = 0.0 if self.grads_at_peak is None else self.grads - self.grads_at_peak
-        self.peak = self.static - grads_off + self.activation_total + self.transient_peak
+        # forward/backward (the step's fp32 grad copies are freed by then), or the optimizer step itself
+        self.peak = max(self.static - self.step_grads - grads_off + self.activation_total + self.transient_peak,
+                        self.static + self.transients.get("optimizer_step", 0))
         self.total = self.peak + sum(self.other.values())
         self.host_total = sum(self.host.values())
 
@@ -129,18 +150,21 @@ class MemoryEstimate:
     @property
     def bytes_per_param(self) -> float:
         w = self.worst
-        return w.static / w.local_params if w.local_params else 0.0
+        state = w.params + w.grads + w.optimizer  # model state only (no persistent buffers or step copies)
+        return state / w.local_params if w.local_params else 0.0
 
     def to_dict(self) -> dict:
         """The ``mlite memory --json`` document (bytes as integers)."""
         w = self.worst
         per_node = max(r.host_total for r in self.ranks) * min(self.options.gpus_per_node, self.plan.ngpu)
         act = w.activation_total
-        other = sum(w.other.values()) + w.transient_peak
+        persistent = sum(w.persistent.values())
+        other = sum(w.other.values()) + w.transient_peak + persistent
+        grads = w.grads + w.step_grads
         return {
-            "per_gpu": {"params": round(w.params), "grads": round(w.grads), "optimizer": round(w.optimizer),
+            "per_gpu": {"params": round(w.params), "grads": round(grads), "optimizer": round(w.optimizer),
                         "activations": round(act), "other": round(other),
-                        "total": round(w.static) + round(act) + round(other)},
+                        "total": round(w.params) + round(grads) + round(w.optimizer) + round(act) + round(other)},
             "optimizer_detail": {"master": round(w.master), "exp_avg": round(w.exp_avg),
                                  "exp_avg_sq": round(w.exp_avg_sq)},
             "host": {"per_gpu": round(w.host_total), "per_node": round(per_node)},
@@ -154,6 +178,8 @@ class MemoryEstimate:
             "usable": round(self.usable),
             "activations_detail": {k: round(v) for k, v in w.activations.items()},
             "transients": {k: round(v) for k, v in w.transients.items()},
+            "persistent_detail": {k: round(v) for k, v in w.persistent.items()},
+            "step_grads": round(w.step_grads),
             "other_detail": {k: round(v) for k, v in w.other.items()},
             "host_detail": {k: round(v) for k, v in w.host.items()},
             "phases": {"training": {"gpu": round(w.peak + sum(w.other.values()))},
@@ -164,7 +190,22 @@ class MemoryEstimate:
             "mesh": {k: v for k, v in self.plan.to_dict().items() if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp",
                                                                             "edp", "ngpu", "pp_layout")},
             "formulas": self.formulas,
+            "validated_against": validated_against(self.options),
         }
+
+
+def validated_against(o: TrainingOptions) -> str:
+    """What the activation rows of this option set were checked against (the measurements in bench/results)."""
+    if o.activation_model == "lite":
+        return "the kit's lite runtime on an H200 (bench/results/gpu_memory.csv)"
+    if o.attention == "unfused":
+        where = ("Megatron-Core 0.19.2, local spec (DotProductAttention), on an H200 (bench/results/mcore_memory.csv) "
+                 "and Megatron-Core 0.16.1 on the CPU (tests/test_mcore_oracle.py)")
+    else:
+        where = ("Megatron-Core 0.19.2 with PyTorch SDPA flash core attention on an H200 (bench/results/"
+                 "mcore_memory.csv), standing in for Transformer Engine (not installed there)")
+    return (where + "; GQA/MHA attention, dense SwiGLU and MoE layers at TP = PP = CP = 1; MLA, DSA, Gated DeltaNet "
+            "and recompute_modules follow Korthikanti-style components, not validated against Megatron-Core")
 
 
 def _act_dims(spec, plan: MeshPlan, o: TrainingOptions) -> ActDims:
@@ -172,7 +213,7 @@ def _act_dims(spec, plan: MeshPlan, o: TrainingOptions) -> ActDims:
     sp = o.sequence_parallel or (spec.num_experts > 0 and p.tp > 1)
     return ActDims(s=o.seq_len // p.cp, b=o.micro_batch_size, t=p.tp, etp=p.etp_size, sp=sp and p.tp > 1,
                    flash=o.attention == "flash", dropout=o.dropout, recompute=o.recompute,
-                   modules=frozenset(o.recompute_modules))
+                   modules=frozenset(o.recompute_modules), device=o.lite_device)
 
 
 def _in_flight(plan: MeshPlan, o: TrainingOptions, pp_rank: int) -> float:
@@ -237,7 +278,6 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
     f = float(o.offload_fraction)
     dims = _act_dims(spec, plan, o)
     cache = _layer_cache(spec, dims)
-    D = dims.s * dims.b
     vocab_local = plan.padded_vocab / p.tp
     ranks = []
     stages = stage_params(spec, plan)
@@ -249,11 +289,14 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
         grads = held * sb.grad
         master, m, v = ((1 - f) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
         # activations
+        persistent = {}
         if o.activation_model == "lite":
             acts, transients, grads_at_peak = _lite_parts(spec, sp, o, plan, sb, d_dense, held)
         else:
-            acts, transients = _megatron_parts(spec, plan, o, sp, cache, D, vocab_local, sb)
+            acts, transients, persistent = _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb)
             grads_at_peak = None
+            if o.optimizer == "dist_opt":
+                transients["optimizer_step"] = 4 * (1 - f) * shard  # torch AdamW (foreach): sqrt(exp_avg_sq)
         other = {"framework": o.framework_overhead_gib * GIB}
         pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
         if pad:
@@ -277,7 +320,8 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
             idle -= grads  # fsdp2 frees gradients after the step (zero_grad sets them to None)
         ranks.append(RankMemory(pp_rank=sp.pp_rank, local_params=local, params=params, grads=grads, master=master,
                                 exp_avg=m, exp_avg_sq=v, activations=acts, transients=transients, other=other,
-                                host=host, idle_gpu=idle, lite=o.activation_model == "lite",
+                                host=host, idle_gpu=idle, lite=o.activation_model == "lite", persistent=persistent,
+                                step_grads=(1 - f) * shard * sb.step_grad_copy,
                                 grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads))
     est = MemoryEstimate(model=spec.name, plan=plan, options=o, ranks=ranks)
     if explain:
@@ -285,28 +329,59 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
     return est
 
 
-def _megatron_parts(spec, plan, o, sp, cache, D, vocab_local, sb):
-    """Megatron-style activations (per component, all micro-batches in flight) and transients of one rank."""
+def _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb):
+    """Megatron-Core activations (per component, all micro-batches in flight), transients and persistent buffers
+    of one rank (the local spec's modules; see :mod:`mlite.memory.activations`)."""
+    D = dims.s * dims.b
+    h = spec.hidden_size
     acts: dict[str, float] = {}
     flight = _in_flight(plan, o, sp.pp_rank)
     recompute_layer = 0.0
+    gqa = False
     for layer, n in sp.layer_kinds:
         per, full = cache[(layer.attention, layer.mlp)]
         for k, x in per.items():
             acts[k] = acts.get(k, 0.0) + x * n * flight
         recompute_layer = max(recompute_layer, full)
+        gqa = gqa or layer.attention in ("full", "gated_full")
     if sp.has_embedding:
-        acts["embedding"] = 2 * D * spec.hidden_size * flight
+        acts["embedding"] = 8 * D * flight  # int64 token ids kept by the embedding lookup
     transients: dict[str, float] = {}
+    persistent: dict[str, float] = {}
+    tokens = D / dims.t if dims.sp else D
     if sp.has_head:
-        acts["logits"] = D * vocab_local * (2 if o.fused_cross_entropy else 6)
-        transients["logits_grad"] = 4 * D * vocab_local
+        acts["final_norm"] = norm_bytes(h, dims) * tokens
+        if o.fused_cross_entropy:
+            acts["logits"] = 2 * tokens * h + 2 * D * vocab_local
+        else:  # output-layer input, the fp32 softmax the cross-entropy keeps, its target mask and indices
+            acts["logits"] = 2 * tokens * h + 4 * D * vocab_local + 9 * D
+            transients["logits_grad"] = 2 * D * vocab_local  # bf16 logits (forward) / their bf16 grad (backward)
     if o.optimizer == "fsdp2":
         transients["fsdp2_all_gather"] = 2 * sp.max_layer * sb.param
         transients["fsdp2_reduce_scatter"] = sp.max_layer * (sb.param + 4)
+    if gqa and sp.layer_kinds:
+        scores = attention_transient(spec, dims)
+        if scores:
+            transients["attention_scores"] = scores
+        buf = attention_buffer(spec, dims)
+        if buf:
+            persistent["attention_buffer"] = buf
+        persistent["rope_table"] = 4 * dims.s * spec.head_dim  # fp32 cos/sin source, cached per sequence length
+    if dims.device == "cuda":
+        persistent["cublas_workspace"] = CUBLAS_WORKSPACE
+    moe_layers = sum(n for layer, n in sp.layer_kinds if layer.mlp == "moe")
+    if moe_layers:
+        # the all-gather dispatcher keeps its last routing map (bool), permuted probabilities (bf16) and
+        # permutation indices (int64) as attributes until the next forward
+        k = spec.moe_router_topk
+        persistent["moe_dispatcher_cache"] = tokens * (spec.num_experts + 10 * k) * moe_layers
+        if o.recompute == "full":
+            # the cached probabilities carry the recomputed graph, whose leaf is the checkpoint's detached layer
+            # input: that input and its gradient (bf16) stay alive per MoE layer
+            persistent["moe_recompute_inputs"] = 4 * tokens * h * moe_layers
     if recompute_layer:
         transients["recompute_layer"] = recompute_layer
-    return acts, transients
+    return acts, transients, persistent
 
 
 def _lite_parts(spec, sp, o, plan, sb, d_dense, held):
@@ -348,7 +423,7 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
     w = est.worst
     sp = stages[w.pp_rank]
     o = est.options
-    g = lambda x: f"{x / GIB:.2f} GiB"  # noqa: E731
+    g = lambda x: f"{x / GIB:.2f} GiB"
     shard = sp.dense / d_dense + sp.expert / d_exp
     held = "shard" if sb.params_sharded else "local"
     rows = [
@@ -367,7 +442,7 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
         ("activations", "sum over layers of per-layer bytes x micro-batches in flight (+ logits)",
          f"s={dims.s}, b={dims.b}, t={dims.t}, sp={dims.sp}, recompute={dims.recompute}, "
          f"in flight={_in_flight(est.plan, o, w.pp_rank):g}", w.activation_total),
-        ("transient", "max(FSDP2 all-gather + reduce-scatter + recompute, logits gradient)",
+        ("transient", "max(FSDP2 all-gather + reduce-scatter + recompute layer + attention scores, logits)",
          ", ".join(f"{k}={g(v)}" for k, v in w.transients.items()) or "none", w.transient_peak),
         ("other", "framework overhead + buffer padding", ", ".join(f"{k}={g(v)}" for k, v in w.other.items()),
          sum(w.other.values())),

@@ -3,7 +3,11 @@
 d = optimizer shard size: DP x CP for dense parameters, EDP for routed experts.
 
 dist_opt (Megatron-Core DDP + distributed optimizer), bytes per local parameter:
-  param 2 (bf16 buffer, not sharded) + main grad 4 (fp32) or 2 (bf16, PAO) + (master + exp_avg + exp_avg_sq) / d
+  param 2 (bf16 buffer, not sharded) + main grad 4 (fp32) or 2 (bf16) + (master + exp_avg + exp_avg_sq) / d
+  bf16 main grads without PAO (``grad_reduce_in_fp32=False``): the optimizer copies its shard of the bf16 grad
+  buffer to fp32 at the step (``shard_main_param.grad = shard_model_grad.float()``; non-distributed:
+  ``main_param.grad = model_param.main_grad.float()``) and frees the copies at the next ``zero_grad``: +4/d after
+  the step; PAO hands the bf16 shard to the optimizer as ``decoupled_grad`` (no copy)
   master 4 (fp32), or 2 with PAO + store_param_remainders (int16 low half; the bf16 param is the high half)
   exp_avg, exp_avg_sq 4 each, or 2 each in bf16 (PAO). No distributed optimizer: d = 1.
   -> 18; 6 + 12/d; PAO: 16 (fp32 grads, remainders) ... 14 (bf16 grads, remainders); 10 (+ bf16 moments).
@@ -43,6 +47,9 @@ class StateBytes:
     """Parameters and gradients are sharded too (fsdp2)."""
     shard_optimizer: bool
     """Optimizer state is sharded over d (distributed optimizer or fsdp2)."""
+    step_grad_copy: int = 0
+    """Bytes per shard parameter of the fp32 main-grad copy the optimizer makes at the step from a bf16 gradient
+    buffer (Megatron-Core without PAO, ``grad_reduce_in_fp32=False``); ``zero_grad`` frees it."""
 
 
 def state_bytes(o) -> StateBytes:
@@ -62,8 +69,9 @@ def state_bytes(o) -> StateBytes:
         else:
             m = DTYPE_BYTES[o.exp_avg_dtype] if pao else 4
             v = DTYPE_BYTES[o.exp_avg_sq_dtype] if pao else 4
-        grad = DTYPE_BYTES[o.main_grads_dtype] if pao else 4
-        return StateBytes(pb, grad, master, m, v, 16, False, o.use_distributed_optimizer)
+        grad = DTYPE_BYTES[o.main_grads_dtype]
+        copy = 4 if grad == 2 and not pao and not offload and pb != 4 else 0
+        return StateBytes(pb, grad, master, m, v, 16, False, o.use_distributed_optimizer, copy)
     m = DTYPE_BYTES[o.exp_avg_dtype]
     v = DTYPE_BYTES[o.exp_avg_sq_dtype]
     return StateBytes(pb, pb, master, m, v, master + m + v, True, True)

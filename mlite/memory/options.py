@@ -25,7 +25,7 @@ class TrainingOptions:
     use_precision_aware_optimizer: bool = False
     """Megatron's precision-aware optimizer (PAO): allows bf16 main grads, bf16 moments and param remainders."""
     main_grads_dtype: str = "fp32"
-    """Gradient buffer dtype (``fp32`` or ``bf16``; bf16 needs PAO)."""
+    """Gradient buffer dtype (``fp32`` or ``bf16``; bf16 without PAO is Megatron's ``grad_reduce_in_fp32=False``)."""
     exp_avg_dtype: str = "fp32"
     """Adam first moment dtype (``fp32`` or ``bf16``; bf16 needs PAO)."""
     exp_avg_sq_dtype: str = "fp32"
@@ -55,7 +55,7 @@ class TrainingOptions:
     sequence_parallel: bool = False
     """Megatron sequence parallelism (activations split over TP); forced on for MoE with TP > 1."""
     attention: str = "flash"
-    """``flash`` (no score matrix stored) or ``unfused`` (scores materialised, Megatron's local spec without TE)."""
+    """``flash`` (TE / flash-attn kernels: no score matrix) or ``unfused`` (Megatron's local spec: scores kept)."""
     dropout: bool = False
     """Hidden/attention dropout masks stored (Korthikanti's GPT cases); LLM fine-tuning runs without."""
     fused_cross_entropy: bool = False
@@ -63,7 +63,7 @@ class TrainingOptions:
     activation_model: str = "megatron"
     """``megatron`` (Korthikanti/Megatron layers) or ``lite`` (the kit's lite runtime: what its modules save)."""
     lite_device: str = "cuda"
-    """Device of a lite-runtime run: ``cuda`` (fused RMSNorm) or ``cpu`` (composite RMSNorm keeps fp32 copies)."""
+    """Device of the run: ``cuda`` (fused RMSNorm) or ``cpu`` (composite RMSNorm keeps fp32 copies; CPU oracles)."""
     gpu_memory_gib: float = 80.0
     """Device memory in GiB (H100 80, H200 141, B200 180; see GPU_MEMORY_GIB)."""
     headroom: float = 0.05
@@ -88,9 +88,9 @@ class TrainingOptions:
         if self.param_dtype not in ("bf16", "fp16", "fp32"):
             raise MliteError(f"param_dtype must be bf16, fp16 or fp32, got {self.param_dtype!r}")
         if not self.use_precision_aware_optimizer:
-            names = ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype") if self.optimizer == "dist_opt" \
-                else ("exp_avg_dtype", "exp_avg_sq_dtype")
-            bf16 = [n for n in names if getattr(self, n) == "bf16"]
+            # bf16 main grads run without PAO in Megatron-Core (grad_reduce_in_fp32=False: a bf16 grad buffer, fp32
+            # copies of the shard at the step); bf16 moments need PAO
+            bf16 = [n for n in ("exp_avg_dtype", "exp_avg_sq_dtype") if getattr(self, n) == "bf16"]
             if bf16:
                 raise MliteError(f"{bf16[0]}=bf16 needs the precision-aware optimizer (--pao), as in Megatron-Core")
         if self.use_precision_aware_optimizer and self.optimizer == "dist_opt" and not self.use_distributed_optimizer:
