@@ -249,3 +249,26 @@ def test_rollout_knobs_refuse_owned_and_unknown_fields():
         ExportPlan(model="Qwen3-8B", rollout_knobs={"n": 4})
     with pytest.raises(MliteError, match="'temperature' is not a rollout knob"):
         ExportPlan(model="Qwen3-8B", rollout_knobs={"temperature": 1.0})
+
+
+@pytest.mark.parametrize("pao", [False, True])
+def test_bf16_grads_reach_megatron_core_with_and_without_pao(tmp_path, pao):
+    """bf16 main grads without PAO are Megatron-Core's grad_reduce_in_fp32=False (verl: override_ddp_config); with
+    PAO verl derives it from optim.main_grads_dtype. Both compose against verl's config and read back as bf16."""
+    from mlite.export import ExportPlan, write
+    from mlite.export.validate import validate_command
+    from mlite.memory import TrainingOptions
+
+    opts = TrainingOptions(main_grads_dtype="bf16", use_precision_aware_optimizer=pao)
+    res = write(ExportPlan(model="Qwen3-8B", target="verl-megatron-grpo", options=opts), tmp_path)
+    p = subprocess.run(["bash", str(tmp_path / res.launcher)], capture_output=True, text=True, timeout=60,
+                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/home/tester", "DRY_RUN": "1"})
+    v = validate_command(shlex.split(p.stdout))
+    assert v.ok, v.problems
+    cfg = v.config.actor_rollout_ref.actor
+    if pao:
+        assert cfg.optim.main_grads_dtype == "bf16" and "grad_reduce_in_fp32" not in cfg.megatron.override_ddp_config
+    else:
+        assert cfg.megatron.override_ddp_config.grad_reduce_in_fp32 is False
+    got = import_launcher(tmp_path / res.launcher).options
+    assert got.get("main_grads_dtype") == "bf16" and bool(got.get("use_precision_aware_optimizer")) == pao

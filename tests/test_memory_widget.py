@@ -55,15 +55,21 @@ def test_bytes_per_param_through_the_controls(options, want):
     assert view.estimate.bytes_per_param == pytest.approx(want)
 
 
-def test_pao_off_disables_and_resets_the_dtype_pickers():
+def test_pao_off_resets_moments_and_keeps_bf16_grads():
+    """PAO off: bf16 moments and remainders go (Megatron-Core rejects them without PAO); bf16 grads stay, as
+    Megatron-Core's bf16 gradient buffer (grad_reduce_in_fp32=False), with the bytes ``mlite memory`` gives."""
     _, view = _views("Qwen3-8B", ngpu=1, mesh={}, use_precision_aware_optimizer=True, main_grads_dtype="bf16",
                      exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
     c = view.controls
     assert c["main_grads_dtype"].value == "bf16" and not c["moment_dtype"].disabled
     c["use_precision_aware_optimizer"].value = False
-    assert (c["main_grads_dtype"].value, c["moment_dtype"].value) == ("fp32", "fp32")
-    assert c["main_grads_dtype"].disabled and c["moment_dtype"].disabled and c["store_param_remainders"].disabled
-    assert view.estimate.bytes_per_param == pytest.approx(18.0) and view.errors.message == ""
+    assert (c["main_grads_dtype"].value, c["moment_dtype"].value) == ("bf16", "fp32")
+    assert not c["main_grads_dtype"].disabled and c["moment_dtype"].disabled and c["store_param_remainders"].disabled
+    doc = _oracle("Qwen3-8B", 1, {}, main_grads_dtype="bf16")
+    assert _card(view, "mlite-memory-gpu-total", "exact") == f"{doc['per_gpu']['total']:,} B"
+    assert view.errors.message == ""
+    c["main_grads_dtype"].value = "fp32"
+    assert view.estimate.bytes_per_param == pytest.approx(18.0)
     c["optimizer"].value = "fsdp2"  # fsdp2: gradients in the param dtype, no distributed-optimizer switch
     assert c["main_grads_dtype"].disabled and c["use_distributed_optimizer"].disabled
 

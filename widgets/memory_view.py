@@ -227,16 +227,19 @@ class MemoryView(W.VBox):
         self.refresh()
 
     def _sync_enabled(self) -> None:
-        """PAO off: bf16 grads / moments and remainders do not apply (Megatron-Core rejects them)."""
+        """PAO off: bf16 moments and remainders do not apply (Megatron-Core rejects them); bf16 grads do
+        (Megatron-Core's ``grad_reduce_in_fp32=False``), under dist_opt only: fsdp2 keeps gradients in the param
+        dtype."""
         c = self.controls
         pao = c["use_precision_aware_optimizer"].value
         dist = c["optimizer"].value == "dist_opt"
         self._busy = True
         try:
             if not pao:
-                c["main_grads_dtype"].value = "fp32"
                 c["moment_dtype"].value = "fp32"
-            c["main_grads_dtype"].disabled = not (pao and dist)  # fsdp2 keeps gradients in the param dtype
+            if not dist:
+                c["main_grads_dtype"].value = "fp32"
+            c["main_grads_dtype"].disabled = not dist
             c["moment_dtype"].disabled = not pao
             c["store_param_remainders"].disabled = not pao
             c["use_distributed_optimizer"].disabled = not dist

@@ -177,6 +177,26 @@ def _sp_read(get, o, ctx, k, warn):
     return {"sequence_parallel": bool(isinstance(tp, int) and tp > 1)}
 
 
+# ------------------------------------------------------------------------ gradient buffer dtype (Megatron)
+def _grads_write(o, ctx, k):
+    """bf16 main grads: with PAO verl derives ``grad_reduce_in_fp32=False`` from the optimizer's
+    ``main_grads_dtype``; without PAO only the DDP override says it (``_build_ddp_config_overrides`` in
+    verl/workers/engine/megatron/transformer_impl.py)."""
+    if o["main_grads_dtype"] != "bf16":
+        return []
+    if o["use_precision_aware_optimizer"]:
+        return [Entry(k[0], "bf16")]
+    return [Entry(k[1], False, add=True)]
+
+
+def _grads_read(get, o, ctx, k, warn):
+    dtype, fp32_reduce = get(k[0]), get(k[1])
+    if fp32_reduce is False or (fp32_reduce is None and o.get("use_precision_aware_optimizer")
+                                and str(dtype) in ("bf16", "bfloat16")):
+        return {"main_grads_dtype": "bf16"}
+    return {}
+
+
 # ------------------------------------------------------------------------ GRPO sequence length
 def _grpo_seq_read(get, o, ctx, k, warn):
     p, r = get(k[0], 512), get(k[1], 512)  # verl's data defaults
@@ -193,6 +213,7 @@ CODECS = {
     "mlite_offload_fraction": (_mlite_offload_view, _mlite_offload_write, _mlite_offload_read),
     "megatron_cpu_offload": (_none, _megatron_offload_write, _megatron_offload_read),
     "megatron_sequence_parallel": (_sp_view, _sp_write, _sp_read),
+    "megatron_grads_dtype": (_none, _grads_write, _grads_read),
     "grpo_seq_len": (_none, lambda o, ctx, k: [], _grpo_seq_read),
 }
 """Codec name -> ``(view, write, read)``."""

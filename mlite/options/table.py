@@ -106,10 +106,12 @@ TRAINING: tuple[Option, ...] = (
            mlite=Key(f"{_OC}.use_precision_aware_optimizer", add=True),
            megatron=Key("{optim}.use_precision_aware_optimizer",
                         aliases=(f"{_OC}.use_precision_aware_optimizer",))),
-    Option("main_grads_dtype", str, "fp32", "--grad-dtype", "main_grads_dtype (bf16 needs --pao)", label="grads",
-           choices=DTYPES, group=_G,
+    Option("main_grads_dtype", str, "fp32", "--grad-dtype", "main_grads_dtype: the gradient buffer (bf16 with "
+           "--pao: PAO's bf16 main grads; without: Megatron-Core's grad_reduce_in_fp32=False, fp32 copies in the "
+           "optimizer)", label="grads", choices=DTYPES, group=_G,
            mlite=NotExpressible(_MLITE_OPTIM, DEFAULT),
-           megatron=Key("{optim}.main_grads_dtype", requires="use_precision_aware_optimizer")),
+           megatron=Codec("megatron_grads_dtype", ("{optim}.main_grads_dtype",
+                                                   "{megatron}.override_ddp_config.grad_reduce_in_fp32"))),
     Option("exp_avg_dtype", str, "fp32", "--moment-dtype", "exp_avg(_sq)_dtype: both Adam moments (bf16 needs "
            "--pao)", label="moments", choices=DTYPES, group=_G,
            mlite=NotExpressible(_MLITE_OPTIM, DEFAULT),
