@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mlite.logs.generate import write_bench_log  # noqa: E402
+from mlite.synth import write_bench_log
 
 GOAL_RATIO = 4.0
 GOAL_RSS_MB = 300.0

@@ -1,14 +1,18 @@
-"""Generated logs with known contents (``mlite.logs.generate``): every format and quirk reads back exactly, and
+"""Synthetic logs with known contents (``mlite.synth``): every format and quirk reads back exactly, and
 the events the log was written with (and no others) are found, each at its line and step."""
 
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
+from conftest import REPO
 
 from mlite.logs import read_log, read_logs
-from mlite.logs.generate import GenSpec, generate
+from mlite.synth import GenSpec, generate
+
+SAMPLES = REPO / "data" / "logs"
 
 CASES = {
     "grpo_repr": GenSpec(steps=50, seed=1),
@@ -28,14 +32,10 @@ CASES = {
                                      seed=12, ending="time_limit"),
     "megatron_hostrank_nan": GenSpec(format="megatron", prefix="hostrank", nan_from=33, steps=40, seed=13,
                                      ending="cancelled"),
-    "mlite_ok": GenSpec(format="mlite", steps=30, seed=14),
-    "mlite_failed": GenSpec(format="mlite", steps=10, seed=15, ending="traceback"),
 }
 
 
 def _path(tmp_path, name: str, spec: GenSpec):
-    if spec.format == "mlite":
-        return tmp_path / name
     return tmp_path / (name + (".jsonl" if spec.format == "verl_jsonl" else ".log") + (".gz" if spec.gzip else ""))
 
 
@@ -65,7 +65,7 @@ def test_event_positions(tmp_path):
     by_kind = {}
     for e in run.events:
         by_kind.setdefault(e.kind, []).append(e)
-    spike = [e for e in by_kind["spike"] if e.metric == "actor/grad_norm"][0]
+    spike = next(e for e in by_kind["spike"] if e.metric == "actor/grad_norm")
     assert spike.step == 25 and "step:25 - " in lines[spike.line - 1]
     nan = [e for e in by_kind["nan"] if e.metric == "actor/grad_norm"]
     assert [e.step for e in nan] == [33, 33]  # before and after the restart: two stretches
@@ -114,14 +114,27 @@ def test_spike_detector_is_robust(tmp_path):
 
 
 def test_directory_of_mixed_logs(tmp_path):
-    for name in ("mlite_ok", "jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"):
+    for name in ("jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"):
         generate(CASES[name], _path(tmp_path, name, CASES[name]))
+    shutil.copytree(SAMPLES / "mlite_tiny_moe_fsdp2", tmp_path / "fsdp2")  # a real run directory of the kit
     (tmp_path / "notes.md").write_text("not a log")
     runs = read_logs([tmp_path])
-    assert sorted(r.name for r in runs) == sorted(["mlite_ok", "jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"])
-    assert {r.name: r.format for r in runs}["megatron_torchrun"] == "megatron"
-    assert {r.name: r.role("loss") for r in runs} == {"mlite_ok": "train/loss", "jsonl_null_nan_spike": "actor/pg_loss",
+    assert sorted(r.name for r in runs) == sorted(["fsdp2", "jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"])
+    assert {r.name: r.format for r in runs} == {"fsdp2": "mlite", "jsonl_null_nan_spike": "verl_jsonl",
+                                                "megatron_torchrun": "megatron", "grpo_repr": "verl"}
+    assert {r.name: r.role("loss") for r in runs} == {"fsdp2": "train/loss", "jsonl_null_nan_spike": "actor/pg_loss",
                                                       "megatron_torchrun": "lm_loss", "grpo_repr": "actor/pg_loss"}
+
+
+@pytest.mark.parametrize("name", ["mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao"])
+def test_real_run_directories(name):
+    """The kit's real debug runs: metrics from metrics.jsonl (40 steps), lifecycle lines from train.log, values
+    identical to the train.log console lines, and a completed run has no event."""
+    run = read_log(SAMPLES / name)
+    assert run.format == "mlite" and (run.num_steps, run.first_step, run.last_step) == (40, 1, 40)
+    assert run.skipped_lines == 0 and run.events == []
+    console = read_log(SAMPLES / name / "train.log")
+    assert console.wide[run.metrics].equals(run.wide)
 
 
 @pytest.mark.parametrize("width", [50, 53, 64, 80, 101, 132, 200, 317])

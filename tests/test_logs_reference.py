@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import REPO
+
 from mlite.logs import EVENT_KINDS, check_logs, read_log
 
 LOGS = REPO / "tests" / "data" / "logs"
@@ -171,7 +171,7 @@ def test_22_slurm_cancelled_exit_codes():
     assert run.num_steps == 0 and run.format == "unknown"
     assert _kinds(run) == {"no_metrics", "traceback", "exit_code", "cancelled"}
     exits = [e for e in run.events if e.kind == "exit_code"]
-    assert [(e.line, "task 3" in e.message, "ault44" in e.message) for e in exits][0] == (83, True, True)
+    assert next((e.line, "task 3" in e.message, "ault44" in e.message) for e in exits) == (83, True, True)
     assert len(exits) == 2 and all("exit code 1" in e.message for e in exits)
     cancelled = [e for e in run.events if e.kind == "cancelled"]
     assert cancelled[0].line == 86 and "524549" in cancelled[0].message

@@ -1,4 +1,4 @@
-"""Megatron-LM console logs for :mod:`mlite.logs.generate`: iteration lines behind a launcher prefix, fp16
+"""Synthetic Megatron-LM console logs: iteration lines behind a launcher prefix, fp16
 iterations skipped by the loss scaler (no ``lm loss`` / ``grad norm``), validation blocks between rulers, a
 restart from a checkpoint, NaN loss, and a Slurm or CUDA ending."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 import math
 import random
 
-from . import gen_text as T
-from .megatron import field_name
+from ..logs.megatron import field_name
+from . import text as T
+from .curves import curves
+from .spec import GenSpec, Truth, ending_events, step_sequence
 
 
-def megatron_log(spec, rng: random.Random):
-    """``(lines, truth)`` of the Megatron log ``spec`` (a :class:`generate.GenSpec`) describes."""
-    from .generate import Truth, _curves, _ending_events, _step_sequence
-
+def megatron_log(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
+    """``(lines, truth)`` of the Megatron log ``spec`` describes."""
     truth = Truth()
     world = spec.nodes * spec.gpus_per_node
     pre = T.megatron_prefix(spec.prefix, world - 1, spec.nodes - 1)
@@ -23,7 +23,7 @@ def megatron_log(spec, rng: random.Random):
     interval, gbs, total = 10, 16 * spec.nodes, 10 * (spec.first_step + spec.steps + 10)
     seen: set[int] = set()
     prev = None
-    for n, rec in enumerate(_step_sequence(spec)):
+    for n, rec in enumerate(step_sequence(spec)):
         it = rec * interval
         if prev is not None and it < prev:
             lines += [f"{pre}  loading checkpoint from /ckpt at iteration {it - interval}",
@@ -31,7 +31,7 @@ def megatron_log(spec, rng: random.Random):
             truth.events.add("restart")
         prev = it
         lines += T.megatron_noise(rng, pre, spec.noise)
-        c = _curves(rng, rec, spec)
+        c = curves(rng, rec, spec)
         loss = 10.8 * c["loss"] / 1.5
         fields = [("consumed samples", f"{it * gbs:12d}", float(it * gbs)),
                   ("elapsed time per iteration (ms)", f"{rng.uniform(800, 1300):.1f}", None),
@@ -58,13 +58,13 @@ def megatron_log(spec, rng: random.Random):
             ppl = math.exp(min(vl, 700)) if vl == vl else vl
             ruler = "-" * 90
             v1, v2 = f"{vl:.6E}", f"{ppl:.6E}"
-            lines += [f"{pre}{ruler}", f"{pre} validation loss at iteration {it} on validation set | lm loss value: {v1} | "
-                      f"lm loss PPL: {v2} | ", f"{pre}{ruler}"]
+            lines += [f"{pre}{ruler}", (f"{pre} validation loss at iteration {it} on validation set | lm loss value: {v1} | "
+                      f"lm loss PPL: {v2} | "), f"{pre}{ruler}"]
             truth.records.append((it, {"val/lm_loss": float(v1), "val/lm_loss_ppl": float(v2)}))
     if spec.spikes:
         truth.events.add("spike")
     tail = (T.verl_ending(spec.ending, rng, driver=pre, nodes=spec.nodes, ansi=False, worker=pre)
             if spec.ending != "ok" else [])
     lines += [ln for ln in tail if "ray.exceptions" not in ln]
-    truth.events |= _ending_events(spec.ending)
+    truth.events |= ending_events(spec.ending)
     return lines, truth
