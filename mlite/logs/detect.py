@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import MliteError
 from .blockio import blocks, read_some
-from .records import Event
+from .records import ERROR_KINDS, Event
 from .verl_jsonl import looks_like_jsonl
 
 MLITE_HEADER = "# mlite-lab run log"
@@ -238,7 +238,7 @@ def no_metrics_event(source: LogSource, fmt: str, evs: list[Event], notes: list[
                    f"trainer.logger probably lacks 'console' (a wandb-only run?)")
     else:
         msg = "no metric line of a known format (verl console or JSONL, Megatron-LM, mlite-lab run log)"
-    failures = sorted({e.kind for e in evs if e.kind not in ("spike", "kl_zero", "restart")})
+    failures = sorted({e.kind for e in evs if e.kind in ERROR_KINDS})
     if failures:
         msg += f"; see the {', '.join(failures)} event(s)"
     if notes:

@@ -11,7 +11,10 @@ Validation blocks (between dashed rulers)::
      validation loss at iteration 50 [on validation set] | lm loss value: 8.889540E+00 | lm loss PPL: 7.255679E+03 |
 
 Both may sit behind any launcher prefix (``[default3]:``, ``3: ``, ``[host:rank]:``) since the reader searches
-for the ``iteration`` / ``validation loss at`` words. Fields become lower_snake metric names
+for the ``iteration`` / ``validation loss at`` words. A record ends with ``|``; one that was hard-wrapped over
+several physical lines (a terminal or a copy into an issue cut it anywhere, inside a field name or a number) is
+joined again by :func:`join_continuation` while the next line does not start a record of its own. Fields
+become lower_snake metric names
 (:data:`FIELD_NAMES`); validation values become ``val/<name>`` (``test/<name>`` for the test set) and PPL
 ``val/<name>_ppl``. An fp16 iteration that was skipped prints no ``lm loss`` / ``grad norm``: the record
 simply lacks them.
@@ -48,6 +51,12 @@ _ITER_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _VAL_RE = re.compile(r"\bvalidation loss at (?:iteration\s+(\d+)|the end of training for (\w+) data)"
                      r"(?:\s+on\s+(\w+)\s+set)?\s*\|")
 _SNAKE_RE = re.compile(r"[^0-9a-z]+")
+_FULL_SEG_RE = re.compile(r"\s*[A-Za-z][\w ()/.,\-]*:\s*[-+]?(?:\d[\w.+\-]*|\.\d[\w.+\-]*|nan|inf|NAN|INF|NaN)\s*")
+_PART_SEG_RE = re.compile(r"\s*(?:[A-Za-z][\w ()/.,\-]*(?::\s*[-+]?[\w.+\-]*)?)?\s*")
+_KNOWN_LABELS = frozenset(FIELD_NAMES) | {"lm loss value", "lm loss ppl"}
+_LAUNCHER_RE = re.compile(r"\s*(?:\[default\d+\]:|\[[\w.-]+:\d+\]:|\d+: |\([^)]*pid=\d+|\[\d{4}-\d\d-\d\d )")
+MAX_WRAP_LINES = 6
+"""Physical lines one record may be wrapped over (the reader stops joining after that)."""
 
 
 def field_name(label: str) -> str:
@@ -112,3 +121,58 @@ def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], 
         else:
             names.append(prefix + field_name(low))
     return step, names, vals, bad
+
+
+def is_open(text: str) -> bool:
+    """True when the iteration or validation record in ``text`` does not end with ``|`` (it may be wrapped)."""
+    return not clean(text).endswith("|")
+
+
+def _rest(text: str) -> str | None:
+    m = _ITER_RE.search(text) or _VAL_RE.search(text)
+    return text[m.end():] if m else None
+
+
+def _segments_ok(rest: str) -> bool:
+    """Complete ``label: value`` segments between ``|``, then at most one cut segment."""
+    segs = rest.split("|")
+    last = segs.pop()
+    for seg in segs:
+        if seg.strip() and not _FULL_SEG_RE.fullmatch(seg):
+            return False
+        if seg.strip():
+            label, _, tok = seg.rpartition(":")
+            try:
+                float(tok)
+            except ValueError:
+                return False
+    return bool(_PART_SEG_RE.fullmatch(last))
+
+
+def _label_at_end(text: str) -> str:
+    seg = text.rsplit("|", 1)[-1]
+    return "" if ":" in seg else seg.lstrip()
+
+
+def join_continuation(text: str, nxt: str) -> str | None:
+    """``text + nxt`` when ``nxt`` is the wrapped rest of the open Megatron record ``text``, else None.
+
+    ``nxt`` must not start a record (an iteration or validation head, a launcher prefix), and the joined text must
+    still be ``label: value |`` segments. A wrap between two words whose space the copy trimmed (``learning`` /
+    ``rate: ...``) is told from a wrap inside a word (``learn`` / ``ing rate: ...``) by the known field names.
+    """
+    base = clean(text)
+    if base.endswith("|"):
+        return None
+    nxt = clean(nxt)
+    if not nxt.strip() or _ITER_RE.search(nxt) or _VAL_RE.search(nxt) or _LAUNCHER_RE.match(nxt):
+        return None
+    joined = base + nxt
+    head = _label_at_end(base)
+    if head and nxt[:1].isalpha() and not base.endswith(" "):
+        tail = nxt.split(":", 1)[0] if ":" in nxt.split("|", 1)[0] else ""
+        glued, spaced = " ".join((head + tail).lower().split()), " ".join((head + " " + tail).lower().split())
+        if spaced in _KNOWN_LABELS and glued not in _KNOWN_LABELS:
+            joined = base + " " + nxt
+    rest = _rest(joined)
+    return joined if rest is not None and _segments_ok(rest) else None

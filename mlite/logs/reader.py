@@ -19,7 +19,7 @@ from . import megatron, verl_console, verl_jsonl
 from .blockio import blocks
 from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
 from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
-from .records import Event, StepRecord
+from .records import INTERRUPTION_KINDS, Event, StepRecord
 from .series import SeriesWatch
 from .store import RecordStore, ScanResult
 from .text import clean, split_prefix, strip_ansi
@@ -44,6 +44,10 @@ class _Scanner:
         self.text_events: list[Event] = []
         self.walkers: list[TracebackWalker] = []
         self.pending_verl: tuple[str, int] | None = None
+        self.pending_meg: tuple | None = None
+        self.interrupts: list[Event] = []
+        """Scheduler endings since the last record: metric records after them mean the job was requeued and
+        resumed (see :meth:`resumed`)."""
 
     # -- records -----------------------------------------------------------------------------------------
     def emit(self, step: int, keys: list[str], vals: list[float], bad: bool, line: int, kind: str) -> None:
@@ -63,9 +67,23 @@ class _Scanner:
             if not known.keys() >= set(keys):
                 for k in keys:
                     known.setdefault(k, None)
+        resumed = bool(self.interrupts) and self.resumed(step, line)
         if self.watch is not None:
-            self.watch.update(step, keys, vals, line)
+            self.watch.update(step, keys, vals, line, resumed)
         self.last_step = step
+
+    def resumed(self, step: int, line: int) -> bool:
+        """Records follow a scheduler ending: one run, restarted. The first ending becomes the ``restart`` event
+        (its wording kept), the others of the same gap (the job's and the step's line) fold into it."""
+        first, *rest = self.interrupts
+        self.interrupts = []
+        was = first.message
+        first.kind = "restart"
+        first.message = (f"{was}; the job resumed at step {step} (line {line}): one run, requeued"
+                         + (f" (and {len(rest)} more line(s) about the same ending)" if rest else ""))
+        drop = {id(e) for e in rest}
+        self.text_events = [e for e in self.text_events if id(e) not in drop]
+        return True
 
     # -- console -----------------------------------------------------------------------------------------
     def keywords(self, mode: str) -> list[tuple[bytes, int]]:
@@ -143,6 +161,11 @@ class _Scanner:
             raw = block[ls:le].decode("utf-8", "replace")
             if _VERL in codes and verl_console.is_candidate(raw):
                 skip_until = max(skip_until, self.verl(raw, line_no, block, le))
+            if (_ITER in codes or _VAL in codes) and megatron.is_open(raw):
+                raw, end = self.megatron_wrapped(raw, line_no, codes, block, le)
+                if end < 0:
+                    return self._end_of_block(block, cur_pos, cur_line, base)
+                skip_until = max(skip_until, end)
             if _ITER in codes:
                 rec = megatron.parse_iteration(raw)
                 if rec:
@@ -157,8 +180,42 @@ class _Scanner:
                 msg = split_prefix(clean(raw))[1].strip()
                 self.text_events.append(Event(kind="traceback", line=line_no, step=self.last_step, message=msg[:300]))
             if _EVT in codes:
-                self.text_events.extend(classify_line(raw, line_no, self.last_step))
-        return cur_line + block.count(b"\n", cur_pos) if count_lines else base
+                found = classify_line(raw, line_no, self.last_step)
+                self.text_events.extend(found)
+                self.interrupts.extend(e for e in found if e.kind in INTERRUPTION_KINDS)
+        return self._end_of_block(block, cur_pos, cur_line, base)
+
+    def _end_of_block(self, block: bytes, cur_pos: int, cur_line: int, base: int) -> int:
+        return cur_line + block.count(b"\n", cur_pos) if self.count_lines else base
+
+    def megatron_wrapped(self, text: str, line_no: int, codes, block: bytes, le: int) -> tuple[str, int]:
+        """Join the physical lines of a hard-wrapped Megatron record; returns the joined text and the byte offset
+        of the last line consumed, or ``(text, -1)`` when the block ended inside the record (it is finished
+        with the next block, see :meth:`resume`)."""
+        p, end, n = le + 1, le, len(block)
+        for _ in range(megatron.MAX_WRAP_LINES - 1):
+            if p >= n:
+                self.pending_meg = (text, line_no, frozenset(codes & {_ITER, _VAL}), 1)
+                return text, -1
+            e = block.find(b"\n", p)
+            e = n if e == -1 else e
+            joined = megatron.join_continuation(text, block[p:e].decode("utf-8", "replace"))
+            if joined is None:
+                break
+            text, end, p = joined, e, e + 1
+            if not megatron.is_open(text):
+                break
+        return text, end
+
+    def emit_megatron(self, text: str, line_no: int, codes) -> None:
+        if _ITER in codes:
+            rec = megatron.parse_iteration(text)
+            if rec:
+                self.emit(*rec, line_no, "megatron")
+        if _VAL in codes:
+            rec = megatron.parse_validation(text, self.last_step)
+            if rec:
+                self.emit(*rec, line_no, "megatron")
 
     def resume(self, block: bytes, base: int) -> int:
         """Finish what the previous block left open (a wrapped metric line, tracebacks); returns the byte
@@ -182,6 +239,14 @@ class _Scanner:
             text, line_no = self.pending_verl
             self.pending_verl = None
             consumed = self.verl(text, line_no, block, -1)
+        if self.pending_meg is not None:
+            text, line_no, codes, _ = self.pending_meg
+            self.pending_meg = None
+            text, end = self.megatron_wrapped(text, line_no, codes, block, -1)
+            if end == -1 and self.pending_meg is not None:
+                return len(block)
+            self.emit_megatron(text, line_no, codes)
+            consumed = max(consumed, end)
         return max(consumed, 0)
 
     def verl(self, text: str, line_no: int, block: bytes, le: int) -> int:
@@ -210,6 +275,10 @@ class _Scanner:
         return end
 
     def flush_verl(self) -> None:
+        if self.pending_meg is not None:
+            text, line_no, codes, _ = self.pending_meg
+            self.pending_meg = None
+            self.emit_megatron(text, line_no, codes)
         if self.pending_verl is not None:
             text, line_no = self.pending_verl
             self.pending_verl = None

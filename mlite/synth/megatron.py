@@ -63,6 +63,8 @@ def megatron_log(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
             truth.records.append((it, {"val/lm_loss": float(v1), "val/lm_loss_ppl": float(v2)}))
     if spec.spikes:
         truth.events.add("spike")
+    if spec.drift_from is not None:
+        truth.events.add("change_point")
     tail = (T.verl_ending(spec.ending, rng, driver=pre, nodes=spec.nodes, ansi=False, worker=pre)
             if spec.ending != "ok" else [])
     lines += [ln for ln in tail if "ray.exceptions" not in ln]

@@ -44,6 +44,8 @@ class GenSpec:
     """From this step on, loss and grad norm are NaN."""
     spikes: tuple[int, ...] = ()
     """Steps where loss and grad norm jump 10x."""
+    drift_from: int | None = None
+    """From this step on, loss, grad norm and KL drift slowly upward (x3 over 20 steps, see :mod:`.curves`)."""
     restart: tuple[int, int] | None = None
     """``(at, back_to)``: after step ``at`` the job restarts from step ``back_to`` (steps go back)."""
     ending: str = "ok"

@@ -110,6 +110,8 @@ def verl_console(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
         truth.events.add("nan")
     if spec.spikes:
         truth.events.add("spike")
+    if spec.drift_from is not None:
+        truth.events.add("change_point")
     lines += T.verl_ending(spec.ending, rng, driver=drv, nodes=spec.nodes, ansi=spec.ansi)
     truth.events |= ending_events(spec.ending)
     return lines, truth
@@ -130,4 +132,6 @@ def verl_jsonl(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
         truth.events.add("restart")
     if spec.spikes:
         truth.events.add("spike")
+    if spec.drift_from is not None:
+        truth.events.add("change_point")
     return lines, truth
