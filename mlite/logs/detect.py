@@ -3,8 +3,9 @@ bytes), and sniff their format from the first bytes.
 
 A *run directory* of the kit (``train.log`` whose first line is ``# mlite-lab run log``, and/or
 ``metrics.jsonl``) is one source: metrics come from ``metrics.jsonl`` when present (else ``train.log``),
-text events from ``train.log``. Any other directory stands for the log files in it (``*.log``, ``*.out``,
-``*.err``, ``*.txt``, ``*.jsonl``, each optionally ``.gz``) and the run directories directly under it.
+text events from ``train.log``. A TensorBoard event file, or a directory holding event files (a logdir), is one
+source too. Any other directory stands for the log files in it (``*.log``, ``*.out``, ``*.err``, ``*.txt``,
+``*.jsonl``, each optionally ``.gz``), and the run directories and TensorBoard logdirs directly under it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from ..errors import MliteError
 from .blockio import blocks, read_some
 from .records import ERROR_KINDS, Event
+from .tensorboard import event_files, files_of, is_event_file
 from .verl_jsonl import looks_like_jsonl
 
 MLITE_HEADER = "# mlite-lab run log"
@@ -45,10 +47,12 @@ class LogSource:
     """File the text events are read from (the same file for a plain log)."""
     fmt: str
     """Sniffed format: ``verl`` (console, also Megatron until a line says otherwise), ``verl_jsonl``,
-    ``megatron`` or ``mlite``; the reader may refine a console sniff."""
+    ``megatron``, ``mlite`` or ``tensorboard``; the reader may refine a console sniff."""
 
     def size(self) -> int:
         """Bytes on disk of the files this source reads."""
+        if self.fmt == "tensorboard":
+            return sum(p.stat().st_size for p in files_of(self.path))
         paths = {p for p in (self.metrics_path, self.events_path) if p is not None}
         return sum(p.stat().st_size for p in paths)
 
@@ -123,7 +127,19 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and ((path / "train.log").is_file() or (path / "metrics.jsonl").is_file())
 
 
+def is_tensorboard_dir(path: Path) -> bool:
+    """A TensorBoard logdir: a directory with event files directly in it and no other log file (a folder that
+    also holds Slurm logs stands for its files, each event file a source of its own)."""
+    if not path.is_dir() or not event_files(path):
+        return False
+    return not any(_is_text_log(c) for c in path.iterdir())
+
+
 def _is_log_file(p: Path) -> bool:
+    return is_event_file(p) or _is_text_log(p)
+
+
+def _is_text_log(p: Path) -> bool:
     name = p.name.lower()
     if name.endswith(".gz"):
         name = name[:-3]
@@ -131,6 +147,9 @@ def _is_log_file(p: Path) -> bool:
 
 
 def _source(path: Path) -> LogSource:
+    if is_event_file(path) or is_tensorboard_dir(path):
+        name = path.name if path.is_dir() else (path.parent.name or path.name)
+        return LogSource(path=path, name=name, fmt="tensorboard", metrics_path=path, events_path=None)
     if path.is_dir():
         metrics = path / "metrics.jsonl"
         log = path / "train.log"
@@ -162,7 +181,7 @@ def resolve_inputs(items, *, allow_empty: bool = False) -> list[LogSource]:
         s = os.path.expanduser(str(item))
         if glob.has_magic(s):
             hits = sorted(glob.glob(s, recursive=True))
-            hits = [h for h in hits if Path(h).is_file() or is_run_dir(Path(h))]
+            hits = [h for h in hits if Path(h).is_file() or is_run_dir(Path(h)) or is_tensorboard_dir(Path(h))]
             if not hits and not allow_empty:
                 raise MliteError(f"no log file matches '{item}': check the pattern (e.g. 'logs/*.out')")
             paths.extend(Path(h) for h in hits)
@@ -170,11 +189,11 @@ def resolve_inputs(items, *, allow_empty: bool = False) -> list[LogSource]:
         p = Path(s)
         if not p.exists():
             raise MliteError(f"log file '{item}' does not exist: give a log file, a run directory or a glob")
-        if p.is_dir() and not is_run_dir(p):
-            inner = sorted(c for c in p.iterdir() if _is_log_file(c) or is_run_dir(c))
+        if p.is_dir() and not is_run_dir(p) and not is_tensorboard_dir(p):
+            inner = sorted(c for c in p.iterdir() if _is_log_file(c) or is_run_dir(c) or is_tensorboard_dir(c))
             if not inner and not allow_empty:
-                raise MliteError(f"directory '{item}' holds no log file ({', '.join(LOG_SUFFIXES)}, optionally .gz) "
-                                 f"and no run directory")
+                raise MliteError(f"directory '{item}' holds no log file ({', '.join(LOG_SUFFIXES)}, optionally .gz, "
+                                 f"or TensorBoard events.out.tfevents.*) and no run directory")
             paths.extend(inner)
         else:
             paths.append(p)
@@ -209,6 +228,8 @@ def _unique_names(sources: list[LogSource]) -> None:
 
 def final_format(source: LogSource, first_kind: str | None, run_dir: bool) -> str:
     """The format of a scanned source: its first metric line's kind, else the sniff and trainer markers."""
+    if source.fmt == "tensorboard":
+        return "tensorboard"
     if run_dir or source.fmt == "mlite":
         return "mlite"
     if source.fmt == "verl_jsonl":
@@ -228,6 +249,8 @@ def no_metrics_event(source: LogSource, fmt: str, evs: list[Event], notes: list[
     """The ``no_metrics`` event, saying what the log suggests instead (a crash, a wandb-only run...)."""
     if fmt == "verl_jsonl":
         msg = "no JSON object with a \"step\" in the file"
+    elif fmt == "tensorboard":
+        msg = "no scalar in the TensorBoard event file(s) (only images, histograms or text, or nothing written yet)"
     elif fmt == "megatron":
         msg = "no Megatron 'iteration N/M |' line: the job ended before its first log interval"
     elif fmt in ("verl", "mlite"):

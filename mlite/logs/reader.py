@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import megatron, verl_console, verl_jsonl
+from . import megatron, tensorboard, verl_console, verl_jsonl
 from .blockio import blocks
 from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
 from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
@@ -299,6 +299,18 @@ class _Scanner:
         self.walkers.append(w)
         return n
 
+    # -- tensorboard -------------------------------------------------------------------------------------
+    def tensorboard(self, paths):
+        """Generator like :meth:`console` over TensorBoard event files (a yield every 4096 records)."""
+        n = 0
+        for step, keys, vals, ordinal in tensorboard.records(paths, self.res.notes):
+            self.emit(step, keys, vals, False, ordinal, "tensorboard")
+            n = ordinal
+            if len(self.res.steps) % 4096 == 0:
+                yield
+        self.res.num_lines = n
+        yield
+
     # -- jsonl -------------------------------------------------------------------------------------------
     def jsonl(self, f, raw):
         """Generator like :meth:`console`."""
@@ -359,7 +371,9 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
                                 message="run directory has neither metrics.jsonl nor train.log yet")]
         return res
     sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress)
-    if mpath is not None:
+    if source.fmt == "tensorboard":
+        yield from sc.tensorboard(tensorboard.files_of(source.path))
+    elif mpath is not None:
         f, raw = open_binary(mpath)
         try:
             if mpath.name.endswith((".jsonl", ".jsonl.gz")) and run_dir or source.fmt == "verl_jsonl":

@@ -26,9 +26,9 @@ WARNING_KINDS = tuple(k for k in EVENT_KINDS if k not in ERROR_KINDS)
 INTERRUPTION_KINDS = frozenset({"cancelled", "time_limit", "preempted", "node_failure", "requeued"})
 """Scheduler endings that become a ``restart`` when metric records follow them (a requeued job resumed)."""
 
-FORMATS = ("verl", "verl_jsonl", "megatron", "mlite", "unknown")
+FORMATS = ("verl", "verl_jsonl", "megatron", "mlite", "tensorboard", "unknown")
 """Log formats: verl console, verl file-logger JSONL, Megatron-LM console, the kit's own run log / run
-directory, and ``unknown`` (no metric line and no marker of a known trainer)."""
+directory, TensorBoard event files, and ``unknown`` (no metric line and no marker of a known trainer)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -38,7 +38,7 @@ class StepRecord:
     step: int
     """Training step (verl ``step:N``, Megatron ``iteration N``, JSONL ``"step"``)."""
     line: int
-    """1-based line number in the file the record was read from."""
+    """1-based line number in the file the record was read from (TensorBoard: the ordinal of its first event)."""
     values: dict[str, float]
     """Metric name -> value (float64; NaN and +-inf kept as they were printed)."""
 

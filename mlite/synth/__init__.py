@@ -10,10 +10,11 @@ benchmark. Nothing here is read by the analysis itself (:mod:`mlite.logs` never 
 
 Modules: :mod:`.spec` (what to write and the truth), :mod:`.curves` (the noisy training curves),
 :mod:`.text` (the chatter and endings of a Slurm job), :mod:`.verl` and :mod:`.megatron` (one writer per
-format), :mod:`.generate` (writing files, the benchmark log).
+format), :mod:`.generate` (writing files, the benchmark log), :mod:`.tensorboard` (TensorBoard logdirs).
 """
 
 from .generate import generate, write_bench_log
 from .spec import FORMATS, GenSpec, Truth
+from .tensorboard import write_tensorboard
 
-__all__ = ["FORMATS", "GenSpec", "Truth", "generate", "write_bench_log"]
+__all__ = ["FORMATS", "GenSpec", "Truth", "generate", "write_bench_log", "write_tensorboard"]
