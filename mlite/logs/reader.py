@@ -400,6 +400,8 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
     res.format = final_format(source, sc.first_kind, run_dir)
     if events:
         series = sc.watch.finish() if sc.watch is not None else []
+        if sc.watch is not None and sc.watch.loss_span is not None:
+            res.loss_span = tuple(sc.watch.loss_span)
         text = fold(sorted(sc.text_events, key=lambda e: e.line or 0))
         evs = sorted(series + text, key=lambda e: (e.line or 0))
         if not res.steps:

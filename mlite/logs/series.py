@@ -42,6 +42,8 @@ class SeriesWatch:
         self._open_nonfinite: dict[str, list] = {}
         self._spikes: dict[str, _Spike] = {}
         self._drifts: dict[str, DriftDetector] = {}
+        self.loss_span: list | None = None
+        """``[metric, first finite value, last finite value]`` of the loss role (for the one-line verdict)."""
         self._loss_metric: str | None = None
         self._loss_cands = all_role_candidates("loss")
         self._grad_cands = all_role_candidates("grad_norm")
@@ -66,6 +68,13 @@ class SeriesWatch:
             v = d.get(name)
             if v is not None and v == v and abs(v) != math.inf:
                 self._spike(sp, name, step, v, line)
+        lm = self._loss_metric
+        if lm is not None:
+            v = d.get(lm)
+            if v is not None and v == v and abs(v) != math.inf:
+                if self.loss_span is None:
+                    self.loss_span = [lm, v, v]
+                self.loss_span[2] = v
         for name, dr in self._drifts.items():
             v = d.get(name)
             if v is not None and v == v and abs(v) != math.inf:
