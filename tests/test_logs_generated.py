@@ -148,3 +148,39 @@ def test_hard_wrapped_metric_lines_at_any_terminal_width(tmp_path, width):
     got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))
     expected = [(s, k, v) for s, values in truth.records for k, v in values.items()]
     assert got == expected and run.skipped_lines == 0
+
+
+def test_slow_drift_is_a_change_point_with_its_start_step(tmp_path):
+    """Loss, grad norm and KL rise x3 over 20 steps from step 30 (no single record jumps): change points that start
+    within 15 steps of 30, on those metrics only, and no spike."""
+    truth = generate(GenSpec(steps=70, seed=17, drift_from=30, noise=0), tmp_path / "drift.log")
+    run = read_log(truth.path)
+    cps = [e for e in run.events if e.kind == "change_point"]
+    assert {e.metric for e in cps} == {"actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/kl_loss"}
+    assert all(30 <= e.step <= 45 for e in cps), [(e.metric, e.step) for e in cps]
+    assert not [e for e in run.events if e.kind == "spike"]
+    lines = truth.path.read_text().split("\n")
+    assert all(f"step:{e.step} - " in lines[e.line - 1] for e in cps)
+    assert truth.events == {"change_point"}
+
+
+def test_tensorboard_logdir_reads_back_exactly(tmp_path):
+    """verl's tensorboard logger (one scalar per event, float32), a restart written into a second event file of the
+    same logdir, a spike and NaN: every value as float32 rounds it, the events, tag names as written."""
+    from mlite.synth import write_tensorboard
+
+    truth = write_tensorboard(GenSpec(steps=40, seed=18, spikes=(18,), nan_from=27, restart=(30, 24)),
+                              tmp_path / "tb" / "grpo_run")
+    run = read_log(truth.path)
+    assert run.format == "tensorboard" and run.name == "grpo_run"
+    t = run.tidy
+    got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))
+    expected = [(s, k, v) for s, values in truth.records for k, v in values.items()]
+    assert len(got) == len(expected)
+    assert all(a[:2] == b[:2] and (a[2] == b[2] or (math.isnan(a[2]) and math.isnan(b[2])))
+               for a, b in zip(got, expected))
+    assert {e.kind for e in run.events} == truth.events == {"spike", "restart", "nan"}
+    [restart] = [e for e in run.events if e.kind == "restart"]
+    assert restart.step == 24 and "30 to 24" in restart.message
+    assert run.roles()["loss"] == "actor/pg_loss"
+    assert read_logs([tmp_path / "tb"])[0].name == "grpo_run"  # a folder of logdirs: one run per logdir

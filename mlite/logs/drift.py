@@ -4,8 +4,8 @@ spike.
 A one-sided CUSUM (Page's cumulative sum) on the logarithm of the values (a drift is a ratio: grad norm 2 -> 4
 is the same drift as 0.2 -> 0.4), against an adaptive baseline, fed one value at a time:
 
-* the baseline is an EWMA of log x that moves only while no drift is being accumulated (S = 0), so it follows a
-  falling loss but freezes when the values start to sit above it;
+* the baseline is an EWMA of log x that moves only while no drift is being accumulated (S = 0), faster downward
+  than upward, so it follows a falling loss closely but freezes when the values start to sit above it;
 * the scale is the larger of the noise (an EWMA of |log x_t - log x_{t-1}| x 0.886, the standard deviation of
   independent noise, insensitive to trends) and ``CP_LOG_FLOOR`` (quantised logs have no noise);
 * each value adds ``min(z, CP_CLIP) - CP_K`` to S (z = (log x - baseline) / scale, clipped so that one spike
@@ -25,7 +25,10 @@ import math
 CP_WARMUP = 8
 """Values used to set the baseline and the noise before any verdict (all must be > 0)."""
 CP_ALPHA = 0.05
-"""EWMA weight of a new value in the baseline and the noise estimate."""
+"""EWMA weight of a new value in the baseline (when the value is above it) and in the noise estimate."""
+CP_ALPHA_DOWN = 0.08
+"""EWMA weight of a value below the baseline: the baseline follows a falling loss closely, so that a rise after
+the fall is measured from where the loss got to, not from where it started."""
 CP_LOG_FLOOR = math.log(1.25)
 """The scale never goes below this (in log units: a factor 1.25)."""
 CP_K = 1.5
@@ -79,7 +82,7 @@ class DriftDetector:
             self.start, self.start_ref = where, self.ref
         self.s = s
         if s == 0.0:
-            self.ref += CP_ALPHA * (lx - self.ref)
+            self.ref += (CP_ALPHA_DOWN if lx < self.ref else CP_ALPHA) * (lx - self.ref)
             self.noise += CP_ALPHA * (diff - self.noise)
             return None
         if s > CP_H:

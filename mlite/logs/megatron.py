@@ -175,4 +175,16 @@ def join_continuation(text: str, nxt: str) -> str | None:
         if spaced in _KNOWN_LABELS and glued not in _KNOWN_LABELS:
             joined = base + " " + nxt
     rest = _rest(joined)
-    return joined if rest is not None and _segments_ok(rest) else None
+    if rest is None or not _segments_ok(rest):
+        return None
+    if "|" not in nxt and not _plausible_tail(rest.rsplit("|", 1)[-1]):
+        return None  # nothing of nxt completes a field: it is another line that happens to fit
+    return joined
+
+
+def _plausible_tail(seg: str) -> bool:
+    """The cut last segment is ``label: <digits...>`` or the beginning of a known field name."""
+    seg = " ".join(seg.lower().split())
+    if ":" in seg:
+        return True
+    return any(label.startswith(seg) for label in _KNOWN_LABELS)
