@@ -159,8 +159,10 @@ class _Scanner:
             else:
                 line_no = 0
             raw = block[ls:le].decode("utf-8", "replace")
-            if _VERL in codes and verl_console.is_candidate(raw):
-                skip_until = max(skip_until, self.verl(raw, line_no, block, le))
+            if _VERL in codes:
+                head = verl_console.first_head(raw)
+                if head >= 0 or verl_console.is_candidate(raw):
+                    skip_until = max(skip_until, self.verl(raw, line_no, block, le, head))
             if (_ITER in codes or _VAL in codes) and megatron.is_open(raw):
                 raw, end = self.megatron_wrapped(raw, line_no, codes, block, le)
                 if end < 0:
@@ -249,10 +251,11 @@ class _Scanner:
             consumed = max(consumed, end)
         return max(consumed, 0)
 
-    def verl(self, text: str, line_no: int, block: bytes, le: int) -> int:
+    def verl(self, text: str, line_no: int, block: bytes, le: int, head: int | None = None) -> int:
         """Parse a verl metric line, first joining hard-wrapped continuation lines; returns the byte offset
-        of the last line consumed."""
-        head = verl_console.first_head(text)
+        of the last line consumed. ``head``: the offset of its ``step:N - `` head when the caller found it."""
+        if head is None:
+            head = verl_console.first_head(text)
         if head > 0:
             text = text[head:]  # drop the Ray prefix (and its colours) without a regex
         if "\x1b" in text:
@@ -270,7 +273,7 @@ class _Scanner:
             if joined is None:
                 break
             text, end, p = joined, e, e + 1
-        for rec in verl_console.parse_line(text):
+        for rec in (verl_console.parse_clean_line(text) if head >= 0 else verl_console.parse_line(text)):
             self.emit(*rec, line_no, "verl")
         return end
 
