@@ -125,6 +125,18 @@ class _Scanner:
         find = block.find
         for kw, code in kws:
             i = find(kw, skip_until)
+            if code == _VERL:  # a head is 'step:' and a digit: prose ('step by step:') is skipped unread
+                while i != -1:
+                    d = i + 5
+                    if d < n and 48 <= block[d] <= 57:
+                        hits.append((i, code))
+                        j = find(b"\n", d)
+                        if j == -1:
+                            break
+                        i = find(kw, j)
+                    else:
+                        i = find(kw, d)
+                continue
             while i != -1:
                 hits.append((i, code))
                 if code <= _VAL:  # metric line: one hit per line is enough
