@@ -184,3 +184,17 @@ def test_tensorboard_logdir_reads_back_exactly(tmp_path):
     assert restart.step == 24 and "30 to 24" in restart.message
     assert run.roles()["loss"] == "actor/pg_loss"
     assert read_logs([tmp_path / "tb"])[0].name == "grpo_run"  # a folder of logdirs: one run per logdir
+
+
+@pytest.mark.parametrize("width", [80, 97, 113, 131, 160, 200, 257])
+def test_hard_wrapped_megatron_records_at_any_terminal_width(tmp_path, width):
+    """A wrap cuts a Megatron record anywhere after its 'iteration' word: inside the head, a field name, a number,
+    a separator; validation records too."""
+    spec = GenSpec(format="megatron", wrap=width, seed=width, steps=30, val_every=7, skipped=(2,),
+                   prefix=("", "torchrun", "srun", "hostrank")[width % 4], noise=width % 2)
+    truth = generate(spec, tmp_path / "wrapped_megatron.log")
+    run = read_log(truth.path)
+    t = run.tidy
+    got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))
+    expected = [(s, k, v) for s, values in truth.records for k, v in values.items()]
+    assert got == expected and run.skipped_lines == 0

@@ -55,7 +55,7 @@ _FULL_SEG_RE = re.compile(r"\s*[A-Za-z][\w ()/.,\-]*:\s*[-+]?(?:\d[\w.+\-]*|\.\d
 _PART_SEG_RE = re.compile(r"\s*(?:[A-Za-z][\w ()/.,\-]*(?::\s*[-+]?[\w.+\-]*)?)?\s*")
 _KNOWN_LABELS = frozenset(FIELD_NAMES) | {"lm loss value", "lm loss ppl"}
 _LAUNCHER_RE = re.compile(r"\s*(?:\[default\d+\]:|\[[\w.-]+:\d+\]:|\d+: |\([^)]*pid=\d+|\[\d{4}-\d\d-\d\d )")
-MAX_WRAP_LINES = 6
+MAX_WRAP_LINES = 16
 """Physical lines one record may be wrapped over (the reader stops joining after that)."""
 
 
@@ -123,11 +123,6 @@ def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], 
     return step, names, vals, bad
 
 
-def is_open(text: str) -> bool:
-    """True when the iteration or validation record in ``text`` does not end with ``|`` (it may be wrapped)."""
-    return not clean(text).endswith("|")
-
-
 def _rest(text: str) -> str | None:
     m = _ITER_RE.search(text) or _VAL_RE.search(text)
     return text[m.end():] if m else None
@@ -158,16 +153,30 @@ def join_continuation(text: str, nxt: str) -> str | None:
     """``text + nxt`` when ``nxt`` is the wrapped rest of the open Megatron record ``text``, else None.
 
     ``nxt`` must not start a record (an iteration or validation head, a launcher prefix), and the joined text must
-    still be ``label: value |`` segments. A wrap between two words whose space the copy trimmed (``learning`` /
+    still be ``label: value |`` segments. After a record that ends with ``|`` only a line that starts with a known
+    Megatron field (``elapsed time per iteration (ms): 820.7 | ...``) is its rest: the wrap fell on a separator. A wrap between two words whose space the copy trimmed (``learning`` /
     ``rate: ...``) is told from a wrap inside a word (``learn`` / ``ing rate: ...``) by the known field names.
     """
     base = clean(text)
-    if base.endswith("|"):
-        return None
     nxt = clean(nxt)
     if not nxt.strip() or _ITER_RE.search(nxt) or _VAL_RE.search(nxt) or _LAUNCHER_RE.match(nxt):
         return None
+    if base.endswith("|"):  # complete, unless the wrap fell just after a separator: then a known field follows
+        if _rest(base) is None:
+            return None
+        first = nxt.split("|", 1)[0]
+        label = " ".join(first.rpartition(":")[0].lower().split())
+        if not (_FULL_SEG_RE.fullmatch(first) and label in _KNOWN_LABELS):
+            return None
+        joined = base + nxt
+        rest = _rest(joined)
+        return joined if rest is not None and _segments_ok(rest) else None
     joined = base + nxt
+    if _rest(base) is None:  # the wrap fell inside the head: 'iteration      2' / '0/    1000 | lm loss: ...'
+        m = _ITER_RE.search(joined) or _VAL_RE.search(joined)
+        if m is None or m.end() <= len(base):
+            return None
+        return joined if _segments_ok(joined[m.end():]) else None
     head = _label_at_end(base)
     if head and nxt[:1].isalpha() and not base.endswith(" "):
         tail = nxt.split(":", 1)[0] if ":" in nxt.split("|", 1)[0] else ""

@@ -175,7 +175,7 @@ class _Scanner:
                 head = verl_console.first_head(raw)
                 if head >= 0 or verl_console.is_candidate(raw):
                     skip_until = max(skip_until, self.verl(raw, line_no, block, le, head))
-            if (_ITER in codes or _VAL in codes) and megatron.is_open(raw):
+            if _ITER in codes or _VAL in codes:
                 raw, end = self.megatron_wrapped(raw, line_no, codes, block, le)
                 if end < 0:
                     return self._end_of_block(block, cur_pos, cur_line, base)
@@ -217,8 +217,6 @@ class _Scanner:
             if joined is None:
                 break
             text, end, p = joined, e, e + 1
-            if not megatron.is_open(text):
-                break
         return text, end
 
     def emit_megatron(self, text: str, line_no: int, codes) -> None:

@@ -1,4 +1,5 @@
-"""Synthetic Megatron-LM console logs: iteration lines behind a launcher prefix, fp16
+"""Synthetic Megatron-LM console logs (optionally hard-wrapped at ``spec.wrap`` columns, as a terminal or a copy
+into an issue cuts them): iteration lines behind a launcher prefix, fp16
 iterations skipped by the loss scaler (no ``lm loss`` / ``grad norm``), validation blocks between rulers, a
 restart from a checkpoint, NaN loss, and a Slurm or CUDA ending."""
 
@@ -48,7 +49,8 @@ def megatron_log(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
         fields += [("number of skipped iterations", f"{interval if skipped else 0:3d}", None),
                    ("number of nan iterations", f"{nan_its:3d}", None)]
         body = " | ".join(f"{k}: {v}" for k, v, _ in fields)
-        lines.append(f"{pre} [2025-04-13 23:{41 + n // 60:02d}:{n % 60:02d}] iteration {it:8d}/{total:8d} | {body} |")
+        lines += T.hard_wrap(f"{pre} [2025-04-13 23:{41 + n // 60:02d}:{n % 60:02d}] iteration {it:8d}/{total:8d} | "
+                             f"{body} |", spec.wrap)
         truth.records.append((it, {field_name(k): float(v) for k, v, _ in fields}))
         if nan_its:
             truth.events.add("nan")
@@ -58,8 +60,8 @@ def megatron_log(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
             ppl = math.exp(min(vl, 700)) if vl == vl else vl
             ruler = "-" * 90
             v1, v2 = f"{vl:.6E}", f"{ppl:.6E}"
-            lines += [f"{pre}{ruler}", (f"{pre} validation loss at iteration {it} on validation set | lm loss value: {v1} | "
-                      f"lm loss PPL: {v2} | "), f"{pre}{ruler}"]
+            val = f"{pre} validation loss at iteration {it} on validation set | lm loss value: {v1} | lm loss PPL: {v2} | "
+            lines += [f"{pre}{ruler}", *T.hard_wrap(val, spec.wrap), f"{pre}{ruler}"]
             truth.records.append((it, {"val/lm_loss": float(v1), "val/lm_loss_ppl": float(v2)}))
     if spec.spikes:
         truth.events.add("spike")

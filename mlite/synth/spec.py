@@ -39,7 +39,7 @@ class GenSpec:
     glued_tqdm: bool = False
     """Write the tqdm bar on the metric line's line, without a newline between them."""
     wrap: int | None = None
-    """Hard-wrap metric lines at this many characters (a terminal's width)."""
+    """Hard-wrap metric lines (verl) or iteration and validation records (Megatron) at this many characters."""
     nan_from: int | None = None
     """From this step on, loss and grad norm are NaN."""
     spikes: tuple[int, ...] = ()

@@ -50,6 +50,13 @@ def tqdm_bar(desc: str, i: int, n: int, rate: float, width: int = 40) -> str:
             f"{left % 60:02d}, {rate:5.2f}s/it]")
 
 
+def hard_wrap(line: str, width: int | None) -> list[str]:
+    """``line`` cut every ``width`` characters, as a terminal that wraps at a fixed width writes it."""
+    if not width or len(line) <= width:
+        return [line]
+    return [line[i:i + width] for i in range(0, len(line), width)]
+
+
 def startup(rng: random.Random, *, driver: str, nodes: int, gpus: int, ansi: bool, total_steps: int) -> list[str]:
     """Lines before the first step: Ray start-up, the config dump, worker init, dataset sizes."""
     lines = [(f"2025-05-22 07:07:{rng.randint(10, 59)},{rng.randint(100, 999)}\tINFO worker.py:1879 -- Connecting to "

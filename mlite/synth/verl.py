@@ -9,6 +9,7 @@ import math
 import random
 
 from . import text as T
+from .text import hard_wrap
 from .curves import curves
 from .spec import GenSpec, Truth, ending_events, step_sequence
 
@@ -66,13 +67,6 @@ def metric_line(step: int, values: dict[str, float], precision: str) -> tuple[st
         inner = tok[tok.index("(") + 1:-1] if tok.startswith("np.") else tok
         exact[k] = float(inner)
     return f"step:{step} - " + " - ".join(parts), exact
-
-
-def hard_wrap(line: str, width: int | None) -> list[str]:
-    """``line`` cut every ``width`` characters, as a terminal that wraps at a fixed width writes it."""
-    if not width or len(line) <= width:
-        return [line]
-    return [line[i:i + width] for i in range(0, len(line), width)]
 
 
 def verl_console(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
