@@ -12,8 +12,8 @@ import re
 import shutil
 
 import pytest
-
 from conftest import REPO, run_cli
+
 from mlite.logs import EVENT_KINDS, check_logs, read_log
 from mlite.logs import megatron as meg
 
@@ -141,9 +141,11 @@ def test_27_record_wrapped_after_a_colon_and_inside_a_word():
 
 def test_wrap_joining_rules():
     head = " iteration      100/    1000 | consumed samples:   1600 | learn"
-    assert meg.join_continuation(head, "ing rate: 1.0E-04 | lm loss: 2.5E+00 |") == head + "ing rate: 1.0E-04 | lm loss: 2.5E+00 |"
+    rest = "ing rate: 1.0E-04 | lm loss: 2.5E+00 |"
+    assert meg.join_continuation(head, rest) == head + rest
     cut_number = " iteration      100/    1000 | lm loss: 2.51"
-    assert meg.join_continuation(cut_number, "2E+00 | grad norm: 0.5 |").endswith("lm loss: 2.512E+00 | grad norm: 0.5 |")
+    joined = meg.join_continuation(cut_number, "2E+00 | grad norm: 0.5 |")
+    assert joined.endswith("lm loss: 2.512E+00 | grad norm: 0.5 |")
     trimmed = " iteration      100/    1000 | lm loss: 2.5E+00 | number of nan"
     assert meg.join_continuation(trimmed, "iterations:   0 |").endswith("number of nan iterations:   0 |")
     # the next line starts a record, a launcher prefix, or is not a record's rest: no join
@@ -206,7 +208,8 @@ def test_scheduler_ending_messages():
     assert not _events(_log("32_"), "time_limit")  # 'Job has not timed out.' is not a time limit
     assert _events(_log("34_"), "time_limit")[0].message == (
         "Slurm job 830329 on n447 cancelled at 2018-08-06T17:21:44 due to time limit")
-    assert _events(_log("35_"), "cancelled")[0].message == "Slurm job 1479012 on sh-2-3 cancelled at 2015-02-04T06:33:25"
+    assert _events(_log("35_"), "cancelled")[0].message == (
+        "Slurm job 1479012 on sh-2-3 cancelled at 2015-02-04T06:33:25")
     assert "hpcsmall-debug-ghpc-0" in _events(_log("37_"), "node_failure")[0].message
     # the indented ending without a time is a time limit, not a plain cancellation
     assert _events(_log("38_"), "time_limit")[0].message == "Slurm job 454600 cancelled due to time limit"
@@ -290,7 +293,7 @@ def test_plot_baseline_draws_each_runs_difference(tmp_path):
     assert set(curves) == {"mlite_tiny_moe_pao - mlite_tiny_moe_fsdp2", "fsdp2_nudged - mlite_tiny_moe_fsdp2"}
     pao, nudge = curves["mlite_tiny_moe_pao - mlite_tiny_moe_fsdp2"], curves["fsdp2_nudged - mlite_tiny_moe_fsdp2"]
     assert list(pao.get_xdata()) == list(range(1, 41)) and not pao.get_ydata().any()  # bitwise equal runs
-    y = dict(zip(nudge.get_xdata(), nudge.get_ydata()))
+    y = dict(zip(nudge.get_xdata(), nudge.get_ydata(), strict=True))
     assert abs(y[10] - 0.125) < 1e-12 and all(v == 0 for s, v in y.items() if s != 10)
     png = tmp_path / "diff.png"
     res = run_cli("logs", "plot", str(SAMPLES / "mlite_tiny_moe_pao"), str(nudged), "--baseline",

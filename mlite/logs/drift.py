@@ -42,7 +42,7 @@ CP_H = 15.0
 class DriftDetector:
     """CUSUM over one series (see the module docstring); :meth:`push` returns a confirmed change point."""
 
-    __slots__ = ("n", "ref", "noise", "prev", "s", "start", "start_ref", "off")
+    __slots__ = ("n", "noise", "off", "prev", "ref", "s", "start", "start_ref")
 
     def __init__(self):
         self.n = 0

@@ -20,7 +20,8 @@ from .text import clean, split_prefix
 
 LINE_KEYWORDS = (b"Traceback (most recent call last)", b"RayTaskError", b"of memory", b"OfMemory", b"oom_kill",
                  b"oom-kill", b"OOMKilled", b"atchdog", b"timed out", b"Timeout at NCCL", b"CANCELLED",
-                 b"STEPD TERMINATED", b"xit code", b"exitcode", b"srun: error", b"Node failure", b"Requeued job", b"job is preempted",
+                 b"STEPD TERMINATED", b"xit code", b"exitcode", b"srun: error", b"Node failure", b"Requeued job",
+                 b"job is preempted",
                  b"[mlite] ")
 """Byte strings whose lines may hold a text event (searched with ``bytes.find`` before any regex)."""
 

@@ -133,14 +133,14 @@ def _segments_ok(rest: str) -> bool:
     segs = rest.split("|")
     last = segs.pop()
     for seg in segs:
-        if seg.strip() and not _FULL_SEG_RE.fullmatch(seg):
+        if not seg.strip():
+            continue
+        if not _FULL_SEG_RE.fullmatch(seg):
             return False
-        if seg.strip():
-            label, _, tok = seg.rpartition(":")
-            try:
-                float(tok)
-            except ValueError:
-                return False
+        try:
+            float(seg.rpartition(":")[2])
+        except ValueError:
+            return False
     return bool(_PART_SEG_RE.fullmatch(last))
 
 
@@ -154,7 +154,8 @@ def join_continuation(text: str, nxt: str) -> str | None:
 
     ``nxt`` must not start a record (an iteration or validation head, a launcher prefix), and the joined text must
     still be ``label: value |`` segments. After a record that ends with ``|`` only a line that starts with a known
-    Megatron field (``elapsed time per iteration (ms): 820.7 | ...``) is its rest: the wrap fell on a separator. A wrap between two words whose space the copy trimmed (``learning`` /
+    Megatron field (``elapsed time per iteration (ms): 820.7 | ...``) is its rest: the wrap fell on a separator.
+    A wrap between two words whose space the copy trimmed (``learning`` /
     ``rate: ...``) is told from a wrap inside a word (``learn`` / ``ing rate: ...``) by the known field names.
     """
     base = clean(text)

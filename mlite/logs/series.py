@@ -71,13 +71,13 @@ class SeriesWatch:
         lm = self._loss_metric
         if lm is not None:
             v = d.get(lm)
-            if v is not None and v == v and abs(v) != math.inf:
+            if v is not None and math.isfinite(v):
                 if self.loss_span is None:
                     self.loss_span = [lm, v, v]
                 self.loss_span[2] = v
         for name, dr in self._drifts.items():
             v = d.get(name)
-            if v is not None and v == v and abs(v) != math.inf:
+            if v is not None and math.isfinite(v):
                 found = dr.push(v, (step, line))
                 if found is not None:
                     self._change_point(name, step, *found)

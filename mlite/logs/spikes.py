@@ -41,7 +41,7 @@ def _median(sorted_vals: list[float]) -> float:
 class SpikeDetector:
     """The two rules above over one series; :meth:`push` says whether a value is a spike."""
 
-    __slots__ = ("hist", "med", "scale", "age", "rule")
+    __slots__ = ("age", "hist", "med", "rule", "scale")
 
     def __init__(self):
         self.hist: deque = deque(maxlen=SPIKE_WINDOW)

@@ -45,7 +45,7 @@ def megatron_log(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
         fields.append(("loss scale", f"{(8388608.0 if skipped else 4096.0):.1f}", None))
         if not skipped:
             fields += [("grad norm", f"{c['grad_norm']:.3f}", None), ("num zeros", f"{rng.randint(0, 2000):.1f}", None)]
-        nan_its = 1 if loss != loss else 0
+        nan_its = 1 if math.isnan(loss) else 0
         fields += [("number of skipped iterations", f"{interval if skipped else 0:3d}", None),
                    ("number of nan iterations", f"{nan_its:3d}", None)]
         body = " | ".join(f"{k}: {v}" for k, v, _ in fields)
@@ -57,7 +57,7 @@ def megatron_log(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
         seen.add(it)
         if spec.val_every and (n + 1) % spec.val_every == 0:
             vl = loss + 0.1
-            ppl = math.exp(min(vl, 700)) if vl == vl else vl
+            ppl = vl if math.isnan(vl) else math.exp(min(vl, 700))
             ruler = "-" * 90
             v1, v2 = f"{vl:.6E}", f"{ppl:.6E}"
             val = f"{pre} validation loss at iteration {it} on validation set | lm loss value: {v1} | lm loss PPL: {v2} | "

@@ -5,6 +5,7 @@ logdir, as a resumed job does."""
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ def write_tensorboard(spec: GenSpec, logdir) -> Truth:
             exact[key] = float(np.float32(v))
         truth.records.append((step, exact))
     writer.close()
-    if any(v != v for _, r in truth.records for v in r.values()):
+    if any(math.isnan(v) for _, r in truth.records for v in r.values()):
         truth.events.add("nan")
     if spec.spikes:
         truth.events.add("spike")

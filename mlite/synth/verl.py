@@ -9,9 +9,9 @@ import math
 import random
 
 from . import text as T
-from .text import hard_wrap
 from .curves import curves
 from .spec import GenSpec, Truth, ending_events, step_sequence
+from .text import hard_wrap
 
 
 def verl_values(rng: random.Random, step: int, spec: GenSpec) -> dict[str, float]:
@@ -52,7 +52,7 @@ def format_value(key: str, v: float, precision: str) -> str:
     """A value as verl prints it: ``3f`` (``{v:.3f}``), ``repr`` (pprint) or ``np`` (numpy >= 2 reprs)."""
     if precision == "3f":
         return f"{v:.3f}"
-    if key in T.INT_KEYS and v == v and v.is_integer():
+    if key in T.INT_KEYS and v.is_integer():
         s = str(int(v))
         return f"np.int64({s})" if precision == "np" and key.startswith("training/") else s
     return f"np.float64({v!r})" if precision == "np" and key in T.NP_KEYS else repr(v)
@@ -100,7 +100,7 @@ def verl_console(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
             vtext, vexact = metric_line(step, {key: exact.get("train/loss", 0.5) + 0.03}, spec.precision)
             lines.append(f"{drv}{vtext}")
             truth.records.append((step, vexact))
-    if any(v != v for _, r in truth.records for v in r.values()):
+    if any(math.isnan(v) for _, r in truth.records for v in r.values()):
         truth.events.add("nan")
     if spec.spikes:
         truth.events.add("spike")
@@ -117,10 +117,10 @@ def verl_jsonl(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
     lines = []
     for step in step_sequence(spec):
         values = verl_values(rng, step, spec)
-        data = {k: (None if (v != v and spec.null_nan) else v) for k, v in values.items()}
+        data = {k: (None if (math.isnan(v) and spec.null_nan) else v) for k, v in values.items()}
         lines.append(json.dumps({"step": step, "data": data}))  # bare NaN when not null_nan (old verl)
         truth.records.append((step, values))
-    if any(v != v for _, r in truth.records for v in r.values()):
+    if any(math.isnan(v) for _, r in truth.records for v in r.values()):
         truth.events.add("nan")
     if spec.restart:
         truth.events.add("restart")
