@@ -321,3 +321,14 @@ def test_39_real_tensorboard_event_file_tf2_tensor_scalars(tmp_path):
     assert run_cli("logs", "export", str(event_file), "--csv", str(out)).rc == 0
     assert out.read_text().splitlines()[1:3] == ["39_tensorboard_tf2_scalars_tensoboa_rs,0,tag,0.0",
                                                  "39_tensorboard_tf2_scalars_tensoboa_rs,1,tag,1.0"]
+
+
+def test_tensorboard_missing_is_one_clear_error(monkeypatch):
+    import sys
+
+    from mlite.errors import MliteError
+
+    monkeypatch.setitem(sys.modules, "tensorboard.backend.event_processing.event_file_loader", None)
+    with pytest.raises(MliteError, match="needs the tensorboard package") as e:
+        read_log(LOGS / "39_tensorboard_tf2_scalars_tensoboa_rs")
+    assert "\n" not in str(e.value)
