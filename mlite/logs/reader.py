@@ -279,7 +279,10 @@ class _Scanner:
                 return n
             e = block.find(b"\n", p)
             e = n if e == -1 else e
-            joined = verl_console.join_continuation(text, block[p:e].decode("utf-8", "replace"))
+            nb = block[p:e]
+            if b" " in nb.replace(b" - ", b"").strip(b" -\r"):
+                break  # a space outside the separators: not the rest of a metric line (the usual next line)
+            joined = verl_console.join_continuation(text, nb.decode("utf-8", "replace"))
             if joined is None:
                 break
             text, end, p = joined, e, e + 1
