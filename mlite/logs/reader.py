@@ -319,10 +319,10 @@ class _Scanner:
     def tensorboard(self, paths):
         """Generator like :meth:`console` over TensorBoard event files (a yield every 4096 records)."""
         n = 0
-        for step, keys, vals, ordinal in tensorboard.records(paths, self.res.notes):
+        for k, (step, keys, vals, ordinal) in enumerate(tensorboard.records(paths, self.res.notes), 1):
             self.emit(step, keys, vals, False, ordinal, "tensorboard")
             n = ordinal
-            if len(self.res.steps) % 4096 == 0:
+            if k % 4096 == 0:
                 yield
         self.res.num_lines = n
         yield
