@@ -332,3 +332,19 @@ def test_tensorboard_missing_is_one_clear_error(monkeypatch):
     with pytest.raises(MliteError, match="needs the tensorboard package") as e:
         read_log(LOGS / "39_tensorboard_tf2_scalars_tensoboa_rs")
     assert "\n" not in str(e.value)
+
+
+def test_grep_prefilter_finds_the_same_events(monkeypatch, tmp_path):
+    """The failure keywords found by one grep pass give exactly the events of the block-by-block search, on every
+    real log (forced on however small the file) and on a fuzzed one with invalid UTF-8 and CRLF."""
+    from mlite.logs import prefilter, reader
+
+    junk = tmp_path / "junk.log"
+    junk.write_bytes((LOGS / "22_slurm_torchrun_rendezvous_fail_srun_cancelled_cgroup.err").read_bytes()
+                     .replace(b"\n", b"\r\n") + b"\xff\xfe srun: error: n1: task 3: Exited with exit code 9\r\n")
+    paths = [p for p in sorted(LOGS.iterdir()) if p.is_file() and p.suffix != ".md"] + [junk]
+    monkeypatch.setattr(prefilter, "MIN_BYTES", 0)
+    assert prefilter.keyword_offsets(paths[0], reader.LINE_KEYWORDS) is not None
+    with_grep = [r.summary() for r in check_logs(paths)]
+    monkeypatch.setattr(reader, "keyword_offsets", lambda *a: None)
+    assert with_grep == [r.summary() for r in check_logs(paths)]

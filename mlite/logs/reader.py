@@ -1,7 +1,8 @@
 """The streaming reader: one pass over a log in large binary blocks, memory independent of the file size.
 
 Hot path: a block of complete lines is searched with ``bytes.find`` for a few byte strings (``step:`` for
-verl, ``iteration`` / ``validation loss at`` for Megatron, :data:`events.LINE_KEYWORDS` for failures);
+verl, ``iteration`` / ``validation loss at`` for Megatron, :data:`events.LINE_KEYWORDS` for failures; in a
+large plain file the failure keywords are found beforehand by one ``grep -F`` pass, see :mod:`prefilter`);
 only the lines that contain one are decoded (UTF-8, invalid bytes replaced) and parsed. Everything else —
 model generations, config dumps, tqdm bars, worker chatter — is skipped at C speed. Line numbers come from
 counting newlines between hits. JSONL is read line by line.
@@ -19,6 +20,7 @@ from . import megatron, tensorboard, verl_console, verl_jsonl
 from .blockio import blocks
 from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
 from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
+from .prefilter import keyword_offsets
 from .records import INTERRUPTION_KINDS, Event, StepRecord
 from .series import SeriesWatch
 from .store import RecordStore, ScanResult
@@ -86,26 +88,37 @@ class _Scanner:
         return True
 
     # -- console -----------------------------------------------------------------------------------------
-    def keywords(self, mode: str) -> list[tuple[bytes, int]]:
+    def keywords(self, mode: str, *, failures: bool = True) -> list[tuple[bytes, int]]:
         """Byte strings to search: the metric heads of ``mode`` (``verl``, ``megatron`` or ``console`` for
-        both) and, when events are wanted, the failure keywords."""
+        both) and, when events are wanted (and ``failures``), the failure keywords."""
         kws: list[tuple[bytes, int]] = []
         if self.want_metrics:
             kinds = {"verl": (_VERL,), "megatron": (_ITER, _VAL)}.get(mode, (_VERL, _ITER, _VAL))
             for k in kinds:
                 kws.extend((kw, k) for kw in _METRIC_KW[k])
-        if self.want_events:
-            for kw in LINE_KEYWORDS:
-                code = _TB if kw.startswith(b"Traceback") else _RAY if kw == b"RayTaskError" else _EVT
-                kws.append((kw, code))
+        if self.want_events and failures:
+            kws.extend((kw, _keyword_code(kw)) for kw in LINE_KEYWORDS)
         return kws
 
-    def console(self, f, raw, kws):
-        """Generator: reads the file, yielding after each block (records went to the sink / store)."""
+    def console(self, f, raw, kws, found=None):
+        """Generator: reads the file, yielding after each block (records went to the sink / store).
+        ``found``: the failure keywords' ``(offsets, keyword index)`` in the file (:mod:`prefilter`), when
+        ``kws`` leaves them out."""
         base = 1
         tail_newline = True
+        off = k = 0
+        codes = [_keyword_code(kw) for kw in LINE_KEYWORDS]
         for block in blocks(f, raw, self.progress, self.res.notes):
-            base = self.block(block, base, kws)
+            extra = None
+            if found is not None:
+                offsets, which = found
+                end = off + len(block)
+                extra = []
+                while k < len(offsets) and offsets[k] < end:
+                    extra.append((offsets[k] - off, codes[which[k]]))
+                    k += 1
+                off = end
+            base = self.block(block, base, kws, extra)
             tail_newline = block.endswith(b"\n")
             yield
         self.res.num_lines = base - 1 + (0 if tail_newline else 1)
@@ -116,12 +129,13 @@ class _Scanner:
         self.walkers = []
         yield
 
-    def block(self, block: bytes, base: int, kws) -> int:
+    def block(self, block: bytes, base: int, kws, extra=None) -> int:
         """Process one block of complete lines whose first line is number ``base``; returns the number of
-        the line after the block (when lines are counted)."""
+        the line after the block (when lines are counted). ``extra``: hits found beforehand, ``(offset in the
+        block, code)``."""
         n = len(block)
         skip_until = self.resume(block, base)
-        hits: list[tuple[int, int]] = []
+        hits: list[tuple[int, int]] = [h for h in extra if h[0] >= skip_until] if extra else []
         find = block.find
         for kw, code in kws:
             i = find(kw, skip_until)
@@ -396,7 +410,8 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
                 yield from sc.jsonl(f, raw)
             else:
                 mode = "console" if events else _export_mode(mpath, source.fmt)
-                yield from sc.console(f, raw, sc.keywords(mode))
+                found = keyword_offsets(mpath, LINE_KEYWORDS) if events else None
+                yield from sc.console(f, raw, sc.keywords(mode, failures=found is None), found)
         finally:
             f.close()
             raw.close()
@@ -424,6 +439,10 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
             evs.insert(0, no_metrics_event(source, res.format, evs, res.notes))
         res.events = evs
     return res
+
+
+def _keyword_code(kw: bytes) -> int:
+    return _TB if kw.startswith(b"Traceback") else _RAY if kw == b"RayTaskError" else _EVT
 
 
 def iter_records(source: LogSource, *, progress=None):
