@@ -112,6 +112,18 @@ def test_short_history_rule_needs_a_relative_jump_and_a_clear_gap(tmp_path):
     assert [(e.step, e.metric) for e in _events(read_log(p), "spike")] == [(3, "grad_norm")]  # +81%, 8.5 ranges
 
 
+FOUND_SPIKES = {"23": {(31217, "grad_norm"), (31219, "lm_loss")}, "24": {(29050, "lm_loss")},
+                "25": {(17062, "lm_loss"), (17066, "grad_norm")}, "29": {(3, "lm_loss")}}
+"""The spikes read by eye in the found logs; every other stretch of every one of them is healthy."""
+
+
+@pytest.mark.parametrize("path", TEXT, ids=lambda p: p.name[:2])
+def test_found_logs_are_quiet_outside_their_spikes(path):
+    run = read_log(path)
+    assert {(e.step, e.metric) for e in _events(run, "spike")} == FOUND_SPIKES.get(path.name[:2], set())
+    assert not _events(run, "change_point")
+
+
 # -- records wrapped over several lines ----------------------------------------------------------------------------
 def test_26_records_wrapped_over_three_lines_keep_every_field():
     """BLOOM-176B, copied from a terminal: each record cut after 'learning' and after 'number of nan' (the space
