@@ -41,7 +41,8 @@ def test_every_found_log_parses(path):
     run = read_log(path)
     assert run.skipped_lines == 0
     assert {e.kind for e in run.events} <= set(EVENT_KINDS)
-    heads = re.findall(r"iteration\s+(\d+)\s*/\s*\d+ \|", path.read_text(errors="replace"))
+    text = path.read_text(errors="replace")
+    heads = re.findall(r"iteration\s+(\d+)\s*/\s*\d+ \|", text) + re.findall(r"Step: (\d+) \|", text)
     assert {int(s) for s in heads} == (set(run.wide.index.tolist()) if run.num_steps else set())
     for e in run.events:
         assert e.message and (e.line is None or 1 <= e.line <= run.num_lines)
@@ -205,7 +206,7 @@ def test_30_full_slurm_job_cancelled_without_a_reason():
     ("35_", [("cancelled", 1)]),
     ("36_", [("preempted", 1)]),
     ("37_", [("node_failure", 2)]),
-    ("38_", [("cancelled", 9), ("time_limit", 13)]),
+    ("38_", [("restart", 9)]),  # its records follow the ending: see the test below
 ])
 def test_scheduler_endings_in_every_wording(prefix, expected):
     run = _log(prefix)
@@ -223,8 +224,26 @@ def test_scheduler_ending_messages():
     assert _events(_log("35_"), "cancelled")[0].message == (
         "Slurm job 1479012 on sh-2-3 cancelled at 2015-02-04T06:33:25")
     assert "hpcsmall-debug-ghpc-0" in _events(_log("37_"), "node_failure")[0].message
-    # the indented ending without a time is a time limit, not a plain cancellation
-    assert _events(_log("38_"), "time_limit")[0].message == "Slurm job 454600 cancelled due to time limit"
+
+
+
+def test_38_requeued_job_that_resumes_is_one_run_with_a_restart(tmp_path):
+    """Slurm Longrun's report: the step is cancelled (no reason), the indented job line says time limit (no time),
+    the requeued job recovers its state and goes on from step 225 to 1000 in the same log: one run, one restart
+    event that keeps both wordings, no time_limit or cancelled left over."""
+    run = _log("38_")
+    assert run.format == "pipe" and run.role("loss") == "loss"
+    assert run.wide["loss"].to_dict() == {1: 12.03, 120: 7.89, 225: 7.56, 995: 4.38, 1000: 4.74}
+    assert run.wide.loc[995, "tflops"] == 394.14
+    [restart] = run.events
+    assert (restart.kind, restart.line, restart.step) == ("restart", 9, 120)
+    assert restart.message == ("Slurm step 454600.0 cancelled at 2025-05-21T11:33:42; also line 13: Slurm job 454600 "
+                               "cancelled due to time limit; the job resumed at step 225 (line 20): one run, requeued")
+    assert run_cli("logs", "check", str(FOUND[15]), "--strict").rc == 0
+    cut = tmp_path / "cut_before_the_requeue.log"  # the same log up to its ending: the ending stays a failure
+    cut.write_text("".join(FOUND[15].read_text().splitlines(keepends=True)[:13]))
+    assert [(e.kind, e.line) for e in read_log(cut).events] == [("cancelled", 9), ("time_limit", 13)]
+    assert run_cli("logs", "check", str(cut), "--strict").rc == 1
 
 
 def test_requeued_job_that_resumes_is_one_run_with_a_restart(tmp_path):
@@ -239,7 +258,7 @@ def test_requeued_job_that_resumes_is_one_run_with_a_restart(tmp_path):
     assert "time_limit" not in kinds and kinds.count("restart") == 1
     [restart] = _events(run, "restart")
     assert restart.line == 2398 and "due to time limit" in restart.message
-    assert "resumed at step 30" in restart.message and "more line(s) about the same ending" in restart.message
+    assert "resumed at step 30" in restart.message and "also line 2401: Slurm job 1809655" in restart.message
     assert run_cli("logs", "check", str(p), "--strict").rc == 0  # resumed: nothing failed
     assert run_cli("logs", "check", str(p), "--fail-on", "restart").rc == 1
 

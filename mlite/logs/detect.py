@@ -88,7 +88,8 @@ def head_text(path: Path, nbytes: int = SNIFF_BYTES) -> str:
 
 def sniff_format(path: Path) -> str:
     """``mlite`` (header), ``verl_jsonl`` (first line a JSON object with a step), ``megatron`` (an
-    iteration line or Megatron's words before any verl line) or ``verl`` (console: the default)."""
+    iteration line or Megatron's words before any verl line), ``pipe`` (a ``Step: N |`` record and no verl or
+    Megatron line) or ``verl`` (console: the default)."""
     text = head_text(path)
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
     if first.startswith(MLITE_HEADER):
@@ -103,6 +104,10 @@ def sniff_format(path: Path) -> str:
             return "megatron" if verl_at is None or verl_at > i else "verl"
     if verl_at is None and ("megatron" in text.lower() or "pretrain_gpt" in text):
         return "megatron"
+    from .pipe import has_record
+
+    if verl_at is None and has_record(text):
+        return "pipe"
     return "verl"
 
 

@@ -65,7 +65,8 @@ def field_name(label: str) -> str:
     return FIELD_NAMES.get(low) or _SNAKE_RE.sub("_", low).strip("_")
 
 
-def _fields(rest: str) -> tuple[list[str], list[float], bool]:
+def parse_fields(rest: str) -> tuple[list[str], list[float], bool]:
+    """``label: value | label: value | ...`` -> (labels, values, malformed); a cut last segment is not malformed."""
     keys: list[str] = []
     vals: list[float] = []
     bad = False
@@ -94,7 +95,7 @@ def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | Non
     m = _ITER_RE.search(text)
     if not m:
         return None
-    labels, vals, bad = _fields(text[m.end():])
+    labels, vals, bad = parse_fields(text[m.end():])
     return int(m.group(1)), [field_name(k) for k in labels], vals, bad
 
 
@@ -110,7 +111,7 @@ def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], 
     step = int(m.group(1)) if m.group(1) is not None else (last_step or 0)
     split = (m.group(2) or m.group(3) or "validation").lower()
     prefix = "test/" if split.startswith("test") else "val/"
-    labels, vals, bad = _fields(text[m.end():])
+    labels, vals, bad = parse_fields(text[m.end():])
     names = []
     for label in labels:
         low = " ".join(label.lower().split())

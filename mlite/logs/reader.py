@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import megatron, tensorboard, verl_console, verl_jsonl
+from . import megatron, pipe, tensorboard, verl_console, verl_jsonl
 from .blockio import blocks
 from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
 from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
@@ -26,13 +26,16 @@ from .series import SeriesWatch
 from .store import RecordStore, ScanResult
 from .text import clean, split_prefix, strip_ansi
 
-_VERL, _ITER, _VAL, _TB, _RAY, _EVT = range(6)
-_METRIC_KW = {_VERL: (b"step:",), _ITER: (b"iteration",), _VAL: (b"validation loss at",)}
+_VERL, _ITER, _VAL, _PIPE, _TB, _RAY, _EVT = range(7)
+_METRIC_KW = {_VERL: (b"step:",), _ITER: (b"iteration",), _VAL: (b"validation loss at",), _PIPE: (b"Step:",)}
 
 
 class _Scanner:
-    def __init__(self, res: ScanResult, *, keep: bool, events: bool, series: bool, sink, progress, metrics=True):
+    def __init__(self, res: ScanResult, *, keep: bool, events: bool, series: bool, sink, progress, metrics=True,
+                 pipe: bool = False):
         self.res = res
+        self.pipe = pipe
+        """Search ``Step: N |`` records too (the file was sniffed as :mod:`pipe`)."""
         self.store = res.store
         self.sink = sink
         self.want_events = events
@@ -81,8 +84,8 @@ class _Scanner:
         self.interrupts = []
         was = first.message
         first.kind = "restart"
-        first.message = (f"{was}; the job resumed at step {step} (line {line}): one run, requeued"
-                         + (f" (and {len(rest)} more line(s) about the same ending)" if rest else ""))
+        also = "".join(f"; also line {e.line}: {e.message}" for e in rest)
+        first.message = f"{was}{also}; the job resumed at step {step} (line {line}): one run, requeued"
         drop = {id(e) for e in rest}
         self.text_events = [e for e in self.text_events if id(e) not in drop]
         return True
@@ -93,7 +96,9 @@ class _Scanner:
         both) and, when events are wanted (and ``failures``), the failure keywords."""
         kws: list[tuple[bytes, int]] = []
         if self.want_metrics:
-            kinds = {"verl": (_VERL,), "megatron": (_ITER, _VAL)}.get(mode, (_VERL, _ITER, _VAL))
+            kinds = {"verl": (_VERL,), "megatron": (_ITER, _VAL), "pipe": (_PIPE,)}.get(mode, (_VERL, _ITER, _VAL))
+            if mode == "console" and self.pipe:
+                kinds += (_PIPE,)
             for k in kinds:
                 kws.extend((kw, k) for kw in _METRIC_KW[k])
         if self.want_events and failures:
@@ -153,7 +158,7 @@ class _Scanner:
                 continue
             while i != -1:
                 hits.append((i, code))
-                if code <= _VAL:  # metric line: one hit per line is enough
+                if code <= _PIPE:  # metric line: one hit per line is enough
                     j = find(b"\n", i)
                     if j == -1:
                         break
@@ -202,6 +207,10 @@ class _Scanner:
                 rec = megatron.parse_validation(raw, self.last_step)
                 if rec:
                     self.emit(*rec, line_no, "megatron")
+            if _PIPE in codes:
+                rec = pipe.parse_line(raw)
+                if rec:
+                    self.emit(*rec, line_no, "pipe")
             if _TB in codes and "Traceback (most recent call last)" in raw:
                 tb_cover = max(tb_cover, self.traceback(raw, line_no, block, le))
             if _RAY in codes and ls > tb_cover and "RayTaskError" in raw and _TB not in codes:
@@ -400,7 +409,8 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
             res.events = [Event(kind="no_metrics", line=None, step=None,
                                 message="run directory has neither metrics.jsonl nor train.log yet")]
         return res
-    sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress)
+    sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress,
+                  pipe=source.fmt == "pipe")
     if source.fmt == "tensorboard":
         yield from sc.tensorboard(tensorboard.files_of(source.path))
     elif mpath is not None:
@@ -466,6 +476,8 @@ def _export_mode(path: Path, fmt: str) -> str:
         return "megatron"
     if fmt in ("verl", "mlite") and "step:" in text and verl_console.has_marker(text.replace("\r", "\n")):
         return "verl"
+    if fmt == "pipe":
+        return "pipe"
     return "console"
 
 

@@ -32,11 +32,20 @@ _MEGATRON = {
 }
 """Console names (lower_snake) first, then the TensorBoard tags Megatron writes (``lm loss``, ``grad-norm``...)."""
 
+_PIPE = {
+    "loss": ("loss", "train_loss", "lm_loss"),
+    "val_loss": ("val_loss",),
+    "grad_norm": ("grad_norm", "gradnorm"),
+    "lr": ("lr", "learning_rate"),
+    "throughput": ("tflops", "tokens_per_second", "tokens_s"),
+}
+
 ROLE_CANDIDATES: dict[str, dict[str, tuple[str, ...]]] = {
     "verl": _VERL,
     "verl_jsonl": _VERL,
     "mlite": _VERL,
     "megatron": _MEGATRON,
+    "pipe": _PIPE,
     "tensorboard": {r: _VERL.get(r, ()) + _MEGATRON.get(r, ()) for r in set(_VERL) | set(_MEGATRON)},
 }
 """Format -> role -> metric names in order of preference."""
