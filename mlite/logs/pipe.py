@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .megatron import parse_fields, field_name
+from .megatron import field_name, parse_fields
 from .text import clean
 
 MARKER = "Step:"
