@@ -10,15 +10,15 @@ import tracemalloc
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import REPO
+
 from mlite.errors import MliteError
 from mlite.logs import compare_runs, ema, read_log, read_logs, resolve_inputs
 from mlite.logs.frame import check_logs
-from mlite.logs.generate import GenSpec, generate, write_bench_log
 from mlite.logs.plot import plot_runs
 from mlite.logs.progress import progress_for, wants_bar
 from mlite.logs.session import CurveSession
+from mlite.synth import GenSpec, generate, write_bench_log
 
 SAMPLES = REPO / "data" / "logs"
 
@@ -135,7 +135,7 @@ def test_session_and_errors(tmp_path, monkeypatch):
     assert raw[:4] == b"\x89PNG" and raw != smooth
     doc = s.compare("mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao")
     assert doc["bitwise_equal"] and s.compare_rows(doc)[0][-1] == "yes"
-    assert any(row[3] == "oom" for row in s.event_rows(["verl_grpo_2x8_spike_nan_oom"]))
+    assert any(row[3] == "oom" for row in s.event_rows(["synthetic_verl_grpo_2x8_spike_nan_oom"]))
     for bad, needle in (("", "no log given"), (str(tmp_path / "none.out"), "does not exist")):
         with pytest.raises(MliteError, match=needle) as e:
             s.load(bad)
@@ -150,9 +150,12 @@ def test_curve_explorer_widget(tmp_path):
     before = view.png
     view.smoothing = 0.9
     assert view.png != before and view.errors.message == ""
-    view.select(runs=["verl_grpo_2x8_spike_nan_oom"], metrics=["loss", "grad_norm"])
+    view.select(runs=["synthetic_verl_grpo_2x8_spike_nan_oom"], metrics=["loss", "grad_norm"])
     assert "spike" in view._events.value and "oom" in view._events.value
-    view.set_compare("mlite_tiny_moe_fsdp2", "mlite_tiny_moe_dist_opt")
+    view.set_compare("mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao")
+    view.compare()
+    assert "bitwise equal" in view._cmp_out.value and "not bitwise equal" not in view._cmp_out.value
+    view.set_compare("mlite_tiny_moe_fsdp2", "synthetic_verl_grpo_2x8_spike_nan_oom")
     view.compare()
     assert "not bitwise equal" in view._cmp_out.value
     view.load(str(tmp_path / "missing-*.out"))  # bad input: shown inline, no exception
@@ -163,7 +166,7 @@ def test_import_loads_no_ui_library_and_no_pandas():
     import subprocess
     import sys
 
-    code = ("import sys, mlite.logs, mlite.logs.session, mlite.logs.generate, mlite.cli.logs; "
+    code = ("import sys, mlite.logs, mlite.logs.session, mlite.synth, mlite.cli.logs; "
             "print([m for m in ('ipywidgets', 'IPython', 'matplotlib', 'pandas', 'tqdm') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.strip() == "[]"

@@ -8,8 +8,9 @@ import io
 import math
 
 from conftest import REPO, assert_one_line_error, run_cli
+
 from mlite.logs import EVENT_KINDS, read_log
-from mlite.logs.generate import GenSpec, generate
+from mlite.synth import GenSpec, generate
 
 LOGS = REPO / "tests" / "data" / "logs"
 SAMPLES = REPO / "data" / "logs"
@@ -87,7 +88,7 @@ def test_export_csv_round_trip_is_bitwise(tmp_path):
 
 def test_plot_writes_png(tmp_path):
     png = tmp_path / "curves.png"
-    res = run_cli("logs", "plot", _ref("01_"), str(SAMPLES / "verl_grpo_2x8_spike_nan_oom.out"), "-o", str(png),
+    res = run_cli("logs", "plot", _ref("01_"), str(SAMPLES / "synthetic_verl_grpo_2x8_spike_nan_oom.out"), "-o", str(png),
                   "--metrics", "loss", "grad_norm", "kl", "actor/entropy", "--smooth", "0.8")
     assert res.rc == 0, res.err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
@@ -96,9 +97,24 @@ def test_plot_writes_png(tmp_path):
     assert_one_line_error(run_cli("logs", "plot", _ref("01_"), "-o", str(png), "--smooth", "1.5"), "smoothing")
 
 
+def _nudged_copy(src, dst, step: int):
+    """A copy of run directory ``src`` whose train/loss at ``step`` is moved by one ulp (the smallest difference
+    a float64 can have): compare must find it, at that step."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    rows = [json.loads(ln) for ln in (dst / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["step"] == step:
+            r["data"]["train/loss"] = math.nextafter(r["data"]["train/loss"], math.inf)
+    (dst / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return dst
+
+
 def test_compare(tmp_path):
-    fsdp2, pao, dist = (str(SAMPLES / n) for n in ("mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao",
-                                                    "mlite_tiny_moe_dist_opt"))
+    fsdp2, pao = (str(SAMPLES / n) for n in ("mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao"))
+    dist = str(_nudged_copy(SAMPLES / "mlite_tiny_moe_fsdp2", tmp_path / "fsdp2_one_ulp", 7))
     same = run_cli("logs", "compare", fsdp2, pao, "--json")
     assert same.rc == 0
     doc = same.json()
@@ -107,7 +123,8 @@ def test_compare(tmp_path):
     assert "perf/cpu_memory_used_gb" in doc["ignored"]
     diff = run_cli("logs", "compare", fsdp2, dist, "--json").json()
     loss = next(m for m in diff["metrics"] if m["metric"] == "train/loss")
-    assert diff["bitwise_equal"] is False and not loss["bitwise_equal"] and 0 < loss["max_rel_diff"] < 1e-6
+    assert diff["bitwise_equal"] is False and not loss["bitwise_equal"] and 0 < loss["max_rel_diff"] < 1e-15
+    assert loss["first_diff_step"] == 7
     strict = run_cli("logs", "compare", fsdp2, dist, "--strict")
     assert strict.rc == 1 and "NOT bitwise equal" in strict.out and "train/loss" in strict.out
     by_role = run_cli("logs", "compare", fsdp2, _ref("09_"), "--by", "role", "--json").json()

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from mlite.logs import iter_records, read_log, resolve_inputs
-from mlite.logs.generate import GenSpec, generate
+from mlite.synth import GenSpec, generate
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -78,7 +78,7 @@ def test_invalid_utf8_inside_metric_lines(tmp_path):
                   b"\xc3(TaskRunner pid=1) step:2 - a/x:np.float64(2.5) - b\xe9:nan\n")
     run = read_log(p)
     assert run.series("a/x").tolist() == [1.5, 2.5]
-    key = [m for m in run.metrics if m.startswith("b")][0]
+    key = next(m for m in run.metrics if m.startswith("b"))
     assert "\ufffd" in key and run.wide.loc[1, key] == 2.0 and math.isnan(run.wide.loc[2, key])
     assert {e.kind for e in run.events} == {"nan"}
 

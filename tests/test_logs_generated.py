@@ -1,14 +1,18 @@
-"""Generated logs with known contents (``mlite.logs.generate``): every format and quirk reads back exactly, and
+"""Synthetic logs with known contents (``mlite.synth``): every format and quirk reads back exactly, and
 the events the log was written with (and no others) are found, each at its line and step."""
 
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
+from conftest import REPO
 
 from mlite.logs import read_log, read_logs
-from mlite.logs.generate import GenSpec, generate
+from mlite.synth import GenSpec, generate
+
+SAMPLES = REPO / "data" / "logs"
 
 CASES = {
     "grpo_repr": GenSpec(steps=50, seed=1),
@@ -28,14 +32,10 @@ CASES = {
                                      seed=12, ending="time_limit"),
     "megatron_hostrank_nan": GenSpec(format="megatron", prefix="hostrank", nan_from=33, steps=40, seed=13,
                                      ending="cancelled"),
-    "mlite_ok": GenSpec(format="mlite", steps=30, seed=14),
-    "mlite_failed": GenSpec(format="mlite", steps=10, seed=15, ending="traceback"),
 }
 
 
 def _path(tmp_path, name: str, spec: GenSpec):
-    if spec.format == "mlite":
-        return tmp_path / name
     return tmp_path / (name + (".jsonl" if spec.format == "verl_jsonl" else ".log") + (".gz" if spec.gzip else ""))
 
 
@@ -65,7 +65,7 @@ def test_event_positions(tmp_path):
     by_kind = {}
     for e in run.events:
         by_kind.setdefault(e.kind, []).append(e)
-    spike = [e for e in by_kind["spike"] if e.metric == "actor/grad_norm"][0]
+    spike = next(e for e in by_kind["spike"] if e.metric == "actor/grad_norm")
     assert spike.step == 25 and "step:25 - " in lines[spike.line - 1]
     nan = [e for e in by_kind["nan"] if e.metric == "actor/grad_norm"]
     assert [e.step for e in nan] == [33, 33]  # before and after the restart: two stretches
@@ -114,14 +114,27 @@ def test_spike_detector_is_robust(tmp_path):
 
 
 def test_directory_of_mixed_logs(tmp_path):
-    for name in ("mlite_ok", "jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"):
+    for name in ("jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"):
         generate(CASES[name], _path(tmp_path, name, CASES[name]))
+    shutil.copytree(SAMPLES / "mlite_tiny_moe_fsdp2", tmp_path / "fsdp2")  # a real run directory of the kit
     (tmp_path / "notes.md").write_text("not a log")
     runs = read_logs([tmp_path])
-    assert sorted(r.name for r in runs) == sorted(["mlite_ok", "jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"])
-    assert {r.name: r.format for r in runs}["megatron_torchrun"] == "megatron"
-    assert {r.name: r.role("loss") for r in runs} == {"mlite_ok": "train/loss", "jsonl_null_nan_spike": "actor/pg_loss",
+    assert sorted(r.name for r in runs) == sorted(["fsdp2", "jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"])
+    assert {r.name: r.format for r in runs} == {"fsdp2": "mlite", "jsonl_null_nan_spike": "verl_jsonl",
+                                                "megatron_torchrun": "megatron", "grpo_repr": "verl"}
+    assert {r.name: r.role("loss") for r in runs} == {"fsdp2": "train/loss", "jsonl_null_nan_spike": "actor/pg_loss",
                                                       "megatron_torchrun": "lm_loss", "grpo_repr": "actor/pg_loss"}
+
+
+@pytest.mark.parametrize("name", ["mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao"])
+def test_real_run_directories(name):
+    """The kit's real debug runs: metrics from metrics.jsonl (40 steps), lifecycle lines from train.log, values
+    identical to the train.log console lines, and a completed run has no event."""
+    run = read_log(SAMPLES / name)
+    assert run.format == "mlite" and (run.num_steps, run.first_step, run.last_step) == (40, 1, 40)
+    assert run.skipped_lines == 0 and run.events == []
+    console = read_log(SAMPLES / name / "train.log")
+    assert console.wide[run.metrics].equals(run.wide)
 
 
 @pytest.mark.parametrize("width", [50, 53, 64, 80, 101, 132, 200, 317])
@@ -130,6 +143,56 @@ def test_hard_wrapped_metric_lines_at_any_terminal_width(tmp_path, width):
     spec = GenSpec(wrap=width, seed=width, precision=("np", "3f", "repr")[width % 3], steps=25,
                    kind=("grpo", "ppo", "sft")[width % 5 % 3], noise=width % 2)
     truth = generate(spec, tmp_path / "wrapped.log")
+    run = read_log(truth.path)
+    t = run.tidy
+    got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))
+    expected = [(s, k, v) for s, values in truth.records for k, v in values.items()]
+    assert got == expected and run.skipped_lines == 0
+
+
+def test_slow_drift_is_a_change_point_with_its_start_step(tmp_path):
+    """Loss, grad norm and KL rise x3 over 20 steps from step 30 (no single record jumps): change points that start
+    within 15 steps of 30, on those metrics only, and no spike."""
+    truth = generate(GenSpec(steps=70, seed=17, drift_from=30, noise=0), tmp_path / "drift.log")
+    run = read_log(truth.path)
+    cps = [e for e in run.events if e.kind == "change_point"]
+    assert {e.metric for e in cps} == {"actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/kl_loss"}
+    assert all(30 <= e.step <= 45 for e in cps), [(e.metric, e.step) for e in cps]
+    assert not [e for e in run.events if e.kind == "spike"]
+    lines = truth.path.read_text().split("\n")
+    assert all(f"step:{e.step} - " in lines[e.line - 1] for e in cps)
+    assert truth.events == {"change_point"}
+
+
+def test_tensorboard_logdir_reads_back_exactly(tmp_path):
+    """verl's tensorboard logger (one scalar per event, float32), a restart written into a second event file of the
+    same logdir, a spike and NaN: every value as float32 rounds it, the events, tag names as written."""
+    from mlite.synth import write_tensorboard
+
+    truth = write_tensorboard(GenSpec(steps=40, seed=18, spikes=(18,), nan_from=27, restart=(30, 24)),
+                              tmp_path / "tb" / "grpo_run")
+    run = read_log(truth.path)
+    assert run.format == "tensorboard" and run.name == "grpo_run"
+    t = run.tidy
+    got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))
+    expected = [(s, k, v) for s, values in truth.records for k, v in values.items()]
+    assert len(got) == len(expected)
+    assert all(a[:2] == b[:2] and (a[2] == b[2] or (math.isnan(a[2]) and math.isnan(b[2])))
+               for a, b in zip(got, expected))
+    assert {e.kind for e in run.events} == truth.events == {"spike", "restart", "nan"}
+    [restart] = [e for e in run.events if e.kind == "restart"]
+    assert restart.step == 24 and "30 to 24" in restart.message
+    assert run.roles()["loss"] == "actor/pg_loss"
+    assert read_logs([tmp_path / "tb"])[0].name == "grpo_run"  # a folder of logdirs: one run per logdir
+
+
+@pytest.mark.parametrize("width", [80, 97, 113, 131, 160, 200, 257])
+def test_hard_wrapped_megatron_records_at_any_terminal_width(tmp_path, width):
+    """A wrap cuts a Megatron record anywhere after its 'iteration' word: inside the head, a field name, a number,
+    a separator; validation records too."""
+    spec = GenSpec(format="megatron", wrap=width, seed=width, steps=30, val_every=7, skipped=(2,),
+                   prefix=("", "torchrun", "srun", "hostrank")[width % 4], noise=width % 2)
+    truth = generate(spec, tmp_path / "wrapped_megatron.log")
     run = read_log(truth.path)
     t = run.tidy
     got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))

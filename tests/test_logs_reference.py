@@ -1,18 +1,21 @@
-"""The real third-party logs of ``tests/data/logs/`` (byte-identical copies of the shared reference set, see
-its README): every file parses, and for most of them the values at chosen steps, the step counts and the
-events are checked against what the files say (values read by hand from the files)."""
+"""The real third-party logs of ``tests/data/logs/`` that are byte-identical copies of the shared reference set
+(``01_`` .. ``22_``, see its README): every file parses, and for most of them the values at chosen steps, the step
+counts and the events are checked against what the files say (values read by hand from the files). The logs
+found later (``23_`` on) are tested in ``test_logs_real.py``."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
-
 from conftest import REPO
+
 from mlite.logs import EVENT_KINDS, check_logs, read_log
 
 LOGS = REPO / "tests" / "data" / "logs"
-FILES = sorted(p for p in LOGS.iterdir() if p.suffix in (".log", ".err"))
+SHARED = ("01", "02", "03", "04", "05", "07", "08", "09", "11", "21", "22")
+"""Prefixes of the copies of the shared reference set."""
+FILES = sorted(p for p in LOGS.iterdir() if p.suffix in (".log", ".err") and p.name[:2] in SHARED)
 
 
 def _log(prefix: str):
@@ -171,12 +174,37 @@ def test_22_slurm_cancelled_exit_codes():
     assert run.num_steps == 0 and run.format == "unknown"
     assert _kinds(run) == {"no_metrics", "traceback", "exit_code", "cancelled"}
     exits = [e for e in run.events if e.kind == "exit_code"]
-    assert [(e.line, "task 3" in e.message, "ault44" in e.message) for e in exits][0] == (83, True, True)
+    assert next((e.line, "task 3" in e.message, "ault44" in e.message) for e in exits) == (83, True, True)
     assert len(exits) == 2 and all("exit code 1" in e.message for e in exits)
     cancelled = [e for e in run.events if e.kind == "cancelled"]
     assert cancelled[0].line == 86 and "524549" in cancelled[0].message
     [tb] = [e for e in run.events if e.kind == "traceback"]
     assert "Address already in use" in tb.message and "seen 2 times" in tb.message
+
+
+# spike events by eye: every other stretch of every file is healthy and must stay quiet
+HEALTHY_EXCEPT = {
+    # the critic's grad norm jumps to 51.8 (median ~9), 26.7 and 42.5 (median ~6.8); the actor's to 3.889 (median
+    # 2.04); actor/pg_loss to 0.774 and 0.645 at 357-358 (median -0.106)
+    "01": {(163, "critic/grad_norm"), (302, "critic/grad_norm"), (304, "critic/grad_norm"),
+           (335, "actor/grad_norm"), (357, "actor/pg_loss")},
+}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name[:2])
+def test_no_spike_on_healthy_stretches(path):
+    run = read_log(path)
+    spikes = {(e.step, e.metric) for e in run.events if e.kind == "spike"}
+    assert spikes == HEALTHY_EXCEPT.get(path.name[:2], set())
+
+
+def test_01_only_change_point_is_the_critic_grad_norm_episode():
+    """critic/grad_norm sits at 20.3, 34.8, 39.4, 29.6, 18.8, 21.8 ... 31.1, 32.7 over steps 191-206 against ~11
+    before: the one drift the CUSUM reports; the wobble of the rest of the run does not add up."""
+    run = _log("01_")
+    cps = [e for e in run.events if e.kind == "change_point"]
+    assert [(e.step, e.metric) for e in cps] == [(190, "critic/grad_norm")]
+    assert "drifts upward from step 190" in cps[0].message
 
 
 def test_check_keeps_no_values_but_same_summary():

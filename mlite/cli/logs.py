@@ -2,12 +2,15 @@
 the kit's run directories).
 
 * ``check FILE... [--json] [--strict] [--fail-on KINDS]``: format, steps, metrics, events and skipped lines
-  per run. Exit 0 even when it finds failures (finding them is the job); ``--strict`` exits 1 when a run
-  has an error-kind event (every kind but ``spike``, ``kl_zero`` and ``restart``), ``--fail-on nan,oom``
-  when it has one of the kinds listed.
+  per run; a healthy run (no event, nothing skipped) gets a one-line verdict. Exit 0 even when it finds
+  failures (finding them is the job); ``--strict`` exits 1 when a run has an error-kind event (every kind but
+  the warnings ``spike``, ``change_point``, ``kl_zero`` and ``restart``), ``--fail-on nan,oom`` when it has
+  one of the kinds listed.
 * ``export FILE... --csv OUT|-``: ``run,step,metric,value`` rows, ``value`` as ``repr(float)`` (bitwise
   round trip), streamed (flat memory for any log size).
-* ``plot FILE... -o PNG [--metrics ROLE_OR_METRIC ...] [--smooth S] [--logy|--linear] [--no-events]``.
+* ``plot FILE... -o PNG [--metrics ROLE_OR_METRIC ...] [--smooth S] [--logy|--linear] [--no-events]
+  [--baseline RUN]``; with ``--baseline`` each panel shows every other run's difference from RUN (a run name
+  or one of the FILEs; a path that is not among them is read too).
 * ``compare A B [--json] [--metrics ...] [--by role] [--all-metrics] [--strict]``: max abs / rel difference per
   metric over common steps and a bitwise-equal verdict; ``--strict`` exits 1 when not bitwise equal.
 
@@ -23,21 +26,23 @@ ORDER = 40
 
 
 def add_parser(sub):
+    from ..logs.records import EVENT_KINDS, WARNING_KINDS
+
     p = sub.add_parser(COMMAND, help="analyse training logs: check for failures, export CSV, plot, compare runs",
                        description="Read Slurm logs of verl / Megatron-LM runs and the kit's run directories. "
                                    "FILE may be a log (plain or .gz), a glob, a run directory or a folder of logs.")
     ss = p.add_subparsers(dest="logs_command", metavar="SUBCOMMAND", parser_class=type(p))
 
     c = ss.add_parser("check", help="format, steps, metrics and failure events per run",
-                      description="Event kinds: nan, inf, spike, kl_zero, restart, oom, nccl_timeout, cancelled, "
-                                  "time_limit, preempted, exit_code, traceback, no_metrics. Exit status: 0 when the "
+                      description="Event kinds: " + ", ".join(EVENT_KINDS) + ". Exit status: 0 when the "
                                   "logs were read, whatever they contain (finding failures is the job); 1 with "
-                                  "--strict when a run has an error event (any kind but spike, kl_zero and "
-                                  "restart) or with --fail-on when it has a listed kind; 2 for bad input.")
+                                  "--strict when a run has an error event (any kind but the warnings "
+                                  + ", ".join(WARNING_KINDS) + ") or with --fail-on when it has a listed kind; 2 "
+                                  "for bad input. A healthy run (no event) is reported in one line.")
     c.add_argument("files", nargs="+", metavar="FILE")
     c.add_argument("--json", action="store_true", help="print the JSON document")
     c.add_argument("--strict", action="store_true",
-                   help="exit 1 when a run has an error event (not for spike, kl_zero, restart)")
+                   help="exit 1 when a run has an error event (not for " + ", ".join(WARNING_KINDS) + ")")
     c.add_argument("--fail-on", metavar="KINDS", default=None,
                    help="exit 1 when a run has one of these comma-separated event kinds")
     _progress_flags(c)
@@ -57,6 +62,8 @@ def add_parser(sub):
     y.add_argument("--logy", dest="logy", action="store_const", const=True, default="auto", help="log y axes")
     y.add_argument("--linear", dest="logy", action="store_const", const=False, help="linear y axes")
     pl.add_argument("--no-events", action="store_true", help="do not mark events on the curves")
+    pl.add_argument("--baseline", metavar="RUN", default=None,
+                    help="draw each run's difference from this run (a run name or a log path) instead of the curves")
     _progress_flags(pl)
 
     cm = ss.add_parser("compare", help="max abs / rel difference per metric and a bitwise-equal verdict")
@@ -112,9 +119,26 @@ def _check(args) -> int:
         print_json({"runs": [r.summary() for r in runs]})
     else:
         for r in runs:
-            _print_run(r)
+            if _healthy(r):
+                print(_verdict(r))
+            else:
+                _print_run(r)
     failed = any(e.kind in fail_on for r in runs for e in r.events)
     return 1 if failed else 0
+
+
+def _healthy(r) -> bool:
+    """No event of any kind, no skipped line, no note: the run needs no second look."""
+    return not r.events and not r.skipped_lines and not r.notes and r.num_steps > 0
+
+
+def _verdict(r) -> str:
+    """The one line of a healthy run: what it is, how far it went and where its loss ended."""
+    line = f"OK  {r.name}  [{r.format}]  {r.num_steps} steps ({r.first_step}..{r.last_step})"
+    if r.loss_span is not None:
+        metric, first, last = r.loss_span
+        line += f", {metric} {first:.4g} -> {last:.4g}"
+    return line + ", no events"
 
 
 def _print_run(r) -> None:
@@ -152,10 +176,33 @@ def _plot(args) -> int:
 
     if not 0 <= args.smooth < 1:
         raise MliteError(f"--smooth {args.smooth}: smoothing is an EMA weight in [0, 1) (0 = raw, 0.9 = strong)")
-    runs = read_logs(args.files, progress=_progress(args))
-    save_plot(runs, args.output, args.metrics, smooth=args.smooth, logy=args.logy, events=not args.no_events)
-    print(f"wrote {args.output} ({len(runs)} run(s))")
+    files = list(args.files)
+    if args.baseline is not None and not _names_a_run(args.baseline, files):
+        files.append(args.baseline)
+    runs = read_logs(files, progress=_progress(args))
+    save_plot(runs, args.output, args.metrics, smooth=args.smooth, logy=args.logy, events=not args.no_events,
+              baseline=args.baseline)
+    what = f"difference from {args.baseline}" if args.baseline is not None else "curves"
+    print(f"wrote {args.output} ({len(runs)} run(s), {what})")
     return 0
+
+
+def _names_a_run(baseline: str, files: list[str]) -> bool:
+    """True when ``baseline`` is one of ``files`` or could be the run name of one (then it is not read twice)."""
+    from pathlib import Path
+
+    from ..errors import MliteError
+    from ..logs import resolve_inputs
+
+    if any(Path(baseline).resolve() == Path(f).resolve() for f in files if not any(c in f for c in "*?[")):
+        return True
+    if Path(baseline).exists():
+        return False
+    names = [s.name for s in resolve_inputs(files, allow_empty=True)]
+    if baseline in names:
+        return True
+    raise MliteError(f"--baseline '{baseline}': no run read is called that and no such file exists; give a run "
+                     f"name ({', '.join(names[:4])}) or a log path")
 
 
 def _compare(args) -> int:

@@ -1,5 +1,6 @@
-"""Training-curve analysis: read Slurm logs of verl and Megatron-LM runs (and the kit's own run logs), get
-tidy DataFrames, find failures, plot the standard panel, compare two runs.
+"""Training-curve analysis: read Slurm logs of verl and Megatron-LM runs, TensorBoard event files (and the kit's
+own run logs), get tidy DataFrames, find failures and drifts, plot the standard panel or the difference from a
+baseline run, compare two runs.
 
 ::
 
@@ -7,9 +8,10 @@ tidy DataFrames, find failures, plot the standard panel, compare two runs.
     runs = read_logs(["slurm-1234.out", "runs/*.jsonl"])     # files, globs, run directories
     runs[0].tidy        # run, step, metric, value
     runs[0].wide        # step x metric
-    runs[0].events      # nan, spike, kl_zero, restart, oom, nccl_timeout, cancelled, ..., no_metrics
+    runs[0].events      # nan, spike, change_point, kl_zero, restart, oom, nccl_timeout, time_limit, ..., no_metrics
     compare_runs(runs[0], runs[1])["bitwise_equal"]
     plot_runs(runs, smooth=0.9).savefig("curves.png")
+    plot_runs(runs, baseline=runs[0].name)              # each metric's difference from runs[0]
 
 Readers stream (memory does not grow with the file), read plain or gzip files, tolerate invalid UTF-8,
 CRLF and carriage-return progress bars, and keep every valid record around a bad line. No UI library is
@@ -22,11 +24,30 @@ from .export import export_csv
 from .frame import RunLog, check_logs, read_log, read_logs, tidy_frame
 from .plot import ema, plot_runs, save_plot
 from .reader import iter_records
-from .records import ERROR_KINDS, EVENT_KINDS, FORMATS, Event, StepRecord
+from .records import ERROR_KINDS, EVENT_KINDS, FORMATS, WARNING_KINDS, Event, StepRecord
 from .roles import ROLES, resolve_role
 
 __all__ = [
-    "ERROR_KINDS", "EVENT_KINDS", "FORMATS", "ROLES", "Event", "LogSource", "RunLog", "StepRecord", "check_logs",
-    "compare_runs", "ema", "export_csv", "iter_records", "plot_runs", "read_log", "read_logs", "resolve_inputs", "resolve_role",
-    "save_plot", "sniff_format", "tidy_frame",
+    "ERROR_KINDS",
+    "EVENT_KINDS",
+    "FORMATS",
+    "ROLES",
+    "WARNING_KINDS",
+    "Event",
+    "LogSource",
+    "RunLog",
+    "StepRecord",
+    "check_logs",
+    "compare_runs",
+    "ema",
+    "export_csv",
+    "iter_records",
+    "plot_runs",
+    "read_log",
+    "read_logs",
+    "resolve_inputs",
+    "resolve_role",
+    "save_plot",
+    "sniff_format",
+    "tidy_frame",
 ]

@@ -3,8 +3,9 @@ bytes), and sniff their format from the first bytes.
 
 A *run directory* of the kit (``train.log`` whose first line is ``# mlite-lab run log``, and/or
 ``metrics.jsonl``) is one source: metrics come from ``metrics.jsonl`` when present (else ``train.log``),
-text events from ``train.log``. Any other directory stands for the log files in it (``*.log``, ``*.out``,
-``*.err``, ``*.txt``, ``*.jsonl``, each optionally ``.gz``) and the run directories directly under it.
+text events from ``train.log``. A TensorBoard event file, or a directory holding event files (a logdir), is one
+source too. Any other directory stands for the log files in it (``*.log``, ``*.out``, ``*.err``, ``*.txt``,
+``*.jsonl``, each optionally ``.gz``), and the run directories and TensorBoard logdirs directly under it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 from .. import rundir as schema
 from ..errors import MliteError
 from .blockio import blocks, read_some
-from .records import Event
+from .records import ERROR_KINDS, Event
+from .tensorboard import event_files, files_of, is_event_file
 from .verl_jsonl import looks_like_jsonl
 
 MLITE_HEADER = schema.LOG_HEADER
@@ -46,10 +48,12 @@ class LogSource:
     """File the text events are read from (the same file for a plain log)."""
     fmt: str
     """Sniffed format: ``verl`` (console, also Megatron until a line says otherwise), ``verl_jsonl``,
-    ``megatron`` or ``mlite``; the reader may refine a console sniff."""
+    ``megatron``, ``mlite`` or ``tensorboard``; the reader may refine a console sniff."""
 
     def size(self) -> int:
         """Bytes on disk of the files this source reads."""
+        if self.fmt == "tensorboard":
+            return sum(p.stat().st_size for p in files_of(self.path))
         paths = {p for p in (self.metrics_path, self.events_path) if p is not None}
         return sum(p.stat().st_size for p in paths)
 
@@ -85,7 +89,8 @@ def head_text(path: Path, nbytes: int = SNIFF_BYTES) -> str:
 
 def sniff_format(path: Path) -> str:
     """``mlite`` (header), ``verl_jsonl`` (first line a JSON object with a step), ``megatron`` (an
-    iteration line or Megatron's words before any verl line) or ``verl`` (console: the default)."""
+    iteration line or Megatron's words before any verl line), ``pipe`` (a ``Step: N |`` record and no verl or
+    Megatron line) or ``verl`` (console: the default)."""
     text = head_text(path)
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
     if first.startswith(MLITE_HEADER):
@@ -100,6 +105,10 @@ def sniff_format(path: Path) -> str:
             return "megatron" if verl_at is None or verl_at > i else "verl"
     if verl_at is None and ("megatron" in text.lower() or "pretrain_gpt" in text):
         return "megatron"
+    from .pipe import has_record
+
+    if verl_at is None and has_record(text):
+        return "pipe"
     return "verl"
 
 
@@ -124,7 +133,19 @@ def is_run_dir(path: Path) -> bool:
     return schema.is_run_dir(path)
 
 
+def is_tensorboard_dir(path: Path) -> bool:
+    """A TensorBoard logdir: a directory with event files directly in it and no other log file (a folder that
+    also holds Slurm logs stands for its files, each event file a source of its own)."""
+    if not path.is_dir() or not event_files(path):
+        return False
+    return not any(_is_text_log(c) for c in path.iterdir())
+
+
 def _is_log_file(p: Path) -> bool:
+    return is_event_file(p) or _is_text_log(p)
+
+
+def _is_text_log(p: Path) -> bool:
     name = p.name.lower()
     if name.endswith(".gz"):
         name = name[:-3]
@@ -132,6 +153,9 @@ def _is_log_file(p: Path) -> bool:
 
 
 def _source(path: Path) -> LogSource:
+    if is_event_file(path) or is_tensorboard_dir(path):
+        name = path.name if path.is_dir() else (path.parent.name or path.name)
+        return LogSource(path=path, name=name, fmt="tensorboard", metrics_path=path, events_path=None)
     if path.is_dir():
         metrics = path / schema.METRICS_FILE
         log = path / schema.LOG_FILE
@@ -163,7 +187,7 @@ def resolve_inputs(items, *, allow_empty: bool = False) -> list[LogSource]:
         s = os.path.expanduser(str(item))
         if glob.has_magic(s):
             hits = sorted(glob.glob(s, recursive=True))
-            hits = [h for h in hits if Path(h).is_file() or is_run_dir(Path(h))]
+            hits = [h for h in hits if Path(h).is_file() or is_run_dir(Path(h)) or is_tensorboard_dir(Path(h))]
             if not hits and not allow_empty:
                 raise MliteError(f"no log file matches '{item}': check the pattern (e.g. 'logs/*.out')")
             paths.extend(Path(h) for h in hits)
@@ -171,11 +195,11 @@ def resolve_inputs(items, *, allow_empty: bool = False) -> list[LogSource]:
         p = Path(s)
         if not p.exists():
             raise MliteError(f"log file '{item}' does not exist: give a log file, a run directory or a glob")
-        if p.is_dir() and not is_run_dir(p):
-            inner = sorted(c for c in p.iterdir() if _is_log_file(c) or is_run_dir(c))
+        if p.is_dir() and not is_run_dir(p) and not is_tensorboard_dir(p):
+            inner = sorted(c for c in p.iterdir() if _is_log_file(c) or is_run_dir(c) or is_tensorboard_dir(c))
             if not inner and not allow_empty:
-                raise MliteError(f"directory '{item}' holds no log file ({', '.join(LOG_SUFFIXES)}, optionally .gz) "
-                                 f"and no run directory")
+                raise MliteError(f"directory '{item}' holds no log file ({', '.join(LOG_SUFFIXES)}, optionally .gz, "
+                                 f"or TensorBoard events.out.tfevents.*) and no run directory")
             paths.extend(inner)
         else:
             paths.append(p)
@@ -210,6 +234,8 @@ def _unique_names(sources: list[LogSource]) -> None:
 
 def final_format(source: LogSource, first_kind: str | None, run_dir: bool) -> str:
     """The format of a scanned source: its first metric line's kind, else the sniff and trainer markers."""
+    if source.fmt == "tensorboard":
+        return "tensorboard"
     if run_dir or source.fmt == "mlite":
         return "mlite"
     if source.fmt == "verl_jsonl":
@@ -229,6 +255,8 @@ def no_metrics_event(source: LogSource, fmt: str, evs: list[Event], notes: list[
     """The ``no_metrics`` event, saying what the log suggests instead (a crash, a wandb-only run...)."""
     if fmt == "verl_jsonl":
         msg = "no JSON object with a \"step\" in the file"
+    elif fmt == "tensorboard":
+        msg = "no scalar in the TensorBoard event file(s) (only images, histograms or text, or nothing written yet)"
     elif fmt == "megatron":
         msg = "no Megatron 'iteration N/M |' line: the job ended before its first log interval"
     elif fmt in ("verl", "mlite"):
@@ -239,7 +267,7 @@ def no_metrics_event(source: LogSource, fmt: str, evs: list[Event], notes: list[
                    f"trainer.logger probably lacks 'console' (a wandb-only run?)")
     else:
         msg = "no metric line of a known format (verl console or JSONL, Megatron-LM, mlite-lab run log)"
-    failures = sorted({e.kind for e in evs if e.kind not in ("spike", "kl_zero", "restart")})
+    failures = sorted({e.kind for e in evs if e.kind in ERROR_KINDS})
     if failures:
         msg += f"; see the {', '.join(failures)} event(s)"
     if notes:

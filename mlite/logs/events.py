@@ -1,6 +1,8 @@
-"""Text events: failures a log states at a line — CUDA / host OOM, NCCL watchdog timeouts, Slurm cancellations
-(time limit, preemption), srun task exits and other exit codes, Python tracebacks and Ray's ``RayTaskError`` —
-and the kit's ``[mlite] status: ...`` lines.
+"""Text events: failures a log states at a line — CUDA / host OOM, NCCL watchdog timeouts, scheduler endings
+(Slurm cancellations for a time limit, a preemption, a node failure or a requeue, in every wording found in real
+logs: see :data:`SLURM_RE`; srun's node failures; submitit's preemption / timeout / requeue notes), srun task
+exits and other exit codes, Python tracebacks and Ray's ``RayTaskError`` — and the kit's ``[mlite] status: ...``
+lines.
 
 The reader searches each block for the byte strings of :data:`LINE_KEYWORDS` (a cheap ``bytes.find`` before any
 regex) and hands the matching lines to :func:`classify_line`; a traceback header starts a
@@ -17,8 +19,10 @@ from .records import Event
 from .text import clean, split_prefix
 
 LINE_KEYWORDS = (b"Traceback (most recent call last)", b"RayTaskError", b"of memory", b"OfMemory", b"oom_kill",
-                 b"oom-kill", b"OOMKilled", b"atchdog", b"timed out", b"Timeout at NCCL", b"CANCELLED", b"xit code",
-                 b"exitcode", b"srun: error", b"[mlite] ")
+                 b"oom-kill", b"OOMKilled", b"atchdog", b"timed out", b"Timeout at NCCL", b"CANCELLED",
+                 b"STEPD TERMINATED", b"xit code", b"exitcode", b"srun: error", b"Node failure", b"Requeued job",
+                 b"job is preempted",
+                 b"[mlite] ")
 """Byte strings whose lines may hold a text event (searched with ``bytes.find`` before any regex)."""
 
 _OOM_RE = re.compile(r"OutOfMemoryError|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|oom[-_]kill|OOMKilled"
@@ -27,7 +31,19 @@ _NCCL_RE = re.compile(r"Watchdog caught collective operation timeout|Timeout at 
                       r"|NCCL operations have failed or timed out|Heartbeat monitor timed out"
                       r"|(?:NCCL|collective|ProcessGroup\w*|all_?reduce|all_?gather|reduce_?scatter|barrier)\b.*timed out"
                       r"|[Ww]atchdog.*[Tt]imeout", re.IGNORECASE)
-_SLURM_RE = re.compile(r"(?:\*\*\* )?(JOB|STEP) (\S+) (?:ON (\S+) )?CANCELLED AT (\S+)(?: DUE TO ([A-Z][A-Z ]*?))?(?: \*\*\*|$)")
+SLURM_RE = re.compile(
+    r"\b(JOB|STEP)(?: (\d[\w.+\[\]-]*))?(?: ON (\S+))? (CANCELLED|STEPD TERMINATED)(?: ON (\S+))?(?: AT (\S+))?"
+    r"(?: DUE TO ([A-Z][A-Za-z ,_]*?))?(?: on (\S+))?(?: \*\*\*(?: on (\S+))?|\s*$)")
+"""slurmstepd's ending line in the wordings of real logs: ``*** JOB 524549 ON ault43 CANCELLED AT <t> ***``,
+``... DUE TO TIME LIMIT ***`` / ``PREEMPTION`` / ``NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS`` / ``JOB REQUEUE``,
+``*** STEP 32233190.0 ON nid01934 CANCELLED AT ...``, older Slurm's ``*** JOB 830329 CANCELLED AT <t> DUE TO TIME
+LIMIT on n447 ***`` and ``*** JOB 1479012 CANCELLED AT <t> *** on sh-2-3``, and without a time
+(``*** JOB 454600 CANCELLED DUE TO TIME LIMIT ***``, ``JOB CANCELLED DUE TO TIME LIMIT``)."""
+_DUE_KINDS = (("TIME LIMIT", "time_limit"), ("PREEMPT", "preempted"), ("NODE FAIL", "node_failure"),
+              ("REQUEUE", "requeued"))
+_NODE_FAIL_RE = re.compile(r"srun: error: Node failure on (\S+)|\bNODE_FAIL\b")
+_SUBMITIT_RE = re.compile(r"(Requeued job (\S+)(?: \(([^)]*)\))?)|(Caught signal (\w+) on (\S+): this job is preempted)"
+                          r"|(Job has timed out\. Ran [^.]*)")
 _SRUN_RE = re.compile(r"srun: error: (\S+): tasks? ([\d,\-\[\]]+): (Exited with exit code (\d+)|Killed|Terminated"
                       r"|Segmentation fault.*|Aborted.*|Bus error.*)")
 _EXIT_RE = re.compile(r"\b(?:[Ee]xit(?:ed)? (?:with )?(?:exit )?code|exitcode)\s*[:=]?\s*(-?\d+)")
@@ -57,13 +73,27 @@ def classify_line(raw: str, line: int, step: int | None) -> list[Event]:
         elif status in ("stopped", "cancelled", "canceled"):
             add("cancelled", f"mlite run {status}{': ' + why if why else ''}")
         return out
-    m = _SLURM_RE.search(text)
+    m = SLURM_RE.search(text)
     if m:
-        due = (m.group(5) or "").strip()
-        kind = "time_limit" if due == "TIME LIMIT" else "preempted" if due.startswith("PREEMPT") else "cancelled"
-        where = f" on {m.group(3)}" if m.group(3) else ""
-        add(kind, f"Slurm {m.group(1).lower()} {m.group(2)}{where} cancelled at {m.group(4)}"
-                  + (f" due to {due.lower()}" if due else ""))
+        what, ident, node = m.group(1).lower(), m.group(2), m.group(3) or m.group(5) or m.group(8) or m.group(9)
+        due = (m.group(7) or "").strip(" ,")
+        kind = next((k for word, k in _DUE_KINDS if word in due.upper()), "cancelled")
+        verb = "cancelled" if m.group(4) == "CANCELLED" else "terminated by slurmstepd"
+        add(kind, f"Slurm {what}{' ' + ident if ident else ''}{' on ' + node if node else ''} {verb}"
+                  + (f" at {m.group(6)}" if m.group(6) else "") + (f" due to {due.lower()}" if due else ""))
+        return out
+    m = _NODE_FAIL_RE.search(text)
+    if m:
+        add("node_failure", split_prefix(text)[1].strip())
+        return out
+    m = _SUBMITIT_RE.search(text)
+    if m:
+        if m.group(1):
+            add("requeued", f"job {m.group(2)} requeued" + (f" ({m.group(3)})" if m.group(3) else ""))
+        elif m.group(4):
+            add("preempted", f"caught {m.group(5)} on {m.group(6)}: the job is preempted (submitit)")
+        else:
+            add("time_limit", m.group(7).strip() + " (submitit)")
         return out
     m = _SRUN_RE.search(text)
     if m:

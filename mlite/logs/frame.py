@@ -35,6 +35,8 @@ class RunLog:
         """Lines in the file the metrics came from."""
         self.notes: list[str] = result.notes
         """Things to know about the read (a truncated gzip stream...)."""
+        self.loss_span: tuple | None = result.loss_span
+        """``(metric, first, last)``: the loss role's first and last finite value (None without one)."""
         self.metrics: list[str] = list(result.metrics)
         """Metric names in first-seen order."""
         steps = result.steps

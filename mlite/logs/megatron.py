@@ -11,7 +11,10 @@ Validation blocks (between dashed rulers)::
      validation loss at iteration 50 [on validation set] | lm loss value: 8.889540E+00 | lm loss PPL: 7.255679E+03 |
 
 Both may sit behind any launcher prefix (``[default3]:``, ``3: ``, ``[host:rank]:``) since the reader searches
-for the ``iteration`` / ``validation loss at`` words. Fields become lower_snake metric names
+for the ``iteration`` / ``validation loss at`` words. A record ends with ``|``; one that was hard-wrapped over
+several physical lines (a terminal or a copy into an issue cut it anywhere, inside a field name or a number) is
+joined again by :func:`join_continuation` while the next line does not start a record of its own. Fields
+become lower_snake metric names
 (:data:`FIELD_NAMES`); validation values become ``val/<name>`` (``test/<name>`` for the test set) and PPL
 ``val/<name>_ppl``. An fp16 iteration that was skipped prints no ``lm loss`` / ``grad norm``: the record
 simply lacks them.
@@ -48,6 +51,12 @@ _ITER_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _VAL_RE = re.compile(r"\bvalidation loss at (?:iteration\s+(\d+)|the end of training for (\w+) data)"
                      r"(?:\s+on\s+(\w+)\s+set)?\s*\|")
 _SNAKE_RE = re.compile(r"[^0-9a-z]+")
+_FULL_SEG_RE = re.compile(r"\s*[A-Za-z][\w ()/.,\-]*:\s*[-+]?(?:\d[\w.+\-]*|\.\d[\w.+\-]*|nan|inf|NAN|INF|NaN)\s*")
+_PART_SEG_RE = re.compile(r"\s*(?:[A-Za-z][\w ()/.,\-]*(?::\s*[-+]?[\w.+\-]*)?)?\s*")
+_KNOWN_LABELS = frozenset(FIELD_NAMES) | {"lm loss value", "lm loss ppl"}
+_LAUNCHER_RE = re.compile(r"\s*(?:\[default\d+\]:|\[[\w.-]+:\d+\]:|\d+: |\([^)]*pid=\d+|\[\d{4}-\d\d-\d\d )")
+MAX_WRAP_LINES = 16
+"""Physical lines one record may be wrapped over (the reader stops joining after that)."""
 
 
 def field_name(label: str) -> str:
@@ -56,7 +65,8 @@ def field_name(label: str) -> str:
     return FIELD_NAMES.get(low) or _SNAKE_RE.sub("_", low).strip("_")
 
 
-def _fields(rest: str) -> tuple[list[str], list[float], bool]:
+def parse_fields(rest: str) -> tuple[list[str], list[float], bool]:
+    """``label: value | label: value | ...`` -> (labels, values, malformed); a cut last segment is not malformed."""
     keys: list[str] = []
     vals: list[float] = []
     bad = False
@@ -85,7 +95,7 @@ def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | Non
     m = _ITER_RE.search(text)
     if not m:
         return None
-    labels, vals, bad = _fields(text[m.end():])
+    labels, vals, bad = parse_fields(text[m.end():])
     return int(m.group(1)), [field_name(k) for k in labels], vals, bad
 
 
@@ -101,7 +111,7 @@ def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], 
     step = int(m.group(1)) if m.group(1) is not None else (last_step or 0)
     split = (m.group(2) or m.group(3) or "validation").lower()
     prefix = "test/" if split.startswith("test") else "val/"
-    labels, vals, bad = _fields(text[m.end():])
+    labels, vals, bad = parse_fields(text[m.end():])
     names = []
     for label in labels:
         low = " ".join(label.lower().split())
@@ -112,3 +122,80 @@ def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], 
         else:
             names.append(prefix + field_name(low))
     return step, names, vals, bad
+
+
+def _rest(text: str) -> str | None:
+    m = _ITER_RE.search(text) or _VAL_RE.search(text)
+    return text[m.end():] if m else None
+
+
+def _segments_ok(rest: str) -> bool:
+    """Complete ``label: value`` segments between ``|``, then at most one cut segment."""
+    segs = rest.split("|")
+    last = segs.pop()
+    for seg in segs:
+        if not seg.strip():
+            continue
+        if not _FULL_SEG_RE.fullmatch(seg):
+            return False
+        try:
+            float(seg.rpartition(":")[2])
+        except ValueError:
+            return False
+    return bool(_PART_SEG_RE.fullmatch(last))
+
+
+def _label_at_end(text: str) -> str:
+    seg = text.rsplit("|", 1)[-1]
+    return "" if ":" in seg else seg.lstrip()
+
+
+def join_continuation(text: str, nxt: str) -> str | None:
+    """``text + nxt`` when ``nxt`` is the wrapped rest of the open Megatron record ``text``, else None.
+
+    ``nxt`` must not start a record (an iteration or validation head, a launcher prefix), and the joined text must
+    still be ``label: value |`` segments. After a record that ends with ``|`` only a line that starts with a known
+    Megatron field (``elapsed time per iteration (ms): 820.7 | ...``) is its rest: the wrap fell on a separator.
+    A wrap between two words whose space the copy trimmed (``learning`` /
+    ``rate: ...``) is told from a wrap inside a word (``learn`` / ``ing rate: ...``) by the known field names.
+    """
+    base = clean(text)
+    nxt = clean(nxt)
+    if not nxt.strip() or _ITER_RE.search(nxt) or _VAL_RE.search(nxt) or _LAUNCHER_RE.match(nxt):
+        return None
+    if base.endswith("|"):  # complete, unless the wrap fell just after a separator: then a known field follows
+        if _rest(base) is None:
+            return None
+        first = nxt.split("|", 1)[0]
+        label = " ".join(first.rpartition(":")[0].lower().split())
+        if not (_FULL_SEG_RE.fullmatch(first) and label in _KNOWN_LABELS):
+            return None
+        joined = base + nxt
+        rest = _rest(joined)
+        return joined if rest is not None and _segments_ok(rest) else None
+    joined = base + nxt
+    if _rest(base) is None:  # the wrap fell inside the head: 'iteration      2' / '0/    1000 | lm loss: ...'
+        m = _ITER_RE.search(joined) or _VAL_RE.search(joined)
+        if m is None or m.end() <= len(base):
+            return None
+        return joined if _segments_ok(joined[m.end():]) else None
+    head = _label_at_end(base)
+    if head and nxt[:1].isalpha() and not base.endswith(" "):
+        tail = nxt.split(":", 1)[0] if ":" in nxt.split("|", 1)[0] else ""
+        glued, spaced = " ".join((head + tail).lower().split()), " ".join((head + " " + tail).lower().split())
+        if spaced in _KNOWN_LABELS and glued not in _KNOWN_LABELS:
+            joined = base + " " + nxt
+    rest = _rest(joined)
+    if rest is None or not _segments_ok(rest):
+        return None
+    if "|" not in nxt and not _plausible_tail(rest.rsplit("|", 1)[-1]):
+        return None  # nothing of nxt completes a field: it is another line that happens to fit
+    return joined
+
+
+def _plausible_tail(seg: str) -> bool:
+    """The cut last segment is ``label: <digits...>`` or the beginning of a known field name."""
+    seg = " ".join(seg.lower().split())
+    if ":" in seg:
+        return True
+    return any(label.startswith(seg) for label in _KNOWN_LABELS)

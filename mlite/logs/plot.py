@@ -154,17 +154,41 @@ def _mark_events(ax, run, metric: str, s, labelled: set) -> None:
 
 
 def plot_runs(runs, panels=None, *, smooth: float = 0.0, logy="auto", events: bool = True, ncols: int = 2,
-              width: float = 10.0, row_height: float = 3.0, dpi: int = 100):
-    """A new matplotlib Figure with the panel (see :func:`draw`)."""
+              width: float = 10.0, row_height: float = 3.0, dpi: int = 100, baseline=None):
+    """A new matplotlib Figure with the panel (see :func:`draw`). ``baseline``: one of ``runs`` (or its name);
+    then each panel shows every other run's difference from it (:mod:`diffplot`) instead of the curves."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     runs = list(runs)
+    base = _baseline(runs, baseline) if baseline is not None else None
+    if base is not None and not panels:
+        panels = [p for p in default_panels(runs) if base.role(p) or p in base.metrics]
     n = len(list(panels) if panels else default_panels(runs)) if runs else 1
     nrows = math.ceil(max(1, n) / max(1, min(ncols, max(1, n))))
     fig = Figure(figsize=(width, row_height * nrows), dpi=dpi)
     FigureCanvasAgg(fig)
+    if base is not None:
+        from .diffplot import draw_differences
+
+        if not 0 <= smooth < 1:
+            raise MliteError(f"smoothing {smooth}: use a value in [0, 1) (0 = raw, 0.9 = strong)")
+        return draw_differences(fig, runs, base, list(panels), ncols=ncols,
+                                smooth_fn=(lambda s: ema(s, smooth)) if smooth else None)
     return draw(fig, runs, panels, smooth=smooth, logy=logy, events=events, ncols=ncols)
+
+
+def _baseline(runs, baseline):
+    """The run ``baseline`` names among ``runs`` (a RunLog, a run name or the path it was read from)."""
+    if not isinstance(baseline, str):
+        if any(r is baseline for r in runs):
+            return baseline
+        raise MliteError("the baseline run must be one of the runs plotted")
+    for r in runs:
+        if baseline in (r.name, r.path) or r.path.rstrip("/") == baseline.rstrip("/"):
+            return r
+    raise MliteError(f"baseline '{baseline}' is none of the runs read ({', '.join(r.name for r in runs)}): give "
+                     f"its run name or the path it was read from")
 
 
 def figure_png(fig) -> bytes:

@@ -1,7 +1,8 @@
 """The streaming reader: one pass over a log in large binary blocks, memory independent of the file size.
 
 Hot path: a block of complete lines is searched with ``bytes.find`` for a few byte strings (``step:`` for
-verl, ``iteration`` / ``validation loss at`` for Megatron, :data:`events.LINE_KEYWORDS` for failures);
+verl, ``iteration`` / ``validation loss at`` for Megatron, :data:`events.LINE_KEYWORDS` for failures; in a
+large plain file the failure keywords are found beforehand by one ``grep -F`` pass, see :mod:`prefilter`);
 only the lines that contain one are decoded (UTF-8, invalid bytes replaced) and parsed. Everything else —
 model generations, config dumps, tqdm bars, worker chatter — is skipped at C speed. Line numbers come from
 counting newlines between hits. JSONL is read line by line.
@@ -15,22 +16,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import megatron, verl_console, verl_jsonl
+from . import megatron, pipe, tensorboard, verl_console, verl_jsonl
 from .blockio import blocks
 from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
 from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
-from .records import Event, StepRecord
+from .prefilter import keyword_offsets
+from .records import INTERRUPTION_KINDS, Event, StepRecord
 from .series import SeriesWatch
 from .store import RecordStore, ScanResult
 from .text import clean, split_prefix, strip_ansi
 
-_VERL, _ITER, _VAL, _TB, _RAY, _EVT = range(6)
-_METRIC_KW = {_VERL: (b"step:",), _ITER: (b"iteration",), _VAL: (b"validation loss at",)}
+_VERL, _ITER, _VAL, _PIPE, _TB, _RAY, _EVT = range(7)
+_METRIC_KW = {_VERL: (b"step:",), _ITER: (b"iteration",), _VAL: (b"validation loss at",), _PIPE: (b"Step:",)}
 
 
 class _Scanner:
-    def __init__(self, res: ScanResult, *, keep: bool, events: bool, series: bool, sink, progress, metrics=True):
+    def __init__(self, res: ScanResult, *, keep: bool, events: bool, series: bool, sink, progress, metrics=True,
+                 pipe: bool = False):
         self.res = res
+        self.pipe = pipe
+        """Search ``Step: N |`` records too (the file was sniffed as :mod:`pipe`)."""
         self.store = res.store
         self.sink = sink
         self.want_events = events
@@ -44,6 +49,10 @@ class _Scanner:
         self.text_events: list[Event] = []
         self.walkers: list[TracebackWalker] = []
         self.pending_verl: tuple[str, int] | None = None
+        self.pending_meg: tuple | None = None
+        self.interrupts: list[Event] = []
+        """Scheduler endings since the last record: metric records after them mean the job was requeued and
+        resumed (see :meth:`resumed`)."""
 
     # -- records -----------------------------------------------------------------------------------------
     def emit(self, step: int, keys: list[str], vals: list[float], bad: bool, line: int, kind: str) -> None:
@@ -63,31 +72,58 @@ class _Scanner:
             if not known.keys() >= set(keys):
                 for k in keys:
                     known.setdefault(k, None)
+        resumed = bool(self.interrupts) and self.resumed(step, line)
         if self.watch is not None:
-            self.watch.update(step, keys, vals, line)
+            self.watch.update(step, keys, vals, line, resumed)
         self.last_step = step
 
+    def resumed(self, step: int, line: int) -> bool:
+        """Records follow a scheduler ending: one run, restarted. The first ending becomes the ``restart`` event
+        (its wording kept), the others of the same gap (the job's and the step's line) fold into it."""
+        first, *rest = self.interrupts
+        self.interrupts = []
+        was = first.message
+        first.kind = "restart"
+        also = "".join(f"; also line {e.line}: {e.message}" for e in rest)
+        first.message = f"{was}{also}; the job resumed at step {step} (line {line}): one run, requeued"
+        drop = {id(e) for e in rest}
+        self.text_events = [e for e in self.text_events if id(e) not in drop]
+        return True
+
     # -- console -----------------------------------------------------------------------------------------
-    def keywords(self, mode: str) -> list[tuple[bytes, int]]:
+    def keywords(self, mode: str, *, failures: bool = True) -> list[tuple[bytes, int]]:
         """Byte strings to search: the metric heads of ``mode`` (``verl``, ``megatron`` or ``console`` for
-        both) and, when events are wanted, the failure keywords."""
+        both) and, when events are wanted (and ``failures``), the failure keywords."""
         kws: list[tuple[bytes, int]] = []
         if self.want_metrics:
-            kinds = {"verl": (_VERL,), "megatron": (_ITER, _VAL)}.get(mode, (_VERL, _ITER, _VAL))
+            kinds = {"verl": (_VERL,), "megatron": (_ITER, _VAL), "pipe": (_PIPE,)}.get(mode, (_VERL, _ITER, _VAL))
+            if mode == "console" and self.pipe:
+                kinds += (_PIPE,)
             for k in kinds:
                 kws.extend((kw, k) for kw in _METRIC_KW[k])
-        if self.want_events:
-            for kw in LINE_KEYWORDS:
-                code = _TB if kw.startswith(b"Traceback") else _RAY if kw == b"RayTaskError" else _EVT
-                kws.append((kw, code))
+        if self.want_events and failures:
+            kws.extend((kw, _keyword_code(kw)) for kw in LINE_KEYWORDS)
         return kws
 
-    def console(self, f, raw, kws):
-        """Generator: reads the file, yielding after each block (records went to the sink / store)."""
+    def console(self, f, raw, kws, found=None):
+        """Generator: reads the file, yielding after each block (records went to the sink / store).
+        ``found``: the failure keywords' ``(offsets, keyword index)`` in the file (:mod:`prefilter`), when
+        ``kws`` leaves them out."""
         base = 1
         tail_newline = True
+        off = k = 0
+        codes = [_keyword_code(kw) for kw in LINE_KEYWORDS]
         for block in blocks(f, raw, self.progress, self.res.notes):
-            base = self.block(block, base, kws)
+            extra = None
+            if found is not None:
+                offsets, which = found
+                end = off + len(block)
+                extra = []
+                while k < len(offsets) and offsets[k] < end:
+                    extra.append((offsets[k] - off, codes[which[k]]))
+                    k += 1
+                off = end
+            base = self.block(block, base, kws, extra)
             tail_newline = block.endswith(b"\n")
             yield
         self.res.num_lines = base - 1 + (0 if tail_newline else 1)
@@ -98,18 +134,31 @@ class _Scanner:
         self.walkers = []
         yield
 
-    def block(self, block: bytes, base: int, kws) -> int:
+    def block(self, block: bytes, base: int, kws, extra=None) -> int:
         """Process one block of complete lines whose first line is number ``base``; returns the number of
-        the line after the block (when lines are counted)."""
+        the line after the block (when lines are counted). ``extra``: hits found beforehand, ``(offset in the
+        block, code)``."""
         n = len(block)
         skip_until = self.resume(block, base)
-        hits: list[tuple[int, int]] = []
+        hits: list[tuple[int, int]] = [h for h in extra if h[0] >= skip_until] if extra else []
         find = block.find
         for kw, code in kws:
             i = find(kw, skip_until)
+            if code == _VERL:  # a head is 'step:' and a digit: prose ('step by step:') is skipped unread
+                while i != -1:
+                    d = i + 5
+                    if d < n and 48 <= block[d] <= 57:
+                        hits.append((i, code))
+                        j = find(b"\n", d)
+                        if j == -1:
+                            break
+                        i = find(kw, j)
+                    else:
+                        i = find(kw, d)
+                continue
             while i != -1:
                 hits.append((i, code))
-                if code <= _VAL:  # metric line: one hit per line is enough
+                if code <= _PIPE:  # metric line: one hit per line is enough
                     j = find(b"\n", i)
                     if j == -1:
                         break
@@ -141,8 +190,15 @@ class _Scanner:
             else:
                 line_no = 0
             raw = block[ls:le].decode("utf-8", "replace")
-            if _VERL in codes and verl_console.is_candidate(raw):
-                skip_until = max(skip_until, self.verl(raw, line_no, block, le))
+            if _VERL in codes:
+                head = verl_console.first_head(raw)
+                if head >= 0 or verl_console.is_candidate(raw):
+                    skip_until = max(skip_until, self.verl(raw, line_no, block, le, head))
+            if _ITER in codes or _VAL in codes:
+                raw, end = self.megatron_wrapped(raw, line_no, codes, block, le)
+                if end < 0:
+                    return self._end_of_block(block, cur_pos, cur_line, base)
+                skip_until = max(skip_until, end)
             if _ITER in codes:
                 rec = megatron.parse_iteration(raw)
                 if rec:
@@ -151,14 +207,50 @@ class _Scanner:
                 rec = megatron.parse_validation(raw, self.last_step)
                 if rec:
                     self.emit(*rec, line_no, "megatron")
+            if _PIPE in codes:
+                rec = pipe.parse_line(raw)
+                if rec:
+                    self.emit(*rec, line_no, "pipe")
             if _TB in codes and "Traceback (most recent call last)" in raw:
                 tb_cover = max(tb_cover, self.traceback(raw, line_no, block, le))
             if _RAY in codes and ls > tb_cover and "RayTaskError" in raw and _TB not in codes:
                 msg = split_prefix(clean(raw))[1].strip()
                 self.text_events.append(Event(kind="traceback", line=line_no, step=self.last_step, message=msg[:300]))
             if _EVT in codes:
-                self.text_events.extend(classify_line(raw, line_no, self.last_step))
-        return cur_line + block.count(b"\n", cur_pos) if count_lines else base
+                found = classify_line(raw, line_no, self.last_step)
+                self.text_events.extend(found)
+                self.interrupts.extend(e for e in found if e.kind in INTERRUPTION_KINDS)
+        return self._end_of_block(block, cur_pos, cur_line, base)
+
+    def _end_of_block(self, block: bytes, cur_pos: int, cur_line: int, base: int) -> int:
+        return cur_line + block.count(b"\n", cur_pos) if self.count_lines else base
+
+    def megatron_wrapped(self, text: str, line_no: int, codes, block: bytes, le: int) -> tuple[str, int]:
+        """Join the physical lines of a hard-wrapped Megatron record; returns the joined text and the byte offset
+        of the last line consumed, or ``(text, -1)`` when the block ended inside the record (it is finished
+        with the next block, see :meth:`resume`)."""
+        p, end, n = le + 1, le, len(block)
+        for _ in range(megatron.MAX_WRAP_LINES - 1):
+            if p >= n:
+                self.pending_meg = (text, line_no, frozenset(codes & {_ITER, _VAL}), 1)
+                return text, -1
+            e = block.find(b"\n", p)
+            e = n if e == -1 else e
+            joined = megatron.join_continuation(text, block[p:e].decode("utf-8", "replace"))
+            if joined is None:
+                break
+            text, end, p = joined, e, e + 1
+        return text, end
+
+    def emit_megatron(self, text: str, line_no: int, codes) -> None:
+        if _ITER in codes:
+            rec = megatron.parse_iteration(text)
+            if rec:
+                self.emit(*rec, line_no, "megatron")
+        if _VAL in codes:
+            rec = megatron.parse_validation(text, self.last_step)
+            if rec:
+                self.emit(*rec, line_no, "megatron")
 
     def resume(self, block: bytes, base: int) -> int:
         """Finish what the previous block left open (a wrapped metric line, tracebacks); returns the byte
@@ -182,12 +274,21 @@ class _Scanner:
             text, line_no = self.pending_verl
             self.pending_verl = None
             consumed = self.verl(text, line_no, block, -1)
+        if self.pending_meg is not None:
+            text, line_no, codes, _ = self.pending_meg
+            self.pending_meg = None
+            text, end = self.megatron_wrapped(text, line_no, codes, block, -1)
+            if end == -1 and self.pending_meg is not None:
+                return len(block)
+            self.emit_megatron(text, line_no, codes)
+            consumed = max(consumed, end)
         return max(consumed, 0)
 
-    def verl(self, text: str, line_no: int, block: bytes, le: int) -> int:
+    def verl(self, text: str, line_no: int, block: bytes, le: int, head: int | None = None) -> int:
         """Parse a verl metric line, first joining hard-wrapped continuation lines; returns the byte offset
-        of the last line consumed."""
-        head = verl_console.first_head(text)
+        of the last line consumed. ``head``: the offset of its ``step:N - `` head when the caller found it."""
+        if head is None:
+            head = verl_console.first_head(text)
         if head > 0:
             text = text[head:]  # drop the Ray prefix (and its colours) without a regex
         if "\x1b" in text:
@@ -201,15 +302,22 @@ class _Scanner:
                 return n
             e = block.find(b"\n", p)
             e = n if e == -1 else e
-            joined = verl_console.join_continuation(text, block[p:e].decode("utf-8", "replace"))
+            nb = block[p:e]
+            if b" " in nb.replace(b" - ", b"").strip(b" -\r"):
+                break  # a space outside the separators: not the rest of a metric line (the usual next line)
+            joined = verl_console.join_continuation(text, nb.decode("utf-8", "replace"))
             if joined is None:
                 break
             text, end, p = joined, e, e + 1
-        for rec in verl_console.parse_line(text):
+        for rec in (verl_console.parse_clean_line(text) if head >= 0 else verl_console.parse_line(text)):
             self.emit(*rec, line_no, "verl")
         return end
 
     def flush_verl(self) -> None:
+        if self.pending_meg is not None:
+            text, line_no, codes, _ = self.pending_meg
+            self.pending_meg = None
+            self.emit_megatron(text, line_no, codes)
         if self.pending_verl is not None:
             text, line_no = self.pending_verl
             self.pending_verl = None
@@ -229,6 +337,18 @@ class _Scanner:
             p = e + 1
         self.walkers.append(w)
         return n
+
+    # -- tensorboard -------------------------------------------------------------------------------------
+    def tensorboard(self, paths):
+        """Generator like :meth:`console` over TensorBoard event files (a yield every 4096 records)."""
+        n = 0
+        for k, (step, keys, vals, ordinal) in enumerate(tensorboard.records(paths, self.res.notes), 1):
+            self.emit(step, keys, vals, False, ordinal, "tensorboard")
+            n = ordinal
+            if k % 4096 == 0:
+                yield
+        self.res.num_lines = n
+        yield
 
     # -- jsonl -------------------------------------------------------------------------------------------
     def jsonl(self, f, raw):
@@ -289,15 +409,19 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
             res.events = [Event(kind="no_metrics", line=None, step=None,
                                 message="run directory has neither metrics.jsonl nor train.log yet")]
         return res
-    sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress)
-    if mpath is not None:
+    sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress,
+                  pipe=source.fmt == "pipe")
+    if source.fmt == "tensorboard":
+        yield from sc.tensorboard(tensorboard.files_of(source.path))
+    elif mpath is not None:
         f, raw = open_binary(mpath)
         try:
             if mpath.name.endswith((".jsonl", ".jsonl.gz")) and run_dir or source.fmt == "verl_jsonl":
                 yield from sc.jsonl(f, raw)
             else:
                 mode = "console" if events else _export_mode(mpath, source.fmt)
-                yield from sc.console(f, raw, sc.keywords(mode))
+                found = keyword_offsets(mpath, LINE_KEYWORDS) if events else None
+                yield from sc.console(f, raw, sc.keywords(mode, failures=found is None), found)
         finally:
             f.close()
             raw.close()
@@ -317,12 +441,18 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
     res.format = final_format(source, sc.first_kind, run_dir)
     if events:
         series = sc.watch.finish() if sc.watch is not None else []
+        if sc.watch is not None and sc.watch.loss_span is not None:
+            res.loss_span = tuple(sc.watch.loss_span)
         text = fold(sorted(sc.text_events, key=lambda e: e.line or 0))
         evs = sorted(series + text, key=lambda e: (e.line or 0))
         if not res.steps:
             evs.insert(0, no_metrics_event(source, res.format, evs, res.notes))
         res.events = evs
     return res
+
+
+def _keyword_code(kw: bytes) -> int:
+    return _TB if kw.startswith(b"Traceback") else _RAY if kw == b"RayTaskError" else _EVT
 
 
 def iter_records(source: LogSource, *, progress=None):
@@ -346,6 +476,8 @@ def _export_mode(path: Path, fmt: str) -> str:
         return "megatron"
     if fmt in ("verl", "mlite") and "step:" in text and verl_console.has_marker(text.replace("\r", "\n")):
         return "verl"
+    if fmt == "pipe":
+        return "pipe"
     return "console"
 
 

@@ -9,18 +9,27 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-EVENT_KINDS = ("nan", "inf", "spike", "kl_zero", "restart", "oom", "nccl_timeout", "cancelled", "time_limit",
-               "preempted", "exit_code", "traceback", "no_metrics")
+EVENT_KINDS = ("nan", "inf", "spike", "change_point", "kl_zero", "restart", "oom", "nccl_timeout", "cancelled",
+               "time_limit", "preempted", "node_failure", "requeued", "exit_code", "traceback", "no_metrics")
 """Every event kind, in the order the CLI documents them (public contract: ``mlite logs check --json``)."""
 
-ERROR_KINDS = frozenset({"nan", "inf", "oom", "nccl_timeout", "cancelled", "time_limit", "preempted", "exit_code",
-                         "traceback", "no_metrics"})
+ERROR_KINDS = frozenset({"nan", "inf", "oom", "nccl_timeout", "cancelled", "time_limit", "preempted", "node_failure",
+                         "requeued", "exit_code", "traceback", "no_metrics"})
 """Kinds that mean the run failed or produced nothing usable; ``check --strict`` exits 1 on them.
-The others (``spike``, ``kl_zero``, ``restart``) are warnings: worth a look, often explained by the config."""
+The others (``spike``, ``change_point``, ``kl_zero``, ``restart``) are warnings: worth a look, often explained by
+the config. A job that was cancelled, preempted or requeued and then resumed in the same log reports a
+``restart`` (the interruption is in its message), not the interruption."""
 
-FORMATS = ("verl", "verl_jsonl", "megatron", "mlite", "unknown")
+WARNING_KINDS = tuple(k for k in EVENT_KINDS if k not in ERROR_KINDS)
+"""The warning kinds, in :data:`EVENT_KINDS` order."""
+
+INTERRUPTION_KINDS = frozenset({"cancelled", "time_limit", "preempted", "node_failure", "requeued"})
+"""Scheduler endings that become a ``restart`` when metric records follow them (a requeued job resumed)."""
+
+FORMATS = ("verl", "verl_jsonl", "megatron", "mlite", "tensorboard", "pipe", "unknown")
 """Log formats: verl console, verl file-logger JSONL, Megatron-LM console, the kit's own run log / run
-directory, and ``unknown`` (no metric line and no marker of a known trainer)."""
+directory, TensorBoard event files, ``pipe`` (``Step: N | Loss: X | ...`` lines of custom trainers), and
+``unknown`` (no metric line and no marker of a known trainer)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -30,7 +39,7 @@ class StepRecord:
     step: int
     """Training step (verl ``step:N``, Megatron ``iteration N``, JSONL ``"step"``)."""
     line: int
-    """1-based line number in the file the record was read from."""
+    """1-based line number in the file the record was read from (TensorBoard: the ordinal of its first event)."""
     values: dict[str, float]
     """Metric name -> value (float64; NaN and +-inf kept as they were printed)."""
 
@@ -46,7 +55,7 @@ class Event:
     step: int | None
     """The step it concerns (for text events: the last step printed before that line; None before any)."""
     metric: str | None = None
-    """The metric concerned (nan/inf/spike/kl_zero), else None."""
+    """The metric concerned (nan/inf/spike/change_point/kl_zero), else None."""
     message: str = ""
     """One line for humans."""
     count: int = field(default=1, repr=False)

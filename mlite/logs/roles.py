@@ -24,11 +24,20 @@ _VERL = {
     "throughput": ("perf/throughput", "train/global_tokens", "perf/total_num_tokens"),
 }
 _MEGATRON = {
-    "loss": ("lm_loss",),
-    "val_loss": ("val/lm_loss",),
-    "grad_norm": ("grad_norm",),
-    "lr": ("learning_rate",),
-    "throughput": ("throughput_per_gpu",),
+    "loss": ("lm_loss", "lm loss", "lm-loss-training/lm loss"),
+    "val_loss": ("val/lm_loss", "lm loss validation", "lm-loss-validation/lm loss validation"),
+    "grad_norm": ("grad_norm", "grad-norm", "grad-norm/grad-norm"),
+    "lr": ("learning_rate", "learning-rate", "learning-rate/learning-rate"),
+    "throughput": ("throughput_per_gpu", "throughput"),
+}
+"""Console names (lower_snake) first, then the TensorBoard tags Megatron writes (``lm loss``, ``grad-norm``...)."""
+
+_PIPE = {
+    "loss": ("loss", "train_loss", "lm_loss"),
+    "val_loss": ("val_loss",),
+    "grad_norm": ("grad_norm", "gradnorm"),
+    "lr": ("lr", "learning_rate"),
+    "throughput": ("tflops", "tokens_per_second", "tokens_s"),
 }
 
 ROLE_CANDIDATES: dict[str, dict[str, tuple[str, ...]]] = {
@@ -36,6 +45,8 @@ ROLE_CANDIDATES: dict[str, dict[str, tuple[str, ...]]] = {
     "verl_jsonl": _VERL,
     "mlite": _VERL,
     "megatron": _MEGATRON,
+    "pipe": _PIPE,
+    "tensorboard": {r: _VERL.get(r, ()) + _MEGATRON.get(r, ()) for r in set(_VERL) | set(_MEGATRON)},
 }
 """Format -> role -> metric names in order of preference."""
 

@@ -2,12 +2,11 @@
 
 * ``nan`` / ``inf``: a metric that prints NaN or +-inf; one event per metric and stretch of consecutive
   non-finite records. Megatron's ``number of nan iterations`` > 0 is reported as ``nan`` too.
-* ``spike``: the loss role and every grad-norm metric are compared with a robust rolling baseline: the
-  median and MAD (median absolute deviation, times 1.4826 so it estimates a standard deviation) of the
-  previous ``SPIKE_WINDOW`` finite values. A value is a spike when it exceeds the median by more than
-  ``SPIKE_Z`` x max(1.4826 MAD, ``SPIKE_REL_FLOOR`` x |median|); the floor keeps quantised 3-decimal logs
-  (MAD = 0) and small wobbles from counting. Only upward jumps count (a falling loss is not a failure);
-  consecutive spike records fold into one event. No verdict before ``SPIKE_MIN_HISTORY`` values.
+* ``spike``: the loss role and every grad-norm metric, by :class:`spikes.SpikeDetector` (a short-history rule
+  from the third record on, the rolling median / MAD rule after that); consecutive spike records fold into one
+  event.
+* ``change_point``: a slow upward drift of the loss role, a grad norm or the KL, by :class:`drift.DriftDetector`
+  (CUSUM); the event's step is where the drift started.
 * ``restart``: the step goes back (a run resumed from an earlier checkpoint into the same log).
 * ``kl_zero``: ``actor/ppo_kl`` (or ``actor/kl_loss``) is exactly 0 at every record. The message says whether
   ``actor/pg_clipfrac`` is zero too: then the policy ratio is 1 everywhere, which a fully on-policy
@@ -17,54 +16,20 @@
 from __future__ import annotations
 
 import math
-from collections import deque
 
+from .drift import DriftDetector
 from .records import Event
 from .roles import CLIPFRAC_METRIC, KL_METRICS, all_role_candidates
-
-SPIKE_WINDOW = 25
-"""Previous finite values the rolling median / MAD are taken over."""
-SPIKE_MIN_HISTORY = 10
-"""Values needed before a spike verdict."""
-SPIKE_Z = 6.0
-"""Robust z-score above which a value is a spike."""
-SPIKE_REL_FLOOR = 0.1
-"""The scale never goes below this fraction of |median| (quantised logs have MAD = 0)."""
+from .spikes import SpikeDetector
 
 
-class _Spike:
-    __slots__ = ("hist", "med", "scale", "age", "event", "last_step")
+class _Spike(SpikeDetector):
+    __slots__ = ("event", "last_step")
 
     def __init__(self):
-        self.hist: deque = deque(maxlen=SPIKE_WINDOW)
-        self.med = 0.0
-        self.scale = 0.0
-        self.age = 0
+        super().__init__()
         self.event: Event | None = None
         self.last_step: int | None = None
-
-    def _refresh(self) -> None:
-        h = sorted(self.hist)
-        n = len(h)
-        med = h[n // 2] if n % 2 else 0.5 * (h[n // 2 - 1] + h[n // 2])
-        dev = sorted(abs(x - med) for x in h)
-        mad = dev[n // 2] if n % 2 else 0.5 * (dev[n // 2 - 1] + dev[n // 2])
-        self.med = med
-        self.scale = max(1.4826 * mad, SPIKE_REL_FLOOR * abs(med), 1e-12)
-        self.age = 0
-
-    def push(self, x: float) -> float | None:
-        """Robust z of ``x`` against the previous values when it is a spike, else None; then remember it."""
-        z = None
-        if len(self.hist) >= SPIKE_MIN_HISTORY:
-            if self.age >= 4 or len(self.hist) < SPIKE_WINDOW:
-                self._refresh()
-            self.age += 1
-            zz = (x - self.med) / self.scale
-            if zz > SPIKE_Z:
-                z = zz
-        self.hist.append(x)
-        return z
 
 
 class SeriesWatch:
@@ -76,15 +41,19 @@ class SeriesWatch:
         self._known: set[str] = set()
         self._open_nonfinite: dict[str, list] = {}
         self._spikes: dict[str, _Spike] = {}
+        self._drifts: dict[str, DriftDetector] = {}
+        self.loss_span: list | None = None
+        """``[metric, first finite value, last finite value]`` of the loss role (for the one-line verdict)."""
         self._loss_metric: str | None = None
         self._loss_cands = all_role_candidates("loss")
         self._grad_cands = all_role_candidates("grad_norm")
         self._zero = {m: [True, 0, None, None] for m in KL_METRICS + (CLIPFRAC_METRIC,)}
         self._pg_range: list[float] = [math.inf, -math.inf]
 
-    def update(self, step: int, keys: list[str], vals: list[float], line: int) -> None:
-        """One record (a metric line)."""
-        if self.last_step is not None and step < self.last_step:
+    def update(self, step: int, keys: list[str], vals: list[float], line: int, resumed: bool = False) -> None:
+        """One record (a metric line); ``resumed``: the first record after a requeue the reader already reported
+        as a restart (no second restart event when the step goes back)."""
+        if self.last_step is not None and step < self.last_step and not resumed:
             self.events.append(Event(kind="restart", line=line, step=step, message=(
                 f"step goes back from {self.last_step} to {step}: the run restarted (resumed from an earlier "
                 f"checkpoint?); the wide view keeps the later value of a repeated step")))
@@ -99,6 +68,19 @@ class SeriesWatch:
             v = d.get(name)
             if v is not None and v == v and abs(v) != math.inf:
                 self._spike(sp, name, step, v, line)
+        lm = self._loss_metric
+        if lm is not None:
+            v = d.get(lm)
+            if v is not None and math.isfinite(v):
+                if self.loss_span is None:
+                    self.loss_span = [lm, v, v]
+                self.loss_span[2] = v
+        for name, dr in self._drifts.items():
+            v = d.get(name)
+            if v is not None and math.isfinite(v):
+                found = dr.push(v, (step, line))
+                if found is not None:
+                    self._change_point(name, step, *found)
         for name, z in self._zero.items():
             v = d.get(name)
             if v is not None:
@@ -123,10 +105,14 @@ class SeriesWatch:
             for cand in _ordered(self._loss_cands, keys):
                 self._loss_metric = cand
                 self._spikes[cand] = _Spike()
+                self._drifts[cand] = DriftDetector()
                 break
         for name in new:
             if name in self._grad_cands:
                 self._spikes[name] = _Spike()
+                self._drifts[name] = DriftDetector()
+            elif name in KL_METRICS:
+                self._drifts[name] = DriftDetector()
 
     def _nonfinite(self, step: int, keys: list[str], vals: list[float], line: int) -> None:
         for name, v in zip(keys, vals):
@@ -161,11 +147,17 @@ class SeriesWatch:
             sp.event.count += 1
             sp.event.message = sp.event.message.split(" [")[0] + f" [{sp.event.count} consecutive records]"
         else:
-            sp.event = Event(kind="spike", line=line, step=step, metric=name, message=(
-                f"{name} = {v:.6g} at step {step}: {z:.1f} robust sigmas above the rolling median "
-                f"{sp.med:.6g} of the previous {len(sp.hist) - 1} values"))
+            sp.event = Event(kind="spike", line=line, step=step, metric=name,
+                             message=f"{name} = {v:.6g} at step {step}: {sp.describe(v, z)}")
             self.events.append(sp.event)
         sp.last_step = step
+
+    def _change_point(self, name: str, step: int, start: tuple, base: float, level: float) -> None:
+        s0, l0 = start
+        rel = f" ({level / base:.3g}x)" if base > 0 and level > 0 else ""
+        self.events.append(Event(kind="change_point", line=l0, step=s0, metric=name, message=(
+            f"{name} drifts upward from step {s0}: baseline {base:.6g}, {level:.6g} at step {step}{rel} "
+            f"(CUSUM)")))
 
     def finish(self) -> list[Event]:
         """Close open stretches, add ``kl_zero`` events; the series events in line order."""

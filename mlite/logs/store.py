@@ -60,3 +60,5 @@ class ScanResult:
     """Metric names in first-seen order (a dict used as an ordered set)."""
     notes: list[str] = field(default_factory=list)
     """Things a human should know (a truncated gzip stream...)."""
+    loss_span: tuple | None = None
+    """``(metric, first, last)`` finite values of the loss role (None without one)."""

@@ -48,14 +48,16 @@ def parse_body(body: str, *, lenient_tail: bool = True) -> tuple[list[str], list
         return [], [], False
     if "np." in body:
         body = unwrap_numpy(body)
-    flat = body.replace(" - ", ":").split(":")
-    if len(flat) == 2 * body.count(" - ") + 2:  # fast path: no ':' inside keys or values
-        keys = flat[0::2]
-        if all(keys) and " " not in "".join(keys):
-            try:
-                return keys, list(map(float, flat[1::2])), False
-            except ValueError:
-                pass
+    nsep = body.count(" - ")
+    if body.count(" ") == 2 * nsep:  # fast path: every space is a separator's, no ':' inside keys or values
+        flat = body.replace(" - ", ":").split(":")
+        if len(flat) == 2 * nsep + 2:
+            keys = flat[0::2]
+            if all(keys):
+                try:
+                    return keys, list(map(float, flat[1::2])), False
+                except ValueError:
+                    pass
     keys: list[str] = []
     vals: list[float] = []
     bad = False
@@ -109,6 +111,23 @@ def parse_line(text: str) -> list[tuple[int, list[str], list[float], bool]]:
         keys, vals, bad = parse_body(text[m.end():end])
         out.append((int(m.group(1)), keys, vals, bad))
     return out
+
+
+def parse_clean_line(text: str) -> list[tuple[int, list[str], list[float], bool]]:
+    """:func:`parse_line` for a line that starts with its ``step:N - `` head (the reader cut the prefix off): one
+    head, no carriage return, no ANSI code, no Ray repeat note is parsed without the general clean-up."""
+    if "\r" in text or "\x1b" in text or "[repeated " in text:
+        return parse_line(text)
+    m = _HEAD_RE.match(text)
+    if m is None:
+        return parse_line(text)
+    i = text.find(MARKER, m.end())
+    while i != -1:
+        if text[i - 1] not in _WORD_BEFORE:
+            return parse_line(text)  # a second head on the line (or prose): the general path splits it
+        i = text.find(MARKER, i + 5)
+    keys, vals, bad = parse_body(text[m.end():])
+    return [(int(m.group(1)), keys, vals, bad)]
 
 
 def first_head(text: str) -> int:

@@ -1,4 +1,4 @@
-"""Text pools for :mod:`mlite.logs.generate`: the noise of a multi-node Slurm job (worker chatter, vLLM
+"""Text pools of the synthetic logs: the noise of a multi-node Slurm job (worker chatter, vLLM
 stats, Ray notes, rollout dumps, warnings, tqdm bars) and the endings of failed jobs (CUDA OOM, NCCL
 watchdog, Slurm cancellations, tracebacks), written the way verl, Ray, torch and Slurm print them."""
 
@@ -9,22 +9,22 @@ import random
 ESC_CYAN, ESC_YELLOW, ESC_GREEN, ESC_RESET = "\x1b[36m", "\x1b[33m", "\x1b[32m", "\x1b[0m"
 
 QUESTIONS = (
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
-    "clips did Natalia sell altogether in April and May?",
+    ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
+    "clips did Natalia sell altogether in April and May?"),
     "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
     "Betty is saving money for a new wallet which costs $100. Betty has only half of the money she needs.",
     "Translate from English to Chinese: The current deal amounts to a 3.2% increase for a one-year period.",
     "Move the cursor to the 'Add to cart' button and click it; the screenshot shows a product page.",
 )
 RESPONSES = (
-    "Let's break it down step by step:\n\n1. In April she sold 48 clips.\n2. In May she sold 48 / 2 = 24 clips.\n"
-    "3. Altogether 48 + 24 = 72 clips.\n\n#### 72",
+    ("Let's break it down step by step:\n\n1. In April she sold 48 clips.\n2. In May she sold 48 / 2 = 24 clips.\n"
+    "3. Altogether 48 + 24 = 72 clips.\n\n#### 72"),
     "Weng earns 12 / 60 = $0.2 per minute. Working 50 minutes, she earned 0.2 x 50 = $10.\n#### 10",
-    "<think>The wallet costs $100 and she has half, so she needs $50 more. Her parents give $15 and her "
-    "grandparents twice as much, $30.</think>\n<answer>5</answer>",
+    ("<think>The wallet costs $100 and she has half, so she needs $50 more. Her parents give $15 and her "
+    "grandparents twice as much, $30.</think>\n<answer>5</answer>"),
     "目前的协议相当于一年期内增长3.2%，涵盖2024年4月1日至2025年3月31日。",
-    "<think>The 'Add to cart' button is at the right of the price; zoom is 340% so coordinates scale.</think>\n"
-    "<answer>(812, 440)</answer>",
+    ("<think>The 'Add to cart' button is at the right of the price; zoom is 340% so coordinates scale.</think>\n"
+    "<answer>(812, 440)</answer>"),
 )
 
 
@@ -50,10 +50,17 @@ def tqdm_bar(desc: str, i: int, n: int, rate: float, width: int = 40) -> str:
             f"{left % 60:02d}, {rate:5.2f}s/it]")
 
 
+def hard_wrap(line: str, width: int | None) -> list[str]:
+    """``line`` cut every ``width`` characters, as a terminal that wraps at a fixed width writes it."""
+    if not width or len(line) <= width:
+        return [line]
+    return [line[i:i + width] for i in range(0, len(line), width)]
+
+
 def startup(rng: random.Random, *, driver: str, nodes: int, gpus: int, ansi: bool, total_steps: int) -> list[str]:
     """Lines before the first step: Ray start-up, the config dump, worker init, dataset sizes."""
-    lines = [f"2025-05-22 07:07:{rng.randint(10, 59)},{rng.randint(100, 999)}\tINFO worker.py:1879 -- Connecting to "
-             f"existing Ray cluster at address: 10.0.0.1:6379...",
+    lines = [(f"2025-05-22 07:07:{rng.randint(10, 59)},{rng.randint(100, 999)}\tINFO worker.py:1879 -- Connecting to "
+             f"existing Ray cluster at address: 10.0.0.1:6379..."),
              f"{driver}TaskRunner hostname: node-0, PID: {rng.randint(1000, 99999)}",
              f"{driver}{{'actor_rollout_ref': {{'actor': {{'clip_ratio': 0.2,"]
     choices = ("1", "256", "False", "0.001", "'token-mean'", "600", "'fsdp'")
@@ -128,20 +135,20 @@ def verl_ending(kind: str, rng: random.Random, *, driver: str, nodes: int, ansi:
         return [f"{w}Traceback (most recent call last):",
                 f"{w}  File \"/opt/verl/verl/workers/actor/dp_actor.py\", line 412, in update_policy",
                 f"{w}    loss.backward()",
-                f"{w}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.50 GiB. GPU 3 has a total capacity "
-                f"of 79.11 GiB of which 2.06 GiB is free. Process 51224 has 77.04 GiB memory in use.",
+                (f"{w}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.50 GiB. GPU 3 has a total capacity "
+                f"of 79.11 GiB of which 2.06 GiB is free. Process 51224 has 77.04 GiB memory in use."),
                 *tb_driver,
-                "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_update_actor() "
-                f"(pid=1633, ip=10.0.0.{node + 1})",
+                ("ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_update_actor() "
+                f"(pid=1633, ip=10.0.0.{node + 1})"),
                 "  File \"/opt/verl/verl/single_controller/ray/base.py\", line 705, in func",
                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.50 GiB.",
                 f"srun: error: node-{node}: task {node}: Exited with exit code 1"]
     if kind == "nccl_timeout":
-        return [f"{w}[rank{8 * node + 3}]:[E522 09:12:44.123456 ProcessGroupNCCL.cpp:632] [Rank {8 * node + 3}] "
+        return [(f"{w}[rank{8 * node + 3}]:[E522 09:12:44.123456 ProcessGroupNCCL.cpp:632] [Rank {8 * node + 3}] "
                 f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48211, OpType=ALLREDUCE, NumelIn=1, "
-                f"NumelOut=1, Timeout(ms)=600000) ran for 600042 milliseconds before timing out.",
-                f"{w}[rank{8 * node + 3}]:[E522 09:12:44.123999 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) "
-                f"Rank {8 * node + 3}] Process group watchdog thread terminated with exception",
+                f"NumelOut=1, Timeout(ms)=600000) ran for 600042 milliseconds before timing out."),
+                (f"{w}[rank{8 * node + 3}]:[E522 09:12:44.123999 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) "
+                f"Rank {8 * node + 3}] Process group watchdog thread terminated with exception"),
                 f"srun: error: node-{node}: task {node}: Exited with exit code 134"]
     if kind in ("time_limit", "preempted", "cancelled"):
         due = {"time_limit": " DUE TO TIME LIMIT", "preempted": " DUE TO PREEMPTION", "cancelled": ""}[kind]
@@ -171,8 +178,8 @@ def megatron_noise(rng: random.Random, prefix: str, scale: float) -> list[str]:
         out.append(f"{prefix}node-0001:{rng.randint(1000, 9999)}:{rng.randint(1000, 9999)} [0] NCCL INFO Connected all trees")
     if rng.random() < 0.2 * scale:
         out += [f"{prefix}(min, max) time across ranks (ms):",
-                f"{prefix}    evaluate .......................................: ({rng.uniform(1000, 3000):.2f}, "
-                f"{rng.uniform(3000, 4000):.2f})"]
+                (f"{prefix}    evaluate .......................................: ({rng.uniform(1000, 3000):.2f}, "
+                f"{rng.uniform(3000, 4000):.2f})")]
     if rng.random() < 0.1 * scale:
         out.append(f"{prefix}WARNING:megatron.core.rerun_state_machine:Setting RerunStateMachine mode RerunMode.DISABLED")
     return out
@@ -192,8 +199,6 @@ GRPO_KEYS = ("actor/entropy", "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_k
          "perf/time_per_step", "perf/throughput")
 PPO_EXTRA_KEYS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr",
               "critic/values/mean", "critic/values/max", "critic/values/min", "critic/vf_explained_var")
-MLITE_KEYS = ("train/loss", "train/grad_norm", "train/lr", "perf/max_memory_allocated_gb", "perf/cpu_memory_used_gb")
-"""The metric keys of the kit's own run log."""
 INT_KEYS = frozenset({"training/global_step", "training/epoch", "perf/total_num_tokens", "train/global_tokens",
                        "response_length/max", "response_length/min", "prompt_length/max", "prompt_length/min"})
 NP_KEYS = frozenset(k for k in GRPO_KEYS + PPO_EXTRA_KEYS if k.startswith(("actor/", "critic/vf", "critic/grad", "perf/m")))

@@ -1,0 +1,36 @@
+"""``Step: N | Name: value | ...`` records: the console line of custom trainers built on Megatron-style logging
+(Picotron-like ``train.py`` scripts, course projects on Slurm clusters), usually behind a ``logging`` prefix::
+
+    2025-05-21 11:32:34 - INFO - Step: 1 | Loss: 12.03 | TFLOPs: 148.68
+
+Fields become lower_snake metric names as for Megatron (``Loss`` -> ``loss``, ``TFLOPs`` -> ``tflops``). A file is
+read in this format only when its head shows such a line and no verl or Megatron record (:func:`detect.sniff_format`),
+so the ``Step:`` search costs nothing elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .megatron import field_name, parse_fields
+from .text import clean
+
+MARKER = "Step:"
+"""Every record contains this; the reader searches for it (in files sniffed as this format only)."""
+
+_HEAD_RE = re.compile(r"(?<![\w/.])Step:\s*(\d+)\s*\|")
+
+
+def parse_line(text: str) -> tuple[int, list[str], list[float], bool] | None:
+    """A record -> ``(step, metric names, values, malformed)``; None when ``text`` holds none."""
+    text = clean(text)
+    m = _HEAD_RE.search(text)
+    if not m:
+        return None
+    labels, vals, bad = parse_fields(text[m.end():])
+    return int(m.group(1)), [field_name(k) for k in labels], vals, bad
+
+
+def has_record(text: str) -> bool:
+    """True when a line of ``text`` is such a record."""
+    return MARKER in text and bool(_HEAD_RE.search(text))
