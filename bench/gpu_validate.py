@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_configs import MEMORY_CONFIGS, MODELS  # noqa: E402
+from gpu_configs import MEMORY_CONFIGS, MODELS
 
 MEASURE_CMD = "python3 bench/gpu_validate.py measure --out bench/results/gpu_memory_raw.json"
 REPORT_CMD = ("python3 bench/gpu_validate.py report bench/results/gpu_memory_raw.json "
@@ -98,7 +98,7 @@ def measure_one(name, model, opt, lengths, n_mb, recompute, runtime_offload, dev
         sync()
         fb_peak, after_fb = peak() - base, alloc() - base
         reset()
-        ok, norm, zeros = rt.optimizer_step(h)
+        ok, norm, _zeros = rt.optimizer_step(h)
         sync()
         step = {"step": k, "loss": float(m["loss"]), "grad_norm": float(norm), "ok": bool(ok),
                 "fb_peak": fb_peak, "after_fb": after_fb, "opt_peak": peak() - base,
@@ -164,7 +164,7 @@ def cmd_measure(a) -> int:
         t = time.perf_counter()
         try:
             rec = measure_one(name, model, opt, lengths, n_mb, recompute, roff, device)
-        except Exception as e:  # keep going: one failure must not lose the other rows
+        except Exception as e:  # noqa: BLE001 - one failing row must not lose the other rows
             traceback.print_exc()
             rec = {"config": name, "error": f"{type(e).__name__}: {e}"[:500]}
         rec["wall_s"] = round(time.perf_counter() - t, 2)

@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mlite.synth import write_bench_log
+from mlite.synth import write_bench_log  # noqa: E402 - after the sys.path line (a script run from bench/)
 
 PARSE_CODE = (
     "import sys\n"

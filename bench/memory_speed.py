@@ -12,9 +12,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlite.memory import TrainingOptions, estimate, mesh_table  # noqa: E402
-from mlite.mesh import ParallelConfig, pad_vocab, resolve  # noqa: E402
-from mlite.models import from_hf_config  # noqa: E402
+from mlite.memory import TrainingOptions, estimate, mesh_table
+from mlite.mesh import ParallelConfig, pad_vocab, resolve
+from mlite.models import from_hf_config
 
 
 def baseline_static(spec, plan, o):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlite.mesh import ParallelConfig, divisors, enumerate_meshes, resolve  # noqa: E402
-from mlite.models import from_hf_config  # noqa: E402
+from mlite.mesh import ParallelConfig, divisors, enumerate_meshes, resolve
+from mlite.models import from_hf_config
 
 CASES = [("Kimi-K2-Instruct", 1024), ("Qwen3-235B-A22B", 256)]
 

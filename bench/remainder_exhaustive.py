@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from mlite.runtime.optim.master import merge_fp32, split_fp32  # noqa: E402
+from mlite.runtime.optim.master import merge_fp32, split_fp32
 
 
 def main() -> int:

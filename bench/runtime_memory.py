@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from mlite.runtime.batch import PackedBatch  # noqa: E402
-from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig  # noqa: E402
-from mlite.runtime.runtime import create_runtime  # noqa: E402
+from mlite.runtime.batch import PackedBatch
+from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
+from mlite.runtime.runtime import create_runtime
 
 MODELS = {
     # Qwen3-1.7B's shape (tied embeddings): ~1.7 B parameters

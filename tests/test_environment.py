@@ -8,14 +8,13 @@ kit through pip with every extra, after the same torch pin as ``make setup`` (th
 from __future__ import annotations
 
 import re
-import tomllib
 
 import pytest
+import tomllib
 import yaml
+from conftest import REPO
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
-
-from conftest import REPO
 
 EDITABLE = re.compile(r"^-e\s+\.\[(?P<extras>[^\]]*)\]$")
 """The kit installed through pip from the repository root, with extras: ``-e .[lab,dev]``."""
@@ -76,7 +75,7 @@ def drift(env_text: str, pyproject_text: str, makefile_text: str) -> list[str]:
             continue
         try:
             req = Requirement(line)
-        except Exception:
+        except Exception:  # noqa: BLE001 - packaging's InvalidRequirement and friends
             problems.append(f"environment.yml: pip line {line!r} is neither a requirement nor '-e .[extras]'")
             continue
         if req.name == "torch":
@@ -101,8 +100,8 @@ def drift(env_text: str, pyproject_text: str, makefile_text: str) -> list[str]:
             r = Requirement(dep)
             if r.name == "torch" and version and not r.specifier.contains(version, prereleases=True):
                 problems.append(f"torch pin {make_torch!r} does not satisfy pyproject's dependency {dep!r}")
-    if torch and extras is not None and pip_lines.index(torch[0]) > [
-            i for i, ln in enumerate(pip_lines) if EDITABLE.match(str(ln).strip())][0]:
+    if torch and extras is not None and pip_lines.index(torch[0]) > next(
+            i for i, ln in enumerate(pip_lines) if EDITABLE.match(str(ln).strip())):
         problems.append("environment.yml: the torch pin must come before '-e .[...]' so pip keeps that build")
     return problems
 

@@ -141,7 +141,7 @@ def test_round_trip_recovers_the_mesh(exported, case, target):
 
 
 def test_launcher_rejects_a_mesh_changed_from_the_environment(exported):
-    plan, res, out, _, _ = exported("qwen3-32", "verl-mlite-grpo")
+    _plan, res, out, _, _ = exported("qwen3-32", "verl-mlite-grpo")
     p = subprocess.run(["bash", str(out / res.launcher)], env=_env(DRY_RUN="1", TP="3"), capture_output=True,
                        text=True, cwd=out)
     assert p.returncode == 1 and "Invalid mesh" in p.stderr and "TP*CP*PP=12" in p.stderr
@@ -155,13 +155,13 @@ def test_launcher_rejects_a_mesh_changed_from_the_environment(exported):
 
 
 def test_header_states_runtime_rule_and_launcher_rule_difference(exported):
-    plan, res, out, _, _ = exported("qwen3-32", "verl-megatron-grpo")
+    _plan, res, out, _, _ = exported("qwen3-32", "verl-megatron-grpo")
     job = (out / res.job).read_text()
     # 32 GPUs, TP1 CP2 PP2 EP8: runtime DP = 32/(1*2*2) = 8, EDP = 32/(1*8*2) = 2; verl's rule 32/2/(1*8) = 2
     assert "dense ranks  = TP*CP*DP*PP   = 1*2*8*2 = 32" in job
     assert "expert ranks = ETP*EP*EDP*PP = 1*8*2*2 = 32" in job
     assert "gives DP = 2 here; the runtime" in job and "uses DP = 8" in job
-    plan8, res8, out8, _, _ = exported("qwen35-8", "verl-mlite-grpo")
+    _plan8, res8, out8, _, _ = exported("qwen35-8", "verl-mlite-grpo")
     assert "gives the same DP = 1 here (CP = EP)" in (out8 / res8.job).read_text()
 
 

@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import assert_one_line_error, run_cli
+
 from mlite.errors import MliteError
 from mlite.export import import_launcher
 from mlite.export.script import run_script, uses_launcher_rule

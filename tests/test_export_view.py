@@ -3,6 +3,8 @@ an invalid mesh is one inline line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mlite.export import ExportPlan, render
@@ -28,8 +30,8 @@ def test_write_button_writes_and_shows_the_files(view, tmp_path):
     assert list(res.files) == list(expected.files)
     for i, (name, text) in enumerate(res.files.items()):
         assert view._tabs.get_title(i) == name
-        on_disk = [p for p in res.paths if p.endswith(name)][0]
-        assert open(on_disk).read() == text
+        on_disk = next(p for p in res.paths if p.endswith(name))
+        assert Path(on_disk).read_text() == text
         assert "mlite-export-file" in view._tabs.children[i].value
     assert res.files[res.launcher] == expected.files[expected.launcher]
     assert "dp=8" in view._summary.value and "sbatch job_megatron_grpo.sbatch" in view._summary.value

@@ -11,7 +11,6 @@ from mlite.runtime import gdn
 from mlite.runtime.gdn import causal_conv1d_packed, chunk_gated_delta_rule_torch, gated_delta_rule
 
 
-
 def _load_fla_naive():
     """fla's ``ops/gated_delta_rule/naive.py`` loaded on its own: importing the ``fla`` package pulls in Triton and
     every kernel (~14 s); the reference file needs only torch and einops."""
@@ -72,7 +71,7 @@ def test_matches_naive_recurrent_forward_and_backward(B, T, H, K, V, chunk):
     out = chunk_gated_delta_rule_torch(*xs, chunk_size=chunk)
     ref = _ref(*xs)
     _assert_close(out, ref, 2e-5, "forward")
-    for name, a, b in zip("q k v g beta".split(), _grads(out, xs), _grads(ref, xs)):
+    for name, a, b in zip(["q", "k", "v", "g", "beta"], _grads(out, xs), _grads(ref, xs)):
         _assert_close(a, b, 5e-5, name)
 
 
@@ -82,7 +81,7 @@ def test_matches_naive_chunk_with_scale():
     q, k, v, g, beta = xs
     ref = naive.naive_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=64, scale=0.3)[0]
     _assert_close(out, ref, 2e-5, "forward")
-    for name, a, b in zip("q k v g beta".split(), _grads(out, xs), _grads(ref, xs)):
+    for name, a, b in zip(["q", "k", "v", "g", "beta"], _grads(out, xs), _grads(ref, xs)):
         _assert_close(a, b, 5e-5, name)
 
 
@@ -98,7 +97,7 @@ def test_varlen_equals_each_sequence_alone(lens):
         s += n
     ref = torch.cat(refs, dim=1)
     _assert_close(out, ref, 2e-5, "forward")
-    for name, a, b in zip("q k v g beta".split(), _grads(out, xs), _grads(ref, xs)):
+    for name, a, b in zip(["q", "k", "v", "g", "beta"], _grads(out, xs), _grads(ref, xs)):
         _assert_close(a, b, 5e-5, name)
 
 
@@ -111,7 +110,7 @@ def test_gva_and_l2norm_match_repeated_heads():
     kn = F.normalize(k, dim=-1, eps=0).repeat_interleave(2, dim=2)
     ref = _ref(qn, kn, v, g, beta)
     _assert_close(out, ref, 1e-4, "forward")
-    for name, a, b in zip("q k v g beta".split(), _grads(out, xs), _grads(ref, xs)):
+    for name, a, b in zip(["q", "k", "v", "g", "beta"], _grads(out, xs), _grads(ref, xs)):
         _assert_close(a, b, 2e-4, name)
 
 

@@ -18,8 +18,8 @@ import time
 
 import psutil
 import pytest
-
 from conftest import run_cli
+
 from mlite.launch import RunConfig, RunHandle, start
 from mlite.launch.rundir import RunDir
 from mlite.models import from_hf_config

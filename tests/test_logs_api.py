@@ -24,7 +24,7 @@ SAMPLES = REPO / "data" / "logs"
 
 
 def _write(path, rows):
-    path.write_text("".join("step:%d - " % s + " - ".join(f"{k}:{v!r}" for k, v in vals.items()) + "\n"
+    path.write_text("".join(f"step:{s} - " + " - ".join(f"{k}:{v!r}" for k, v in vals.items()) + "\n"
                             for s, vals in rows))
     return path
 

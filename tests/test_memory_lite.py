@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
-
 from conftest import REPO
+
 from mlite.memory import TrainingOptions, estimate
 from mlite.memory.lite import LiteDims, block_per_token, root_parts
 from mlite.mesh import ParallelConfig, resolve

@@ -13,8 +13,8 @@ import html
 import re
 
 import pytest
-
 from conftest import run_cli
+
 from mlite.memory import GIB, TrainingOptions, estimate, mesh_table
 from mlite.mesh import ParallelConfig, resolve
 from mlite.models import from_hf_config
@@ -75,7 +75,7 @@ def test_pao_off_resets_moments_and_keeps_bf16_grads():
 
 
 def test_offload_slider_moves_memory_from_gpu_to_host():
-    planner, view = _views()
+    _planner, view = _views()
     mesh = dict(ep=8)
     seen = []
     for f in (0.0, 0.25, 0.5, 0.75, 1.0):

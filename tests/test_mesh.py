@@ -6,8 +6,8 @@ import random
 import warnings
 
 import pytest
-
 from conftest import assert_one_line_error, run_cli
+
 from mlite.errors import MliteError
 from mlite.mesh import ParallelConfig, RankLayout, enumerate_meshes, parse_layout, resolve
 from mlite.mesh.layout import auto_layout, layout_text
@@ -124,7 +124,7 @@ def test_warnings():
     agree = resolve(Q35, 8, ParallelConfig(cp=8, ep=8))
     assert agree.valid and "launcher_rule" not in _rules(agree, "warning")
     disagree = resolve(Q30, 32, ParallelConfig(cp=2, ep=8))
-    w = [f.message for f in disagree.warnings if f.rule == "launcher_rule"][0]
+    w = next(f.message for f in disagree.warnings if f.rule == "launcher_rule")
     assert "gives DP 4," in w and "gives DP 16 " in w  # 32/(1*8) vs 32/(1*2*1)
 
 

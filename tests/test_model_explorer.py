@@ -12,10 +12,9 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
-from mlite.models import available_models, from_hf_config
 
+from mlite.models import available_models, from_hf_config
 
 
 def _exact(card_html: str) -> str:

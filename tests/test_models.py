@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import REPO, assert_one_line_error, run_cli
+
 from mlite.models import COMPONENTS, available_models, from_hf_config
 from mlite.models.hf_meta import meta_param_count, transformers_knows
 

@@ -13,7 +13,6 @@ import re
 
 import nbformat
 import pytest
-
 from conftest import REPO
 
 NOTEBOOKS = REPO / "notebooks"

@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, run_cli
+
 from mlite.mesh import ParallelConfig, enumerate_meshes, resolve
 from mlite.models import from_hf_config
 

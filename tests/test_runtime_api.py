@@ -8,12 +8,11 @@ import json
 
 import pytest
 import torch
+from runtime_workers import runtime_config, same_bits, snapshot, synthetic_microbatches, train
 
 from mlite.errors import MliteError
 from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
 from mlite.runtime.dist import free_port, resolve_device, run_local
-
-from runtime_workers import runtime_config, same_bits, snapshot, synthetic_microbatches, train
 
 
 # ---------------------------------------------------------------------------------------------- configs
@@ -77,7 +76,13 @@ def test_dist_opt_and_unavailable_devices_are_refused_clearly():
 def _api_worker(rank, world, tmp):
     from mlite.runtime.optim.optimizer import local
     from mlite.runtime.runtime import (
-        create_runtime, eval_mode, export_weights, load_checkpoint, memory_stats, save_checkpoint, train_mode,
+        create_runtime,
+        eval_mode,
+        export_weights,
+        load_checkpoint,
+        memory_stats,
+        save_checkpoint,
+        train_mode,
     )
 
     out = {}

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from runtime_workers import runtime_config, same_bits, synthetic_microbatches, train
 
 from mlite.errors import MliteError
 from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
 from mlite.runtime.dist import run_local
 from mlite.runtime.fsdp import check_lite_parallel
-
-from runtime_workers import runtime_config, same_bits, synthetic_microbatches, train
 
 
 def _oracle_grads(model_name: str, seed: int, mbs_all: list, dtype=torch.float32) -> dict:

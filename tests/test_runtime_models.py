@@ -145,7 +145,7 @@ def test_loss_and_gradients_match_transformers(name):
     hf_params = dict(hf.named_parameters())
     for pname, p in lite.named_parameters():
         torch.testing.assert_close(p.grad, hf_params[lite.hf_key(pname)].grad, atol=2e-5, rtol=1e-3,
-                                   msg=lambda m: f"{pname}: {m}")
+                                   msg=lambda m, pname=pname: f"{pname}: {m}")
 
 
 def test_cpu_attention_paths_agree(monkeypatch):
@@ -256,7 +256,7 @@ def test_bf16_forward_backward(name):
     m = build_lite_model(name, param_dtype=torch.bfloat16)
     assert all(p.dtype == torch.bfloat16 for p in m.parameters())
     batch = PackedBatch.from_sequences([s.tolist() for s in _sequences((20, 33))])
-    loss, n = m.loss(batch)
+    loss, _n = m.loss(batch)
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     loss.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad.float()).all() for p in m.parameters())

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from runtime_workers import lockstep, runtime_config, same_bits, snapshot, synthetic_microbatches, train
 
 from mlite.errors import MliteError
 from mlite.runtime.dist import run_local
 from mlite.runtime.optim.offload import offload_split
-
-from runtime_workers import lockstep, runtime_config, same_bits, snapshot, synthetic_microbatches, train
 
 STEPS = 6
 
@@ -39,7 +38,7 @@ def _run(name_opts, rank, model="tiny-moe", device="cpu"):
 def _update_offload_worker(rank, world, device="cpu"):
     out = {}
     for pao in (False, True):
-        base_rt, base, base_losses = _run({"use_precision_aware_optimizer": pao}, rank, device=device)
+        _base_rt, base, base_losses = _run({"use_precision_aware_optimizer": pao}, rank, device=device)
         res = {"base": base_losses, "base_snap": snapshot(base)}
         for frac in (1.0, 0.5):
             rt, h, losses = _run({"use_precision_aware_optimizer": pao, "offload_fraction": frac}, rank,

@@ -113,7 +113,7 @@ class ErrorBanner(W.VBox):
             self.details.outputs = ()
             self.show(e.message)
             return None
-        except Exception as e:  # a bug, not bad input: say so, keep the traceback visible inline
+        except Exception as e:  # noqa: BLE001 - a bug, not bad input: say so, keep the traceback visible inline
             self.details.outputs = ()
             self.show(f"unexpected error (a bug in mlite-lab; details below): {type(e).__name__}: {e}")
             self.details.append_stderr("".join(traceback.format_exception(e)))

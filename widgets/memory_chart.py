@@ -51,7 +51,7 @@ def memory_svg(est) -> str:
     left, right, top_pad, plot_h, bottom = 58, 110, 16, 250, 34
     width = left + n * group + right
     height = top_pad + plot_h + bottom
-    y = lambda v: top_pad + plot_h * (1 - v / top)  # noqa: E731  (v in GiB)
+    y = lambda v: top_pad + plot_h * (1 - v / top)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" style="font-family:sans-serif">']
     step = _nice_step(top)
     t = 0.0

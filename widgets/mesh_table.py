@@ -7,13 +7,14 @@ same with the memory estimate, OOM cells highlighted). Clicks inside the HTML re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import ipywidgets as W
 
 from ._common import ErrorBanner, esc
 from .gpu_grid import ClickBridge
+
 
 @dataclass(frozen=True)
 class Column:

@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from mlite.synth import GenSpec, generate
+from mlite.synth import GenSpec, generate  # noqa: E402 - after the sys.path line (a script run from data/logs/)
 
 SAMPLES = {
     "synthetic_verl_grpo_2x8_spike_nan_oom.out": GenSpec(

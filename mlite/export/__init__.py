@@ -10,5 +10,14 @@ from .importer import ImportedLauncher, import_launcher
 from .plan import DEFAULT_LOG_DIR, TARGETS, ExportPlan
 from .writer import ExportResult, InvalidMesh, render, write
 
-__all__ = ["DEFAULT_LOG_DIR", "ExportPlan", "ExportResult", "ImportedLauncher", "InvalidMesh", "TARGETS",
-           "import_launcher", "render", "write"]
+__all__ = [
+           "DEFAULT_LOG_DIR",
+           "TARGETS",
+           "ExportPlan",
+           "ExportResult",
+           "ImportedLauncher",
+           "InvalidMesh",
+           "import_launcher",
+           "render",
+           "write",
+]

@@ -210,7 +210,7 @@ class Shell:
             v = " ".join(v) if k in "@*" else (v[int(k)] if k.isdigit() and int(k) < len(v) else None)
         elif isinstance(v, list):
             v = v[0] if v else ""
-        empty = v is None or (op or "").startswith(":") and v == ""
+        empty = v is None or ((op or "").startswith(":") and v == "")
         if op in (":-", "-"):
             return self._expand_text(word, quoted=quoted) if (v is None if op == "-" else empty) else v
         if op in (":=", "="):

@@ -3,6 +3,8 @@ the difference to verl's launcher rule), the training options, the planner's war
 
 from __future__ import annotations
 
+from ..errors import MliteError
+
 
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.3g}"
@@ -53,7 +55,7 @@ def options_summary(o) -> list[str]:
     pao = "on" if o.use_precision_aware_optimizer else "off"
     dtypes = (f" main_grads={o.main_grads_dtype} exp_avg={o.exp_avg_dtype} exp_avg_sq={o.exp_avg_sq_dtype}"
               if o.use_precision_aware_optimizer else "")
-    onoff = lambda b: "on" if b else "off"  # noqa: E731
+    onoff = lambda b: "on" if b else "off"
     return [
         f"Training options: optimizer={o.optimizer} use_precision_aware_optimizer={pao}{dtypes}",
         f"  offload_fraction={o.offload_fraction:g} param_offload={onoff(o.param_offload)} "
@@ -70,7 +72,7 @@ def memory_line(spec, mp, options) -> list[str]:
 
         est = estimate(spec, mp, options)
         d = est.to_dict()
-    except Exception:  # the estimate is a courtesy in a comment; the export does not depend on it
+    except MliteError:  # the estimate is a courtesy in a comment; the export does not depend on it
         return []
     verdict = "fits" if est.fits else "does NOT fit"
     return [f"Memory estimate (mlite memory): {d['per_gpu']['total'] / GIB:.1f} GiB per GPU on the most loaded "

@@ -78,7 +78,7 @@ class ScriptResult:
 
 
 def _is_assign(w) -> bool:
-    return isinstance(w, tuple) and w[0] != "__pattern__" or isinstance(w, str) and bool(_ASSIGN.match(w))
+    return (isinstance(w, tuple) and w[0] != "__pattern__") or (isinstance(w, str) and bool(_ASSIGN.match(w)))
 
 
 def _assign(sh: Shell, w) -> str:
@@ -215,7 +215,7 @@ def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
                 ifs.append({"taken": r, "done": r, "nest": 0, "then": True, "unknown": False})
                 continue
         if depth == 0 and not any(not cs["active"] for cs in cases):
-            if cmd.after == "&&" and status is False or cmd.after == "||" and status is True:
+            if (cmd.after == "&&" and status is False) or (cmd.after == "||" and status is True):
                 continue  # not run; the list's status stays
             guess = cmd.after and status is None
             if not cmd.after:

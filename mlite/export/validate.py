@@ -33,7 +33,7 @@ def verl_config_dir() -> Path:
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
         raise MliteError("verl is not installed: pip install 'mlite-lab[verl]' to validate launchers")
-    d = Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
+    d = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
     if not (d / "ppo_trainer.yaml").is_file():
         raise MliteError(f"{d}: verl's packaged Hydra configuration (ppo_trainer.yaml) is missing")
     return d
@@ -68,7 +68,7 @@ def compose(config_name: str, overrides: list[str]):
                 return hydra_compose(config_name=config_name, overrides=list(overrides))
     except MliteError:
         raise
-    except Exception as e:  # Hydra's ConfigCompositionException, MissingConfigException, OverrideParseException
+    except Exception as e:  # noqa: BLE001 - Hydra's ConfigCompositionException, MissingConfigException, OverrideParseException
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MliteError(f"{config_name}: {first}") from None
     finally:

@@ -160,7 +160,6 @@ class RunConfig:
         reasons. The sequence-length rule does not apply: the runtime pads every sequence to a multiple of 2*CP."""
         from ..mesh import resolve
         from ..models import from_hf_config
-
         from ..runtime.parallel.state import check_mesh
 
         if self.etp != 1:  # a valid config (it round-trips), refused before a run starts

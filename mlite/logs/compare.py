@@ -43,7 +43,7 @@ def _diff(sa, sb) -> dict:
     if not bitwise and len(a):
         first = int(joined.index[np.argmax(~equal)])
     return {
-        "steps": int(len(a)),
+        "steps": len(a),
         "max_abs_diff": float(d.max()) if d.size else (0.0 if len(a) else None),
         "max_rel_diff": float(rel.max()) if rel.size else (0.0 if len(a) else None),
         "nan_mismatch": int((~finite & ~same_special).sum()),

@@ -62,7 +62,7 @@ def open_binary(path: Path):
     """A binary file object over the decompressed bytes (gzip by magic bytes), and the raw file under it
     (whose ``tell()`` gives compressed bytes read, for progress)."""
     try:
-        raw = open(path, "rb")
+        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
     except FileNotFoundError:
         raise MliteError(f"log file '{path}' does not exist: give a log file, a run directory or a glob") from None
     except IsADirectoryError:

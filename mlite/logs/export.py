@@ -75,7 +75,7 @@ def export_csv(items, out, *, progress: bool | None = None) -> dict:
         if not path.parent.exists():
             raise MliteError(f"--csv '{out}': directory '{path.parent}' does not exist")
         try:
-            fh = open(path, "w", encoding="utf-8", newline="", buffering=1 << 20)
+            fh = open(path, "w", encoding="utf-8", newline="", buffering=1 << 20)  # noqa: SIM115 - closed below
         except OSError as e:
             raise MliteError(f"cannot write --csv '{out}': {e.strerror or e}") from None
         close = True

@@ -109,9 +109,9 @@ def draw(fig, runs, panels=None, *, smooth: float = 0.0, logy="auto", events: bo
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.3)
         vals = np.concatenate(all_vals) if all_vals else np.zeros(0)
-        if logy is True or (logy == "auto" and item in ("loss", "grad_norm") and _auto_log(vals)):
-            if vals.size and (vals[np.isfinite(vals)] > 0).all():
-                ax.set_yscale("log")
+        wants_log = logy is True or (logy == "auto" and item in ("loss", "grad_norm") and _auto_log(vals))
+        if wants_log and vals.size and (vals[np.isfinite(vals)] > 0).all():
+            ax.set_yscale("log")
         if k == 0 or len(runs) > 1:
             ax.legend(fontsize=7, loc="best")
     for k in range(len(panels), nrows * ncols):

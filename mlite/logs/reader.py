@@ -416,7 +416,7 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
     elif mpath is not None:
         f, raw = open_binary(mpath)
         try:
-            if mpath.name.endswith((".jsonl", ".jsonl.gz")) and run_dir or source.fmt == "verl_jsonl":
+            if (mpath.name.endswith((".jsonl", ".jsonl.gz")) and run_dir) or source.fmt == "verl_jsonl":
                 yield from sc.jsonl(f, raw)
             else:
                 mode = "console" if events else _export_mode(mpath, source.fmt)

@@ -9,5 +9,17 @@ from .optimizer import StateBytes, state_bytes
 from .options import GPU_MEMORY_GIB, RECOMPUTE, TrainingOptions
 from .sweep import fits_callback, mesh_table, sweep
 
-__all__ = ["GIB", "GPU_MEMORY_GIB", "MemoryEstimate", "RECOMPUTE", "RankMemory", "StateBytes", "TrainingOptions",
-           "estimate", "fits_callback", "mesh_table", "state_bytes", "sweep"]
+__all__ = [
+           "GIB",
+           "GPU_MEMORY_GIB",
+           "RECOMPUTE",
+           "MemoryEstimate",
+           "RankMemory",
+           "StateBytes",
+           "TrainingOptions",
+           "estimate",
+           "fits_callback",
+           "mesh_table",
+           "state_bytes",
+           "sweep",
+]

@@ -139,7 +139,7 @@ def root_parts(spec, dims: LiteDims) -> tuple[dict, dict]:
     """(activations kept by the root, transients of the loss) for one micro-batch."""
     h, V, T, ab = spec.hidden_size, spec.vocab_size, dims.tokens, dims.act_bytes
     rot = int(spec.head_dim * float(spec.config.get("partial_rotary_factor", 1.0)))
-    multi = T > ce_chunk(V)
+    multi = ce_chunk(V) < T
     dw = V * h * (4 if multi else ab)
     acts = {"root_norm_rope": T * (_norm(h, _zero_centered(spec), dims) + 2 * ab * rot),
             "loss": T * ab * h + dw}

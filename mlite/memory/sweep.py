@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from ..mesh import MeshPlan, enumerate_meshes, resolve
 from .estimate import estimate

@@ -15,8 +15,8 @@ The score prefers TP and EP inside a node, fewer pipeline bubbles, less CP, then
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .config import ParallelConfig
 from .plan import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, MeshPlan, resolve
@@ -111,6 +111,6 @@ def enumerate_meshes(
             r = fits(plan)
             verdict, extra = r if isinstance(r, tuple) else (r, None)
         out.append(RankedMesh(plan, mesh_score(plan, num_microbatches), verdict, extra))
-    p = lambda m: m.plan.parallel  # noqa: E731
+    p = lambda m: m.plan.parallel
     out.sort(key=lambda m: (m.fits is False, m.score, p(m).pp, p(m).vpp, p(m).tp, p(m).cp, -p(m).ep, p(m).etp_size))
     return out

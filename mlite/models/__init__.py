@@ -13,10 +13,10 @@ ModelSpec.from_hf_config = staticmethod(from_hf_config)  # the documented entry 
 
 __all__ = [
     "COMPONENTS",
+    "SUPPORTED_MODEL_TYPES",
     "LayerSpec",
     "ModelSpec",
     "ParamGroup",
-    "SUPPORTED_MODEL_TYPES",
     "available_models",
     "from_hf_config",
     "load_config",

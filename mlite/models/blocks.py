@@ -44,7 +44,7 @@ class Inventory:
         if bias:
             self.add(f"{name}.bias", dim, component, "rep")
 
-    def extend(self, other: "Inventory") -> None:
+    def extend(self, other: Inventory) -> None:
         self.groups.extend(other.groups)
 
 

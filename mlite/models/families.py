@@ -7,7 +7,7 @@ transformers configuration class of the same type.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import ConfigError
 from .blocks import (
@@ -143,7 +143,7 @@ def qwen3_moe(f: Fields) -> dict:
         layers.append(_layer(i, "full", mlp, inv))
     tie = f.bool("tie_word_embeddings", False)
     pre, post = _pre_post(f, h, c["vocab_size"], tie)
-    return dict(c, head_dim=hd, v_head_dim=hd, ffn_hidden_size=ffn if any(l.mlp == "dense" for l in layers) else 0,
+    return dict(c, head_dim=hd, v_head_dim=hd, ffn_hidden_size=ffn if any(layer.mlp == "dense" for layer in layers) else 0,
                 moe_ffn_hidden_size=moe_ffn, num_experts=E, moe_router_topk=k, tie_word_embeddings=tie,
                 layers=layers, pre=pre, post=post)
 
@@ -223,7 +223,7 @@ def _hybrid(f: Fields, fused_names: bool, default_mtp: int, mtp_key: str | None)
         layers.append(_layer(L + j, "gated_full", "moe", inv, mtp=True))
     tie = f.bool("tie_word_embeddings", False)
     pre, post = _pre_post(f, h, c["vocab_size"], tie)
-    dense_ffn = f.int("intermediate_size", 0, min_value=0) if any(l.mlp == "dense" for l in layers) else 0
+    dense_ffn = f.int("intermediate_size", 0, min_value=0) if any(layer.mlp == "dense" for layer in layers) else 0
     return dict(c, head_dim=hd, v_head_dim=hd, ffn_hidden_size=dense_ffn, moe_ffn_hidden_size=moe_ffn,
                 num_experts=E, moe_router_topk=k, shared_expert_ffn_hidden_size=shared, tie_word_embeddings=tie,
                 linear_num_key_heads=gdn["key_heads"], linear_num_value_heads=gdn["value_heads"],
@@ -301,7 +301,7 @@ def _mla_family(f: Fields, *, dsa: bool, moe_rule: Callable[[int], bool]) -> dic
     n_shared = f.int("n_shared_experts", 0, min_value=0)
     moe_ffn = f.int("moe_intermediate_size", 0, min_value=0)
     return dict(c, num_key_value_heads=c["num_attention_heads"], head_dim=m["qk_nope"] + m["qk_rope"],
-                v_head_dim=m["v_head_dim"], ffn_hidden_size=ffn if any(l.mlp == "dense" for l in layers) else 0,
+                v_head_dim=m["v_head_dim"], ffn_hidden_size=ffn if any(layer.mlp == "dense" for layer in layers) else 0,
                 moe_ffn_hidden_size=moe_ffn, num_experts=E, moe_router_topk=f.int("num_experts_per_tok", 0, min_value=0),
                 shared_expert_ffn_hidden_size=n_shared * moe_ffn, tie_word_embeddings=tie,
                 q_lora_rank=m["q_lora_rank"], kv_lora_rank=m["kv_lora_rank"], qk_pos_emb_head_dim=m["qk_rope"],
@@ -318,10 +318,10 @@ def glm_moe_dsa(f: Fields) -> dict:
     L = f.int("num_hidden_layers")
     if f.has("mlp_layer_types"):
         types = f.list("mlp_layer_types", length=L, allowed={"dense", "sparse"})
-        rule = lambda i: types[i] == "sparse"  # noqa: E731
+        rule = lambda i: types[i] == "sparse"
     else:
         first = f.int("first_k_dense_replace", 3, min_value=0)
-        rule = lambda i: i >= first  # noqa: E731
+        rule = lambda i: i >= first
     return _mla_family(f, dsa=True, moe_rule=rule)
 
 
@@ -511,4 +511,4 @@ def build_native(arch: str, f: Fields, **meta) -> ModelSpec:
     return ModelSpec(architecture=arch, source="native", config=f.cfg, **meta, **out)
 
 
-__all__ = ["NATIVE", "ALIASES", "SUPPORTED_MODEL_TYPES", "build_native", "qwen3_5_vision_params", "ParamGroup"]
+__all__ = ["ALIASES", "NATIVE", "SUPPORTED_MODEL_TYPES", "ParamGroup", "build_native", "qwen3_5_vision_params"]

@@ -23,7 +23,7 @@ def transformers_knows(model_type: str) -> bool:
     """True if the installed transformers has a config class for ``model_type``."""
     try:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    except Exception:  # transformers missing or broken: the meta path is unavailable
+    except Exception:  # noqa: BLE001 - transformers missing or broken: the meta path is unavailable
         return False
     return model_type in CONFIG_MAPPING_NAMES
 
@@ -86,7 +86,7 @@ def spec_from_meta(config: dict, *, name: str, model_type: str, where: str) -> M
     """Build a :class:`ModelSpec` from the transformers model on the meta device."""
     try:
         model, hf_cfg = meta_model(config, model_type)
-    except Exception as e:  # transformers rejects the config: report it as one line
+    except Exception as e:  # noqa: BLE001 - transformers rejects the config: report it as one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{where}: transformers could not build model_type '{model_type}': {msg}") from None
     tensors = [(n, p.numel()) for n, p in model.named_parameters()]

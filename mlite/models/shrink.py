@@ -147,7 +147,7 @@ def shrink_config(ref, *, layers: int | None = None, experts: int | None = None,
             for k in _TOKEN_ID_KEYS:
                 for d in {id(cfg): cfg, id(t): t}.values():
                     v = d.get(k)
-                    if isinstance(v, int) and v >= vocab or isinstance(v, list) and any(x >= vocab for x in v):
+                    if (isinstance(v, int) and v >= vocab) or (isinstance(v, list) and any(x >= vocab for x in v)):
                         d[k] = None
                         changes.append(f"{k} dropped (outside the new vocabulary)")
     from_hf_config(cfg, name=f"{name}-cut")  # the cut config must still read as the same family

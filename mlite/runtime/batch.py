@@ -12,8 +12,8 @@ checks (lengths summing to ``T``, non-negative ids) run on CPU tensors only, so 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -175,7 +175,7 @@ class PackedBatch:
         return self._n_loss
 
     # ------------------------------------------------------------------ transforms
-    def to(self, device, non_blocking: bool = False) -> "PackedBatch":
+    def to(self, device, non_blocking: bool = False) -> PackedBatch:
         """The same batch on ``device`` (no re-validation, no sync)."""
         device = torch.device(device)
         if self.input_ids.device.type == "cpu":
@@ -189,7 +189,7 @@ class PackedBatch:
         out._cu = None if self._cu is None else self._cu.to(device, non_blocking=non_blocking)
         return out
 
-    def split(self, num_microbatches: int) -> list["PackedBatch"]:
+    def split(self, num_microbatches: int) -> list[PackedBatch]:
         """Split into ``num_microbatches`` batches of whole sequences, contiguous and balanced by token count."""
         m, n = int(num_microbatches), self.num_sequences
         if m < 1:
@@ -211,7 +211,7 @@ class PackedBatch:
         bounds.append(n)
         return [self._slice(bounds[i], bounds[i + 1], cu) for i in range(m)]
 
-    def _slice(self, s0: int, s1: int, cu: list[int]) -> "PackedBatch":
+    def _slice(self, s0: int, s1: int, cu: list[int]) -> PackedBatch:
         t0, t1 = cu[s0], cu[s1]
         out = object.__new__(PackedBatch)
         out.input_ids = self.input_ids[t0:t1]
@@ -225,7 +225,7 @@ class PackedBatch:
         return out
 
     @classmethod
-    def concat(cls, batches: Sequence["PackedBatch"]) -> "PackedBatch":
+    def concat(cls, batches: Sequence[PackedBatch]) -> PackedBatch:
         """Pack several batches into one (sequence order kept)."""
         if not batches:
             raise MliteError("PackedBatch.concat: no batches given")
@@ -244,7 +244,7 @@ class PackedBatch:
 
     @classmethod
     def from_sequences(cls, sequences: Sequence[Sequence[int]],
-                       target_masks: Sequence[Sequence[bool]] | None = None) -> "PackedBatch":
+                       target_masks: Sequence[Sequence[bool]] | None = None) -> PackedBatch:
         """Pack token lists, shifting labels within each sequence.
 
         ``target_masks[i][j]`` says whether token ``j`` of sequence ``i`` is learned (e.g. assistant tokens): the

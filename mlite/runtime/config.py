@@ -20,11 +20,11 @@ Rules mirrored from Megatron-Core's ``OptimizerConfig``: bf16 moments (``exp_avg
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import MliteError
-
 from ..mesh import ParallelConfig
 
 DTYPES = {"fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
@@ -106,10 +106,10 @@ class OptimizerConfig:
         if self.lr_decay_style not in DECAY_STYLES:
             raise MliteError(f"optimizer.lr_decay_style: {self.lr_decay_style!r} is not supported; use one of "
                              f"{', '.join(DECAY_STYLES)}")
-        if self.lr_decay_style != "constant":
-            if not isinstance(self.lr_decay_steps, int) or self.lr_decay_steps <= self.lr_warmup_steps:
-                raise MliteError(f"optimizer.lr_decay_steps: {self.lr_decay_steps!r} must be an integer larger than "
-                                 f"lr_warmup_steps={self.lr_warmup_steps} for lr_decay_style={self.lr_decay_style}")
+        if self.lr_decay_style != "constant" and (not isinstance(self.lr_decay_steps, int)
+                                                  or self.lr_decay_steps <= self.lr_warmup_steps):
+            raise MliteError(f"optimizer.lr_decay_steps: {self.lr_decay_steps!r} must be an integer larger than "
+                             f"lr_warmup_steps={self.lr_warmup_steps} for lr_decay_style={self.lr_decay_style}")
         self.exp_avg_dtype = dtype_name(self.exp_avg_dtype, "optimizer.exp_avg_dtype")
         self.exp_avg_sq_dtype = dtype_name(self.exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype")
         if not self.pao:
@@ -170,7 +170,7 @@ class MegatronLiteConfig:
         opt = self.impl_cfg.get("optimizer")
         if opt is not None and opt not in OPTIMIZERS:
             raise MliteError(f"impl_cfg.optimizer: {opt!r} is not a backend; use one of {', '.join(OPTIMIZERS)}")
-        self.recompute  # validates
+        _ = self.recompute  # the property validates impl_cfg's recompute
 
     @property
     def optimizer_backend(self) -> str:
@@ -251,7 +251,7 @@ class RuntimeConfig:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RuntimeConfig":
+    def from_dict(cls, d: dict) -> RuntimeConfig:
         """Inverse of :meth:`to_dict` (without a model factory)."""
         d = dict(d)
         d.pop("model_factory", None)

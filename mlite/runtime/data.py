@@ -21,9 +21,9 @@ forever), so all ranks run the same number of collectives.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from ..errors import MliteError
 from ..paths import dataset_file, tokenizer_file

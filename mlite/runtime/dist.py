@@ -19,9 +19,10 @@ import socket
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import MliteError
 
@@ -127,7 +128,7 @@ def _worker(local_rank: int, fn: Callable, world: int, port: int, outdir: str, a
         result = fn(local_rank, world, *args)
         destroy_distributed()
         torch.save({"ok": True, "result": result}, out)
-    except BaseException:  # noqa: BLE001 - reported to the parent, then re-raised
+    except BaseException:
         torch.save({"ok": False, "error": traceback.format_exc()}, out)
         raise
 

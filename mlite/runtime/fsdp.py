@@ -31,7 +31,6 @@ import torch
 from torch import nn
 
 
-
 def check_lite_parallel(parallel) -> None:
     """Raise MliteError for any parallel axis the lite runtime does not implement (pp, vpp, etp > 1)."""
     from .parallel.state import check_mesh

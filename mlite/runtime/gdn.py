@@ -29,6 +29,7 @@ No initial state and no final state: training from the start of each sequence on
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from functools import lru_cache
@@ -156,7 +157,7 @@ def _lengths(T: int, B: int, cu_seqlens, lengths) -> tuple[int, ...]:
         if B != 1:
             raise MliteError(f"cu_seqlens: packed input needs batch size 1, got {B}")
         cu = [int(x) for x in cu_seqlens.tolist()]
-        return tuple(b - a for a, b in zip(cu[:-1], cu[1:]))
+        return tuple(b - a for a, b in itertools.pairwise(cu))
     return (T,) * B
 
 

@@ -47,10 +47,11 @@ are static + ~13.8 GiB in every mode (gradient shards 3.2 GiB + activations); of
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -76,7 +77,7 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 class ModelHandle:
     """What ``build_model`` returns: the sharded model and its optimizer, scheduler and runtime."""
 
-    runtime: "LiteRuntime"
+    runtime: LiteRuntime
     """The runtime that built it."""
     model: torch.nn.Module
     """The FSDP2-sharded model."""

@@ -99,7 +99,7 @@ class Lab:
         for k in self.api("GET", "/api/kernels") or []:
             try:
                 self.api("DELETE", f"/api/kernels/{k['id']}")
-            except Exception:  # already gone
+            except Exception:  # noqa: BLE001 - already gone
                 pass
 
     def log_tail(self, n: int = 40) -> str:
@@ -165,7 +165,7 @@ def lab(tmp_path_factory) -> Lab:
             try:
                 server.api("GET", "/api/status")
                 break
-            except Exception:
+            except Exception:  # noqa: BLE001 - the server is not up yet (connection refused, 5xx)
                 if time.monotonic() > deadline:
                     pytest.fail(f"jupyter lab did not answer within {START_TIMEOUT_S}s:\n{server.log_tail()}",
                                 pytrace=False)
@@ -175,7 +175,7 @@ def lab(tmp_path_factory) -> Lab:
         try:
             if proc.poll() is None:
                 server.shutdown_kernels()
-        except Exception:
+        except Exception:  # noqa: BLE001 - best-effort cleanup; the process group is stopped next
             pass
         _stop_group(proc)
 
@@ -209,7 +209,7 @@ def browser_context(tmp_path_factory):
         ctx = pw.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
             args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any launch failure is reported as one test failure
         pw.stop()
         pytest.fail(f"could not launch {CHROMIUM} through Playwright: {e}", pytrace=False)
     ctx.set_default_timeout(UI_TIMEOUT_MS)
@@ -235,7 +235,7 @@ def page(browser_context, lab):
         pg.close()
         try:
             lab.shutdown_kernels()
-        except Exception:
+        except Exception:  # noqa: BLE001 - best-effort cleanup at teardown
             pass
 
 

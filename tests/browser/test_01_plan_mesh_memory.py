@@ -157,7 +157,7 @@ def test_memory_offload_slider_moves_memory_to_the_host(page):
     gpu = view.locator(".mlite-memory-gpu select").input_value()
     gib = float(view.locator(".mlite-memory-gpu_memory_gib input").input_value())
     plan = resolve(spec, m["ngpu"], cfg, seq_len=m["seq_len"])
-    opts = lambda f: TrainingOptions(offload_fraction=f, gpu_memory_gib=gib, seq_len=m["seq_len"])  # noqa: E731
+    opts = lambda f: TrainingOptions(offload_fraction=f, gpu_memory_gib=gib, seq_len=m["seq_len"])
     before = estimate(spec, plan, opts(0.0)).to_dict()
     total = view.locator(".mlite-memory-gpu-total .mlite-figure-exact")
     expect(total).to_have_text(f"{before['per_gpu']['total']:,} B")

@@ -10,14 +10,14 @@ from .moe import Experts, MoE
 
 __all__ = [
     "ATTENTION_KINDS",
+    "MLP_KINDS",
+    "RECOMPUTE",
+    "SUPPORTED_ARCHITECTURES",
     "DecoderBlock",
     "Experts",
     "LiteConfig",
     "LiteModel",
-    "MLP_KINDS",
     "MoE",
-    "RECOMPUTE",
-    "SUPPORTED_ARCHITECTURES",
     "build_lite_model",
     "lite_config",
 ]

@@ -6,6 +6,7 @@ stream are described by :class:`PackInfo`, built once per forward and shared by 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -30,14 +31,14 @@ class PackInfo:
 
     @classmethod
     def build(cls, num_tokens: int, device, cu_seqlens: torch.Tensor | None = None,
-              lengths=None) -> "PackInfo":
+              lengths=None) -> PackInfo:
         """From ``lengths`` (host) or ``cu_seqlens`` (one device sync), or a single sequence when both are None."""
         if lengths is None:
             if cu_seqlens is None:
                 lengths = (num_tokens,)
             else:
                 cu = [int(x) for x in cu_seqlens.tolist()]
-                lengths = tuple(b - a for a, b in zip(cu[:-1], cu[1:]))
+                lengths = tuple(b - a for a, b in itertools.pairwise(cu))
         lengths = tuple(int(n) for n in lengths)
         if sum(lengths) != num_tokens or min(lengths) <= 0:
             raise MliteError(f"cu_seqlens: sequence lengths {lengths[:8]}... must be positive and sum to the "

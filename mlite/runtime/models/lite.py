@@ -141,9 +141,7 @@ class LiteModel(nn.Module):
                 m.weight.normal_(0.0, std)
                 if m.bias is not None:
                     m.bias.zero_()
-            elif isinstance(m, nn.Embedding):
-                m.weight.normal_(0.0, std)
-            elif isinstance(m, Router):
+            elif isinstance(m, (nn.Embedding, Router)):
                 m.weight.normal_(0.0, std)
             elif isinstance(m, Experts):
                 m.reset_parameters(std)

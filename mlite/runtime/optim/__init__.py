@@ -8,5 +8,13 @@ from .offload import offload_split
 from .optimizer import CHUNK, STATE_KEYS, ShardedAdamW
 from .schedule import LRScheduler
 
-__all__ = ["CHUNK", "LRScheduler", "STATE_KEYS", "ShardedAdamW", "merge_fp32", "offload_split", "round_bf16",
-           "split_fp32"]
+__all__ = [
+           "CHUNK",
+           "STATE_KEYS",
+           "LRScheduler",
+           "ShardedAdamW",
+           "merge_fp32",
+           "offload_split",
+           "round_bf16",
+           "split_fp32",
+]

@@ -14,7 +14,7 @@ applies it inside the fp32 update (the bf16 gradients are not rewritten).
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
