@@ -57,17 +57,15 @@ def html_table(header: list[str], rows: list[list], *, css: str = "mlite-table",
 
 def figure_png(draw, *, size=(6.0, 3.0), dpi: int = 100) -> bytes:
     """Render ``draw(fig)`` with the non-interactive Agg canvas into PNG bytes (no pyplot, no GUI backend)."""
-    import io
-
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    from mlite.logs.plot import figure_png as png_bytes
 
     fig = Figure(figsize=size, dpi=dpi)
     FigureCanvasAgg(fig)
     draw(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    return buf.getvalue()
+    return png_bytes(fig, bbox_inches="tight")
 
 
 class ErrorBanner(W.VBox):

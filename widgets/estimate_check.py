@@ -11,10 +11,10 @@ import ipywidgets as W
 
 from mlite.memory.validation import BOUNDS, load_gpu_memory
 from mlite.paths import results_dir
+from mlite.units import GIB
 
 from ._common import ErrorBanner, figure_png, html_table
 
-GIB = 1024**3
 SETS = (("lite runtime", "gpu_memory.csv", "#d62728"), ("Megatron-Core", "mcore_memory.csv", "#1f77b4"))
 """(label, file under bench/results, colour) of each measured set."""
 

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from ..errors import MliteError
 from ..rundir import FAILED, FINAL, NOT_STARTED, RUNNING, SUMMARY_KEYS
+from ..units import GIB
 from .rundir import RunDir, now_iso
-
-GIB = 1024**3
 
 
 def _pid_alive(pid: int | None) -> bool:

@@ -30,9 +30,8 @@ import time
 import traceback
 
 from ..errors import MliteError
+from ..units import GIB
 from .rundir import RunDir
-
-GIB = 1024**3
 
 
 class MemoryProbe:

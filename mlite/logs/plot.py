@@ -191,12 +191,12 @@ def _baseline(runs, baseline):
                      f"its run name or the path it was read from")
 
 
-def figure_png(fig) -> bytes:
-    """PNG bytes of a figure."""
+def figure_png(fig, **savefig_kwargs) -> bytes:
+    """PNG bytes of a figure (the one PNG encoder of the kit: the CLI, the log session and the widgets use it)."""
     import io
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", **savefig_kwargs)
     return buf.getvalue()
 
 

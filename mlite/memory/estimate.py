@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
+from ..units import GIB
 from .activations import (
     ActDims,
     attention_buffer,
@@ -31,7 +32,6 @@ from .optimizer import state_bytes
 from .options import TrainingOptions
 from .params import StageParams, stage_params
 
-GIB = 1024**3
 CUBLAS_WORKSPACE = 64 * 2**20
 """cuBLAS + cuBLASLt workspaces PyTorch takes from its caching allocator on Hopper (32 MiB each; measured: every
 Megatron-Core row on the H200 holds 64 MiB more after the step than its state and buffers)."""

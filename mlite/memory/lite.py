@@ -1,7 +1,7 @@
 """Activation and transient memory of the kit's lite runtime (``mlite.runtime``: FSDP2, bf16), per token.
 
-Derived from what the lite modules save for the backward (checked against ``mlite.runtime.saved``: exact for the
-dense and MoE blocks on an H200 and on CPU, within 5 % for the hybrid blocks) rather than from Megatron's fused layers.
+Derived from what the lite modules save for the backward rather than from Megatron's fused layers, and held against
+``mlite.runtime.saved`` (tests/test_memory_lite.py; the GPU rows in bench/results/gpu_memory.csv).
 Notation: h hidden, a / kv query / key-value heads, hd head dim, f FFN width, E experts, k top-k, fe expert width,
 fs shared-expert width; bytes per token; ``norm(d)`` is what an RMSNorm keeps: its input and a fp32 rstd
 (2d + 4 for bf16 input with the fused CUDA kernel, 4d + 4 for the zero-centred Qwen3.5 norm, which runs on a fp32

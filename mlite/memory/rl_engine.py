@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..units import GIB
 from .rl_kv import KVLayout, dtype_bytes, kv_layout
 from .rl_options import RolloutOptions
-
-GIB = 1024**3
 
 
 @dataclass(kw_only=True)

@@ -36,12 +36,8 @@ from the first backward of a step until ``zero_grad``, which frees them), optimi
 (see :mod:`mlite.runtime.fsdp`), the update's chunk temporaries (see :mod:`mlite.runtime.optim.optimizer`),
 activations. ``memory_stats(handle)`` reports each part and, on CUDA, ``torch.cuda.max_memory_allocated()``.
 
-Measured on one H200 (``bench/runtime_memory.py``, a 1.72 B-parameter Qwen3-1.7B-shaped dense model, one
-4096-token sequence, world size 1): after a step ``torch.cuda.memory_allocated()`` equals params + optimizer state
-as ``memory_stats`` counts them to within 2.6 MiB (plus ~65 MiB of cuBLAS workspace once per process); the first
-step's peak is lower than later ones (state allocated lazily, after the backward's transients are gone); later peaks
-are static + ~13.8 GiB in every mode (gradient shards 3.2 GiB + activations); offload_fraction=1.0 leaves only the
-3.2 GiB of bf16 params resident and holds the 19.2 GiB of state in host RAM.
+How close the measured bytes come to this accounting on a GPU: ``bench/gpu_validate.py`` and
+``bench/results/gpu_memory.csv`` (figures live there and in the README, not here).
 """
 
 from __future__ import annotations
