@@ -35,8 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CUDA_CHUNK = {"cuda": 128, "cpu": 64}
-"""Gated DeltaNet chunk of the PyTorch path (``mlite.runtime.gdn.TORCH_CHUNK``)."""
+from ..runtime.chunks import GDN_TORCH_CHUNK
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +92,7 @@ def gdn_per_token(spec, dims: LiteDims) -> float:
     h = spec.hidden_size
     H, e = spec.linear_num_key_heads, spec.linear_num_value_heads
     K, V = spec.linear_key_head_dim, spec.linear_value_head_dim
-    C = CUDA_CHUNK[dims.device]
+    C = GDN_TORCH_CHUNK[dims.device]
     ab = dims.act_bytes
     cd = 2 * H * K + e * V
     kernel = 16 * e * C + 48 * e * K + 12 * e * V + 16 * e + 4 * e * K * K / C + 8 * e * K * V / C
