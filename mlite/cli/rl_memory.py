@@ -94,25 +94,49 @@ def rollout_from_args(args):
                           ref_param_offload=args.ref_offload, host_mem_gib=args.host_mem, **kw)
 
 
-def run(args) -> int:
-    from ..errors import MliteError
-    from ..memory import GIB
-    from ..memory.rl import PHASES, rl_estimate
+def _inputs(args):
+    """``(spec, mesh plan, training options, rollout options)`` of parsed ``mlite rl-memory`` arguments."""
     from ..mesh import resolve
     from ..models import from_hf_config
-    from . import print_json
     from .mesh import parallel_from_args
 
-    for flag in ("ngpu", "rollout_tp", "prompt_len", "response_len", "rollout_n", "rollout_batch"):
-        v = getattr(args, flag)
-        if v < 1:
-            raise MliteError(f"--{flag.replace('_', '-')} must be a positive integer, got {v}")
     r = rollout_from_args(args)
     if args.seq_len is None:
         args.seq_len = r.seq_tokens
     spec = from_hf_config(args.config)
     o = _training_options(args)
     plan = resolve(spec, args.ngpu, parallel_from_args(args), seq_len=o.seq_len, gpus_per_node=args.gpus_per_node)
+    return spec, plan, o, r
+
+
+def estimate_command(line: str):
+    """The :class:`~mlite.memory.rl.RLEstimate` an ``mlite rl-memory ...`` command line gives (what the RL view
+    prints is checked against it)."""
+    import shlex
+
+    from ..errors import MliteError
+    from ..memory.rl import rl_estimate
+    from . import build_parser
+
+    words = shlex.split(line)
+    if words[:2] != ["mlite", "rl-memory"]:
+        raise MliteError(f"not an 'mlite rl-memory' command: {line!r}")
+    args = build_parser().parse_args(words[1:])
+    spec, plan, o, r = _inputs(args)
+    return rl_estimate(spec, plan, o, r)
+
+
+def run(args) -> int:
+    from ..errors import MliteError
+    from ..memory import GIB
+    from ..memory.rl import PHASES, rl_estimate
+    from . import print_json
+
+    for flag in ("ngpu", "rollout_tp", "prompt_len", "response_len", "rollout_n", "rollout_batch"):
+        v = getattr(args, flag)
+        if v < 1:
+            raise MliteError(f"--{flag.replace('_', '-')} must be a positive integer, got {v}")
+    spec, plan, o, r = _inputs(args)
     if not plan.valid:
         if args.json:
             print_json({"valid": False, "errors": [f.message for f in plan.errors], "fits": False})

@@ -95,34 +95,23 @@ def test_bad_path_shows_one_line_inline(page, lab):
 
 
 def test_rl_section_bars_follow_the_rollout_knobs(page):
-    """The RL section: one bar per phase with the bytes rl_estimate computes for the page's model, mesh and knobs;
+    """The RL section: one bar per phase with the bytes of the ``mlite rl-memory`` command line the view prints (its
+    model, mesh, training options and rollout knobs: whatever the cells above left it with, a launcher included);
     the phases that do not fit are red; changing rollout.tensor_model_parallel_size moves bytes between the engine's
     weights and its KV cache inside vLLM's fixed share."""
-    from mlite.memory import TrainingOptions
-    from mlite.memory.rl import rl_estimate
-    from mlite.memory.rl_options import RolloutOptions
-    from mlite.mesh import ParallelConfig, resolve
+    import re
+
+    from mlite.cli.rl_memory import estimate_command
 
     open_notebook(page, "01_plan.ipynb")
     run_all_cells(page)
-    planner = page.locator(".mlite-planner")
-    fields = ("tp", "pp", "vpp", "cp", "ep", "etp")
-    mesh = {f: int(planner.locator(f".mlite-planner-{f} select").input_value()) for f in fields}
-    ngpu = int(planner.locator(".mlite-planner-ngpu input").input_value())
-    spec = from_hf_config(page.locator(".mlite-model-explorer .mlite-model-select select").input_value())
-    gib = float(page.locator(".mlite-memory .mlite-memory-gpu_memory_gib input").input_value())
     view = page.locator(".mlite-rl")
     expect(view).to_be_visible()
-    knob = lambda name: int(view.locator(f".mlite-rl-{name} input").input_value())
-    p_len, r_len = knob("prompt_length"), knob("response_length")
 
     def oracle(tp):
-        r = RolloutOptions(tensor_model_parallel_size=tp, prompt_length=p_len, response_length=r_len, n=knob("n"),
-                           train_batch_size=knob("train_batch_size"))
-        o = TrainingOptions(seq_len=p_len + r_len, gpu_memory_gib=gib)
-        return rl_estimate(spec, resolve(spec, ngpu, ParallelConfig(**mesh), seq_len=planner_seq), o, r)
+        line = view.locator(".mlite-rl-command").inner_text().strip()
+        return estimate_command(re.sub(r"--rollout-tp \d+", f"--rollout-tp {tp}", line))
 
-    planner_seq = int(planner.locator(".mlite-planner-seq_len input").first.input_value())
     tp0 = int(view.locator(".mlite-rl-tensor_model_parallel_size select").input_value())
     est = oracle(tp0)
     bars = view.locator(".mlite-rl-chart g.mlite-rl-bar")
