@@ -77,6 +77,8 @@ def run(args) -> int:
 
     # every input checked, every path made absolute (the workers start in the run directory), nothing written yet
     cfg = validate_run(_config(args), overwrite=args.overwrite)
+    for change in cfg.cut_changes():  # stderr: --json keeps stdout one document
+        print(f"model cut: {change}", file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.dry_run:
         h = start(cfg, dry_run=True, overwrite=args.overwrite)
         print(h.command)
