@@ -156,3 +156,50 @@ def test_real_family_cut_to_size_runs_3_steps(tmp_path, capsys):
     assert "routed experts 256 -> 8" in stdout and "vocab_size 248320 -> 4096" in stdout
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 3
+
+
+# ------------------------------------------------------------------ mlite run --from-plan (the plan mlite export wrote)
+def _export(tmp_path, capsys, model: str, *flags: str):
+    d = tmp_path / f"plan-{model}-{'_'.join(flags)}"
+    assert main(["export", model, "--target", "verl-mlite-sft", "--nodes", "1", "--out", str(d), *flags]) == 0
+    capsys.readouterr()
+    return d / "plan.json"
+
+
+def test_from_plan_runs_the_plans_mesh_and_optimizer_shrunk(tmp_path, capsys):
+    plan = _export(tmp_path, capsys, "tiny-moe", "--tp", "2", "--ep", "2", "--pao", "--moment-dtype", "bf16",
+                   "--offload-fraction", "0.5", "--seq-len", "256")
+    out = tmp_path / "run"
+    rc, stdout, _ = _run(["--from-plan", str(plan), "--steps", "2", "--nproc", "2", "--device", "cpu",
+                          "--out", str(out)], capsys)
+    assert rc == 0, (out / "train.log").read_text()
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["model"], cfg["tp"], cfg["cp"], cfg["ep"], cfg["nproc"]) == ("tiny-moe", 2, 1, 2, 2)
+    assert (cfg["pao"], cfg["moment_dtype"], cfg["offload_fraction"], cfg["tokens_per_microbatch"]) == (
+        True, "bf16", 0.5, 256)
+    assert cfg["layers"] == 2
+    assert "plan shrunk: data parallel 4 -> 1 (nproc 8 -> 2)" in stdout
+    assert "model cut: layers 4 -> 2" in stdout
+    log = (out / "train.log").read_text()
+    assert "[mlite] plan shrunk: data parallel 4 -> 1" in log and "mesh: tp 2, cp 1, ep 2" in log
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_plan_that_cannot_be_shrunk_exits_2(tmp_path, capsys):
+    cases = [
+        (_export(tmp_path, capsys, "tiny-moe", "--tp", "2"), "1", "TP 2 x CP 1 = 2 ranks per model replica do not "
+                                                                     "fit --nproc 1; give --nproc 2 or more"),
+        (_export(tmp_path, capsys, "tiny-moe", "--ep", "4"), "2", "the plan's EP 4 does not fit --nproc 2"),
+        (_export(tmp_path, capsys, "tiny-deepseek-v3"), "2", "is a deepseek_v3 model, which the lite runtime does"),
+    ]
+    bad = tmp_path / "notaplan.json"
+    bad.write_text(json.dumps({"model": "tiny-moe"}))
+    cases.append((bad, "2", "is not an 'mlite export' plan (no mesh, options)"))
+    for plan, nproc, message in cases:
+        out = tmp_path / "run"
+        rc, _, err = _run(["--from-plan", str(plan), "--steps", "2", "--nproc", nproc, "--device", "cpu",
+                           "--out", str(out)], capsys)
+        assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists()
+    rc, _, err = _run(["--steps", "2", "--nproc", "2", "--device", "cpu", "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and "give --model" in err

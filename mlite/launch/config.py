@@ -28,8 +28,11 @@ from ..options.table import RUN_PARAM_DTYPES as PARAM_DTYPES
 from ..options.table import RUN_RECOMPUTE as RECOMPUTE
 from ..paths import REPO_ROOT
 
-__all__ = ["DEBUG_MODELS", "DEVICES", "LAUNCHERS", "MOMENT_DTYPES", "OPTIMIZERS", "PARAM_DTYPES", "RECOMPUTE",
-           "RunConfig", "runs_root"]
+DIST_OPT_IN_LITE = False
+"""Whether the lite runtime runs ``--optimizer dist_opt`` (refused before start until it does)."""
+
+__all__ = ["DEBUG_MODELS", "DEVICES", "DIST_OPT_IN_LITE", "LAUNCHERS", "MOMENT_DTYPES", "OPTIMIZERS", "PARAM_DTYPES",
+           "RECOMPUTE", "RunConfig", "runs_root"]
 
 
 def runs_root() -> Path:
@@ -274,7 +277,7 @@ class RunConfig:
         optimizer settings, CUDA / GPUs / megatron-core / Ray are there when asked for."""
         from .cut import check_cut
 
-        if self.optimizer == "dist_opt":  # the worker would refuse it after torchrun started
+        if self.optimizer == "dist_opt" and not DIST_OPT_IN_LITE:  # the worker would refuse it after torchrun started
             raise MliteError("optimizer: dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2")
         check_cut(self)
         self.check_mesh(self.model_spec())
