@@ -130,4 +130,17 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
     return out, said
 
 
-__all__ = ["plan_values", "read_plan"]
+def config_from_plan(path, **fields):
+    """``(RunConfig, shrunk)`` for the plan at ``path``; ``fields`` are RunConfig fields as flags would give them
+    (``nproc`` is this node's limit; ``layers`` / ``experts`` / ``vocab`` / ``tokens_per_microbatch`` override the
+    defaults of the shrink)."""
+    from dataclasses import asdict
+
+    from .config import RunConfig
+
+    values = dict(asdict(RunConfig()), **fields)
+    values, shrunk = plan_values(read_plan(path), values, set(fields))
+    return RunConfig(**values), shrunk
+
+
+__all__ = ["config_from_plan", "plan_values", "read_plan"]
