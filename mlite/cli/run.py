@@ -42,6 +42,11 @@ def add_parser(sub):
 
 
 def _config(args):
+    """The RunConfig of the flags (and of ``--from-plan``)."""
+    return _config_and_shrunk(args)[0]
+
+
+def _config_and_shrunk(args):
     """The RunConfig of the flags (and of ``--from-plan``), and what was shrunk from the plan."""
     from ..errors import MliteError
     from ..launch import RunConfig
@@ -94,7 +99,7 @@ def run(args) -> int:
     from . import print_json
 
     # every input checked, every path made absolute (the workers start in the run directory), nothing written yet
-    cfg, shrunk = _config(args)
+    cfg, shrunk = _config_and_shrunk(args)
     cfg = validate_run(cfg, overwrite=args.overwrite)
     said = sys.stderr if args.json else sys.stdout  # --json keeps stdout one document
     for line in shrunk:
