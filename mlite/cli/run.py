@@ -4,7 +4,8 @@ run of the lite runtime (FSDP2 workers under torchrun, or Ray actors with ``--la
 Exit 0 when the run completes, 1 when it fails (or was stopped: Ctrl-C asks the workers to stop after the step they
 are in), 2 for bad input. ``--json`` prints ``{"status", "steps", "final_loss", "log", "metrics_jsonl",
 "peak_memory_bytes", "reason", "run_dir"}`` at the end; without it a line per step goes to stdout. ``--dry-run``
-prints the worker command and starts nothing.
+prints the worker command and starts nothing. ``--from-plan plan.json`` runs the plan ``mlite export`` wrote, shrunk
+onto this node (:mod:`mlite.launch.from_plan`), and prints each shrink as a ``plan shrunk:`` line.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def add_parser(sub):
                                    "metrics.jsonl, config.json, command.txt, status.json) readable by 'mlite logs'. "
                                    "Exit 0: completed; 1: failed or stopped; 2: bad input.")
     groups = add_flags(p, RUN)  # the RunConfig fields (mlite.options.table.RUN)
+    for action in p._actions:  # --from-plan gives the model
+        if action.dest == "model":
+            action.required = False
+    p.add_argument("--from-plan", metavar="PLAN", default=None,
+                   help="debug the plan.json 'mlite export' wrote: its model, mesh, optimizer and offload settings, "
+                        "shrunk to fit --nproc processes (fewer layers, experts, DP); says what was shrunk")
     p.add_argument("--json", action="store_true", help="print the JSON document at the end")
     g = groups["training details"]
     g.add_argument("--overwrite", action="store_true", help="replace the run files of an older run in --out")
@@ -35,10 +42,26 @@ def add_parser(sub):
 
 
 def _config(args):
+    """The RunConfig of the flags (and of ``--from-plan``)."""
+    return _config_and_shrunk(args)[0]
+
+
+def _config_and_shrunk(args):
+    """The RunConfig of the flags (and of ``--from-plan``), and what was shrunk from the plan."""
+    from ..errors import MliteError
     from ..launch import RunConfig
     from ..options import RUN, values_from_args
 
-    return RunConfig(**values_from_args(args, RUN))
+    values = values_from_args(args, RUN)
+    if args.from_plan is None:
+        if values.get("model") is None:
+            raise MliteError("model: give --model (a data/models name or a config.json path) or --from-plan PLAN")
+        return RunConfig(**values), []
+    from ..launch.from_plan import plan_values, read_plan
+
+    given = {r.field for r in RUN if values.get(r.field) != r.default}
+    values, shrunk = plan_values(read_plan(args.from_plan), values, given)
+    return RunConfig(**values), shrunk
 
 
 def _follow(run, quiet: bool) -> None:
@@ -76,12 +99,20 @@ def run(args) -> int:
     from . import print_json
 
     # every input checked, every path made absolute (the workers start in the run directory), nothing written yet
-    cfg = validate_run(_config(args), overwrite=args.overwrite)
+    cfg, shrunk = _config_and_shrunk(args)
+    cfg = validate_run(cfg, overwrite=args.overwrite)
+    said = sys.stderr if args.json else sys.stdout  # --json keeps stdout one document
+    for line in shrunk:
+        print(f"plan shrunk: {line}", file=said, flush=True)
+    for change in cfg.cut_changes():
+        print(f"model cut: {change}", file=said, flush=True)
     if args.dry_run:
         h = start(cfg, dry_run=True, overwrite=args.overwrite)
         print(h.command)
         return 0
     h = start(cfg, overwrite=args.overwrite)
+    for line in shrunk:
+        h.rundir.lifecycle(f"plan shrunk: {line}")
     if not args.json:
         print(f"run directory {h.run_dir}\n{h.command}", flush=True)
     _follow(h, quiet=args.json)

@@ -28,8 +28,11 @@ from ..options.table import RUN_PARAM_DTYPES as PARAM_DTYPES
 from ..options.table import RUN_RECOMPUTE as RECOMPUTE
 from ..paths import REPO_ROOT
 
-__all__ = ["DEBUG_MODELS", "DEVICES", "LAUNCHERS", "MOMENT_DTYPES", "OPTIMIZERS", "PARAM_DTYPES", "RECOMPUTE",
-           "RunConfig", "runs_root"]
+DIST_OPT_IN_LITE = False
+"""Whether the lite runtime runs ``--optimizer dist_opt`` (refused before start until it does)."""
+
+__all__ = ["DEBUG_MODELS", "DEVICES", "DIST_OPT_IN_LITE", "LAUNCHERS", "MOMENT_DTYPES", "OPTIMIZERS", "PARAM_DTYPES",
+           "RECOMPUTE", "RunConfig", "runs_root"]
 
 
 def runs_root() -> Path:
@@ -49,6 +52,14 @@ class RunConfig:
 
     model: str = "tiny-moe"
     """A ``data/models`` name (``tiny-dense``, ``tiny-moe``, ``tiny-hybrid``), a config.json path or folder."""
+    layers: int | None = None
+    """Cut the model to this many decoder layers, one of each layer kind first (None: all of them)."""
+    experts: int | None = None
+    """Cut every MoE layer to its first E routed experts (None: all of them)."""
+    vocab: int | None = None
+    """Cut the vocabulary to V tokens, randomly initialised runs only (None: the model's)."""
+    hf_checkpoint: str | None = None
+    """Local Hugging Face safetensors directory whose weights (of the kept layers and experts) the run starts from."""
     steps: int = 30
     """Optimizer steps to run."""
     nproc: int = 2
@@ -112,6 +123,12 @@ class RunConfig:
         """Raise :class:`MliteError` naming the first bad field."""
         if not isinstance(self.model, str) or not self.model.strip():
             raise MliteError("model: give a data/models name (tiny-dense, tiny-moe, tiny-hybrid) or a config path")
+        for name in ("layers", "experts", "vocab"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise MliteError(f"{name}: {v!r} must be a positive integer (or None to keep the model's)")
+        if self.hf_checkpoint is not None:
+            self.hf_checkpoint = str(self.hf_checkpoint)
         for name, lo in (("steps", 1), ("nproc", 1), ("tokens_per_microbatch", 16), ("num_microbatches", 1),
                          ("lr_warmup_steps", 0), ("seed", 0), ("tp", 1), ("cp", 1), ("ep", 1), ("etp", 1)):
             v = getattr(self, name)
@@ -159,13 +176,12 @@ class RunConfig:
         """Refuse a mesh the planner (:func:`mlite.mesh.resolve`) rejects for this model and ``nproc``, with its
         reasons. The sequence-length rule does not apply: the runtime pads every sequence to a multiple of 2*CP."""
         from ..mesh import resolve
-        from ..models import from_hf_config
         from ..runtime.parallel.state import check_mesh
 
         if self.etp != 1:  # a valid config (it round-trips), refused before a run starts
             raise MliteError(f"etp: {self.etp} is not run by the lite runtime (experts stay whole on each EP rank); "
                              "use --etp 1")
-        spec = spec or from_hf_config(self.model)
+        spec = spec or self.model_spec()
         p = self.parallel_config()
         check_mesh(p)
         plan = resolve(spec, self.nproc, p, seq_len=2 * p.cp, gpus_per_node=self.nproc)
@@ -173,6 +189,25 @@ class RunConfig:
             reasons = "; ".join(f.message for f in plan.errors)
             raise MliteError(f"mesh: --nproc {self.nproc} --tp {self.tp} --cp {self.cp} --ep {self.ep} --etp "
                              f"{self.etp} is not a valid mesh for {spec.name}: {reasons}")
+
+    def model_spec(self):
+        """The ModelSpec the run trains: ``model`` cut to ``layers`` / ``experts`` / ``vocab`` when given."""
+        from .cut import model_spec
+
+        return model_spec(self)
+
+    def model_dict(self) -> dict:
+        """The Hugging Face config dict the workers build (cut to size when asked)."""
+        from .cut import model_config
+
+        return model_config(self)[2]
+
+    def cut_changes(self) -> list[str]:
+        """What cutting the model changed, one sentence each (empty when nothing is cut)."""
+        from .cut import model_config
+
+        cut = model_config(self)[3]
+        return list(cut.changes) if cut is not None else []
 
     def resolved_param_dtype(self) -> str:
         """Parameter storage dtype of the run: ``param_dtype``, with auto = bf16 on CUDA or with PAO, else fp32."""
@@ -211,7 +246,12 @@ class RunConfig:
             if "compile" not in {f.name for f in fields(RuntimeConfig)}:
                 raise MliteError("compile: this runtime has no torch.compile option yet; drop --compile")
             extra["compile"] = True
-        return RuntimeConfig(hf_path=self.model, device=self.device, seed=self.seed, param_dtype=self.param_dtype,
+        from .cut import checkpoint_factory, is_cut
+
+        if self.hf_checkpoint is not None:
+            extra["model_factory"] = checkpoint_factory(self, self.recompute)
+        model = self.model_dict() if is_cut(self) else self.model
+        return RuntimeConfig(hf_path=model, device=self.device, seed=self.seed, param_dtype=self.param_dtype,
                              backend_cfg=MegatronLiteConfig(optimizer=opt, impl_cfg={"recompute": self.recompute},
                                                             parallel=self.parallel_config()),
                              **extra)
@@ -235,11 +275,12 @@ class RunConfig:
     def check_environment(self) -> None:
         """What can be checked before starting anything: the model config reads, the runtime accepts the
         optimizer settings, CUDA / GPUs / megatron-core / Ray are there when asked for."""
-        from ..models import from_hf_config
+        from .cut import check_cut
 
-        if self.optimizer == "dist_opt":  # the worker would refuse it after torchrun started
+        if self.optimizer == "dist_opt" and not DIST_OPT_IN_LITE:  # the worker would refuse it after torchrun started
             raise MliteError("optimizer: dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2")
-        self.check_mesh(from_hf_config(self.model))
+        check_cut(self)
+        self.check_mesh(self.model_spec())
         self.runtime_config()
         if self.device == "cuda":
             import torch

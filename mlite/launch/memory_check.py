@@ -18,9 +18,7 @@ def estimate_for(config: RunConfig):
     """The memory estimate (``MemoryEstimate``) of ``config``'s run."""
     from ..memory import estimate
     from ..mesh import resolve
-    from ..models import from_hf_config
-
-    spec = from_hf_config(config.model)
+    spec = config.model_spec()
     opts = config.training_options()
     p = config.parallel_config()
     # CP splits each sequence into 2*CP chunks: the planner's sequence-length rule sees the padded length

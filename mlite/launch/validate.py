@@ -76,10 +76,9 @@ def check_mesh(config: RunConfig):
     invalid one, naming the first rule it breaks."""
     from ..errors import ConfigError
     from ..mesh import ParallelConfig, resolve
-    from ..models import from_hf_config
 
     try:
-        spec = from_hf_config(config.model)
+        spec = config.model_spec()
     except ConfigError as e:  # name the field: the message itself names the file and the key
         raise MliteError(f"model: {e.message}") from None
     plan = resolve(spec, config.nproc, ParallelConfig(), seq_len=config.tokens_per_microbatch,
@@ -102,10 +101,15 @@ def validate_run(config: RunConfig, *, overwrite: bool = False, cwd: str | os.Pa
         raise MliteError(f"crash_at_step: {config.crash_at_step} is after the last step ({config.steps}): the run "
                          f"would not crash; give --crash-at-step {config.steps} or less")
     cfg = replace(config, model=resolve_model(config.model, base), dataset=resolve_dataset(config.dataset, base))
+    if cfg.hf_checkpoint is not None:
+        cfg = replace(cfg, hf_checkpoint=str(_under(base, cfg.hf_checkpoint).resolve()))
     if cfg.out is not None:
         cfg = replace(cfg, out=str(_under(base, cfg.out).resolve()))
     cfg = replace(cfg, out=str(cfg.resolved_out()))
-    check_mesh(cfg)  # reads the model config: a missing or malformed one fails here
+    check_mesh(cfg)  # reads the model config: a missing or malformed one, a cut out of range fail here
+    from .cut import check_cut
+
+    check_cut(cfg)  # an architecture the runtime does not build, a checkpoint that does not match
     check_dataset(cfg.dataset, cfg.nproc)
     if not tokenizer_file().is_file():
         raise MliteError(f"tokenizer: {tokenizer_file()} not found; reinstall mlite-lab or set MLITE_DATA to a "

@@ -177,6 +177,11 @@ def train(rd: RunDir) -> dict:
     data = sft_iterator(dataset=cfg.dataset, tokens_per_microbatch=cfg.tokens_per_microbatch,
                         num_microbatches=cfg.num_microbatches, rank=ps.dp_rank, world=ps.dp, seed=cfg.seed)
     probe = MemoryProbe(dev, cfg.steps)
+    if rank == 0:
+        for change in cfg.cut_changes():
+            rd.lifecycle(f"model cut: {change}")
+        if cfg.hf_checkpoint:
+            rd.lifecycle(f"weights: {cfg.hf_checkpoint} (Hugging Face checkpoint, loaded before sharding)")
     h = rt.build_model()
     if rank == 0:
         n = sum(p.numel() for p in h.model.parameters())

@@ -194,6 +194,12 @@ _D = "training details"
 RUN: tuple[Option, ...] = (
     Option("model", str, "tiny-moe", "--model", f"data/models name ({', '.join(RUN_DEBUG_MODELS)}) or a "
            "config.json path", required=True, metavar="CONFIG"),
+    Option("layers", int, None, "--layers", "cut the model to N decoder layers (one of each layer kind first)",
+           metavar="N"),
+    Option("experts", int, None, "--experts", "cut every MoE layer to its first E routed experts", metavar="E"),
+    Option("vocab", int, None, "--vocab", "cut the vocabulary to V tokens (random init only)", metavar="V"),
+    Option("hf_checkpoint", str, None, "--hf-checkpoint", "start from the weights of this local Hugging Face "
+           "safetensors directory", metavar="DIR"),
     Option("steps", int, 30, "--steps", "optimizer steps", required=True),
     Option("nproc", int, 2, "--nproc", "worker processes: TP*CP*DP (= EP*EDP)", required=True),
     Option("tp", int, 1, "--tp", "tensor parallel size (sequence parallel); --nproc = TP*CP*DP"),

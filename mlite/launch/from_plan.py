@@ -1,0 +1,146 @@
+"""``mlite run --from-plan plan.json``: debug the plan ``mlite export`` wrote, shrunk onto this node.
+
+The run keeps what the plan decides and the lite runtime runs: the model's architecture, the mesh axes TP, CP and
+EP, PAO, the moment dtype, offload_fraction and the context offloads, recompute, the parameter dtype. It shrinks what
+cannot fit one small node: the depth (``--layers``, default 2: one layer of each kind first), the routed experts
+(``--experts``, default the smallest multiple of EP that is at least 8, or all of them when fewer), the vocabulary of
+a randomly initialised run (``--vocab``, default 4096), the data-parallel size (``nproc`` = the largest multiple of
+TP x CP and of EP that is at most ``--nproc``), the sequence (tokens per micro-batch at most ``--tokens-per-
+microbatch``), and the axes the lite runtime has not got (PP and VPP fold into the cut depth, ETP into whole experts).
+Every shrink is said, one sentence each. A plan that cannot be shrunk (TP x CP or EP larger than ``--nproc``, an
+architecture the runtime does not build, a file that is not a plan) raises :class:`~mlite.errors.MliteError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..errors import MliteError
+
+PLAN_KEYS = ("model", "mesh", "options")
+"""Keys every plan.json of ``mlite export`` has (:func:`mlite.export.writer.render`)."""
+DEFAULT_LAYERS = 2
+DEFAULT_MIN_EXPERTS = 8
+DEFAULT_VOCAB = 4096
+
+
+def read_plan(path) -> dict:
+    """The plan document at ``path`` (checked to be one)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise MliteError(f"from_plan: {p} not found; give the plan.json 'mlite export --out DIR' wrote")
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise MliteError(f"from_plan: {p} is not valid JSON ({e})") from None
+    missing = [k for k in PLAN_KEYS if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise MliteError(f"from_plan: {p} is not an 'mlite export' plan (no {', '.join(missing)})")
+    return doc
+
+
+def _fit_nproc(limit: int, tp: int, cp: int, ep: int) -> int:
+    """The largest ``n <= limit`` with ``tp*cp | n`` and ``ep | n``; 0 when none."""
+    step = math.lcm(tp * cp, ep)
+    return (limit // step) * step
+
+
+def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[str]]:
+    """``values`` (RunConfig fields from the command line) with the plan's settings, and what was shrunk.
+
+    ``given``: the fields the user set on the command line (their ``--layers``/``--experts``/``--vocab``/
+    ``--tokens-per-microbatch`` win over the defaults; ``--nproc`` is the limit of this node).
+    """
+    from ..errors import ConfigError
+    from ..models import from_hf_config
+    from ..runtime.models.lite import SUPPORTED_ARCHITECTURES
+    from .config import DIST_OPT_IN_LITE
+
+    model, mesh, opts = doc["model"], doc["mesh"], doc["options"]
+    try:
+        spec = from_hf_config(model)
+    except ConfigError as e:  # the message names the file and the key
+        raise MliteError(f"from_plan: model {model!r} of the plan does not read here ({e.message})") from None
+    if spec.source != "native" or spec.architecture not in SUPPORTED_ARCHITECTURES:
+        raise MliteError(f"from_plan: {model} is a {spec.architecture} model, which the lite runtime does not build "
+                         f"(it builds {', '.join(SUPPORTED_ARCHITECTURES)}); this plan cannot be debugged here")
+    out = dict(values, model=model)
+    said: list[str] = []
+    tp, cp, ep = (int(mesh.get(k, 1)) for k in ("tp", "cp", "ep"))
+    limit = int(values["nproc"])
+    if tp * cp > limit:
+        raise MliteError(f"from_plan: the plan's TP {tp} x CP {cp} = {tp * cp} ranks per model replica do not fit "
+                         f"--nproc {limit}; give --nproc {tp * cp} or more")
+    if ep > limit:
+        raise MliteError(f"from_plan: the plan's EP {ep} does not fit --nproc {limit}; give --nproc {ep} or more")
+    n = _fit_nproc(limit, tp, cp, ep)
+    out.update(tp=tp, cp=cp, ep=ep, etp=1, nproc=n)
+    dp_plan = mesh.get("dp")
+    said.append(f"data parallel {dp_plan} -> {n // (tp * cp)} (nproc {mesh.get('ngpu', doc.get('ngpu'))} -> {n})")
+    for axis in ("pp", "vpp"):
+        if int(mesh.get(axis, 1)) > 1:
+            said.append(f"{axis} {mesh[axis]} -> 1 (the lite runtime has no pipeline parallelism; every rank runs "
+                        "the cut model's layers)")
+    if int(mesh.get("etp", 1)) > 1:
+        said.append(f"etp {mesh['etp']} -> 1 (the lite runtime keeps each expert whole on its EP rank)")
+
+    if "layers" not in given or values.get("layers") is None:
+        out["layers"] = min(DEFAULT_LAYERS, spec.num_layers)
+    if spec.is_moe and ("experts" not in given or values.get("experts") is None):
+        want = max(ep, math.ceil(DEFAULT_MIN_EXPERTS / ep) * ep)
+        out["experts"] = min(spec.num_experts, want)
+    if not values.get("hf_checkpoint") and ("vocab" not in given or values.get("vocab") is None):
+        out["vocab"] = min(DEFAULT_VOCAB, spec.vocab_size)
+
+    opt = opts.get("optimizer", "fsdp2")
+    if opt == "dist_opt" and not DIST_OPT_IN_LITE:
+        out["optimizer"] = "fsdp2"
+        said.append("optimizer dist_opt -> fsdp2 (the lite runtime has no distributed optimizer yet; PAO, moments "
+                    "and offload kept)")
+    else:
+        out["optimizer"] = opt
+    out["pao"] = bool(opts.get("use_precision_aware_optimizer", False))
+    moments = {opts.get("exp_avg_dtype", "fp32"), opts.get("exp_avg_sq_dtype", "fp32")}
+    out["moment_dtype"] = "bf16" if moments == {"bf16"} and out["pao"] else "fp32"
+    if moments != {out["moment_dtype"]}:
+        said.append(f"moments {'/'.join(sorted(moments))} -> {out['moment_dtype']}")
+    if opts.get("main_grads_dtype", "fp32") != "fp32":
+        said.append(f"main_grads_dtype {opts['main_grads_dtype']} not modelled by the lite runtime's fsdp2 "
+                    "(gradients in the parameter dtype)")
+    for k in ("offload_fraction", "param_offload", "optimizer_offload"):
+        out[k] = opts.get(k, out.get(k))
+    if opts.get("grad_offload"):
+        said.append("grad_offload dropped (the lite runtime offloads gradients with the parameters)")
+    out["recompute"] = opts.get("recompute", "none")
+    pd = opts.get("param_dtype", "bf16")
+    if values.get("device") == "cpu" and "param_dtype" not in given:
+        out["param_dtype"] = "auto"  # fp32 on CPU (bf16 with PAO): the CPU runs fp32 matmuls fast
+        if pd != ("bf16" if out["pao"] else "fp32"):
+            said.append(f"param_dtype {pd} -> {'bf16' if out['pao'] else 'fp32'} (CPU run)")
+    elif pd in ("fp32", "bf16"):
+        out["param_dtype"] = pd
+    seq = int(opts.get("seq_len", values["tokens_per_microbatch"]))
+    if "tokens_per_microbatch" in given or seq > values["tokens_per_microbatch"]:
+        if seq != values["tokens_per_microbatch"]:
+            said.append(f"seq_len {seq} -> tokens_per_microbatch {values['tokens_per_microbatch']}")
+    else:
+        out["tokens_per_microbatch"] = max(seq, 16)
+    return out, said
+
+
+def config_from_plan(path, **fields):
+    """``(RunConfig, shrunk)`` for the plan at ``path``; ``fields`` are RunConfig fields as flags would give them
+    (``nproc`` is this node's limit; ``layers`` / ``experts`` / ``vocab`` / ``tokens_per_microbatch`` override the
+    defaults of the shrink)."""
+    from dataclasses import asdict
+
+    from .config import RunConfig
+
+    values = dict(asdict(RunConfig()), **fields)
+    values, shrunk = plan_values(read_plan(path), values, set(fields))
+    return RunConfig(**values), shrunk
+
+
+__all__ = ["config_from_plan", "plan_values", "read_plan"]
