@@ -51,6 +51,16 @@ def print_json(obj) -> None:
     sys.stdout.write("\n")
 
 
+def print_invalid_mesh(plan, as_json: bool) -> int:
+    """An invalid mesh as the estimating commands report it (``--json``: valid, errors, fits); exit code 1."""
+    if as_json:
+        print_json({"valid": False, "errors": [f.message for f in plan.errors], "fits": False})
+    else:
+        for f in plan.errors:
+            print(f"error: [{f.rule}] {f.message}")
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

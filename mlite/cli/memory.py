@@ -43,19 +43,14 @@ def run(args) -> int:
     from ..memory import GIB, estimate
     from ..mesh import resolve
     from ..models import from_hf_config
-    from . import print_json
+    from . import print_invalid_mesh, print_json
     from .mesh import parallel_from_args
 
     spec = from_hf_config(args.config)
     o = options_from_args(args)
     plan = resolve(spec, args.ngpu, parallel_from_args(args), seq_len=o.seq_len, gpus_per_node=args.gpus_per_node)
     if not plan.valid:
-        if args.json:
-            print_json({"valid": False, "errors": [f.message for f in plan.errors], "fits": False})
-        else:
-            for f in plan.errors:
-                print(f"error: [{f.rule}] {f.message}")
-        return 1
+        return print_invalid_mesh(plan, args.json)
     est = estimate(spec, plan, o)
     doc = est.to_dict()
     if args.json:

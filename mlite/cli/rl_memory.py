@@ -130,7 +130,7 @@ def run(args) -> int:
     from ..errors import MliteError
     from ..memory import GIB
     from ..memory.rl import PHASES, rl_estimate
-    from . import print_json
+    from . import print_invalid_mesh, print_json
 
     for flag in ("ngpu", "rollout_tp", "prompt_len", "response_len", "rollout_n", "rollout_batch"):
         v = getattr(args, flag)
@@ -138,12 +138,7 @@ def run(args) -> int:
             raise MliteError(f"--{flag.replace('_', '-')} must be a positive integer, got {v}")
     spec, plan, o, r = _inputs(args)
     if not plan.valid:
-        if args.json:
-            print_json({"valid": False, "errors": [f.message for f in plan.errors], "fits": False})
-        else:
-            for f in plan.errors:
-                print(f"error: [{f.rule}] {f.message}")
-        return 1
+        return print_invalid_mesh(plan, args.json)
     est = rl_estimate(spec, plan, o, r)
     doc = est.to_dict()
     if args.json:
