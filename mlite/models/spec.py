@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 
 COMPONENTS = (
     "embedding",
@@ -161,6 +162,14 @@ class ModelSpec:
     """The (text) config dict the spec was read from."""
 
     # ----------------------------------------------------------------- layers
+    @staticmethod
+    def from_hf_config(ref: str | Path | dict, *, name: str | None = None) -> ModelSpec:
+        """The documented entry point: :func:`mlite.models.reader.from_hf_config` (path, ``data/models`` name or
+        dict)."""
+        from .reader import from_hf_config
+
+        return from_hf_config(ref, name=name)
+
     @cached_property
     def main_layers(self) -> tuple[LayerSpec, ...]:
         """The main decoder layers."""
