@@ -387,7 +387,7 @@ def scan(source: LogSource, *, keep: bool = True, events: bool = True, sink=None
 class _Steps:
     """Generator wrapper that keeps the :class:`ScanResult` once the scan is over."""
 
-    def __init__(self, gen):
+    def __init__(self, gen) -> None:
         self._gen = gen
         self._result: ScanResult | None = None
 
