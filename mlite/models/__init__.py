@@ -9,6 +9,8 @@ from .families import SUPPORTED_MODEL_TYPES
 from .reader import from_hf_config
 from .spec import COMPONENTS, LayerSpec, ModelSpec, ParamGroup
 
+ModelSpec.from_hf_config = staticmethod(from_hf_config)  # the documented entry point: ModelSpec.from_hf_config(...)
+
 __all__ = [
     "COMPONENTS",
     "SUPPORTED_MODEL_TYPES",

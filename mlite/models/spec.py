@@ -14,9 +14,10 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
+from typing import ClassVar
 
 COMPONENTS = (
     "embedding",
@@ -161,15 +162,11 @@ class ModelSpec:
     config: dict = field(default_factory=dict, repr=False, compare=False)
     """The (text) config dict the spec was read from."""
 
+    from_hf_config: ClassVar[Callable[..., ModelSpec]]
+    """:func:`mlite.models.reader.from_hf_config`, the documented entry point (attached by :mod:`mlite.models`, which
+    imports the reader)."""
+
     # ----------------------------------------------------------------- layers
-    @staticmethod
-    def from_hf_config(ref: str | Path | dict, *, name: str | None = None) -> ModelSpec:
-        """The documented entry point: :func:`mlite.models.reader.from_hf_config` (path, ``data/models`` name or
-        dict)."""
-        from .reader import from_hf_config
-
-        return from_hf_config(ref, name=name)
-
     @cached_property
     def main_layers(self) -> tuple[LayerSpec, ...]:
         """The main decoder layers."""
