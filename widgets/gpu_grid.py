@@ -160,7 +160,8 @@ def grid_svg(plan, *, kinds=DEFAULT_KINDS, focus: int | None = 0, max_ranks: int
                    f'text-anchor="middle">{r}</text>'
                    f'<text x="{x + _CELL_W / 2}" y="{y + _CELL_H / 2 + 13}" font-size="8.5" fill="#444" '
                    f'text-anchor="middle">{esc(coord.strip())}</text></g>')
-    faint, bold = [], []  # the focus rank's groups are drawn last, on top
+    faint: list[str] = []  # the focus rank's groups are drawn last, on top
+    bold: list[str] = []
     for kind in kinds:
         color, dash, level = OUTLINE[kind]
         inset = _INSET * (level + 1)

@@ -18,7 +18,8 @@ class _Debounce:
     """Call ``fn`` once the calls stop for ``wait`` seconds (on the kernel's asyncio loop); at once without one."""
 
     def __init__(self, fn, wait: float = DEBOUNCE_S):
-        self.fn, self.wait, self._handle = fn, wait, None
+        self.fn, self.wait = fn, wait
+        self._handle: asyncio.TimerHandle | None = None
         self.enabled = False
         """False while the view is being built (the first table is computed synchronously)."""
 

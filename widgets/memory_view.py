@@ -71,8 +71,8 @@ class MemoryView(W.VBox):
         self.planner = planner
         self.errors = ErrorBanner()
         self._busy = True
-        self._table_key = None
-        self._pending_key = None
+        self._table_key: tuple | None = None
+        self._pending_key: tuple | None = None
         o = self._base = TrainingOptions(**options)
         """The options given: those without a control (recompute_modules, param_dtype, ...) are kept from here."""
         gpu_name = gpu if isinstance(gpu, str) and gpu in GPU_MEMORY_GIB else "custom"
@@ -364,13 +364,13 @@ class MemoryView(W.VBox):
         else:
             self._stages.value = ""
         sb = state_bytes(o)
-        rows = [(f["name"], f["formula"], f["values"], gib(f["bytes"]) if f["name"] not in ("local_params", "shard")
+        lines = [(f["name"], f["formula"], f["values"], gib(f["bytes"]) if f["name"] not in ("local_params", "shard")
                  else f"{f['bytes']:,} params", f["bytes"]) for f in d["formulas"]]
-        rows.insert(len(rows) - 1, ("bytes_per_param", "(params + grads + optimizer) / local_params",
+        lines.insert(len(lines) - 1, ("bytes_per_param", "(params + grads + optimizer) / local_params",
                                     f"{d['static']:,} / {d['local_params']:,}", f"{d['bytes_per_param']:.3f} B", None))
         body = "".join(f"<tr><td><b>{esc(n)}</b></td><td><code>{esc(fm)}</code></td><td><code>{esc(v)}</code></td>"
                        f"<td style='text-align:right;white-space:nowrap' title='{'' if b is None else f'{b:,} bytes'}'>"
-                       f"= {esc(r)}</td></tr>" for n, fm, v, r, b in rows)
+                       f"= {esc(r)}</td></tr>" for n, fm, v, r, b in lines)
         used = (f"optimizer={o.optimizer} · use_distributed_optimizer={o.use_distributed_optimizer} · "
                 f"use_precision_aware_optimizer={o.pao} · main_grads_dtype={o.main_grads_dtype} · "
                 f"exp_avg_dtype={o.exp_avg_dtype} · exp_avg_sq_dtype={o.exp_avg_sq_dtype} · "

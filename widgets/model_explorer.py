@@ -121,7 +121,7 @@ class ModelExplorer(W.VBox):
         self._path.observe(self.errors.guard(self._on_path), names="value")
         self._load.on_click(self.errors.guard(lambda _b: self.load(self._path.value)))
 
-        first = model if model is not None else (DEFAULT_MODEL if DEFAULT_MODEL in names else (names or [None])[0])
+        first = model if model is not None else (DEFAULT_MODEL if DEFAULT_MODEL in names else next(iter(names), None))
         if first is not None:
             self.errors.run(self.load, first)
 

@@ -93,7 +93,7 @@ class MeshPlanner(W.VBox):
         self.errors = ErrorBanner()
         """Inline error line (bad input) and traceback area (bugs)."""
         self._busy = True
-        self._table_key = None
+        self._table_key: tuple | None = None
         self._extra: list[W.Widget] = []
         self._inherited: dict = {}
         self._train_mtp: bool | None = None

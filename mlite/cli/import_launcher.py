@@ -91,8 +91,8 @@ def run(args) -> int:
         print(f"  stages: {doc['pp_layout']}  ({doc['layout_source']})")
     if doc["options"]:
         print("  options: " + " ".join(f"{k}={v}" for k, v in doc["options"].items()))
-    for e in doc["errors"]:
-        print(f"  error: {e}")
+    for err in doc["errors"]:
+        print(f"  error: {err}")
     for w in doc["warnings"]:
         print(f"  warning: {w}")
     for i in doc["info"]:

@@ -82,7 +82,7 @@ class Shell:
         out = self.expand(raw)
         return [(x, set(self.unresolved), set(self.used)) for x in out]
 
-    def assign(self, name: str, value, taint: list | None = None, deps: list | None = None) -> None:
+    def assign(self, name: str, value, taint: list[set] | set | None = None, deps: list[set] | set | None = None) -> None:
         """Set ``name``; what was unresolved / read while computing ``value`` stays attached to it (``taint`` and
         ``deps``: one set per element of an array)."""
         self.vars[name] = value
@@ -212,9 +212,11 @@ class Shell:
             v = v[0] if v else ""
         empty = v is None or ((op or "").startswith(":") and v == "")
         if op in (":-", "-"):
-            return self._expand_text(word, quoted=quoted) if (v is None if op == "-" else empty) else v
+            if (v is None if op == "-" else empty) or v is None:  # (empty includes unset)
+                return self._expand_text(word, quoted=quoted)
+            return v
         if op in (":=", "="):
-            if v is None if op == "=" else empty:
+            if (v is None if op == "=" else empty) or v is None:  # (empty includes unset)
                 v = self._expand_text(word, quoted=quoted).replace(SPLIT, " ")
                 self.assign(name, v)
             return v

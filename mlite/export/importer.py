@@ -19,12 +19,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from ..errors import MliteError
 from .mapping import ACTOR, read_options, read_parallel
 from .overrides import ParsedOverride, parse_override
 from .script import run_script, uses_launcher_rule
 from .verl_grpo_megatron import PARALLEL_KEYS
+
+if TYPE_CHECKING:
+    from ..mesh import ParallelConfig
+    from ..models import ModelSpec
 
 _MLITE_SIZES = ("tp", "pp", "vpp", "cp", "ep", "etp")
 _MODEL_SUFFIXES = re.compile(r"(-(Base|Instruct|Chat|BF16|FP8|RL|SFT)(-\d+)?)+$", re.IGNORECASE)
@@ -53,7 +58,7 @@ class ImportedLauncher:
     """Nodes."""
     gpus_per_node: int
     """GPUs per node."""
-    parallel: object
+    parallel: ParallelConfig
     """The :class:`mlite.mesh.ParallelConfig` read."""
     options: dict
     """:class:`mlite.memory.TrainingOptions` keyword arguments read (only what the launcher says)."""
@@ -136,7 +141,7 @@ class ImportedLauncher:
             warnings = doc["warnings"] + warnings
             warnings.append(f"no model config for '{self.model_path or '?'}': only the GPU-count rules were checked "
                             "(pass --config NAME_OR_PATH for heads, experts, layers)")
-        out = {"ngpu": self.ngpu}
+        out: dict[str, object] = {"ngpu": self.ngpu}
         for k in ("valid", "errors"):
             out[k] = doc[k]
         out["warnings"] = warnings
@@ -164,7 +169,8 @@ class ImportedLauncher:
         p = self.parallel
         # any model: experts and widths that every size divides, so only the GPU-count rules speak
         anything = SimpleNamespace(num_experts=1 << 20, moe_ffn_hidden_size=1 << 20, name=self.model_path or "?")
-        ctx = MeshContext(spec=anything, ngpu=self.ngpu, parallel=p, gpus_per_node=self.gpus_per_node,
+        # a stand-in, not a ModelSpec: the four rules below read only num_experts, moe_ffn_hidden_size and name
+        ctx = MeshContext(spec=cast("ModelSpec", anything), ngpu=self.ngpu, parallel=p, gpus_per_node=self.gpus_per_node,
                           inherited=self.inherited)
         found = run_rules(ctx, (C.rule_world_dense, C.rule_world_expert, C.rule_vpp, C.rule_inherited))
         errors = [f.message for f in found if f.level == "error"]
@@ -257,11 +263,14 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     launch = (outside or res.launches)[-1]
     if len(outside or res.launches) > 1:
         warnings.append(f"{len(outside or res.launches)} verl launch lines found; read the last (line {launch.line})")
-    ovs, unresolved, config_name, torchrun = [], {}, None, {}
-    for k, w in enumerate(launch.words[:launch.entry]):
+    ovs: list[ParsedOverride] = []
+    unresolved: dict[str, list[str]] = {}
+    config_name: str | None = None
+    torchrun: dict[str, str] = {}
+    for j, w in enumerate(launch.words[:launch.entry]):
         if w.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")):
             key, _, val = w.partition("=")
-            val = val or (launch.words[k + 1] if k + 1 < launch.entry else "")
+            val = val or (launch.words[j + 1] if j + 1 < launch.entry else "")
             torchrun[key.lstrip("-").replace("-", "_")] = val
     words = launch.words[launch.entry + 1:]
     unres = launch.unresolved[launch.entry + 1:]

@@ -36,6 +36,9 @@ ENGINE_GROUP_OPTION = "mlite"
 ACTOR_GROUP_OPTION = "mlite_actor"
 """``actor@actor_rollout_ref.actor=mlite_actor`` (PPO/GRPO: the actor group option)."""
 
+IMPL_CFG_FIELDS: dict[str, object] = {"use_thd": True}
+"""``engine.impl_cfg`` keys that exist in ``engine/mlite.yaml`` and their defaults."""
+
 ENGINE_FIELDS: dict[str, object] = {
     "_target_": "verl_mlite.engine.config.MegatronLiteEngineConfig",
     "strategy": "mlite",
@@ -58,7 +61,7 @@ ENGINE_FIELDS: dict[str, object] = {
     "cp": 1,
     "attention_backend_override": "flash",
     "router_aux_loss_coef": None,
-    "impl_cfg": {"use_thd": True},
+    "impl_cfg": IMPL_CFG_FIELDS,
 }
 """``engine/mlite.yaml``: keys that exist in the engine config (set them WITHOUT ``+``) and their defaults."""
 
@@ -89,8 +92,7 @@ def engine_key_problem(key: str, add: bool, value=None) -> str | None:
     """Why ``[+]engine.<key>=value`` is wrong for the mlite engine (``key`` relative to ``engine.``), or None."""
     if key.startswith("impl_cfg."):
         sub = key[len("impl_cfg."):]
-        existing = ENGINE_FIELDS["impl_cfg"]
-        if sub in existing:
+        if sub in IMPL_CFG_FIELDS:
             return f"engine.{key} exists in engine/mlite.yaml: drop the '+'" if add else None
         if sub not in IMPL_CFG_ADDED:
             return f"engine.{key} is not a known mlite impl_cfg key (known: {', '.join(IMPL_CFG_ADDED)}, use_thd)"

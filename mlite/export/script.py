@@ -81,6 +81,15 @@ def _is_assign(w) -> bool:
     return (isinstance(w, tuple) and w[0] != "__pattern__") or (isinstance(w, str) and bool(_ASSIGN.match(w)))
 
 
+def _assigned_name(w) -> str:
+    """The variable an assignment word (one :func:`_is_assign` accepts) sets."""
+    if isinstance(w, tuple):
+        return w[0].rstrip("+")
+    m = _ASSIGN.match(w)
+    assert m is not None, w  # callers check _is_assign first
+    return m.group(1)
+
+
 def _assign(sh: Shell, w) -> str:
     sh.unresolved, sh.used = set(), set()
     if isinstance(w, tuple):
@@ -99,6 +108,7 @@ def _assign(sh: Shell, w) -> str:
         sh.assign(name, values, taint=taint, deps=deps)
         return name
     m = _ASSIGN.match(w)
+    assert m is not None, w  # only assignment words come here (_is_assign)
     name, append, raw = m.group(1), m.group(2), w[m.end():]
     val = sh._expand_text(raw, quoted=False).replace(SPLIT, " ")
     if append and isinstance(sh.vars.get(name), list):
@@ -179,8 +189,7 @@ def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
         if ifs and not ifs[-1]["taken"]:  # inside a branch not taken: find the next branch or the fi
             top = ifs[-1]
             if top["unknown"]:
-                res.block_assignments |= {w[0].rstrip("+") if isinstance(w, tuple) else _ASSIGN.match(w).group(1)
-                                          for w in words if _is_assign(w)}
+                res.block_assignments |= {_assigned_name(w) for w in words if _is_assign(w)}
             if kw in _OPENERS:
                 top["nest"] += 1
             elif kw in _CLOSERS and top["nest"]:
@@ -256,8 +265,7 @@ def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
                 depth -= 1
             if depth and not inactive:
                 res.skipped.append(Command(words, skipped=True, line=cmd.line))
-                res.block_assignments |= {w[0].rstrip("+") if isinstance(w, tuple) else _ASSIGN.match(w).group(1)
-                                          for w in words if _is_assign(w)}
+                res.block_assignments |= {_assigned_name(w) for w in words if _is_assign(w)}
             if first == "case" and inactive:
                 cases.append({"word": None, "matched": True, "active": False})
             elif first == "esac" and cases:

@@ -89,7 +89,7 @@ class _Lexer:
         return "".join(out)
 
     def read_word(self) -> str:
-        out = []
+        out: list[str] = []
         while self.i < len(self.s):
             c = self.peek()
             if c in " \t\n;&|<>()" or (c == "#" and not out):

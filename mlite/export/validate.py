@@ -139,7 +139,7 @@ def validate_command(argv: list[str]) -> Validation:
         key = p.key if p else ""
         if key == "hydra.searchpath" or key == "engine" or key.startswith(engine + "."):
             continue
-        if key == f"actor@{engine.rsplit('.', 1)[0]}" and p.value == K.ACTOR_GROUP_OPTION:
+        if p is not None and key == f"actor@{engine.rsplit('.', 1)[0]}" and p.value == K.ACTOR_GROUP_OPTION:
             o = f"{key}={K.STAND_IN_ACTOR}"
         plain.append(o)
     v.checks.append(f"composed {name} with the {len(plain)} overrides that are not mlite-specific"

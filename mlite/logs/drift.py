@@ -44,7 +44,7 @@ class DriftDetector:
 
     __slots__ = ("n", "noise", "off", "prev", "ref", "s", "start", "start_ref")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.n = 0
         self.ref = 0.0
         self.noise = 0.0

@@ -150,6 +150,13 @@ class TracebackWalker:
         self.event = Event(kind="traceback", line=self.line, step=self.step, message=_msg(msg))
         return True
 
+    @property
+    def found(self) -> Event:
+        """The event of a finished walker (once :meth:`feed` or :meth:`finish` returned True)."""
+        if self.event is None:
+            raise RuntimeError("TracebackWalker.found: the traceback is not complete yet")
+        return self.event
+
     def finish(self) -> bool:
         """End of input or limit: emit what was found."""
         if self.event is None:

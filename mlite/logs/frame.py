@@ -7,12 +7,17 @@ pandas is imported inside the functions, so the streaming CSV export never loads
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import MliteError
 from .detect import LogSource, resolve_inputs
 from .progress import progress_for
 from .reader import ScanResult, scan
 from .records import Event
 from .roles import ROLES, resolve_role
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class RunLog:
@@ -47,7 +52,8 @@ class RunLog:
         self._store = result.store
         self._tidy = None
         self._wide = None
-        self._printed = None
+        self._printed: np.ndarray | None = None
+        """``[step, metric]``: the step printed the metric (computed with :attr:`wide`)."""
 
     def __repr__(self) -> str:
         return (f"RunLog({self.name!r}, format={self.format!r}, steps={self.num_steps} "
@@ -121,6 +127,7 @@ class RunLog:
             raise MliteError(f"run '{self.name}' has no metric or role '{name}' "
                              f"(it has {len(self.metrics)} metrics, e.g. {', '.join(self.metrics[:4])})")
         w = self.wide
+        assert self._printed is not None  # computed with wide
         j = w.columns.get_loc(metric)
         return w[metric][self._printed[:, j]].rename(metric)
 

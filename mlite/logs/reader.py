@@ -130,7 +130,7 @@ class _Scanner:
         self.flush_verl()
         for w in self.walkers:
             w.finish()
-            self.text_events.append(w.event)
+            self.text_events.append(w.found)
         self.walkers = []
         yield
 
@@ -268,7 +268,7 @@ class _Scanner:
                     p = e + 1
                 else:
                     continue
-                self.text_events.append(w.event)
+                self.text_events.append(w.found)
             self.walkers = [w for w in self.walkers if w.event is None]
         if self.pending_verl is not None:
             text, line_no = self.pending_verl
@@ -332,7 +332,7 @@ class _Scanner:
             e = n if e == -1 else e
             ln += 1
             if w.feed(block[p:e].decode("utf-8", "replace"), ln):
-                self.text_events.append(w.event)
+                self.text_events.append(w.found)
                 return e
             p = e + 1
         self.walkers.append(w)
@@ -387,12 +387,19 @@ def scan(source: LogSource, *, keep: bool = True, events: bool = True, sink=None
 class _Steps:
     """Generator wrapper that keeps the :class:`ScanResult` once the scan is over."""
 
-    def __init__(self, gen):
+    def __init__(self, gen) -> None:
         self._gen = gen
-        self.result: ScanResult | None = None
+        self._result: ScanResult | None = None
 
     def __iter__(self):
-        self.result = yield from self._gen
+        self._result = yield from self._gen
+
+    @property
+    def result(self) -> ScanResult:
+        """The scan's result (once the iteration is over)."""
+        if self._result is None:
+            raise RuntimeError("scan: the result is read before the scan finished")
+        return self._result
 
 
 def _scan_steps(source: LogSource, *, keep: bool, events: bool, sink, progress) -> _Steps:

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .drift import DriftDetector
 from .records import Event
@@ -26,7 +27,7 @@ from .spikes import SpikeDetector
 class _Spike(SpikeDetector):
     __slots__ = ("event", "last_step")
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.event: Event | None = None
         self.last_step: int | None = None
@@ -35,7 +36,7 @@ class _Spike(SpikeDetector):
 class SeriesWatch:
     """Series events over step records, fed in file order; :meth:`finish` returns them."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.events: list[Event] = []
         self.last_step: int | None = None
         self._known: set[str] = set()
@@ -47,7 +48,8 @@ class SeriesWatch:
         self._loss_metric: str | None = None
         self._loss_cands = all_role_candidates("loss")
         self._grad_cands = all_role_candidates("grad_norm")
-        self._zero = {m: [True, 0, None, None] for m in KL_METRICS + (CLIPFRAC_METRIC,)}
+        # metric -> [all zero so far, records seen, first step, first line]
+        self._zero: dict[str, list[Any]] = {m: [True, 0, None, None] for m in KL_METRICS + (CLIPFRAC_METRIC,)}
         self._pg_range: list[float] = [math.inf, -math.inf]
 
     def update(self, step: int, keys: list[str], vals: list[float], line: int, resumed: bool = False) -> None:

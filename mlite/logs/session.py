@@ -46,7 +46,7 @@ def split_inputs(text: str) -> list[str]:
 class CurveSession:
     """Loaded runs and the views computed from them."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.runs: list[RunLog] = []
         """Runs read by the last :meth:`load`."""
 

@@ -43,7 +43,7 @@ class SpikeDetector:
 
     __slots__ = ("age", "hist", "med", "rule", "scale")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.hist: deque = deque(maxlen=SPIKE_WINDOW)
         self.med = 0.0
         """Baseline (median of the previous values) of the last verdict."""

@@ -12,7 +12,7 @@ from .records import Event
 class RecordStore:
     """Values of many step records in flat typed arrays (20 bytes a value), metric names interned."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.steps = array("q")
         self.ids = array("i")
         self.values = array("d")
@@ -22,12 +22,12 @@ class RecordStore:
     def add(self, step: int, keys: list[str], vals: list[float]) -> None:
         """Append one record."""
         index = self._index
-        ids = [index.get(k) for k in keys]
-        if None in ids:
+        ids = [index.get(k, -1) for k in keys]  # -1: a name not interned yet
+        if -1 in ids:
             for i, k in enumerate(keys):
-                if ids[i] is None:
-                    ids[i] = index.get(k)
-                    if ids[i] is None:
+                if ids[i] == -1:
+                    ids[i] = index.get(k, -1)
+                    if ids[i] == -1:
                         ids[i] = index[k] = len(self.names)
                         self.names.append(k)
         self.ids.extend(ids)

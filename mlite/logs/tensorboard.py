@@ -91,8 +91,8 @@ def records(paths: list[Path], notes: list[str]):
                 ordinal += 1
                 if not event.HasField("summary"):
                     continue
-                got = [(v.tag, _scalar(v, tensor_util)) for v in event.summary.value]
-                got = [(k, x) for k, x in got if x is not None]
+                read = [(v.tag, _scalar(v, tensor_util)) for v in event.summary.value]
+                got = [(k, x) for k, x in read if x is not None]
                 if not got:
                     continue
                 if event.step != step or any(k in keys for k, _ in got):

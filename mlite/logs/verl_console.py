@@ -58,7 +58,7 @@ def parse_body(body: str, *, lenient_tail: bool = True) -> tuple[list[str], list
                     return keys, list(map(float, flat[1::2])), False
                 except ValueError:
                     pass
-    keys: list[str] = []
+    keys = []
     vals: list[float] = []
     bad = False
     parts = body.split(" - ")

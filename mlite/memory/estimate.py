@@ -289,7 +289,7 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
         grads = held * sb.grad
         master, m, v = ((1 - f) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
         # activations
-        persistent = {}
+        persistent: dict[str, float] = {}
         if o.activation_model == "lite":
             acts, transients, grads_at_peak = _lite_parts(spec, sp, o, plan, sb, d_dense, held)
         else:
@@ -329,7 +329,8 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
     return est
 
 
-def _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb):
+def _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb
+                    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Megatron-Core activations (per component, all micro-batches in flight), transients and persistent buffers
     of one rank (the local spec's modules; see :mod:`mlite.memory.activations`)."""
     D = dims.s * dims.b
@@ -384,7 +385,7 @@ def _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb):
     return acts, transients, persistent
 
 
-def _lite_parts(spec, sp, o, plan, sb, d_dense, held):
+def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float], dict[str, float], float]:
     """The lite runtime's activations and transients (:mod:`mlite.memory.lite`); returns the share of the
     gradients alive at the peak (0 with one micro-batch: ``zero_grad`` freed them and backward has not made new
     ones when the forward ends)."""

@@ -65,10 +65,11 @@ class OracleCase:
 
     def hf_config(self) -> dict:
         """The same model as a Hugging Face config, for :func:`mlite.models.from_hf_config`."""
-        c = {"hidden_size": self.hidden, "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
-             "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim, "intermediate_size": self.ffn,
-             "vocab_size": self.vocab, "tie_word_embeddings": False, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-             "max_position_embeddings": 4 * self.seq}
+        c: dict[str, object] = {
+            "hidden_size": self.hidden, "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim, "intermediate_size": self.ffn,
+            "vocab_size": self.vocab, "tie_word_embeddings": False, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+            "max_position_embeddings": 4 * self.seq}
         if self.experts:
             if self.qk_norm:
                 c.update(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], num_experts=self.experts,
@@ -119,7 +120,8 @@ def install_shims() -> None:
     from megatron.core.transformer.moe import moe_utils
 
     if not torch.cuda.is_available():
-        torch.cuda.current_device = lambda: "cpu"
+        # a device name where torch types an index: Megatron only hands it to torch.device / .to(), which take "cpu"
+        torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
         rng._CUDA_RNG_STATE_TRACKER = _NoRng()
         rng._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
         rng._get_all_rng_states = lambda: ()

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from ..errors import MliteError
 from .config import ParallelConfig
 from .layout import Stage, auto_layout, even_layout, layout_text, parse_layout
 from .rules import Finding, finding, nearest, pad_vocab
+
+if TYPE_CHECKING:
+    from ..models import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +40,7 @@ class Inherited:
 class MeshContext:
     """What every rule reads: the model, the GPU count and the mesh, with DP / EDP and the stages derived once."""
 
-    spec: object
+    spec: ModelSpec
     """The :class:`mlite.models.ModelSpec`."""
     ngpu: int
     """World size."""
@@ -214,9 +218,9 @@ def _layout(ctx: MeshContext) -> tuple[list[Stage], str, list[Finding]]:
     if n_stages > n_layers:
         return [], "even", [finding("layers", "error", f"{n_layers} layers cannot fill PP*VPP = {n_stages} stages",
                                     "pp", nearest(pp, lambda q: q * vpp <= n_layers and n_layers % (q * vpp) == 0))]
-    stages = even_layout(n_layers, n_mtp, n_stages)
-    if stages:
-        return stages, "even", []
+    even = even_layout(n_layers, n_mtp, n_stages)
+    if even:
+        return even, "even", []
     auto = auto_layout(n_layers, n_mtp, n_stages) or []
     if ctx.auto_uneven and auto:
         F.append(finding("layers", "warning", f"{n_layers} layers do not split evenly into PP*VPP = {n_stages} "

@@ -9,18 +9,22 @@ as DeviceMesh wants row-major order). FSDP2 shards dense parameters over ``dense
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import MliteError
 from .config import ParallelConfig
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 
 @dataclass
 class DeviceMeshes:
     """The dense and expert device meshes of one run."""
 
-    dense: object
+    dense: DeviceMesh
     """DeviceMesh with dims ("pp", "dp", "cp", "tp")."""
-    expert: object
+    expert: DeviceMesh
     """DeviceMesh with dims ("pp", "edp", "ep", "etp")."""
     dp: int
     """Dense data-parallel size."""

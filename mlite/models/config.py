@@ -5,6 +5,7 @@ All problems surface as :class:`mlite.errors.ConfigError` with one line naming t
 
 from __future__ import annotations
 
+import builtins
 import json
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,7 @@ class Fields:
             raise self._bad(key, f"must be true or false, found {v!r}")
         return v
 
-    def list(self, key: str, default: Any = ..., *, length: int | None = None, allowed=None) -> list:
+    def list(self, key: str, default: Any = ..., *, length: builtins.int | None = None, allowed=None) -> list:
         v = self.cfg.get(key)
         if v is None:
             if default is ...:

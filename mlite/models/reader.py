@@ -34,10 +34,10 @@ def from_hf_config(ref: str | Path | dict, *, name: str | None = None) -> ModelS
         raise ConfigError(f"{where}: field 'model_type' is missing; supported: {supported} "
                           "(or any type the installed transformers ships)")
     text, vision = _split_text(cfg)
-    arch = ALIASES.get(model_type, model_type)
+    arch: str | None = ALIASES.get(model_type, model_type)
     if arch not in NATIVE and text is not cfg:
         inner = text.get("model_type")
-        arch = ALIASES.get(inner, inner)
+        arch = ALIASES.get(inner, inner) if isinstance(inner, str) else None
     notes = []
     vision_params = None
     if model_type == "kimi_k2" or (text.get("model_type") == "kimi_k2"):

@@ -14,8 +14,10 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import ClassVar
 
 COMPONENTS = (
     "embedding",
@@ -159,6 +161,10 @@ class ModelSpec:
     """What the reader assumed or which path it used, in plain words."""
     config: dict = field(default_factory=dict, repr=False, compare=False)
     """The (text) config dict the spec was read from."""
+
+    from_hf_config: ClassVar[Callable[..., ModelSpec]]
+    """:func:`mlite.models.reader.from_hf_config`, the documented entry point (attached by :mod:`mlite.models`, which
+    imports the reader)."""
 
     # ----------------------------------------------------------------- layers
     @cached_property

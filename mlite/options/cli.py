@@ -10,7 +10,7 @@ from ..errors import MliteError
 from .table import GPU_MEMORY_GIB
 
 
-def _flag_rows(rows, skip_groups=()):
+def _flag_rows(rows, skip_groups=()) -> dict[str, list]:
     """``flag -> [rows]`` in table order (rows sharing a flag are set together)."""
     out: dict[str, list] = {}
     for r in rows:

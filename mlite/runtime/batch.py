@@ -171,7 +171,7 @@ class PackedBatch:
     def num_loss_tokens(self) -> int:
         """Number of positions that contribute to the loss (no sync once :meth:`loss_index` is known)."""
         if self._n_loss is None:
-            self.loss_index()
+            self._n_loss = int(self.loss_index().numel())
         return self._n_loss
 
     # ------------------------------------------------------------------ transforms

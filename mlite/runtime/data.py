@@ -166,7 +166,9 @@ def pack_samples(samples: Sequence[Sample], tokens_per_microbatch: int) -> list[
     """Greedy in-order packing into batches of at most ``tokens_per_microbatch`` tokens (longer samples are cut)."""
     if tokens_per_microbatch < 2:
         raise MliteError(f"tokens_per_microbatch: {tokens_per_microbatch} is too small; use at least a few hundred")
-    batches, cur, used = [], [], 0
+    batches: list[PackedBatch] = []
+    cur: list[Sample] = []
+    used = 0
     for s in samples:
         if len(s.input_ids) > tokens_per_microbatch:
             s = Sample(s.input_ids[:tokens_per_microbatch], s.target_mask[:tokens_per_microbatch])

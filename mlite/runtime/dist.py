@@ -171,7 +171,8 @@ def _run_local_once(fn: Callable, nprocs: int, args: tuple, device: str, timeout
                     p.join(5)
         import torch
 
-        results, errors = [], []
+        results: list[Any] = []
+        errors: list[str] = []
         for r in range(nprocs):
             f = Path(tmp) / f"rank{r}.pt"
             if not f.exists():

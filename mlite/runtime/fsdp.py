@@ -66,8 +66,8 @@ def shard_model(model: nn.Module, dense_mesh, expert_mesh, param_dtype: torch.dt
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32, cast_forward_inputs=False)
-    for m in expert_modules(model):
-        fully_shard(m, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=True)
+    for e in expert_modules(model):
+        m = fully_shard(e, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=True)  # the same module, now FSDP
         if expert_divide_factor is not None and expert_divide_factor != expert_mesh.size():
             m.set_gradient_divide_factor(float(expert_divide_factor))
             if expert_mesh.size() > 1:

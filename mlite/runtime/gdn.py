@@ -217,7 +217,7 @@ def _fla_probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
             if use_fla:
                 o, _ = chunk_gated_delta_rule(*xs[:3], xs[3], xs[4], cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
             else:
-                o = chunk_gated_delta_rule_torch(*xs[:3], xs[3], xs[4], lengths=lens, use_qk_l2norm=True)
+                o = chunk_gated_delta_rule_torch(xs[0], xs[1], xs[2], xs[3], xs[4], lengths=lens, use_qk_l2norm=True)
             o.float().square().sum().backward()
             outs.append(o.float())
             grads.append([x.grad.float() for x in xs])

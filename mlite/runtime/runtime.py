@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -65,6 +65,10 @@ from .optim.clip import (
 from .optim.offload import move_model, release_device_cache
 from .optim.optimizer import ShardedAdamW, local
 from .optim.schedule import LRScheduler
+
+if TYPE_CHECKING:
+    from .parallel.cp import CPBatch
+    from .parallel.state import Applied
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -115,7 +119,7 @@ class LiteRuntime:
         # expert shards differ over EDP and over EP: their norm is summed over the whole world
         self.expert_norm_group = self.edp_group if self.pstate.ep == 1 else dist.group.WORLD
         self.dp_size = self.dense_mesh.size()
-        self.applied = None
+        self.applied: Applied | None = None
 
     @property
     def rank(self) -> int:
@@ -174,9 +178,10 @@ class LiteRuntime:
         """
         mbs = _microbatches(batch, num_microbatches)
         cp = self.applied.cp if self.applied is not None else None
-        metas = [None] * len(mbs)
+        metas: list[CPBatch | None] = [None] * len(mbs)
         if cp is not None:
-            mbs, metas = zip(*(cp.split(mb.to("cpu")) for mb in mbs))
+            shares = [cp.split(mb.to("cpu")) for mb in mbs]
+            mbs, metas = [mb for mb, _ in shares], [meta for _, meta in shares]
         tp = self.applied.tp if self.applied is not None else None
         if tp is not None and cp is None:  # (CP pads every sequence to a multiple of 2*CP*TP already)
             from .parallel.tp import pad_for_tp
@@ -195,7 +200,7 @@ class LiteRuntime:
         loss_acc = torch.zeros((), dtype=torch.float64, device=self.device)
         with torch.no_grad() if forward_only else nullcontext():
             for mb, meta in zip(mbs, metas):
-                with nullcontext() if meta is None else cp.active(meta):
+                with nullcontext() if meta is None or cp is None else cp.active(meta):
                     out = fn(model, mb.to(self.device, non_blocking=True))
                     loss_sum = out[0] if isinstance(out, (tuple, list)) else out
                     if not forward_only:
@@ -232,7 +237,9 @@ class LiteRuntime:
         tp = self.applied.tp if self.applied is not None else None
         if tp is not None:
             tp.reduce_partial_grads()  # once per step (it keeps a pending flag)
-        dense, tp_split, expert = [], [], []
+        dense: list[torch.Tensor | None] = []
+        tp_split: list[torch.Tensor | None] = []
+        expert: list[torch.Tensor | None] = []
         for s in handle.optimizer.slots:
             g = None if s.param.grad is None else local(s.param.grad)
             if s.expert:
@@ -365,7 +372,7 @@ def compile_blocks(model: torch.nn.Module) -> None:
 
 
 def _tally(tensors) -> dict:
-    out = {"bytes": 0, "numel": 0, "by_device": {}}
+    out: dict[str, Any] = {"bytes": 0, "numel": 0, "by_device": {}}
     for t in tensors:
         nb = t.numel() * t.element_size()
         out["bytes"] += nb

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -137,12 +138,12 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=qkv_bias, **kw)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=o_bias, **kw)
         if qk_norm:
-            self.q_norm = RMSNorm(head_dim, eps, zero_centered=zero_centered_norm, **kw)
-            self.k_norm = RMSNorm(head_dim, eps, zero_centered=zero_centered_norm, **kw)
+            self.q_norm: RMSNorm | None = RMSNorm(head_dim, eps, zero_centered=zero_centered_norm, **kw)
+            self.k_norm: RMSNorm | None = RMSNorm(head_dim, eps, zero_centered=zero_centered_norm, **kw)
         else:
             self.q_norm = self.k_norm = None
         # context-parallel hook (mlite.runtime.parallel.cp): None = attention over the local tokens
-        self.cp_attention = None
+        self.cp_attention: Callable[..., torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], pack: PackInfo) -> torch.Tensor:
         T = x.shape[0]
@@ -155,7 +156,7 @@ class Attention(nn.Module):
         q = q.reshape(T, self.heads, hd)
         k = self.k_proj(x).view(T, self.kv_heads, hd)
         v = self.v_proj(x).view(T, self.kv_heads, hd)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:  # set together (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rope
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

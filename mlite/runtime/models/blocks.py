@@ -110,7 +110,7 @@ class DecoderBlock(nn.Module):
         self.post_attention_layernorm = RMSNorm(h, eps, zero_centered=zc, **kw)
         if mlp == "moe":
             shared_name = "shared_experts" if "mlp.shared_experts.gate_proj.weight" in names else "shared_expert"
-            self.mlp = MoE(h, cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size,
+            self.mlp: MoE | SwiGLU = MoE(h, cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size,
                            norm_topk_prob=cfg.norm_topk_prob, shared_ffn=cfg.shared_expert_ffn_hidden_size,
                            shared_name=shared_name, shared_gate="mlp.shared_expert_gate.weight" in names,
                            expert_path=cfg.expert_path, **kw)

@@ -12,6 +12,8 @@ Qwen3.5 names (``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``) are
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -82,7 +84,7 @@ class GatedDeltaNet(nn.Module):
         beta = torch.sigmoid(b)
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         args = (q, k, v, g, beta)
-        kw = dict(lengths=pack.lengths, cu_seqlens=pack.cu_seqlens, use_qk_l2norm=True, chunk_size=self.chunk_size)
+        kw: dict[str, Any] = dict(lengths=pack.lengths, cu_seqlens=pack.cu_seqlens, use_qk_l2norm=True, chunk_size=self.chunk_size)
         if self.selective_recompute and torch.is_grad_enabled():
             o = checkpoint(lambda *t: gated_delta_rule(*t, **kw), *args, use_reentrant=False)
         else:

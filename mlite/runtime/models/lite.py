@@ -153,7 +153,7 @@ class LiteModel(nn.Module):
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Parameters under transformers names (``lm_head.weight`` included when tied)."""
-        out = {self.hf_key(n): p for n, p in self.named_parameters()}
+        out: dict[str, torch.Tensor] = {self.hf_key(n): p for n, p in self.named_parameters()}
         if self.config.tie_word_embeddings:
             out["lm_head.weight"] = self.embed.weight
         return out

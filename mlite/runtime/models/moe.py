@@ -23,6 +23,8 @@ of (token, slot) pairs routed to expert ``e`` and ``P_e`` the mean router probab
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -138,8 +140,9 @@ class MoE(nn.Module):
         self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
         self.gate = Router(hidden, num_experts, **kw)
         self.experts = Experts(num_experts, hidden, ffn, path=expert_path, **kw)
-        # expert-parallel hook (mlite.runtime.parallel.ep): None = every expert is local
-        self.expert_dispatcher = None
+        # expert-parallel hook (mlite.runtime.parallel.ep.ExpertDispatcher, called as (experts, xs, counts) -> ys):
+        # None = every expert is local
+        self.expert_dispatcher: Callable[[Experts, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
         self.shared_name = shared_name if shared_ffn else None
         if shared_ffn:
             setattr(self, shared_name, SwiGLU(hidden, shared_ffn, **kw))

@@ -42,7 +42,7 @@ def local_zeros(grads: Iterable[torch.Tensor | None], device) -> torch.Tensor:
     return acc
 
 
-def global_norm(groups: list[tuple[list[torch.Tensor | None], object]], device) -> float:
+def global_norm(groups: list[tuple[list[torch.Tensor | None], dist.ProcessGroup | None]], device) -> float:
     """Global L2 norm from ``[(local grad shards, process group), ...]`` (one host sync)."""
     parts = []
     for grads, group in groups:
@@ -53,7 +53,7 @@ def global_norm(groups: list[tuple[list[torch.Tensor | None], object]], device) 
     return math.sqrt(float(torch.stack(parts).sum())) if parts else 0.0  # sqrt keeps inf and nan
 
 
-def global_zeros(counts: list[tuple[torch.Tensor | int, object]], device) -> int:
+def global_zeros(counts: list[tuple[torch.Tensor | int, dist.ProcessGroup | None]], device) -> int:
     """Sum of local zero counts ``[(count, process group), ...]`` over their groups."""
     total = 0
     for c, group in counts:
@@ -64,7 +64,7 @@ def global_zeros(counts: list[tuple[torch.Tensor | int, object]], device) -> int
     return total
 
 
-def global_norm_and_zeros(groups: list[tuple[list[torch.Tensor | None], object]], device) -> tuple[float, int]:
+def global_norm_and_zeros(groups: list[tuple[list[torch.Tensor | None], dist.ProcessGroup | None]], device) -> tuple[float, int]:
     """Global L2 norm and zero count from ``[(local grad shards, process group), ...]`` (two passes)."""
     groups = [(list(g), grp) for g, grp in groups]
     zeros = global_zeros([(local_zeros(g, device), grp) for g, grp in groups], device)

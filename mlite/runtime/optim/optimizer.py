@@ -41,6 +41,7 @@ and the PAO mode, so the two modes are bitwise identical.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -236,7 +237,7 @@ class ShardedAdamW:
                 counts[g.expert].append(self._update_torch(g, sc))
         for g, sc, event in pending:  # host updates after every device kernel is queued
             counts[g.expert].append(self._update_staged(g, sc, event))
-        self.last_zeros = tuple(int(sum(int(x) for x in counts[e])) for e in (False, True))
+        self.last_zeros = (int(sum(int(x) for x in counts[False])), int(sum(int(x) for x in counts[True])))
         return self.last_zeros
 
     def _fused(self, dev: torch.device) -> bool:
@@ -379,7 +380,7 @@ class ShardedAdamW:
 
     def memory(self) -> dict:
         """``{state_name: {"bytes", "numel", "by_device": {device: bytes}}}`` of the allocated state."""
-        out = {k: {"bytes": 0, "numel": 0, "by_device": {}} for k in STATE_KEYS}
+        out: dict[str, dict[str, Any]] = {k: {"bytes": 0, "numel": 0, "by_device": {}} for k in STATE_KEYS}
         for s in self.slots:
             for k, t in s.state.items():
                 nb = t.numel() * t.element_size()

@@ -33,9 +33,11 @@ class LRScheduler:
             return c.lr_warmup_init + (c.lr - c.lr_warmup_init) * float(n) / float(c.lr_warmup_steps)
         if c.lr_decay_style == "constant":
             return c.lr
-        if n > c.lr_decay_steps:
+        decay_steps = c.lr_decay_steps
+        assert decay_steps is not None  # OptimizerConfig requires it for a decaying style
+        if n > decay_steps:
             return c.min_lr
-        ratio = float(n - c.lr_warmup_steps) / float(c.lr_decay_steps - c.lr_warmup_steps)
+        ratio = float(n - c.lr_warmup_steps) / float(decay_steps - c.lr_warmup_steps)
         coeff = 1.0 - ratio if c.lr_decay_style == "linear" else 0.5 * (math.cos(math.pi * ratio) + 1.0)
         return c.min_lr + coeff * (c.lr - c.min_lr)
 

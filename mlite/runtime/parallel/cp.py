@@ -96,7 +96,8 @@ class CPBatch:
 
 def chunk_index(full_lengths: tuple[int, ...], cp: int, rank: int) -> list[int]:
     """Full-stream positions CP rank ``rank`` holds: chunks ``rank`` and ``2*cp-1-rank`` of every sequence."""
-    out, off = [], 0
+    out: list[int] = []
+    off = 0
     for n in full_lengths:
         c = n // (2 * cp)
         for j in (rank, 2 * cp - 1 - rank):
@@ -116,7 +117,10 @@ def split_batch(batch: PackedBatch, cp: int, rank: int, multiple: int | None = N
         raise MliteError(f"context parallel: sequences must be padded to a multiple of 2*CP = {2 * cp}, got {m}")
     full = tuple(-(-n // m) * m for n in batch.lengths)
     pos = batch.positions()
-    src, spos, sid, fpos = [], [], [], []
+    src: list[int] = []
+    spos: list[int] = []
+    sid: list[int] = []
+    fpos: list[int] = []
     off = 0
     for s, (n, f) in enumerate(zip(batch.lengths, full)):
         src.extend(range(off, off + n))

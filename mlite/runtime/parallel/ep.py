@@ -22,11 +22,16 @@ them and its peers would wait forever.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from ...errors import MliteError
 from .comm import all_to_all, exchange_counts
+
+if TYPE_CHECKING:
+    from ..models.moe import Experts
 
 
 def local_expert_range(num_experts: int, ep: int, ep_rank: int) -> tuple[int, int]:
@@ -38,7 +43,7 @@ def local_expert_range(num_experts: int, ep: int, ep_rank: int) -> tuple[int, in
     return ep_rank * n, (ep_rank + 1) * n
 
 
-def shard_experts(experts: nn.Module, ep: int, ep_rank: int) -> None:
+def shard_experts(experts: Experts, ep: int, ep_rank: int) -> None:
     """Keep only this EP rank's experts in an ``Experts`` module (3D ``[E, ...]`` parameters, sliced on dim 0)."""
     start, stop = local_expert_range(experts.num_experts, ep, ep_rank)
     for name, p in list(experts.named_parameters(recurse=False)):

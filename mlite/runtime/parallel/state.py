@@ -13,8 +13,17 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...errors import MliteError
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from ...mesh import DeviceMeshes, ParallelConfig
+    from .cp import ContextParallel
+    from .tp import TensorParallel
 
 
 def check_mesh(parallel) -> None:
@@ -37,7 +46,7 @@ def check_mesh(parallel) -> None:
 class ParallelState:
     """This rank's mesh coordinates, sizes and groups."""
 
-    parallel: object
+    parallel: ParallelConfig
     """The ParallelConfig."""
     world: int
     """World size (TP x CP x DP = EP x EDP)."""
@@ -55,23 +64,23 @@ class ParallelState:
     """This rank's TP index."""
     ep_rank: int
     """This rank's EP index (selects its experts)."""
-    meshes: object
+    meshes: DeviceMeshes
     """The :class:`mlite.mesh.DeviceMeshes`."""
-    fsdp_dense_mesh: object = None
+    fsdp_dense_mesh: DeviceMesh | None = None
     """``dense["dp_cp"]``: FSDP2 mesh of dense parameters."""
-    fsdp_expert_mesh: object = None
+    fsdp_expert_mesh: DeviceMesh | None = None
     """``expert["edp"]``: FSDP2 mesh of expert parameters."""
-    tp_mesh: object = None
+    tp_mesh: DeviceMesh | None = None
     """``dense["tp"]``."""
-    dp_cp_group: object = None
+    dp_cp_group: ProcessGroup | None = None
     """Process group of DP x CP."""
-    edp_group: object = None
+    edp_group: ProcessGroup | None = None
     """Process group of EDP."""
-    cp_group: object = None
+    cp_group: ProcessGroup | None = None
     """Process group of CP."""
-    tp_group: object = None
+    tp_group: ProcessGroup | None = None
     """Process group of TP."""
-    ep_group: object = None
+    ep_group: ProcessGroup | None = None
     """Process group of EP."""
 
     @property
@@ -121,9 +130,9 @@ class ParallelState:
 class Applied:
     """What :func:`apply_parallelism` installed in a model."""
 
-    cp: object = None
+    cp: ContextParallel | None = None
     """The :class:`~.cp.ContextParallel` (None when CP = 1)."""
-    tp: object = None
+    tp: TensorParallel | None = None
     """The :class:`~.tp.TensorParallel` (None when TP = 1)."""
 
 

@@ -104,7 +104,7 @@ def pad_for_tp(batch: PackedBatch, tp: int) -> PackedBatch:
 class TensorParallel:
     """TP + SP over one group (see the module docstring)."""
 
-    def __init__(self, state):
+    def __init__(self, state) -> None:
         self.mesh, self.group, self.tp, self.rank = state.tp_mesh, state.tp_group, state.tp, state.tp_rank
         self.partial: list[nn.Parameter] = []
         self.sliced: dict[str, tuple[int, tuple[int, ...]]] = {}
