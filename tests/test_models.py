@@ -23,6 +23,9 @@ OFFICIAL = {
     "Llama-3.1-8B": ("exact", 8_030_261_248, "total"),
     "Llama-3.1-70B": ("exact", 70_553_706_496, "total"),
     "DeepSeek-V3": ("card", 685e9, "total"),  # 671B main + 14B MTP on the hub (FP8 checkpoint: no byte count)
+    # data/models/README.md: Hy3-preview card "Total Parameters 295B" (+ 3.8B MTP, not counted on the meta device)
+    "Hy3": ("card", 295e9, "total"),
+    "Moonlight-16B-A3B-Instruct": ("card", 16e9, "total"),  # Moonlight card: 16B total / 3B activated
 }
 # The README's "computed" column (summing every tensor the architecture defines), where no checkpoint count exists.
 COMPUTED = {

@@ -92,7 +92,8 @@ class ImportedLauncher:
 
     def model_ref(self, config: str | None = None) -> str | None:
         """The model config to judge the mesh with: ``config``, else ``model.path`` when it is a local folder or
-        file, else its last component when it names a config in ``data/models/``."""
+        file, else its last component when it names a config in ``data/models/`` (a -Base/-Instruct/... suffix on
+        either side ignored: Moonlight-16B-A3B finds Moonlight-16B-A3B-Instruct, the same architecture)."""
         from ..models import available_models
 
         if config:
@@ -104,7 +105,8 @@ class ImportedLauncher:
             return str(p)
         names = {n.lower(): n for n in available_models()}
         base = _MODEL_SUFFIXES.sub("", p.name)  # Qwen3-30B-A3B-Base, -Instruct-2507: the same architecture
-        return names.get(p.name.lower()) or names.get(base.lower())
+        siblings = {_MODEL_SUFFIXES.sub("", n).lower(): n for n in sorted(available_models(), reverse=True)}
+        return names.get(p.name.lower()) or names.get(base.lower()) or siblings.get(base.lower())
 
     def plan(self, config: str | None = None):
         """``(MeshPlan or None, model ref or None)``: the planner's verdict on the mesh read."""
