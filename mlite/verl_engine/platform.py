@@ -37,6 +37,7 @@ def _device_module():
     mod.device_count = lambda: 1
     mod.current_device = lambda: "cpu"
     mod.mem_get_info = lambda *_a: (0, 0)
+    mod.get_device_name = lambda *_a: "CPU"
     mod.get_rng_state = torch.get_rng_state
     mod.set_rng_state = torch.set_rng_state
     mod.Stream = getattr(torch.cpu, "Stream", None)
