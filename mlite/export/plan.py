@@ -14,9 +14,9 @@ from ..memory import TrainingOptions
 from ..memory.rl_options import RolloutOptions
 from ..mesh import MeshPlan, ParallelConfig, resolve
 
-TARGETS = ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
+TARGETS = ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo", "verl-lite-sft")
 """What ``mlite export --target`` writes: verl SFT on the mlite engine, verl GRPO with the mlite actor, verl GRPO on
-verl's built-in Megatron backend."""
+verl's built-in Megatron backend; ``verl-lite-sft``: the local variant of verl-mlite-sft (``engine=lite``)."""
 
 ROLLOUT_OWNED = ("tensor_model_parallel_size", "gpu_memory_utilization", "n", "prompt_length", "response_length",
                  "train_batch_size")
@@ -130,7 +130,7 @@ class ExportPlan:
 
     @property
     def is_sft(self) -> bool:
-        return self.target == "verl-mlite-sft"
+        return self.target in ("verl-mlite-sft", "verl-lite-sft")
 
     @property
     def is_mlite(self) -> bool:

@@ -59,6 +59,18 @@ TARGETS = {"verl-mlite-sft": ("mlite", True), "verl-mlite-grpo": ("mlite", False
 """Export target -> ``(backend, is_sft)``: which row mapping (``mlite`` / ``megatron``) and which :class:`ByMode`
 branch applies."""
 
+LITE_ENGINE = "lite"
+"""The verl engine name the lite runtime registers (``engine=lite``, EngineRegistry backend ``lite``)."""
+
+LITE_SEARCHPATH = "pkg://mlite.verl_engine.conf"
+"""Hydra search path holding ``engine/lite.yaml``."""
+
+ENGINE_SWITCH = {"verl-lite-sft": ("verl-mlite-sft", (("engine", "mlite", LITE_ENGINE),
+                                                       ("hydra.searchpath", "[pkg://verl_mlite.config]",
+                                                        f"[{LITE_SEARCHPATH}]")))}
+"""Local export target -> ``(cluster target, ((key, cluster value, local value), ...))``: the only keys that differ
+between a ``verl-mlite-sft`` launcher and its local ``verl-lite-sft`` variant (every other key is the same)."""
+
 _ACTOR = "actor_rollout_ref.actor"
 ROOTS = {
     ("mlite", True): {"engine": "engine", "optim": "optim", "actor": _ACTOR, "megatron": "engine"},
@@ -245,7 +257,8 @@ RUN: tuple[Option, ...] = (
 _E = "export"
 EXPORT: tuple[Option, ...] = (
     Option("target", str, "verl-mlite-grpo", "--target", "verl-mlite-sft (torchrun, engine=mlite), verl-mlite-grpo "
-           "(the mlite actor) or verl-megatron-grpo (verl's Megatron backend)", choices=tuple(TARGETS), group=_E,
+           "(the mlite actor), verl-megatron-grpo (verl's Megatron backend) or verl-lite-sft (the local variant of "
+           "verl-mlite-sft, engine=lite)", choices=(*TARGETS, *ENGINE_SWITCH), group=_E,
            required=True),
     Option("nodes", int, 1, "--nodes", "Slurm nodes", required=True),
     Option("model_path", str, None, "--model-path", "checkpoint directory on the cluster (default: the model name)",
@@ -273,18 +286,6 @@ def rows_by_field(rows: tuple[Option, ...]) -> dict[str, Option]:
 
 
 # ---------------------------------------------------------------------------------------------- the lite engine
-
-LITE_ENGINE = "lite"
-"""The verl engine name the lite runtime registers (``engine=lite``, EngineRegistry backend ``lite``)."""
-
-LITE_SEARCHPATH = "pkg://mlite.verl_engine.conf"
-"""Hydra search path holding ``engine/lite.yaml``."""
-
-ENGINE_SWITCH = {"verl-lite-sft": ("verl-mlite-sft", (("engine", "mlite", LITE_ENGINE),
-                                                       ("hydra.searchpath", "[pkg://verl_mlite.config]",
-                                                        f"[{LITE_SEARCHPATH}]")))}
-"""Local export target -> ``(cluster target, ((key, cluster value, local value), ...))``: the only keys that differ
-between a ``verl-mlite-sft`` launcher and its local ``verl-lite-sft`` variant (every other key is the same)."""
 
 LITE_ENGINE_KEYS: dict[str, str] = {
     "tp": "ParallelConfig.tp", "cp": "ParallelConfig.cp", "ep": "ParallelConfig.ep",
