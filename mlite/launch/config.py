@@ -151,10 +151,9 @@ class RunConfig:
             raise MliteError(f"compile: {self.compile!r} must be True or False")
         if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1:
             raise MliteError(f"etp: {self.etp!r} must be a positive integer")
-        if self.trainer != "lite":
-            from .verl_sft import check_trainer  # verl-free checks of the verl-sft fields
+        from .verl_sft import check_trainer  # the verl-sft fields (no verl import)
 
-            self.verl_overrides = check_trainer(self)
+        self.verl_overrides = check_trainer(self)
         if self.out is not None:
             self.out = str(self.out)
 
