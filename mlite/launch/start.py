@@ -26,6 +26,7 @@ def launcher_module(config: RunConfig):
     """The module (torchrun or ray_launcher) that launches ``config``'s workers."""
     from . import ray_launcher, torchrun, verl_sft  # none imports torch, ray or verl at module level
 
+    verl_sft.refuse_unused(config)
     if config.trainer == "verl-sft":
         return verl_sft
     return ray_launcher if config.launcher == "ray" else torchrun

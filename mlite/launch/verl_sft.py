@@ -44,14 +44,18 @@ def check_trainer(cfg) -> tuple:
         raise MliteError(f"train_batch_size: {cfg.train_batch_size!r} must be an integer >= 1")
     ovs = tuple(cfg.verl_overrides or ())
     if cfg.trainer == "lite":
-        if ovs:
-            raise MliteError("verl_overrides: only --trainer verl-sft reads Hydra overrides; drop --verl-overrides")
-        return ovs
+        return ovs  # refused at start (refuse_unused): a config.json may carry them for a later verl-sft run
     if cfg.launcher != "torchrun":
         raise MliteError("launcher: --trainer verl-sft runs under torchrun; drop --launcher ray")
     for ov in ovs:
         check_override(ov)
     return ovs
+
+
+def refuse_unused(cfg) -> None:
+    """At start: the kit's own loop does not read Hydra overrides."""
+    if cfg.trainer == "lite" and cfg.verl_overrides:
+        raise MliteError("verl_overrides: only --trainer verl-sft reads Hydra overrides; drop --verl-overrides")
 
 
 def check_override(ov: str) -> None:
