@@ -15,7 +15,6 @@ import os
 from contextlib import nullcontext
 
 import torch
-from verl.utils import tensordict_utils as tu
 from verl.utils.device import get_device_name
 from verl.workers.engine.base import BaseEngine, BaseEngineCtx, EngineRegistry
 from verl.workers.engine.utils import prepare_micro_batches
@@ -144,7 +143,7 @@ class LiteEngine(BaseEngine):
         self.runtime.zero_grad(self.handle)
 
     def optimizer_step(self):
-        ok, norm, _zeros = self.runtime.optimizer_step(self.handle)
+        _ok, norm, _zeros = self.runtime.optimizer_step(self.handle)
         return norm
 
     def lr_scheduler_step(self):

@@ -8,7 +8,6 @@ Imports verl: only the verl plugin uses it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from verl.workers.config.engine import EngineConfig
 
@@ -33,7 +32,7 @@ class LiteEngineConfig(EngineConfig):
     """Megatron Lite implementation; the lite runtime implements ``lite``."""
     tp: int = 1
     """Tensor parallel size."""
-    etp: Optional[int] = None
+    etp: int | None = None
     """Expert tensor parallel size (None: 1; the lite runtime runs 1)."""
     ep: int = 1
     """Expert parallel size."""
@@ -45,7 +44,7 @@ class LiteEngineConfig(EngineConfig):
     """Context parallel size."""
     attention_backend_override: str = "flash"
     """Attention backend of the real mlite (the lite runtime uses PyTorch SDPA; read and ignored)."""
-    router_aux_loss_coef: Optional[float] = None
+    router_aux_loss_coef: float | None = None
     """MoE load-balancing loss weight (None: the model default, 0 in the lite runtime)."""
     impl_cfg: dict = field(default_factory=lambda: {"use_thd": True})
     """Implementation knobs: ``optimizer`` (fsdp2; dist_opt is refused), ``recompute``, ``use_thd`` (always THD)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from types import SimpleNamespace
 
-__all__ = ["CPUPlatform", "install"]
+__all__ = ["install", "patch_process_group"]
 
 
 def _zero(*_a, **_k) -> int:
@@ -140,8 +140,8 @@ def install() -> None:
 
 
 def _init_gloo(timeout_second=36000):
-    """verl's ``initialize_global_process_group`` with the backend ``gloo`` (verl builds ``cpu:gloo,<device>:<backend>``,
-    which torch refuses when the device is ``cpu`` too)."""
+    """verl's ``initialize_global_process_group`` with the backend ``gloo`` (verl builds
+    ``cpu:gloo,<device>:<backend>``, which torch refuses when the device is ``cpu`` too)."""
     import os
     from datetime import timedelta
 
