@@ -193,22 +193,11 @@ class LiteEngine(BaseEngine):
 
 
 def _data_parallel_group(ps):
-    """The group of ranks that hold different data (same TP and CP coordinates): verl's DP group."""
-    import torch.distributed as dist
-
+    """verl's DP group: the ranks that hold different data (the dense mesh's ``dp`` dimension; same TP and CP
+    coordinates). None when DP is 1."""
     if ps.dp == 1:
         return None
-    if ps.tp == 1 and ps.cp == 1:
-        return dist.group.WORLD
-    mine = None
-    # ranks laid out TP fastest, then CP, then DP (mlite.mesh): rank = (dp * cp + c) * tp + t
-    for c in range(ps.cp):
-        for t in range(ps.tp):
-            ranks = [(d * ps.cp + c) * ps.tp + t for d in range(ps.dp)]
-            g = dist.new_group(ranks)
-            if ps.rank in ranks:
-                mine = g
-    return mine
+    return ps.meshes.dense["dp"].get_group()
 
 
 def _maybe_dump(mbs, ps) -> None:
