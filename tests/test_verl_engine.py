@@ -113,3 +113,9 @@ def test_import_mlite_does_not_import_verl():
             "print(any(m == 'verl' or m.startswith('verl.') for m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
     assert p.stdout.strip() == "False", p.stderr
+
+
+def test_cpu_peak_memory_is_reported(runs):
+    """The shim's peak counters are the process's peak RSS: a CPU run reports a peak, not 0."""
+    tmp, docs = runs
+    assert docs["master"]["peak_memory_bytes"] > 50 * 2**20

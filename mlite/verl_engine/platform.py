@@ -4,8 +4,10 @@ verl 0.9.1 resolves its device through a platform singleton (``verl.plugin.platf
 only; without a GPU it falls back to CUDA and the trainer fails on ``torch.cuda`` calls. :class:`CPUPlatform`
 answers the calls the SFT trainer makes: ``device_name == "cpu"``, ``current_device() == "cpu"`` (verl moves tensors
 with ``.to(get_device_id())``, so an index would mean ``cuda:N``), ``gloo`` as the collective backend, and a
-``torch.cpu``-like module whose memory counters report 0 (CPU runs have no device memory; verl logs them as
-``perf/max_memory_*``). :func:`install` sets it before verl reads the platform. Nothing here is used on a GPU.
+``torch.cpu``-like module whose peak memory counters report the process's peak RSS (CPU runs have no device
+allocator; verl logs them as ``perf/max_memory_*_gb``: on CPU that is host memory of rank 0, Python and torch
+included) and whose current counters report 0. :func:`install` sets it before verl reads the platform. Nothing
+here is used on a GPU.
 """
 
 from __future__ import annotations
@@ -24,12 +26,20 @@ def _none(*_a, **_k) -> None:
     return None
 
 
+def _peak_rss(*_a, **_k) -> int:
+    """The process's peak resident set size in bytes (Linux ``ru_maxrss`` is in KiB)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
 def _device_module():
-    """``torch.cpu`` plus the ``torch.cuda``-style calls verl makes on its device module (no-ops / zeros)."""
+    """``torch.cpu`` plus the ``torch.cuda``-style calls verl makes on its device module (no-ops; the peak
+    counters verl logs as ``perf/max_memory_*_gb`` report the process's peak RSS, the current ones 0)."""
     import torch
 
-    names = ("max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved")
-    mod = SimpleNamespace(**{n: _zero for n in names})
+    mod = SimpleNamespace(max_memory_allocated=_peak_rss, max_memory_reserved=_peak_rss, memory_allocated=_zero,
+                          memory_reserved=_zero)
     for n in ("empty_cache", "synchronize", "set_device", "reset_peak_memory_stats", "manual_seed",
               "manual_seed_all", "ipc_collect"):
         setattr(mod, n, _none)
