@@ -117,5 +117,5 @@ def test_import_mlite_does_not_import_verl():
 
 def test_cpu_peak_memory_is_reported(runs):
     """The shim's peak counters are the process's peak RSS: a CPU run reports a peak, not 0."""
-    tmp, docs = runs
+    _, docs = runs
     assert docs["master"]["peak_memory_bytes"] > 50 * 2**20
