@@ -97,6 +97,7 @@ def test_first_step_loss_equals_plain_lite_runtime_on_the_same_batch(runs):
 @pytest.mark.parametrize("extra, field", [
     (("--verl-overrides", "engine.no_such_key=1"), "engine.no_such_key"),
     (("--nproc", "2", "--tp", "3"), "mesh"),
+    (("--verl-overrides", "engine.tp=2"), "--tp"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, extra, field):
     p = _mlite("run", "--trainer", "verl-sft", "--model", "tiny-dense", "--steps", "4", "--nproc", "2", "--device",

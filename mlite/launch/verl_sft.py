@@ -23,8 +23,10 @@ from ..options.table import (
     LITE_ENGINE_KEYS,
     LITE_OPTIM_OVERRIDES,
     LITE_SEARCHPATH,
+    RUN,
     RUN_VERL_KEYS,
     TRAINERS,
+    rows_by_field,
 )
 from .rundir import RunDir
 from .supervisor import main_usage, supervise_subprocess, worker_env
@@ -63,6 +65,10 @@ def check_override(ov: str) -> None:
     if "=" not in ov:
         raise MliteError(f"verl_overrides: {ov!r} is not KEY=VALUE (e.g. engine.param_offload=true)")
     key = ov.split("=", 1)[0].lstrip("+~")
+    flags = {RUN_VERL_KEYS[f].lstrip("+"): f for f in RUN_VERL_KEYS}
+    if key in flags:  # a run flag writes it: one spelling (and the mesh checks see it)
+        flag = rows_by_field(RUN)[flags[key]].flag
+        raise MliteError(f"verl_overrides: {key} is written from the run flag {flag}; give {flag} instead")
     if key.startswith("engine."):
         sub = key[len("engine."):]
         if sub not in LITE_ENGINE_KEYS:
