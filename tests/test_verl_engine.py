@@ -66,6 +66,8 @@ def test_verl_sft_completes_loss_falls_and_log_parses(runs):
     assert list(log.series("train/loss").values) == pytest.approx(losses, rel=0, abs=0)
     jsonl = read_log(tmp / "master" / "metrics.jsonl")  # verl's file logger output, read like any verl log
     assert jsonl.num_steps == 4
+    console = read_log(tmp / "master" / "console.log")  # verl's own console lines (step:N - train/loss:...)
+    assert console.format == "verl" and list(console.series("train/loss").values) == pytest.approx(losses, rel=1e-6)
     assert "verl.trainer.sft_trainer" in (tmp / "master" / "command.txt").read_text()
     assert "engine=lite" in (tmp / "master" / "command.txt").read_text()
 
