@@ -16,7 +16,7 @@ this mesh's per-rank bytes (measured: the largest rank of ``memory.json``) next 
 model, mesh and options.
 
 CSS classes for tests: ``mlite-run-view`` (the view), ``mlite-run-<field>`` (model, steps, nproc, tp, cp, ep, etp,
-device, launcher,
+device, launcher, trainer (toggle: ``lite`` | ``verl SFT``),
 optimizer, pao, moment-dtype, offload-fraction, param-offload, optimizer-offload, seed, lr, out),
 ``mlite-run-start``, ``mlite-run-stop``, ``mlite-run-status`` (text ``<status> · step N/M · ...``; attribute-free
 ``.mlite-run-state`` span holding the status word and ``.mlite-run-step`` holding N), ``mlite-run-progress``,
@@ -46,6 +46,10 @@ DRAW_S = 1.0
 _COLORS = {RUNNING: "#1f6feb", COMPLETED: "#1a7f37", STOPPED: "#9a6700", FAILED: "#b00020"}
 """Status word colours (``stopping`` and ``idle`` are the view's own words, grey)."""
 _BAR_STYLES = {COMPLETED: "success", FAILED: "danger", STOPPED: "warning"}
+
+
+TRAINER_OPTIONS = (("lite", "lite"), ("verl SFT", "verl-sft"))
+"""The trainer switch: label -> ``RunConfig.trainer`` (:data:`mlite.options.table.TRAINERS`)."""
 
 
 class RunView(W.VBox):
@@ -80,6 +84,9 @@ class RunView(W.VBox):
         self._device = field(W.Dropdown(options=DEVICES, value=c.device, description="device", layout=lay), "device")
         self._launcher = field(W.Dropdown(options=LAUNCHERS, value=c.launcher, description="launcher", layout=lay),
                                "launcher")
+        self._trainer = field(W.ToggleButtons(options=TRAINER_OPTIONS, value=c.trainer, description="trainer",
+                                              tooltips=["the kit's own loop", "verl's SFT trainer, engine=lite"]),
+                              "trainer")
         self._optimizer = field(W.Dropdown(options=OPTIMIZERS, value=c.optimizer, description="optimizer",
                                            layout=lay), "optimizer")
         self._pao = field(W.Checkbox(value=c.pao, description="precision-aware optimizer (PAO)", indent=False),
@@ -123,7 +130,8 @@ class RunView(W.VBox):
 
         form = W.HBox([
             W.VBox([W.HTML("<b>Model and mesh</b>"), self._model, self._steps, self._nproc,
-                    W.HBox([self._tp, self._cp]), W.HBox([self._ep, self._etp]), self._device, self._launcher]),
+                    W.HBox([self._tp, self._cp]), W.HBox([self._ep, self._etp]), self._device, self._launcher,
+                    self._trainer]),
             W.VBox([W.HTML("<b>Optimizer</b>"), self._optimizer, self._pao, self._moments, self._offload,
                     self._param_offload, self._opt_offload]),
             W.VBox([W.HTML("<b>Run</b>"), self._seed, self._lr]),
@@ -137,8 +145,9 @@ class RunView(W.VBox):
 
     # ------------------------------------------------------------------ form
     def _form_widgets(self):
-        return (self._model, self._steps, self._nproc, self._tp, self._cp, self._ep, self._etp, self._device, self._launcher, self._optimizer, self._pao,
-                self._moments, self._offload, self._param_offload, self._opt_offload, self._seed, self._lr, self._out)
+        return (self._model, self._steps, self._nproc, self._tp, self._cp, self._ep, self._etp, self._device,
+                self._launcher, self._trainer, self._optimizer, self._pao, self._moments, self._offload,
+                self._param_offload, self._opt_offload, self._seed, self._lr, self._out)
 
     def config(self) -> RunConfig:
         """The form as a RunConfig (raises MliteError for bad values)."""
@@ -149,7 +158,8 @@ class RunView(W.VBox):
                          pao=bool(self._pao.value), moment_dtype=self._moments.value,
                          offload_fraction=float(self._offload.value), param_offload=bool(self._param_offload.value),
                          optimizer_offload=bool(self._opt_offload.value), seed=int(self._seed.value),
-                         lr=float(self._lr.value), out=self._out.value.strip() or None)
+                         lr=float(self._lr.value), out=self._out.value.strip() or None,
+                         trainer=self._trainer.value)
 
     def _form_changed(self) -> None:
         if self.run is None or self.run.done:
@@ -177,7 +187,7 @@ class RunView(W.VBox):
                  "launcher": self._launcher, "optimizer": self._optimizer, "pao": self._pao,
                  "moment_dtype": self._moments, "offload_fraction": self._offload,
                  "param_offload": self._param_offload, "optimizer_offload": self._opt_offload, "seed": self._seed,
-                 "lr": self._lr, "out": self._out}
+                 "lr": self._lr, "out": self._out, "trainer": self._trainer}
         unknown = sorted(set(overrides) - set(names))
         if unknown:
             raise MliteError(f"start: unknown field(s) {', '.join(unknown)}; the form has {', '.join(names)}")

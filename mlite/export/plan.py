@@ -18,6 +18,9 @@ TARGETS = ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
 """What ``mlite export --target`` writes: verl SFT on the mlite engine, verl GRPO with the mlite actor, verl GRPO on
 verl's built-in Megatron backend."""
 
+LOCAL_TARGETS = ("verl-lite-sft",)
+"""Local variants of a cluster target (the keys that differ: :data:`mlite.options.table.ENGINE_SWITCH`)."""
+
 ROLLOUT_OWNED = ("tensor_model_parallel_size", "gpu_memory_utilization", "n", "prompt_length", "response_length",
                  "train_batch_size")
 """RolloutOptions fields an ExportPlan owns through fields of its own (the rest are ``rollout_knobs``)."""
@@ -93,8 +96,8 @@ class ExportPlan:
     """DP that ``source_launcher`` computed with verl's rule ngpu/PP = TP*EP*DP (None: it did not use that rule)."""
 
     def __post_init__(self):
-        if self.target not in TARGETS:
-            raise MliteError(f"--target {self.target!r}: expected one of {', '.join(TARGETS)}")
+        if self.target not in TARGETS + LOCAL_TARGETS:
+            raise MliteError(f"--target {self.target!r}: expected one of {', '.join(TARGETS + LOCAL_TARGETS)}")
         for name in ("nodes", "gpus_per_node", "total_epochs", "rollout_n", "cpus_per_task", "ray_port",
                      "ray_wait_timeout"):
             v = getattr(self, name)
@@ -130,7 +133,7 @@ class ExportPlan:
 
     @property
     def is_sft(self) -> bool:
-        return self.target == "verl-mlite-sft"
+        return self.target in ("verl-mlite-sft", "verl-lite-sft")
 
     @property
     def is_mlite(self) -> bool:

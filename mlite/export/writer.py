@@ -9,12 +9,13 @@ from pathlib import Path
 
 from ..errors import MliteError
 from . import launcher as L
-from . import sbatch, verl_grpo_megatron, verl_grpo_mlite, verl_sft
+from . import sbatch, verl_grpo_megatron, verl_grpo_mlite, verl_lite_sft, verl_sft
 
 BUILDERS = {
     "verl-mlite-sft": verl_sft.build_launcher,
     "verl-mlite-grpo": verl_grpo_mlite.build_launcher,
     "verl-megatron-grpo": verl_grpo_megatron.build_launcher,
+    "verl-lite-sft": verl_lite_sft.build_launcher,
 }
 """Target -> launcher builder ``(plan, spec, mesh_plan) -> (Launcher, notes)``."""
 

@@ -115,6 +115,12 @@ class RunConfig:
     """Testing: the last worker raises at the start of this step (the run must end ``failed``)."""
     compile: bool = False
     """``torch.compile`` each decoder block (the runtime's ``compile`` option)."""
+    trainer: str = "lite"
+    """``lite`` (the kit's loop) or ``verl-sft`` (verl's SFT trainer with ``engine=lite``)."""
+    train_batch_size: int = 8
+    """verl-sft: ``data.train_batch_size``, sequences per step over all data-parallel ranks."""
+    verl_overrides: tuple = ()
+    """verl-sft: extra Hydra overrides (``engine.*`` keys checked against the lite engine's key table)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -162,6 +168,9 @@ class RunConfig:
             raise MliteError(f"compile: {self.compile!r} must be True or False")
         if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1:
             raise MliteError(f"etp: {self.etp!r} must be a positive integer")
+        from .verl_sft import check_trainer  # the verl-sft fields (no verl import)
+
+        self.verl_overrides = check_trainer(self)
         if self.out is not None:
             self.out = str(self.out)
 

@@ -24,8 +24,11 @@ from .validate import validate_run
 
 def launcher_module(config: RunConfig):
     """The module (torchrun or ray_launcher) that launches ``config``'s workers."""
-    from . import ray_launcher, torchrun  # neither imports torch nor ray at module level
+    from . import ray_launcher, torchrun, verl_sft  # none imports torch, ray or verl at module level
 
+    verl_sft.refuse_unused(config)
+    if config.trainer == "verl-sft":
+        return verl_sft
     return ray_launcher if config.launcher == "ray" else torchrun
 
 
@@ -48,7 +51,7 @@ def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: 
     cfg = validate_run(cfg, overwrite=overwrite)
     out = cfg.resolved_out()  # absolute already: validate_run resolved it
     mod = launcher_module(cfg)
-    command = mod.command(out, cfg.nproc)
+    command = mod.command(out, cfg) if cfg.trainer == "verl-sft" else mod.command(out, cfg.nproc)
     cli = shlex.join(["mlite", "run", *cfg.cli_args(), "--out", str(out)])
     if dry_run:
         return RunHandle(out, config=cfg, command=command, started=False)

@@ -47,6 +47,8 @@ RUN_LAUNCHERS = ("torchrun", "ray")
 RUN_OPTIMIZERS = ("fsdp2", "dist_opt")
 """``mlite run --optimizer`` choices (the lite runtime implements fsdp2; dist_opt is refused before start)."""
 RUN_MOMENT_DTYPES = DTYPES
+TRAINERS = ("lite", "verl-sft")
+"""``mlite run --trainer``: the kit's own loop (``lite``) or verl's SFT trainer on the lite engine (``verl-sft``)."""
 RUN_RECOMPUTE = RECOMPUTE
 RUN_PARAM_DTYPES = ("auto", "fp32", "bf16")
 """Parameter storage dtypes of a run (auto: bf16 on CUDA or with PAO, else fp32)."""
@@ -56,6 +58,18 @@ TARGETS = {"verl-mlite-sft": ("mlite", True), "verl-mlite-grpo": ("mlite", False
            "verl-megatron-grpo": ("megatron", False)}
 """Export target -> ``(backend, is_sft)``: which row mapping (``mlite`` / ``megatron``) and which :class:`ByMode`
 branch applies."""
+
+LITE_ENGINE = "lite"
+"""The verl engine name the lite runtime registers (``engine=lite``, EngineRegistry backend ``lite``)."""
+
+LITE_SEARCHPATH = "pkg://mlite.verl_engine.conf"
+"""Hydra search path holding ``engine/lite.yaml``."""
+
+ENGINE_SWITCH = {"verl-lite-sft": ("verl-mlite-sft", (("engine", "mlite", LITE_ENGINE),
+                                                       ("hydra.searchpath", "[pkg://verl_mlite.config]",
+                                                        f"[{LITE_SEARCHPATH}]")))}
+"""Local export target -> ``(cluster target, ((key, cluster value, local value), ...))``: the only keys that differ
+between a ``verl-mlite-sft`` launcher and its local ``verl-lite-sft`` variant (every other key is the same)."""
 
 _ACTOR = "actor_rollout_ref.actor"
 ROOTS = {
@@ -236,6 +250,12 @@ RUN: tuple[Option, ...] = (
     Option("crash_at_step", int, None, "--crash-at-step", "testing: the last worker raises at step N (the run ends "
            "failed)", group=_D, metavar="N"),
     Option("compile", bool, False, "--compile", "torch.compile each decoder block", cli="switch", group=_D),
+    Option("trainer", str, "lite", "--trainer", "lite (the kit's loop) or verl-sft (verl's SFT trainer, engine=lite)",
+           choices=TRAINERS, label="trainer"),
+    Option("train_batch_size", int, 8, "--train-batch-size", "verl-sft: data.train_batch_size (sequences per step)",
+           group=_D),
+    Option("verl_overrides", tuple, (), "--verl-overrides", "verl-sft: extra Hydra overrides, comma-separated "
+           "(engine.* keys checked)", group=_D, metavar="K=V,..."),
 )
 """The :class:`~mlite.launch.RunConfig` rows (``mlite run``); they have no launcher mapping."""
 
@@ -243,7 +263,8 @@ RUN: tuple[Option, ...] = (
 _E = "export"
 EXPORT: tuple[Option, ...] = (
     Option("target", str, "verl-mlite-grpo", "--target", "verl-mlite-sft (torchrun, engine=mlite), verl-mlite-grpo "
-           "(the mlite actor) or verl-megatron-grpo (verl's Megatron backend)", choices=tuple(TARGETS), group=_E,
+           "(the mlite actor), verl-megatron-grpo (verl's Megatron backend) or verl-lite-sft (the local variant of "
+           "verl-mlite-sft, engine=lite)", choices=(*TARGETS, *ENGINE_SWITCH), group=_E,
            required=True),
     Option("nodes", int, 1, "--nodes", "Slurm nodes", required=True),
     Option("model_path", str, None, "--model-path", "checkpoint directory on the cluster (default: the model name)",
@@ -268,3 +289,48 @@ rollout knobs read the plan; to expose another plan field, add its row here)."""
 def rows_by_field(rows: tuple[Option, ...]) -> dict[str, Option]:
     """``field -> row``."""
     return {r.field: r for r in rows}
+
+
+# ---------------------------------------------------------------------------------------------- the lite engine
+
+LITE_ENGINE_KEYS: dict[str, str] = {
+    "tp": "ParallelConfig.tp", "cp": "ParallelConfig.cp", "ep": "ParallelConfig.ep",
+    "etp": "ParallelConfig.etp (1 only)", "pp": "ParallelConfig.pp (1 only)", "vpp": "ParallelConfig.vpp (1 only)",
+    "dtype": "RuntimeConfig.param_dtype (auto, bfloat16, float32)", "seed": "RuntimeConfig.seed (weight init)",
+    "param_offload": "verl's mode switch -> to(device, model=True)",
+    "optimizer_offload": "verl's mode switch -> to(device, optimizer=True)",
+    "grad_offload": "gradients move with their parameters (needs param_offload)",
+    "impl": "MegatronLiteConfig.impl (lite)", "model_name": "MegatronLiteConfig.model_name (auto)",
+    "impl_cfg.optimizer": "MegatronLiteConfig.impl_cfg.optimizer (fsdp2; dist_opt refused)",
+    "impl_cfg.recompute": "MegatronLiteConfig.impl_cfg.recompute", "impl_cfg.use_thd": "always THD (packed)",
+    "router_aux_loss_coef": "impl_cfg.moe_aux_loss_coeff", "forward_only": "verl's flag (no optimizer)",
+    "full_determinism": "read, ignored (CPU runs are deterministic)",
+    "attention_backend_override": "read, ignored (SDPA)", "export_dtype": "read, ignored by SFT",
+    "strategy": "verl's engine backend (lite)",
+    "use_dynamic_bsz": "verl's packing", "max_token_len_per_gpu": "verl's packing",
+    "micro_batch_size_per_gpu": "verl's packing",
+}
+"""verl engine key (relative to ``engine.``) -> what the lite engine does with it; any other ``engine.*`` key is
+refused before a run starts."""
+
+LITE_OPTIM_OVERRIDES: dict[str, str] = {
+    "use_precision_aware_optimizer": "OptimizerConfig.use_precision_aware_optimizer",
+    "offload_fraction": "OptimizerConfig.offload_fraction", "optimizer_offload_fraction": "offload_fraction",
+    "optimizer_cpu_offload": "offload_fraction=1.0", "decoupled_weight_decay": "OptimizerConfig.decoupled_weight_decay",
+    "adam_eps": "OptimizerConfig.eps", "overlap_cpu_optimizer_d2h_h2d": "read, ignored",
+}
+"""``optim.override_optimizer_config`` children the lite engine reads (as verl_mlite's engine does)."""
+
+RUN_VERL_KEYS: dict[str, str] = {
+    "tp": "engine.tp", "cp": "engine.cp", "ep": "engine.ep", "etp": "engine.etp",
+    "optimizer": "+engine.impl_cfg.optimizer", "recompute": "+engine.impl_cfg.recompute",
+    "pao": "+optim.override_optimizer_config.use_precision_aware_optimizer",
+    "offload_fraction": "+optim.override_optimizer_config.offload_fraction",
+    "moment_dtype": "optim.exp_avg_dtype", "param_offload": "engine.param_offload",
+    "optimizer_offload": "engine.optimizer_offload", "param_dtype": "engine.dtype", "seed": "engine.seed",
+    "lr": "optim.lr", "lr_warmup_steps": "optim.lr_warmup_steps", "clip_grad": "optim.clip_grad",
+    "steps": "trainer.total_training_steps", "tokens_per_microbatch": "data.max_token_len_per_gpu",
+    "train_batch_size": "data.train_batch_size", "dataset": "data.train_files",
+}
+"""``mlite run --trainer verl-sft``: RunConfig field -> the Hydra key it is written as (values: see
+:mod:`mlite.launch.verl_sft`)."""
