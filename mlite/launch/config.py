@@ -168,7 +168,7 @@ class RunConfig:
             raise MliteError(f"compile: {self.compile!r} must be True or False")
         if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1:
             raise MliteError(f"etp: {self.etp!r} must be a positive integer")
-        from .verl_sft import check_trainer  # the verl-sft fields (no verl import)
+        from .verl_checks import check_trainer  # the verl-sft fields (no verl import)
 
         self.verl_overrides = check_trainer(self)
         if self.out is not None:

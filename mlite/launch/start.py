@@ -24,9 +24,9 @@ from .validate import validate_run
 
 def launcher_module(config: RunConfig):
     """The module (torchrun or ray_launcher) that launches ``config``'s workers."""
-    from . import ray_launcher, torchrun, verl_sft  # none imports torch, ray or verl at module level
+    from . import ray_launcher, torchrun, verl_checks, verl_sft  # none imports torch, ray or verl at module level
 
-    verl_sft.refuse_unused(config)
+    verl_checks.refuse_unused(config)
     if config.trainer == "verl-sft":
         return verl_sft
     return ray_launcher if config.launcher == "ray" else torchrun

@@ -17,16 +17,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..errors import MliteError
 from ..options.table import (
     LITE_ENGINE,
-    LITE_ENGINE_KEYS,
-    LITE_OPTIM_OVERRIDES,
     LITE_SEARCHPATH,
-    RUN,
     RUN_VERL_KEYS,
-    TRAINERS,
-    rows_by_field,
 )
 from .rundir import RunDir
 from .supervisor import main_usage, supervise_subprocess, worker_env
@@ -36,51 +30,6 @@ MODEL_DIR = "hf_model_from_tiny_config"
 
 ENTRY = ("-m", "mlite.verl_engine.launch", "verl.trainer.sft_trainer")
 """The torchrun entry: the plugin's launcher (shim + engine registration) running verl's SFT trainer."""
-
-
-def check_trainer(cfg) -> tuple:
-    """Verl-free checks of the verl-sft fields of a RunConfig; returns the overrides as a tuple of ``key=value``."""
-    if cfg.trainer not in TRAINERS:
-        raise MliteError(f"trainer: {cfg.trainer!r} is not one of {', '.join(TRAINERS)}")
-    if isinstance(cfg.train_batch_size, bool) or not isinstance(cfg.train_batch_size, int) or cfg.train_batch_size < 1:
-        raise MliteError(f"train_batch_size: {cfg.train_batch_size!r} must be an integer >= 1")
-    ovs = tuple(cfg.verl_overrides or ())
-    if cfg.trainer == "lite":
-        return ovs  # refused at start (refuse_unused): a config.json may carry them for a later verl-sft run
-    if cfg.launcher != "torchrun":
-        raise MliteError("launcher: --trainer verl-sft runs under torchrun; drop --launcher ray")
-    for ov in ovs:
-        check_override(ov)
-    return ovs
-
-
-def refuse_unused(cfg) -> None:
-    """At start: the kit's own loop does not read Hydra overrides."""
-    if cfg.trainer == "lite" and cfg.verl_overrides:
-        raise MliteError("verl_overrides: only --trainer verl-sft reads Hydra overrides; drop --verl-overrides")
-
-
-def check_override(ov: str) -> None:
-    """Refuse an ``engine.*`` / ``optim.override_optimizer_config.*`` key the lite engine does not know."""
-    if "=" not in ov:
-        raise MliteError(f"verl_overrides: {ov!r} is not KEY=VALUE (e.g. engine.param_offload=true)")
-    key = ov.split("=", 1)[0].lstrip("+~")
-    flags = {RUN_VERL_KEYS[f].lstrip("+"): f for f in RUN_VERL_KEYS}
-    if key in flags:  # a run flag writes it: one spelling (and the mesh checks see it)
-        flag = rows_by_field(RUN)[flags[key]].flag
-        raise MliteError(f"verl_overrides: {key} is written from the run flag {flag}; give {flag} instead")
-    if key.startswith("engine."):
-        sub = key[len("engine."):]
-        if sub not in LITE_ENGINE_KEYS:
-            raise MliteError(f"verl_overrides: engine.{sub} is not a key of the lite engine (engine=lite); known: "
-                             f"{', '.join(sorted(LITE_ENGINE_KEYS))}")
-    elif key.startswith("optim.override_optimizer_config."):
-        sub = key[len("optim.override_optimizer_config."):]
-        if sub not in LITE_OPTIM_OVERRIDES:
-            raise MliteError(f"verl_overrides: optim.override_optimizer_config.{sub} is not read by the lite engine; "
-                             f"known: {', '.join(sorted(LITE_OPTIM_OVERRIDES))}")
-    elif key in ("engine", "hydra.searchpath"):
-        raise MliteError(f"verl_overrides: {key} is set by --trainer verl-sft (engine={LITE_ENGINE}); drop it")
 
 
 def _v(value) -> str:
