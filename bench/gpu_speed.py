@@ -46,10 +46,28 @@ REPORT_CMD = "python3 bench/gpu_speed.py --report bench/results/gpu_speed_raw.js
 COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
 """The CSV contract (issue 13)."""
 
-TINY_DENSE = dict(DENSE_SMALL, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  head_dim=32, intermediate_size=256, vocab_size=512)
-TINY_MOE = dict(MOE_SMALL, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                head_dim=32, moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2, vocab_size=512)
+TINY_DENSE = dict(
+    DENSE_SMALL,
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    intermediate_size=256,
+    vocab_size=512,
+)
+TINY_MOE = dict(
+    MOE_SMALL,
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    moe_intermediate_size=64,
+    num_experts=8,
+    num_experts_per_tok=2,
+    vocab_size=512,
+)
 
 
 class Env:
@@ -92,8 +110,15 @@ def _runtime(env, cfg, opt=None, **kw):
     from mlite.runtime.runtime import create_runtime
 
     impl = kw.pop("impl_cfg", {})
-    return create_runtime(RuntimeConfig(hf_path=cfg, device=env.device, param_dtype="bf16", backend_cfg=(
-        MegatronLiteConfig(optimizer=OptimizerConfig(lr=1e-4, **(opt or {})), impl_cfg=impl)), **kw))
+    return create_runtime(
+        RuntimeConfig(
+            hf_path=cfg,
+            device=env.device,
+            param_dtype="bf16",
+            backend_cfg=(MegatronLiteConfig(optimizer=OptimizerConfig(lr=1e-4, **(opt or {})), impl_cfg=impl)),
+            **kw,
+        )
+    )
 
 
 def _batches(env, n, vocab, seed=0):
@@ -102,8 +127,10 @@ def _batches(env, n, vocab, seed=0):
     from mlite.runtime.batch import PackedBatch
 
     g = torch.Generator().manual_seed(seed)
-    return [PackedBatch.from_sequences([torch.randint(0, vocab, (env.seq,), generator=g).tolist()]).to(env.device)
-            for _ in range(n)]
+    return [
+        PackedBatch.from_sequences([torch.randint(0, vocab, (env.seq,), generator=g).tolist()]).to(env.device)
+        for _ in range(n)
+    ]
 
 
 def _timed(env, fb, opt, warm, iters):
@@ -136,8 +163,14 @@ def _rates(env, cfg, n_mb, step, ph):
 
     fpt = from_hf_config(cfg).flops_per_token(env.seq)
     tokens = env.seq * n_mb
-    return {"step_s": step, "tokens_per_s": tokens / step, "flops_per_token": fpt,
-            "mfu": fpt * tokens / step / PEAK_BF16, "phase_s": ph, "peak_bytes": env.peak()}
+    return {
+        "step_s": step,
+        "tokens_per_s": tokens / step,
+        "flops_per_token": fpt,
+        "mfu": fpt * tokens / step / PEAK_BF16,
+        "phase_s": ph,
+        "peak_bytes": env.peak(),
+    }
 
 
 def lite_run(env, cfg, mbs_list, opt=None, **kw):
@@ -220,8 +253,10 @@ def hf_run(env, cfg, mbs_list):
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=env.device == "cuda")
-    out = {"experts_implementation": getattr(model.config, "_experts_implementation", None),
-           "attn_implementation": getattr(model.config, "_attn_implementation", None)}
+    out = {
+        "experts_implementation": getattr(model.config, "_experts_implementation", None),
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+    }
     g = torch.Generator().manual_seed(0)
     for n_mb in mbs_list:
         ids = [torch.randint(0, cfg["vocab_size"], (1, env.seq), generator=g).to(env.device) for _ in range(n_mb)]
@@ -246,8 +281,10 @@ def _model_section(env, res, key, cfg):
     lite, rt, h = lite_run(env, cfg, (1, 4))
     out["lite"] = lite
     out["lite_optimizer"] = lite_optimizer_phase(env, rt, h)
-    shapes = [tuple(s.param.to_local().shape) if hasattr(s.param, "to_local") else tuple(s.param.shape)
-              for s in h.optimizer.slots]
+    shapes = [
+        tuple(s.param.to_local().shape) if hasattr(s.param, "to_local") else tuple(s.param.shape)
+        for s in h.optimizer.slots
+    ]
     out["paths"] = _paths(h)
     del rt, h
     env.free()
@@ -288,9 +325,12 @@ def sec_check(env, res):
     )
     from mlite.runtime.optim.master import split_fp32
 
-    out = {"packed_path": packed_path(env.device, torch.bfloat16), "expert_path": expert_path(env.device,
-                                                                                             torch.bfloat16),
-           "have_triton": fused.HAVE_TRITON, "cases": {}}
+    out = {
+        "packed_path": packed_path(env.device, torch.bfloat16),
+        "expert_path": expert_path(env.device, torch.bfloat16),
+        "have_triton": fused.HAVE_TRITON,
+        "cases": {},
+    }
     if env.device != "cuda":
         res["check"] = out
         return
@@ -304,11 +344,17 @@ def sec_check(env, res):
     grad[::101] = 0
     m0, v0 = torch.randn(n, generator=g) * 0.1, torch.rand(n, generator=g) * 0.01
     all_ok = True
-    cases = [(torch.float32, True, 0.37, (fused.MODE_MASTER, fused.MODE_REMAINDER, fused.MODE_PARAM)),
-             (torch.float32, False, 0.5, (fused.MODE_MASTER,)), (torch.bfloat16, True, 1.0, (fused.MODE_REMAINDER,))]
+    cases = [
+        (torch.float32, True, 0.37, (fused.MODE_MASTER, fused.MODE_REMAINDER, fused.MODE_PARAM)),
+        (torch.float32, False, 0.5, (fused.MODE_MASTER,)),
+        (torch.bfloat16, True, 1.0, (fused.MODE_REMAINDER,)),
+    ]
     for mdt, decoupled, clip, modes in cases:
-        sc = step_scalars(AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3,
-                                     decoupled=decoupled, clip_coef=clip))
+        sc = step_scalars(
+            AdamWHyper(
+                lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3, decoupled=decoupled, clip_coef=clip
+            )
+        )
         ref, mr, vr = master.clone(), m0.to(mdt, copy=True), v0.to(mdt, copy=True)
         adamw_inplace(ref, grad, mr, vr, sc, scratch(n, "cpu"))
         hi, rr = split_fp32(ref)
@@ -336,8 +382,11 @@ def sec_check(env, res):
 def _bits_equal(a, b) -> bool:
     """Same bits (``a`` on the device, ``b`` on the host; 2- or 4-byte elements)."""
     view = {2: torch_int(16), 4: torch_int(32)}
-    return bool(a.dtype == b.dtype and a.shape == b.shape and
-                (a.cpu().view(view[a.element_size()]) == b.view(view[b.element_size()])).all())
+    return bool(
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and (a.cpu().view(view[a.element_size()]) == b.view(view[b.element_size()])).all()
+    )
 
 
 def torch_int(bits_: int):
@@ -352,10 +401,15 @@ def sec_pao(env, res):
     from runtime_workers import lockstep
 
     r = lockstep(0, env.device, {}, {"use_precision_aware_optimizer": True}, 50)
-    res["pao_bitwise"] = {"params_differ": r["params"], "masters_differ": r["masters"],
-                          "losses_equal": r["losses"][0] == r["losses"][1], "first_loss": r["losses"][0][0],
-                          "last_loss": r["losses"][0][-1], "steps": 50,
-                          "equal": not r["params"] and not r["masters"] and r["losses"][0] == r["losses"][1]}
+    res["pao_bitwise"] = {
+        "params_differ": r["params"],
+        "masters_differ": r["masters"],
+        "losses_equal": r["losses"][0] == r["losses"][1],
+        "first_loss": r["losses"][0][0],
+        "last_loss": r["losses"][0][-1],
+        "steps": 50,
+        "equal": not r["params"] and not r["masters"] and r["losses"][0] == r["losses"][1],
+    }
 
 
 def sec_recompute(env, res):
@@ -372,13 +426,16 @@ def sec_recompute(env, res):
             mbs = [b.to(env.device) for b in next(it)]
             lens.append([list(b.lengths) for b in mbs])
             losses.append(rt.train_step(h, mbs)["loss"])
-        out[mode] = {"losses": losses, "completed": True, "paths": _paths(h),
-                     "unequal_lengths": any(len(set(x)) > 1 for step in lens for x in step)}
+        out[mode] = {
+            "losses": losses,
+            "completed": True,
+            "paths": _paths(h),
+            "unequal_lengths": any(len(set(x)) > 1 for step in lens for x in step),
+        }
         del rt, h
         env.free()
         res["recompute"] = out
-    out["first_loss_abs_diff"] = {m: abs(out[m]["losses"][0] - out["none"]["losses"][0]) for m in ("selective",
-                                                                                                   "full")}
+    out["first_loss_abs_diff"] = {m: abs(out[m]["losses"][0] - out["none"]["losses"][0]) for m in ("selective", "full")}
 
 
 def sec_offload(env, res):
@@ -401,10 +458,15 @@ def sec_compile(env, res):
     res["compile"] = r
 
 
-SECTIONS = {"check": sec_check, "pao_bitwise": sec_pao, "recompute": sec_recompute,
-            "dense": lambda env, res: _model_section(env, res, "dense", env.dense),
-            "moe": lambda env, res: _model_section(env, res, "moe", env.moe),
-            "offload": sec_offload, "compile": sec_compile}
+SECTIONS = {
+    "check": sec_check,
+    "pao_bitwise": sec_pao,
+    "recompute": sec_recompute,
+    "dense": lambda env, res: _model_section(env, res, "dense", env.dense),
+    "moe": lambda env, res: _model_section(env, res, "moe", env.moe),
+    "offload": sec_offload,
+    "compile": sec_compile,
+}
 
 
 def rows(r: dict) -> list[dict]:
@@ -414,31 +476,46 @@ def rows(r: dict) -> list[dict]:
     cmds = r.get("section_command", {})
 
     def add(name, value, unit, section):
-        out.append({"measurement": name, "value": value, "unit": unit, "gpu": r.get("gpu"),
-                    "torch_version": r.get("torch_version"),
-                    "command": f"{cmds.get(section, r.get('command'))} && {REPORT_CMD}"})
+        out.append(
+            {
+                "measurement": name,
+                "value": value,
+                "unit": unit,
+                "gpu": r.get("gpu"),
+                "torch_version": r.get("torch_version"),
+                "command": f"{cmds.get(section, r.get('command'))} && {REPORT_CMD}",
+            }
+        )
 
     for key in ("dense", "moe"):
         d = r.get(key, {})
         for mb in ("mb1", "mb4"):
             if f"ratio_{mb}" in d:
-                add(f"ratio {key} {mb}", round(d[f"ratio_{mb}"], 3), "lite tokens/s / transformers+FSDP2 tokens/s",
-                    key)
+                add(f"ratio {key} {mb}", round(d[f"ratio_{mb}"], 3), "lite tokens/s / transformers+FSDP2 tokens/s", key)
         tf = d.get("torch_fused", {}).get("with_clip_s")
         if tf and "lite_optimizer" in d:
-            add(f"optimizer/torch_fused {key}", round(d["lite_optimizer"]["s"] / tf, 3),
-                "lite optimizer phase / torch clip_grad_norm_+AdamW(fused) time", key)
+            add(
+                f"optimizer/torch_fused {key}",
+                round(d["lite_optimizer"]["s"] / tf, 3),
+                "lite optimizer phase / torch clip_grad_norm_+AdamW(fused) time",
+                key,
+            )
         if key == "dense" and tf and "lite_pao_optimizer" in d:
-            add("optimizer/torch_fused dense pao", round(d["lite_pao_optimizer"]["s"] / tf, 3),
-                "lite PAO optimizer phase / torch clip_grad_norm_+AdamW(fused) time", key)
+            add(
+                "optimizer/torch_fused dense pao",
+                round(d["lite_pao_optimizer"]["s"] / tf, 3),
+                "lite PAO optimizer phase / torch clip_grad_norm_+AdamW(fused) time",
+                key,
+            )
         if key == "dense" and "mb4" in d.get("lite", {}):
             add("mfu dense mb4", round(d["lite"]["mb4"]["mfu"], 4), "fraction of 989 TFLOP/s", key)
     if "ratio" in r.get("offload", {}):
         add("offload1.0/resident dense-small", round(r["offload"]["ratio"], 3), "step time ratio", "offload")
     rc = r.get("recompute", {})
     if "selective" in rc:
-        add("selective recompute packed cuda", int(bool(rc["selective"].get("completed"))), "1 = completed",
-            "recompute")
+        add(
+            "selective recompute packed cuda", int(bool(rc["selective"].get("completed"))), "1 = completed", "recompute"
+        )
     if "equal" in r.get("pao_bitwise", {}):
         add("pao bitwise cuda", int(bool(r["pao_bitwise"]["equal"])), "1 = equal", "pao_bitwise")
     return out
@@ -465,9 +542,14 @@ def measure(a) -> int:
 
     env = Env(a.device, a.tiny)
     env.out = a.out
-    res = {"gpu": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "torch_version": torch.__version__,
-           "command": "python3 bench/gpu_speed.py " + " ".join(sys.argv[1:]), "tiny": a.tiny, "errors": {},
-           "section_s": {}}
+    res = {
+        "gpu": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
+        "torch_version": torch.__version__,
+        "command": "python3 bench/gpu_speed.py " + " ".join(sys.argv[1:]),
+        "tiny": a.tiny,
+        "errors": {},
+        "section_s": {},
+    }
     if a.merge:
         earlier = json.loads(Path(a.merge).read_text())
         for k, v in earlier.items():
@@ -492,8 +574,9 @@ def measure(a) -> int:
             res["errors"][name] = f"{type(e).__name__}: {e}"[:800]
         env.free()
         res["section_s"][name] = time.perf_counter() - t
-        print(f"== {name} ({res['section_s'][name]:.1f} s): {json.dumps(res.get(name), default=str)[:1500]}",
-              flush=True)
+        print(
+            f"== {name} ({res['section_s'][name]:.1f} s): {json.dumps(res.get(name), default=str)[:1500]}", flush=True
+        )
         _save(env, res)
     for row in rows(res):
         print(f"{row['measurement']:40s} {row['value']} {row['unit']}")

@@ -34,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_configs import MEMORY_CONFIGS, MODELS
 
 MEASURE_CMD = "python3 bench/gpu_validate.py measure --out bench/results/gpu_memory_raw.json"
-REPORT_CMD = ("python3 bench/gpu_validate.py report bench/results/gpu_memory_raw.json "
-              "--csv bench/results/gpu_memory.csv")
+REPORT_CMD = "python3 bench/gpu_validate.py report bench/results/gpu_memory_raw.json --csv bench/results/gpu_memory.csv"
 
 
 def _batch(lengths, vocab, seed):
@@ -79,15 +78,28 @@ def measure_one(name, model, opt, lengths, n_mb, recompute, runtime_offload, dev
     reset = torch.cuda.reset_peak_memory_stats if cuda else (lambda: None)
     sync()
     base = alloc()
-    cfg = RuntimeConfig(hf_path=MODELS[model], device=device, param_dtype="bf16", backend_cfg=MegatronLiteConfig(
-        optimizer=OptimizerConfig(lr=1e-4, **opt), impl_cfg={"recompute": recompute}))
+    cfg = RuntimeConfig(
+        hf_path=MODELS[model],
+        device=device,
+        param_dtype="bf16",
+        backend_cfg=MegatronLiteConfig(optimizer=OptimizerConfig(lr=1e-4, **opt), impl_cfg={"recompute": recompute}),
+    )
     t0 = time.perf_counter()
     rt = create_runtime(cfg)
     h = rt.build_model()
     sync()
-    rec = {"config": name, "model": model, "optimizer_options": opt, "seq_lens": list(lengths),
-           "num_microbatches": n_mb, "recompute": recompute, "runtime_offload": runtime_offload,
-           "build_s": round(time.perf_counter() - t0, 2), "allocated_after_build": alloc() - base, "steps": []}
+    rec = {
+        "config": name,
+        "model": model,
+        "optimizer_options": opt,
+        "seq_lens": list(lengths),
+        "num_microbatches": n_mb,
+        "recompute": recompute,
+        "runtime_offload": runtime_offload,
+        "build_s": round(time.perf_counter() - t0, 2),
+        "allocated_after_build": alloc() - base,
+        "steps": [],
+    }
     vocab = h.spec.vocab_size
     for k in range(steps):
         mbs = [_batch(lengths, vocab, 100 * k + j) for j in range(n_mb)]
@@ -100,14 +112,23 @@ def measure_one(name, model, opt, lengths, n_mb, recompute, runtime_offload, dev
         reset()
         ok, norm, _zeros = rt.optimizer_step(h)
         sync()
-        step = {"step": k, "loss": float(m["loss"]), "grad_norm": float(norm), "ok": bool(ok),
-                "fb_peak": fb_peak, "after_fb": after_fb, "opt_peak": peak() - base,
-                "static": alloc() - base, "time_s": round(time.perf_counter() - t, 4)}
+        step = {
+            "step": k,
+            "loss": float(m["loss"]),
+            "grad_norm": float(norm),
+            "ok": bool(ok),
+            "fb_peak": fb_peak,
+            "after_fb": after_fb,
+            "opt_peak": peak() - base,
+            "static": alloc() - base,
+            "time_s": round(time.perf_counter() - t, 4),
+        }
         step["peak"] = max(step["fb_peak"], step["opt_peak"])
         stats = rt.memory_stats(h)
         step["tally"] = {key: stats[key]["bytes"] for key in ("params", "grads")}
-        step["tally"].update({key: stats[key]["bytes"] for key in ("master", "remainder", "exp_avg", "exp_avg_sq")
-                              if key in stats})
+        step["tally"].update(
+            {key: stats[key]["bytes"] for key in ("master", "remainder", "exp_avg", "exp_avg_sq") if key in stats}
+        )
         rt.zero_grad(h)
         sync()
         step["after_zero_grad"] = alloc() - base
@@ -141,8 +162,12 @@ def cmd_measure(a) -> int:
 
     device = a.device
     t_start = time.perf_counter()
-    out = {"gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch_version": torch.__version__,
-           "command": MEASURE_CMD, "configs": []}
+    out = {
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch_version": torch.__version__,
+        "command": MEASURE_CMD,
+        "configs": [],
+    }
     torch.set_num_threads(max(1, min(16, os.cpu_count() or 1)))
     if device == "cuda":  # cuBLAS workspace and CUDA context: allocated once, before the first configuration
         x = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
@@ -155,9 +180,14 @@ def cmd_measure(a) -> int:
         if a.shrink:  # CPU dry run of the script itself: tiny shapes
             model_cfg = MODELS[model]
             lengths = tuple(min(n, 256) for n in lengths)
-            MODELS[model] = dict(model_cfg, hidden_size=128, intermediate_size=256, vocab_size=512,
-                                 num_hidden_layers=min(4, model_cfg["num_hidden_layers"]),
-                                 **({"layer_types": model_cfg["layer_types"][:4]} if "layer_types" in model_cfg else {}))
+            MODELS[model] = dict(
+                model_cfg,
+                hidden_size=128,
+                intermediate_size=256,
+                vocab_size=512,
+                num_hidden_layers=min(4, model_cfg["num_hidden_layers"]),
+                **({"layer_types": model_cfg["layer_types"][:4]} if "layer_types" in model_cfg else {}),
+            )
         if time.perf_counter() - t_start > a.deadline_s:
             out["configs"].append({"config": name, "skipped": "deadline"})
             continue
@@ -171,8 +201,11 @@ def cmd_measure(a) -> int:
         rec["command"] = MEASURE_CMD + (f" --only {a.only}" if a.only else "")
         out["configs"].append(rec)
         last = rec.get("steps", [{}])[-1]
-        print(f"{name:45s} static {last.get('static', 0) / 2**30:7.3f} GiB  peak {last.get('peak', 0) / 2**30:7.3f} "
-              f"GiB  ({rec['wall_s']} s){'  ERROR ' + rec['error'] if 'error' in rec else ''}", flush=True)
+        print(
+            f"{name:45s} static {last.get('static', 0) / 2**30:7.3f} GiB  peak {last.get('peak', 0) / 2**30:7.3f} "
+            f"GiB  ({rec['wall_s']} s){'  ERROR ' + rec['error'] if 'error' in rec else ''}",
+            flush=True,
+        )
         Path(a.out).write_text(json.dumps(out, indent=1))  # flush after every configuration
     return 0
 
@@ -185,13 +218,22 @@ def predict(rec, raw):
 
     spec = from_hf_config(MODELS[rec["model"]], name=rec["model"])
     opt = rec["optimizer_options"]
-    o = TrainingOptions(optimizer="fsdp2", use_precision_aware_optimizer=bool(opt.get("use_precision_aware_optimizer")),
-                        exp_avg_dtype=opt.get("exp_avg_dtype", "fp32"), exp_avg_sq_dtype=opt.get("exp_avg_sq_dtype", "fp32"),
-                        offload_fraction=float(opt.get("offload_fraction") or 0.0), seq_len=max(rec["seq_lens"]),
-                        micro_batch_size=len(rec["seq_lens"]), num_microbatches=rec["num_microbatches"],
-                        recompute=rec["recompute"], activation_model="lite", framework_overhead_gib=0.0,
-                        param_offload=rec["runtime_offload"], optimizer_offload=rec["runtime_offload"],
-                        gpu_memory_gib=141.0)
+    o = TrainingOptions(
+        optimizer="fsdp2",
+        use_precision_aware_optimizer=bool(opt.get("use_precision_aware_optimizer")),
+        exp_avg_dtype=opt.get("exp_avg_dtype", "fp32"),
+        exp_avg_sq_dtype=opt.get("exp_avg_sq_dtype", "fp32"),
+        offload_fraction=float(opt.get("offload_fraction") or 0.0),
+        seq_len=max(rec["seq_lens"]),
+        micro_batch_size=len(rec["seq_lens"]),
+        num_microbatches=rec["num_microbatches"],
+        recompute=rec["recompute"],
+        activation_model="lite",
+        framework_overhead_gib=0.0,
+        param_offload=rec["runtime_offload"],
+        optimizer_offload=rec["runtime_offload"],
+        gpu_memory_gib=141.0,
+    )
     est = estimate(spec, resolve(spec, 1, ParallelConfig(), seq_len=o.seq_len), o)
     w = est.worst
     return w.static, w.peak, est
@@ -210,12 +252,22 @@ def cmd_report(a) -> int:
         p_static, p_peak, _ = predict(rec, raw)
         es, ep = (p_static - m_static) / m_static, (p_peak - m_peak) / m_peak
         worst = (max(worst[0], abs(es)), max(worst[1], abs(ep)))
-        rows.append({"config": rec["config"], "predicted_static_bytes": round(p_static),
-                     "measured_static_bytes": m_static, "predicted_peak_bytes": round(p_peak),
-                     "measured_peak_bytes": m_peak, "gpu": raw["gpu"], "torch_version": raw["torch_version"],
-                     "command": f"{rec.get('command', raw['command'])} && {REPORT_CMD}"})
-        print(f"{rec['config']:45s} static {m_static / 2**30:7.3f} GiB (pred {es:+6.1%})  peak "
-              f"{m_peak / 2**30:7.3f} GiB (pred {ep:+6.1%})")
+        rows.append(
+            {
+                "config": rec["config"],
+                "predicted_static_bytes": round(p_static),
+                "measured_static_bytes": m_static,
+                "predicted_peak_bytes": round(p_peak),
+                "measured_peak_bytes": m_peak,
+                "gpu": raw["gpu"],
+                "torch_version": raw["torch_version"],
+                "command": f"{rec.get('command', raw['command'])} && {REPORT_CMD}",
+            }
+        )
+        print(
+            f"{rec['config']:45s} static {m_static / 2**30:7.3f} GiB (pred {es:+6.1%})  peak "
+            f"{m_peak / 2**30:7.3f} GiB (pred {ep:+6.1%})"
+        )
     print(f"worst error: static {worst[0]:.1%} (bound 3 %), peak {worst[1]:.1%} (bound 10 %)")
     if a.csv:
         with open(a.csv, "w", newline="") as f:

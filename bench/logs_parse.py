@@ -43,7 +43,8 @@ PARSE_CODE = (
     "for rec in iter_records(src):\n"
     "    n += 1\n"
     "    v += len(rec.values)\n"
-    "print(n, v)\n")
+    "print(n, v)\n"
+)
 """The parse pass: every record, every value as float64, nothing written."""
 
 GOAL_RATIO = 4.0
@@ -77,8 +78,10 @@ def _run(cmd: list[str], work: Path, stdout=subprocess.DEVNULL) -> tuple[float, 
 
 
 def _line(what: str, wall: float, cpu: float, rss: float, size_mb: float, extra: str) -> None:
-    print(f"{what:<21}{wall:8.2f} s wall {cpu:8.2f} s cpu  {size_mb / cpu:8.0f} MB/cpu-s  peak RSS {rss:7.1f} MB  "
-          f"({extra})")
+    print(
+        f"{what:<21}{wall:8.2f} s wall {cpu:8.2f} s cpu  {size_mb / cpu:8.0f} MB/cpu-s  peak RSS {rss:7.1f} MB  "
+        f"({extra})"
+    )
 
 
 def main() -> int:
@@ -86,9 +89,12 @@ def main() -> int:
     ap.add_argument("--size-mb", type=float, default=1024.0, help="log size to generate (default 1024)")
     ap.add_argument("--tmp", default=None, help="directory for the temporary files (default: system temp)")
     ap.add_argument("--keep", action="store_true", help="keep the generated log and CSV")
-    ap.add_argument("--noise", type=float, default=4.0,
-                    help="chatter per step (default 4: ~17%% of the bytes are metric lines; 40: ~2%%, like an "
-                         "agent-loop GRPO log)")
+    ap.add_argument(
+        "--noise",
+        type=float,
+        default=4.0,
+        help="chatter per step (default 4: ~17%% of the bytes are metric lines; 40: ~2%%, like an agent-loop GRPO log)",
+    )
     ap.add_argument("--check", action="store_true", help="also time `mlite logs check` (events too)")
     args = ap.parse_args()
 
@@ -102,8 +108,10 @@ def main() -> int:
         info = write_bench_log(log, args.size_mb, noise=args.noise)
         gen_s = time.perf_counter() - t0
         size_mb = info["bytes"] / 1e6
-        print(f"generated {size_mb:.0f} MB in {gen_s:.1f} s: {info['metric_lines']} metric lines "
-              f"({100 * info['metric_bytes'] / info['bytes']:.1f}% of the bytes), the rest Ray/vLLM/tqdm noise")
+        print(
+            f"generated {size_mb:.0f} MB in {gen_s:.1f} s: {info['metric_lines']} metric lines "
+            f"({100 * info['metric_bytes'] / info['bytes']:.1f}% of the bytes), the rest Ray/vLLM/tqdm noise"
+        )
         with open(log, "rb") as f:  # warm the page cache so both tools read from memory
             while f.read(16 << 20):
                 pass
@@ -111,26 +119,39 @@ def main() -> int:
         g_s, g_cpu, g_rss, g_out = _run([grep, "-c", "step:", str(log)], work, stdout=subprocess.PIPE)
         _line("grep -c 'step:'", g_s, g_cpu, g_rss, size_mb, f"{int(g_out or 0)} lines")
         p_s, p_cpu, p_rss, p_out = _run([sys.executable, "-c", PARSE_CODE, str(log)], work, stdout=subprocess.PIPE)
-        _line("parse (iter_records)", p_s, p_cpu, p_rss, size_mb,
-              f"{int(p_out.split()[0])} records, {int(p_out.split()[1])} values")
+        _line(
+            "parse (iter_records)",
+            p_s,
+            p_cpu,
+            p_rss,
+            size_mb,
+            f"{int(p_out.split()[0])} records, {int(p_out.split()[1])} values",
+        )
         csv = work / "out.csv"
-        e_s, e_cpu, e_rss, _ = _run([sys.executable, "-m", "mlite.cli", "logs", "export", str(log), "--csv",
-                                     str(csv), "--no-progress"], work)
+        e_s, e_cpu, e_rss, _ = _run(
+            [sys.executable, "-m", "mlite.cli", "logs", "export", str(log), "--csv", str(csv), "--no-progress"], work
+        )
         with open(csv, "rb") as fh:
             rows = sum(1 for _ in fh) - 1
         _line("mlite logs export", e_s, e_cpu, e_rss, size_mb, f"{rows} rows, CSV {csv.stat().st_size / 1e6:.0f} MB")
         timed = [("parse", p_s, p_cpu, "every value to float64"), ("export", e_s, e_cpu, "+ one repr(float) per value")]
         if args.check:
-            c_s, c_cpu, c_rss, _ = _run([sys.executable, "-m", "mlite.cli", "logs", "check", str(log), "--json",
-                                         "--no-progress"], work)
+            c_s, c_cpu, c_rss, _ = _run(
+                [sys.executable, "-m", "mlite.cli", "logs", "check", str(log), "--json", "--no-progress"], work
+            )
             _line("mlite logs check", c_s, c_cpu, c_rss, size_mb, "events too")
             timed.append(("check", c_s, c_cpu, "+ every failure keyword and event rule"))
         for what, wall, cpu, why in timed:
-            goal = f"  goal <= {GOAL_RATIO:.0f}x: {'met' if cpu / g_cpu <= GOAL_RATIO else 'NOT met'}" \
-                if what == "parse" else ""
+            goal = (
+                f"  goal <= {GOAL_RATIO:.0f}x: {'met' if cpu / g_cpu <= GOAL_RATIO else 'NOT met'}"
+                if what == "parse"
+                else ""
+            )
             print(f"ratio {what} / grep: {wall / g_s:5.1f}x wall, {cpu / g_cpu:5.1f}x cpu  ({why}){goal}")
         for what, rss in (("parse", p_rss), ("export", e_rss)):
-            print(f"{what} peak RSS: {rss:.0f} MB (goal < {GOAL_RSS_MB:.0f} MB: {'met' if rss < GOAL_RSS_MB else 'NOT met'})")
+            print(
+                f"{what} peak RSS: {rss:.0f} MB (goal < {GOAL_RSS_MB:.0f} MB: {'met' if rss < GOAL_RSS_MB else 'NOT met'})"
+            )
     finally:
         if args.keep:
             print(f"kept {work}")

@@ -32,19 +32,47 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mlite.memory.mcore_oracle import predict_row
 
-DENSE = {"hidden": 2048, "heads": 16, "kv_heads": 8, "head_dim": 128, "ffn": 6144, "layers": 16, "vocab": 32000,
-         "qk_norm": True}
+DENSE = {
+    "hidden": 2048,
+    "heads": 16,
+    "kv_heads": 8,
+    "head_dim": 128,
+    "ffn": 6144,
+    "layers": 16,
+    "vocab": 32000,
+    "qk_norm": True,
+}
 DENSE_MHA = {**DENSE, "kv_heads": 16}
-MOE = {"hidden": 1024, "heads": 16, "kv_heads": 4, "head_dim": 64, "ffn": 2816, "layers": 8, "vocab": 32000,
-       "qk_norm": True, "experts": 16, "topk": 4, "moe_ffn": 512}
+MOE = {
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "head_dim": 64,
+    "ffn": 2816,
+    "layers": 8,
+    "vocab": 32000,
+    "qk_norm": True,
+    "experts": 16,
+    "topk": 4,
+    "moe_ffn": 512,
+}
 
 
 def _row(name, model, seq, mb, recompute, dist_opt=True, grad="fp32", attention="unfused", layers=None, micro=1):
     m = dict(model)
     if layers:
         m["layers"] = layers
-    return {"name": name, "model": m, "seq": seq, "micro_batch": mb, "recompute": recompute, "dist_opt": dist_opt,
-            "grad": grad, "attention": attention, "num_microbatches": micro}
+    return {
+        "name": name,
+        "model": m,
+        "seq": seq,
+        "micro_batch": mb,
+        "recompute": recompute,
+        "dist_opt": dist_opt,
+        "grad": grad,
+        "attention": attention,
+        "num_microbatches": micro,
+    }
 
 
 ROWS = [
@@ -71,8 +99,15 @@ ROWS = [
 
 QUICK = [
     _row("quick_dense_unfused", {**DENSE, "layers": 2, "vocab": 4096}, 1024, 2, "none"),
-    _row("quick_moe_sdpa_bf16grad", {**MOE, "layers": 2, "vocab": 4096}, 1024, 1, "selective", grad="bf16",
-         attention="flash"),
+    _row(
+        "quick_moe_sdpa_bf16grad",
+        {**MOE, "layers": 2, "vocab": 4096},
+        1024,
+        1,
+        "selective",
+        grad="bf16",
+        attention="flash",
+    ),
 ]
 
 
@@ -100,14 +135,24 @@ def run_row(row, iters: int = 3) -> dict:
     base = torch.cuda.memory_allocated() if cuda else 0
     spec = sdpa_layer_spec(case) if row["attention"] == "flash" else None
     model = build_gpt(case, layer_spec=spec)
-    ddp_cfg = DistributedDataParallelConfig(grad_reduce_in_fp32=row["grad"] == "fp32", overlap_grad_reduce=False,
-                                            use_distributed_optimizer=row["dist_opt"])
+    ddp_cfg = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=row["grad"] == "fp32", overlap_grad_reduce=False, use_distributed_optimizer=row["dist_opt"]
+    )
     model = DistributedDataParallel(config=model.config, ddp_config=ddp_cfg, module=model)
     opt = None
     if cuda:  # Megatron's optimizers allocate on CUDA; on a CPU the loop runs without a step (script check only)
-        opt = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-4, weight_decay=0.01, bf16=True,
-                                                     params_dtype=torch.bfloat16, clip_grad=1.0,
-                                                     use_distributed_optimizer=row["dist_opt"]), [model])
+        opt = get_megatron_optimizer(
+            OptimizerConfig(
+                optimizer="adam",
+                lr=1e-4,
+                weight_decay=0.01,
+                bf16=True,
+                params_dtype=torch.bfloat16,
+                clip_grad=1.0,
+                use_distributed_optimizer=row["dist_opt"],
+            ),
+            [model],
+        )
     dev = "cuda" if cuda else "cpu"
     g = torch.Generator(device="cpu").manual_seed(0)
     rec = {"steps": []}
@@ -130,8 +175,12 @@ def run_row(row, iters: int = 3) -> dict:
         ok, norm, _ = opt.step() if opt is not None else (True, None, None)
         if cuda:
             torch.cuda.synchronize()
-        step = {"iter": it, "time_s": round(time.perf_counter() - t0, 3), "ok": bool(ok),
-                "grad_norm": float(norm) if norm is not None else None}
+        step = {
+            "iter": it,
+            "time_s": round(time.perf_counter() - t0, 3),
+            "ok": bool(ok),
+            "grad_norm": float(norm) if norm is not None else None,
+        }
         if cuda:
             step["allocated_after_step"] = torch.cuda.memory_allocated() - base
             step["max_allocated"] = torch.cuda.max_memory_allocated() - base
@@ -162,10 +211,27 @@ def measure(rows, out: Path, timeout: int, parallel: int = 1, budget_gib: float 
         for rec in list(pending):
             if len(running) >= parallel or (running and load + rec["predicted_peak_bytes"] / 2**30 > budget_gib):
                 break
-            row = {k: rec[k] for k in ("name", "model", "seq", "micro_batch", "recompute", "dist_opt", "grad",
-                                       "attention", "num_microbatches") + (("saved",) if "saved" in rec else ())}
-            proc = subprocess.Popen([sys.executable, __file__, "row", json.dumps(row)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
+            row = {
+                k: rec[k]
+                for k in (
+                    "name",
+                    "model",
+                    "seq",
+                    "micro_batch",
+                    "recompute",
+                    "dist_opt",
+                    "grad",
+                    "attention",
+                    "num_microbatches",
+                )
+                + (("saved",) if "saved" in rec else ())
+            }
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "row", json.dumps(row)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             running.append((rec, proc, time.perf_counter()))
             pending.remove(rec)
             load += rec["predicted_peak_bytes"] / 2**30
@@ -201,13 +267,16 @@ def _print(rec) -> None:
     elif ms is None:
         msg = "no CUDA: no measurement"
     else:
-        msg = (f"static {ms / 2**30:.2f} GiB (pred {rec['predicted_static_bytes'] / 2**30:.2f}, "
-               f"{rec['predicted_static_bytes'] / ms - 1:+.1%}) peak {mp / 2**30:.2f} GiB (pred "
-               f"{rec['predicted_peak_bytes'] / 2**30:.2f}, {rec['predicted_peak_bytes'] / mp - 1:+.1%})")
+        msg = (
+            f"static {ms / 2**30:.2f} GiB (pred {rec['predicted_static_bytes'] / 2**30:.2f}, "
+            f"{rec['predicted_static_bytes'] / ms - 1:+.1%}) peak {mp / 2**30:.2f} GiB (pred "
+            f"{rec['predicted_peak_bytes'] / 2**30:.2f}, {rec['predicted_peak_bytes'] / mp - 1:+.1%})"
+        )
     print(f"{rec['name']:40s} {rec['wall_s']:6.1f}s {msg}", flush=True)
     if isinstance(rec.get("saved"), dict):
-        print("   saved  ", json.dumps(rec["saved"]), "\n   model  ", json.dumps(rec.get("saved_predicted")),
-              flush=True)
+        print(
+            "   saved  ", json.dumps(rec["saved"]), "\n   model  ", json.dumps(rec.get("saved_predicted")), flush=True
+        )
 
 
 def row_main(spec: str) -> int:
@@ -229,12 +298,31 @@ def row_main(spec: str) -> int:
     return 0
 
 
-COMMAND = ("python3 bench/mcore_memory.py measure --saved --out bench/results/mcore_memory_raw.json --rows {name} && "
-           "python3 bench/mcore_memory.py report bench/results/mcore_memory_raw.json --csv bench/results/mcore_memory.csv")
-FIELDS = ["config", "attention", "validated_against", "predicted_static_bytes", "measured_static_bytes",
-          "predicted_peak_bytes", "measured_peak_bytes", "static_error", "peak_error", "seq", "micro_batch",
-          "num_microbatches", "recompute", "dist_opt", "grad_buffer", "gpu", "torch_version", "megatron_core_version",
-          "command"]
+COMMAND = (
+    "python3 bench/mcore_memory.py measure --saved --out bench/results/mcore_memory_raw.json --rows {name} && "
+    "python3 bench/mcore_memory.py report bench/results/mcore_memory_raw.json --csv bench/results/mcore_memory.csv"
+)
+FIELDS = [
+    "config",
+    "attention",
+    "validated_against",
+    "predicted_static_bytes",
+    "measured_static_bytes",
+    "predicted_peak_bytes",
+    "measured_peak_bytes",
+    "static_error",
+    "peak_error",
+    "seq",
+    "micro_batch",
+    "num_microbatches",
+    "recompute",
+    "dist_opt",
+    "grad_buffer",
+    "gpu",
+    "torch_version",
+    "megatron_core_version",
+    "command",
+]
 
 
 def report(raw: Path, csv_path: Path | None) -> int:
@@ -247,18 +335,34 @@ def report(raw: Path, csv_path: Path | None) -> int:
             continue
         se = r["predicted_static_bytes"] / r["measured_static_bytes"] - 1
         pe = r["predicted_peak_bytes"] / r["measured_peak_bytes"] - 1
-        what = ("Megatron-Core local spec (DotProductAttention)" if r["attention"] == "unfused"
-                else "Megatron-Core with PyTorch SDPA flash core attention (TE absent)")
-        rows.append({"config": r["name"], "attention": r["attention"], "validated_against": what,
-                     "predicted_static_bytes": r["predicted_static_bytes"],
-                     "measured_static_bytes": r["measured_static_bytes"],
-                     "predicted_peak_bytes": r["predicted_peak_bytes"], "measured_peak_bytes": r["measured_peak_bytes"],
-                     "static_error": round(se, 6), "peak_error": round(pe, 6), "seq": r["seq"],
-                     "micro_batch": r["micro_batch"], "num_microbatches": r["num_microbatches"],
-                     "recompute": r["recompute"], "dist_opt": r["dist_opt"], "grad_buffer": r["grad"],
-                     "gpu": r.get("gpu", ""), "torch_version": r.get("torch_version", ""),
-                     "megatron_core_version": r.get("megatron_core_version", ""),
-                     "command": COMMAND.format(name=r["name"])})
+        what = (
+            "Megatron-Core local spec (DotProductAttention)"
+            if r["attention"] == "unfused"
+            else "Megatron-Core with PyTorch SDPA flash core attention (TE absent)"
+        )
+        rows.append(
+            {
+                "config": r["name"],
+                "attention": r["attention"],
+                "validated_against": what,
+                "predicted_static_bytes": r["predicted_static_bytes"],
+                "measured_static_bytes": r["measured_static_bytes"],
+                "predicted_peak_bytes": r["predicted_peak_bytes"],
+                "measured_peak_bytes": r["measured_peak_bytes"],
+                "static_error": round(se, 6),
+                "peak_error": round(pe, 6),
+                "seq": r["seq"],
+                "micro_batch": r["micro_batch"],
+                "num_microbatches": r["num_microbatches"],
+                "recompute": r["recompute"],
+                "dist_opt": r["dist_opt"],
+                "grad_buffer": r["grad"],
+                "gpu": r.get("gpu", ""),
+                "torch_version": r.get("torch_version", ""),
+                "megatron_core_version": r.get("megatron_core_version", ""),
+                "command": COMMAND.format(name=r["name"]),
+            }
+        )
         print(f"{r['name']:40s} static {se:+7.2%}  peak {pe:+7.2%}")
     if csv_path:
         with open(csv_path, "w", newline="") as f:

@@ -65,17 +65,21 @@ def main():
         base = baseline_static(spec, plan, o)
     one_base = (time.perf_counter() - t0) / 50
     agree = abs(max(r.static for r in est.ranks) - base) / base
-    print(f"one estimate (Kimi-K2, 1024 GPUs, PP8 EP64): {one * 1e3:.3f} ms (goal < 1 ms: "
-          f"{'met' if one < 1e-3 else 'missed'}); per-tensor baseline {one_base * 1e3:.3f} ms; ratio "
-          f"{one_base / one:.1f}x; static bytes agree to {agree:.1e}")
+    print(
+        f"one estimate (Kimi-K2, 1024 GPUs, PP8 EP64): {one * 1e3:.3f} ms (goal < 1 ms: "
+        f"{'met' if one < 1e-3 else 'missed'}); per-tensor baseline {one_base * 1e3:.3f} ms; ratio "
+        f"{one_base / one:.1f}x; static bytes agree to {agree:.1e}"
+    )
     t0 = time.perf_counter()
     table = mesh_table(spec, 1024, o)
     whole = time.perf_counter() - t0
     fit = sum(bool(m.fits) for m in table)
-    print(f"whole table: {len(table)} valid meshes with estimates in {whole:.2f} s (goal < 2 s: "
-          f"{'met' if whole < 2 else 'missed'}); {fit} fit on 141 GiB; best: {table[0].to_dict()['pp_layout']} "
-          f"tp={table[0].plan.parallel.tp} pp={table[0].plan.parallel.pp} ep={table[0].plan.parallel.ep}; "
-          f"baseline would take ~{one_base * len(table):.1f} s")
+    print(
+        f"whole table: {len(table)} valid meshes with estimates in {whole:.2f} s (goal < 2 s: "
+        f"{'met' if whole < 2 else 'missed'}); {fit} fit on 141 GiB; best: {table[0].to_dict()['pp_layout']} "
+        f"tp={table[0].plan.parallel.tp} pp={table[0].plan.parallel.pp} ep={table[0].plan.parallel.ep}; "
+        f"baseline would take ~{one_base * len(table):.1f} s"
+    )
 
 
 if __name__ == "__main__":

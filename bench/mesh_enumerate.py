@@ -48,12 +48,23 @@ def main():
         t0 = time.perf_counter()
         brute = brute_force(spec, ngpu)
         base = time.perf_counter() - t0
-        got = {(m.plan.parallel.tp, m.plan.parallel.pp, m.plan.parallel.vpp, m.plan.parallel.cp, m.plan.parallel.ep,
-                m.plan.parallel.etp_size) for m in meshes}
+        got = {
+            (
+                m.plan.parallel.tp,
+                m.plan.parallel.pp,
+                m.plan.parallel.vpp,
+                m.plan.parallel.cp,
+                m.plan.parallel.ep,
+                m.plan.parallel.etp_size,
+            )
+            for m in meshes
+        }
         same = "same meshes" if got == brute else f"DIFFERENT ({len(got ^ brute)} differ)"
-        print(f"{name:18s} on {ngpu:5d} GPUs: {len(meshes):6d} valid meshes in {ours:6.3f} s "
-              f"(goal < 1 s: {'met' if ours < 1 else 'missed'}); brute force {base:6.2f} s; ratio {base / ours:5.1f}x; "
-              f"{same}")
+        print(
+            f"{name:18s} on {ngpu:5d} GPUs: {len(meshes):6d} valid meshes in {ours:6.3f} s "
+            f"(goal < 1 s: {'met' if ours < 1 else 'missed'}); brute force {base:6.2f} s; ratio {base / ours:5.1f}x; "
+            f"{same}"
+        )
 
 
 if __name__ == "__main__":

@@ -45,8 +45,10 @@ def main() -> int:
     if dev.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t
-    print(f"patterns=2**32 device={dev} round_trip_mismatches={bad} non_tie_rne_mismatches(non-NaN)={nontie_diff} "
-          f"exact_ties(non-NaN)={ties} ties_rounded_differently_from_rne={tie_diff} seconds={dt:.1f}")
+    print(
+        f"patterns=2**32 device={dev} round_trip_mismatches={bad} non_tie_rne_mismatches(non-NaN)={nontie_diff} "
+        f"exact_ties(non-NaN)={ties} ties_rounded_differently_from_rne={tie_diff} seconds={dt:.1f}"
+    )
     return 0 if bad == 0 and nontie_diff == 0 else 1
 
 

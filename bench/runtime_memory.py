@@ -30,17 +30,41 @@ from mlite.runtime.runtime import create_runtime
 
 MODELS = {
     # Qwen3-1.7B's shape (tied embeddings): ~1.7 B parameters
-    "qwen3-1.7b": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 2048,
-                   "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-                   "intermediate_size": 6144, "vocab_size": 151936, "tie_word_embeddings": True,
-                   "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 40960},
+    "qwen3-1.7b": {
+        "model_type": "qwen3",
+        "architectures": ["Qwen3ForCausalLM"],
+        "hidden_size": 2048,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 6144,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 40960,
+    },
     # a small Qwen3-MoE: 32 experts, top-4, ~0.9 B parameters
-    "qwen3-moe-small": {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 1024,
-                        "num_hidden_layers": 12, "num_attention_heads": 16, "num_key_value_heads": 4,
-                        "head_dim": 64, "intermediate_size": 2816, "moe_intermediate_size": 512,
-                        "num_experts": 32, "num_experts_per_tok": 4, "norm_topk_prob": True, "vocab_size": 32000,
-                        "tie_word_embeddings": False, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
-                        "max_position_embeddings": 40960},
+    "qwen3-moe-small": {
+        "model_type": "qwen3_moe",
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "hidden_size": 1024,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "intermediate_size": 2816,
+        "moe_intermediate_size": 512,
+        "num_experts": 32,
+        "num_experts_per_tok": 4,
+        "norm_topk_prob": True,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 40960,
+    },
 }
 
 MODES = {
@@ -60,8 +84,12 @@ def batch(seq: int, vocab: int, seed: int) -> PackedBatch:
 
 def measure(model, mode: str, device: str, seq: int, steps: int) -> dict:
     cuda = device == "cuda"
-    cfg = RuntimeConfig(hf_path=MODELS.get(model, model), device=device, param_dtype="bf16",
-                        backend_cfg=MegatronLiteConfig(optimizer=OptimizerConfig(lr=1e-4, **MODES[mode])))
+    cfg = RuntimeConfig(
+        hf_path=MODELS.get(model, model),
+        device=device,
+        param_dtype="bf16",
+        backend_cfg=MegatronLiteConfig(optimizer=OptimizerConfig(lr=1e-4, **MODES[mode])),
+    )
     rt = create_runtime(cfg)
     if cuda:
         torch.cuda.synchronize()
@@ -88,9 +116,16 @@ def measure(model, mode: str, device: str, seq: int, steps: int) -> dict:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t
         s = rt.memory_stats(h)
-        step = {"step": k, "time_s": round(dt, 4), "forward_backward_s": round(t_fb, 4),
-                "optimizer_s": round(dt - t_fb, 4), "tokens_per_s": round(seq / dt, 1), "ok": ok,
-                "grad_norm": round(norm, 4), "grads_bytes": with_grads["grads"]["bytes"]}
+        step = {
+            "step": k,
+            "time_s": round(dt, 4),
+            "forward_backward_s": round(t_fb, 4),
+            "optimizer_s": round(dt - t_fb, 4),
+            "tokens_per_s": round(seq / dt, 1),
+            "ok": ok,
+            "grad_norm": round(norm, 4),
+            "grads_bytes": with_grads["grads"]["bytes"],
+        }
         for key in ("params", "master", "remainder", "exp_avg", "exp_avg_sq"):
             step[key] = s[key]["by_device"]
         step["optimizer_bytes"] = s["optimizer_bytes"]
@@ -98,7 +133,8 @@ def measure(model, mode: str, device: str, seq: int, steps: int) -> dict:
             step["max_allocated"] = torch.cuda.max_memory_allocated() - base
             step["allocated_after_step"] = torch.cuda.memory_allocated() - base
             on_gpu = s["params"]["by_device"].get(str(rt.device), 0) + sum(
-                s[k]["by_device"].get(str(rt.device), 0) for k in ("master", "remainder", "exp_avg", "exp_avg_sq"))
+                s[k]["by_device"].get(str(rt.device), 0) for k in ("master", "remainder", "exp_avg", "exp_avg_sq")
+            )
             step["static_runtime_bytes_on_gpu"] = on_gpu
         step["cpu_rss"] = s["cpu_rss"]
         rec["steps"].append(step)
@@ -125,16 +161,25 @@ def main() -> int:
         rec = measure(a.model, mode, a.device, a.seq, a.steps)
         out.append(rec)
         last = rec["steps"][-1]
-        gib = 2 ** 30
-        parts = ", ".join(f"{k}={v / gib:.3f}@{d}" for k in ("master", "remainder", "exp_avg", "exp_avg_sq")
-                          for d, v in last[k].items())
-        line = (f"{a.model:16s} {mode:18s} N={rec['numel'] / 1e9:.3f}B params={sum(last['params'].values()) / gib:.3f}"
-                f" grads={last['grads_bytes'] / gib:.3f} state={last['optimizer_bytes'] / gib:.3f} GiB ({parts})")
+        gib = 2**30
+        parts = ", ".join(
+            f"{k}={v / gib:.3f}@{d}"
+            for k in ("master", "remainder", "exp_avg", "exp_avg_sq")
+            for d, v in last[k].items()
+        )
+        line = (
+            f"{a.model:16s} {mode:18s} N={rec['numel'] / 1e9:.3f}B params={sum(last['params'].values()) / gib:.3f}"
+            f" grads={last['grads_bytes'] / gib:.3f} state={last['optimizer_bytes'] / gib:.3f} GiB ({parts})"
+        )
         if a.device == "cuda":
-            line += (f" | gpu static {last['static_runtime_bytes_on_gpu'] / gib:.3f} allocated "
-                     f"{last['allocated_after_step'] / gib:.3f} peak {last['max_allocated'] / gib:.3f} GiB")
-        line += (f" | {last['tokens_per_s']:.0f} tok/s (fwd+bwd {last['forward_backward_s']:.3f} s, "
-                 f"optimizer {last['optimizer_s']:.3f} s)")
+            line += (
+                f" | gpu static {last['static_runtime_bytes_on_gpu'] / gib:.3f} allocated "
+                f"{last['allocated_after_step'] / gib:.3f} peak {last['max_allocated'] / gib:.3f} GiB"
+            )
+        line += (
+            f" | {last['tokens_per_s']:.0f} tok/s (fwd+bwd {last['forward_backward_s']:.3f} s, "
+            f"optimizer {last['optimizer_s']:.3f} s)"
+        )
         print(line, flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

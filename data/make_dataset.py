@@ -25,8 +25,24 @@ ROOT = Path(__file__).resolve().parent
 SPECIAL_TOKENS = ("<|pad|>", "<|im_start|>", "<|im_end|>", "<|endoftext|>")
 VOCAB_SIZE = 512
 SYSTEM_PROMPTS = ("You are a helpful assistant.", "Answer with the result only.", "Be brief.")
-WORDS = ("red", "blue", "green", "cat", "dog", "sun", "moon", "tree", "fish", "bird", "rock", "milk", "star",
-         "rain", "leaf", "ship")
+WORDS = (
+    "red",
+    "blue",
+    "green",
+    "cat",
+    "dog",
+    "sun",
+    "moon",
+    "tree",
+    "fish",
+    "bird",
+    "rock",
+    "milk",
+    "star",
+    "rain",
+    "leaf",
+    "ship",
+)
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -81,8 +97,12 @@ def write_parquet(rows: list[dict], path: Path) -> None:
     import pyarrow.parquet as pq
 
     msg = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-    table = pa.table({"messages": pa.array([r["messages"] for r in rows], type=msg),
-                      "data_source": pa.array([r["data_source"] for r in rows], type=pa.string())})
+    table = pa.table(
+        {
+            "messages": pa.array([r["messages"] for r in rows], type=msg),
+            "data_source": pa.array([r["data_source"] for r in rows], type=pa.string()),
+        }
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, compression="zstd")
 
@@ -94,8 +114,12 @@ def train_tokenizer(rows: list[dict]):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
 
     def corpus():
         for r in rows:
@@ -138,8 +162,9 @@ def main(argv=None) -> int:
     write_parquet(train, args.out / "datasets" / "tiny_sft" / "train.parquet")
     write_parquet(val, args.out / "datasets" / "tiny_sft" / "val.parquet")
     write_tokenizer(train_tokenizer(train), args.out / "tokenizer")
-    print(f"wrote {len(train)} train / {len(val)} val conversations and a {VOCAB_SIZE}-token tokenizer "
-          f"under {args.out}")
+    print(
+        f"wrote {len(train)} train / {len(val)} val conversations and a {VOCAB_SIZE}-token tokenizer under {args.out}"
+    )
     return 0
 
 

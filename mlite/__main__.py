@@ -1,4 +1,5 @@
 """python -m mlite"""
+
 import sys
 
 from .cli import main

@@ -36,8 +36,17 @@ CONSOLE_FILE = "console.log"
 ERROR_GLOB = "error_rank*.json"
 """The per-rank error records (:func:`error_file_name`)."""
 
-RUN_FILES = (COMMAND_FILE, CONFIG_FILE, LOG_FILE, METRICS_FILE, STATUS_FILE, MEMORY_FILE, RESULT_FILE, STOP_FILE,
-             CONSOLE_FILE)
+RUN_FILES = (
+    COMMAND_FILE,
+    CONFIG_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    STATUS_FILE,
+    MEMORY_FILE,
+    RESULT_FILE,
+    STOP_FILE,
+    CONSOLE_FILE,
+)
 """Files the kit writes into a run directory (the ``error_rank*.json`` records besides)."""
 
 METRIC_SOURCES = (METRICS_FILE, LOG_FILE)
@@ -88,7 +97,7 @@ def parse_status_line(line: str) -> tuple[str, str] | None:
     """``(status, reason)`` of a :func:`status_line` (reason ``""`` when none); None for any other line."""
     if not line.startswith(STATUS_PREFIX):
         return None
-    status, _, why = line[len(STATUS_PREFIX):].strip().partition(" ")
+    status, _, why = line[len(STATUS_PREFIX) :].strip().partition(" ")
     why = why.strip()
     if why.startswith("(") and why.endswith(")"):
         why = why[1:-1]

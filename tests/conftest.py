@@ -28,8 +28,14 @@ class CliResult:
 def run_cli(*args: str, timeout: float = 300, env: dict | None = None) -> CliResult:
     """Run ``mlite ARGS`` in a subprocess (the real console entry point's code path)."""
     e = dict(os.environ, PYTHONWARNINGS="ignore", **(env or {}))
-    p = subprocess.run([sys.executable, "-m", "mlite.cli", *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, cwd=REPO, env=e)
+    p = subprocess.run(
+        [sys.executable, "-m", "mlite.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=e,
+    )
     return CliResult(p.returncode, p.stdout, p.stderr)
 
 

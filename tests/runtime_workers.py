@@ -13,8 +13,16 @@ VOCAB = 64
 """Tokens the synthetic sequences use (a slice of the tiny models' 512), so a few dozen steps visibly learn."""
 
 
-def synthetic_microbatches(step: int, rank: int, *, num_microbatches: int = 1, seqs: int = 2, seq_len: int = 24,
-                           seed: int = 0, vocab: int = VOCAB) -> list[PackedBatch]:
+def synthetic_microbatches(
+    step: int,
+    rank: int,
+    *,
+    num_microbatches: int = 1,
+    seqs: int = 2,
+    seq_len: int = 24,
+    seed: int = 0,
+    vocab: int = VOCAB,
+) -> list[PackedBatch]:
     """Learnable arithmetic sequences (token i+1 = token i + stride mod vocab), different per step and rank,
     with varying lengths and some prompt tokens masked, deterministic in (seed, step, rank)."""
     g = torch.Generator().manual_seed(1_000_003 * seed + 7919 * step + rank)
@@ -31,19 +39,26 @@ def synthetic_microbatches(step: int, rank: int, *, num_microbatches: int = 1, s
     return out
 
 
-def runtime_config(model: str = "tiny-moe", *, param_dtype: str = "bf16", seed: int = 0, device: str = "cpu",
-                   **opt) -> RuntimeConfig:
+def runtime_config(
+    model: str = "tiny-moe", *, param_dtype: str = "bf16", seed: int = 0, device: str = "cpu", **opt
+) -> RuntimeConfig:
     opt.setdefault("lr", 3e-3)
     opt.setdefault("lr_warmup_steps", 2)
     opt.setdefault("lr_decay_style", "cosine")
     opt.setdefault("lr_decay_steps", 100)
     opt.setdefault("min_lr", 3e-4)
-    return RuntimeConfig(hf_path=model, device=device, param_dtype=param_dtype, seed=seed,
-                         backend_cfg=MegatronLiteConfig(optimizer=OptimizerConfig(**opt)))
+    return RuntimeConfig(
+        hf_path=model,
+        device=device,
+        param_dtype=param_dtype,
+        seed=seed,
+        backend_cfg=MegatronLiteConfig(optimizer=OptimizerConfig(**opt)),
+    )
 
 
-def train(handle, steps: int, *, rank: int, start: int = 0, num_microbatches: int = 1, data_seed: int = 0,
-          seqs: int = 2) -> list[dict]:
+def train(
+    handle, steps: int, *, rank: int, start: int = 0, num_microbatches: int = 1, data_seed: int = 0, seqs: int = 2
+) -> list[dict]:
     """``steps`` train steps on synthetic data; returns the per-step metrics."""
     rt = handle.runtime
     out = []
@@ -77,8 +92,7 @@ def same_bits(a: dict, b: dict) -> list[str]:
     return bad
 
 
-def lockstep(rank: int, device: str, base_opts: dict, variant_opts: dict, steps: int,
-             model: str = "tiny-moe") -> dict:
+def lockstep(rank: int, device: str, base_opts: dict, variant_opts: dict, steps: int, model: str = "tiny-moe") -> dict:
     """Train a base and a variant run side by side, feeding the variant the base's gradients every step.
 
     On CUDA the backward pass uses atomics (not bitwise reproducible run to run); giving both runs the same gradient
@@ -104,7 +118,10 @@ def lockstep(rank: int, device: str, base_opts: dict, variant_opts: dict, steps:
             if ok:
                 rt.lr_scheduler_step(h)
     sa, sb = snapshot(a), snapshot(b)
-    return {"losses": (la, lb), "params": same_bits(sa["params"], sb["params"]),
-            "masters": same_bits(sa["masters"], sb["masters"]),
-            "state_devices": sorted({str(t.device) for s in b.optimizer.slots for t in s.state.values()}),
-            "param_devices": sorted({str(p.device) for p in b.model.parameters()})}
+    return {
+        "losses": (la, lb),
+        "params": same_bits(sa["params"], sb["params"]),
+        "masters": same_bits(sa["masters"], sb["masters"]),
+        "state_devices": sorted({str(t.device) for s in b.optimizer.slots for t in s.state.values()}),
+        "param_devices": sorted({str(p.device) for p in b.model.parameters()}),
+    }

@@ -49,11 +49,13 @@ def test_csv_rederived_from_raw_json(path, tmp_path):
     out = tmp_path / path.name
     argv = [sys.executable, *argv[1:]]
     argv[argv.index(str(path.relative_to(REPO)))] = str(out)
-    res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    res = subprocess.run(
+        argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONWARNINGS="ignore")
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     committed, fresh = _rows(path), _rows(out)
-    assert [r.get("config") or r.get("measurement") for r in fresh] == \
-        [r.get("config") or r.get("measurement") for r in committed], f"{path.name}: rows differ"
+    assert [r.get("config") or r.get("measurement") for r in fresh] == [
+        r.get("config") or r.get("measurement") for r in committed
+    ], f"{path.name}: rows differ"
     for old, new in zip(committed, fresh, strict=True):
         assert old == new, f"{path.name} is stale: regenerate it with `{' '.join(_report_step(path))}`"

@@ -24,10 +24,15 @@ SAMPLES = REPO / "data" / "logs"
 
 def mlite(cwd: Path, *args, timeout: float = 300) -> CliResult:
     """``python -m mlite ARGS`` in ``cwd`` (this checkout's code; default runs go to ``cwd/../default-runs``)."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(REPO),
-               MLITE_RUNS=str(cwd.parent / "default-runs"))
-    p = subprocess.run([sys.executable, "-m", "mlite", *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, cwd=cwd, env=env)
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(REPO), MLITE_RUNS=str(cwd.parent / "default-runs"))
+    p = subprocess.run(
+        [sys.executable, "-m", "mlite", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+    )
     return CliResult(p.returncode, p.stdout, p.stderr)
 
 
@@ -70,8 +75,20 @@ def test_params_mesh_memory_read_the_users_config_by_relative_path(home):
 
 
 def test_export_writes_where_the_user_is_and_import_launcher_reads_it_back(home):
-    res = mlite(home, "export", "my-config.json", "--nodes", "1", "--gpus-per-node", "2", "--target",
-                "verl-mlite-sft", "--out", "exported", "--json")
+    res = mlite(
+        home,
+        "export",
+        "my-config.json",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "2",
+        "--target",
+        "verl-mlite-sft",
+        "--out",
+        "exported",
+        "--json",
+    )
     assert res.rc == 0, res.err
     launcher = res.json()["launcher"]
     assert (home / "exported" / launcher).is_file() and (home / "exported" / "plan.json").is_file()
@@ -97,8 +114,21 @@ def test_logs_commands_take_relative_paths(home):
 
 def test_run_dry_run_resolves_relative_paths_against_the_callers_directory(home):
     before = listing(home)
-    res = mlite(home, "run", "--model", "my-config.json", "--steps", "2", "--nproc", "2", "--device", "cpu",
-                "--out", "runs/r1", "--dry-run")
+    res = mlite(
+        home,
+        "run",
+        "--model",
+        "my-config.json",
+        "--steps",
+        "2",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        "runs/r1",
+        "--dry-run",
+    )
     assert res.rc == 0, res.err
     assert str(home / "runs" / "r1") in res.out
     assert listing(home) == before and not (home.parent / "default-runs").exists()
@@ -107,8 +137,22 @@ def test_run_dry_run_resolves_relative_paths_against_the_callers_directory(home)
 @pytest.mark.slow
 def test_run_from_another_directory_trains_the_users_relative_config(home):
     """The bug this guards: the workers start in the run directory, so a relative --model used to fail there."""
-    res = mlite(home, "run", "--model", "my-config.json", "--steps", "2", "--nproc", "2", "--device", "cpu",
-                "--out", "runs/r1", "--json", timeout=400)
+    res = mlite(
+        home,
+        "run",
+        "--model",
+        "my-config.json",
+        "--steps",
+        "2",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        "runs/r1",
+        "--json",
+        timeout=400,
+    )
     assert res.rc == 0, (res.out, res.err)
     doc = res.json()
     assert doc["status"] == "completed" and doc["steps"] == 2 and doc["run_dir"] == str(home / "runs" / "r1")
@@ -143,8 +187,10 @@ BAD = [
     (("run", *CFG, "--steps", "2", "--nproc", "0", "--device", "cpu", "--out", "runs/r1"), "nproc"),
     (("mesh", "my-config.json", "--ngpu", "0"), "--ngpu"),
     ((*RUN, *CFG, "--offload-fraction", "2"), "offload_fraction"),
-    (("run", *CFG, "--steps", "5", "--nproc", "2", "--device", "cpu", "--out", "runs/r1", "--lr-warmup-steps", "9"),
-     "lr_warmup_steps"),
+    (
+        ("run", *CFG, "--steps", "5", "--nproc", "2", "--device", "cpu", "--out", "runs/r1", "--lr-warmup-steps", "9"),
+        "lr_warmup_steps",
+    ),
     # unknown option values
     (("run", *CFG, "--steps", "2", "--nproc", "2", "--device", "tpu", "--out", "runs/r1"), "--device"),
     ((*RUN, *CFG, "--recompute", "some"), "--recompute"),
@@ -183,10 +229,24 @@ def test_an_older_run_is_not_touched_without_overwrite(home):
 def test_invalid_mesh_is_a_verdict_for_the_planning_commands_and_writes_nothing(home):
     """``mlite mesh / memory / export`` judge a mesh (exit 1, reasons on stdout); export writes no file then."""
     before = listing(home)
-    for args in (("mesh", "my-config.json", "--ngpu", "2", "--tp", "3"),
-                 ("memory", "my-config.json", "--ngpu", "2", "--tp", "3"),
-                 ("export", "my-config.json", "--nodes", "1", "--gpus-per-node", "2", "--tp", "3", "--target",
-                  "verl-mlite-sft", "--out", "exported")):
+    for args in (
+        ("mesh", "my-config.json", "--ngpu", "2", "--tp", "3"),
+        ("memory", "my-config.json", "--ngpu", "2", "--tp", "3"),
+        (
+            "export",
+            "my-config.json",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "2",
+            "--tp",
+            "3",
+            "--target",
+            "verl-mlite-sft",
+            "--out",
+            "exported",
+        ),
+    ):
         res = mlite(home, *args)
         assert res.rc == 1 and "not divisible by TP" in res.out and "Traceback" not in res.err, (args, res)
     assert listing(home) == before
@@ -200,8 +260,11 @@ def test_validate_run_makes_every_path_absolute_from_the_callers_directory(home)
     shutil.copy(REPO / "data" / "datasets" / "tiny_sft" / "train.parquet", home / "my-data" / "train.parquet")
     before = listing(home)
     cfg = validate_run(RunConfig(model="my-config.json", dataset="my-data", out="runs/r", steps=2), cwd=home)
-    assert (cfg.model, cfg.dataset, cfg.out) == (str(home / "my-config.json"), str(home / "my-data"),
-                                                 str(home / "runs" / "r"))
+    assert (cfg.model, cfg.dataset, cfg.out) == (
+        str(home / "my-config.json"),
+        str(home / "my-data"),
+        str(home / "runs" / "r"),
+    )
     named = validate_run(RunConfig(model="tiny-moe", out=str(home / "r2")), cwd=home)
     assert (named.model, named.dataset) == ("tiny-moe", "tiny_sft")  # names stay names (cwd-independent)
     assert listing(home) == before

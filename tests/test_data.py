@@ -99,8 +99,7 @@ def test_rank_iterators_are_deterministic_and_disjoint(tok, convs):
     key = {s.input_ids: i for i, s in enumerate(samples)}
 
     def first_steps(rank, world, seed, steps=3, micro=2):
-        it = sft_batches(samples, tokens_per_microbatch=256, num_microbatches=micro, rank=rank, world=world,
-                         seed=seed)
+        it = sft_batches(samples, tokens_per_microbatch=256, num_microbatches=micro, rank=rank, world=world, seed=seed)
         out = []
         for _ in range(steps):
             step = next(it)
@@ -118,7 +117,7 @@ def test_rank_iterators_are_deterministic_and_disjoint(tok, convs):
             (b,) = next(it)
             ids, s = b.input_ids.tolist(), 0
             for n in b.lengths:
-                seen.add(key[tuple(ids[s:s + n])])
+                seen.add(key[tuple(ids[s : s + n])])
                 s += n
         return seen
 
@@ -145,8 +144,11 @@ def test_bad_inputs_are_one_line(tok, tmp_path):
     with pytest.raises(MliteError, match="tokenizer"):
         load_tokenizer(tmp_path / "missing.json")
     with pytest.raises(MliteError, match="rank"):
-        next(sft_batches(tokenize_dataset(load_sft_dataset(split="val")[:4], tok), tokens_per_microbatch=64,
-                         rank=2, world=2))
+        next(
+            sft_batches(
+                tokenize_dataset(load_sft_dataset(split="val")[:4], tok), tokens_per_microbatch=64, rank=2, world=2
+            )
+        )
 
 
 def test_make_dataset_reproduces_shipped_files(tmp_path):

@@ -51,15 +51,19 @@ def drift(env_text: str, pyproject_text: str, makefile_text: str) -> list[str]:
         elif dep == "pip":
             has_pip = True
         else:
-            problems.append(f"environment.yml: conda dependency {dep!r}: only python and pip belong there, "
-                            "every other requirement goes into pyproject.toml")
+            problems.append(
+                f"environment.yml: conda dependency {dep!r}: only python and pip belong there, "
+                "every other requirement goes into pyproject.toml"
+            )
     if not has_pip:
         problems.append("environment.yml: 'pip' is missing from dependencies")
     if python is None:
         problems.append("environment.yml: no 'python=X.Y' dependency")
     elif not SpecifierSet(project["requires-python"]).contains(python):
-        problems.append(f"environment.yml: python={python} does not satisfy pyproject's requires-python "
-                        f"'{project['requires-python']}'")
+        problems.append(
+            f"environment.yml: python={python} does not satisfy pyproject's requires-python "
+            f"'{project['requires-python']}'"
+        )
     if pip_lines is None:
         problems.append("environment.yml: no 'pip:' section installing the kit")
         return problems
@@ -85,14 +89,18 @@ def drift(env_text: str, pyproject_text: str, makefile_text: str) -> list[str]:
     if extras is None:
         problems.append("environment.yml: no '-e .[extras]' pip line installing the kit")
     elif extras != groups:
-        problems.append(f"environment.yml installs extras {sorted(extras)} but pyproject's optional-dependency "
-                        f"groups (except 'all') are {sorted(groups)}; missing {sorted(groups - extras)}, "
-                        f"unknown {sorted(extras - groups)}")
+        problems.append(
+            f"environment.yml installs extras {sorted(extras)} but pyproject's optional-dependency "
+            f"groups (except 'all') are {sorted(groups)}; missing {sorted(groups - extras)}, "
+            f"unknown {sorted(extras - groups)}"
+        )
 
     make_torch = makefile_torch_spec(makefile_text)
     if torch != [make_torch]:
-        problems.append(f"environment.yml: torch pin {torch} differs from the Makefile's TORCH_SPEC default "
-                        f"{make_torch!r} (one torch line, the same pin)")
+        problems.append(
+            f"environment.yml: torch pin {torch} differs from the Makefile's TORCH_SPEC default "
+            f"{make_torch!r} (one torch line, the same pin)"
+        )
     else:
         pin = Requirement(make_torch)
         version = next(iter(pin.specifier)).version if len(pin.specifier) == 1 else None
@@ -100,8 +108,11 @@ def drift(env_text: str, pyproject_text: str, makefile_text: str) -> list[str]:
             r = Requirement(dep)
             if r.name == "torch" and version and not r.specifier.contains(version, prereleases=True):
                 problems.append(f"torch pin {make_torch!r} does not satisfy pyproject's dependency {dep!r}")
-    if torch and extras is not None and pip_lines.index(torch[0]) > next(
-            i for i, ln in enumerate(pip_lines) if EDITABLE.match(str(ln).strip())):
+    if (
+        torch
+        and extras is not None
+        and pip_lines.index(torch[0]) > next(i for i, ln in enumerate(pip_lines) if EDITABLE.match(str(ln).strip()))
+    ):
         problems.append("environment.yml: the torch pin must come before '-e .[...]' so pip keeps that build")
     return problems
 
@@ -128,20 +139,24 @@ def _edit(pattern: str, repl: str, which: int):
         assert new != texts[which], f"edit {pattern!r} did not apply"
         texts[which] = new
         return texts
+
     return apply
 
 
-@pytest.mark.parametrize("edit, needle", [
-    (_edit(r"\[lab,", "[", 0), "missing ['lab']"),  # an extra dropped from environment.yml
-    (_edit(r"^dev = \[", "docs = [\"sphinx\"]\ndev = [", 1), "missing ['docs']"),  # a new group in pyproject
-    (_edit(r"python=3\.11", "python=3.13", 0), "requires-python"),
-    (_edit(r"torch==2\.13\.0", "torch==2.12.0", 0), "TORCH_SPEC"),
-    (_edit(r"^TORCH_SPEC \?= torch==2\.13\.0", "TORCH_SPEC ?= torch==2.14.0", 2), "TORCH_SPEC"),
-    (_edit(r"^  - pip$", "  - pip\n  - numpy", 0), "numpy"),
-    (_edit(r"^(\s+)- torch==2\.13\.0$", r"\1- torch==2.13.0\n\1- rich", 0), "rich"),
-    (_edit(r"^(\s+- torch==2\.13\.0)\n(\s+- -e .*)$", r"\2\n\1", 0), "before"),  # torch after the kit
-    (_edit(r"^channels:\n  - conda-forge", "channels:\n  - defaults", 0), "channels"),
-])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (_edit(r"\[lab,", "[", 0), "missing ['lab']"),  # an extra dropped from environment.yml
+        (_edit(r"^dev = \[", 'docs = ["sphinx"]\ndev = [', 1), "missing ['docs']"),  # a new group in pyproject
+        (_edit(r"python=3\.11", "python=3.13", 0), "requires-python"),
+        (_edit(r"torch==2\.13\.0", "torch==2.12.0", 0), "TORCH_SPEC"),
+        (_edit(r"^TORCH_SPEC \?= torch==2\.13\.0", "TORCH_SPEC ?= torch==2.14.0", 2), "TORCH_SPEC"),
+        (_edit(r"^  - pip$", "  - pip\n  - numpy", 0), "numpy"),
+        (_edit(r"^(\s+)- torch==2\.13\.0$", r"\1- torch==2.13.0\n\1- rich", 0), "rich"),
+        (_edit(r"^(\s+- torch==2\.13\.0)\n(\s+- -e .*)$", r"\2\n\1", 0), "before"),  # torch after the kit
+        (_edit(r"^channels:\n  - conda-forge", "channels:\n  - defaults", 0), "channels"),
+    ],
+)
 def test_drift_is_reported(edit, needle):
     problems = drift(*edit(_texts()))
     assert any(needle in p for p in problems), problems

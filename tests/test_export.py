@@ -26,18 +26,43 @@ MESH_KEYS = ("valid", "errors", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp
 
 CASES = {
     # verl's run_qwen3_5_35b_megatron_lite.sh: 8 GPUs, PP1 EP8 CP8, fsdp2, all offload, recompute full
-    "qwen35-8": ("Qwen3.5-35B-A3B", 1, ParallelConfig(ep=8, cp=8),
-                 TrainingOptions(optimizer="fsdp2", offload_fraction=1.0, param_offload=True, optimizer_offload=True,
-                                 grad_offload=True, recompute="full")),
+    "qwen35-8": (
+        "Qwen3.5-35B-A3B",
+        1,
+        ParallelConfig(ep=8, cp=8),
+        TrainingOptions(
+            optimizer="fsdp2",
+            offload_fraction=1.0,
+            param_offload=True,
+            optimizer_offload=True,
+            grad_offload=True,
+            recompute="full",
+        ),
+    ),
     # 4 nodes, CP != EP: verl's launcher rule and the runtime's disagree (DP 2 vs 8)
-    "qwen3-32": ("Qwen3-30B-A3B", 4, ParallelConfig(pp=2, cp=2, ep=8),
-                 TrainingOptions(optimizer="dist_opt", use_precision_aware_optimizer=True, exp_avg_dtype="bf16",
-                                 exp_avg_sq_dtype="bf16", offload_fraction=0.5, recompute="selective",
-                                 recompute_modules=("moe_act",))),
+    "qwen3-32": (
+        "Qwen3-30B-A3B",
+        4,
+        ParallelConfig(pp=2, cp=2, ep=8),
+        TrainingOptions(
+            optimizer="dist_opt",
+            use_precision_aware_optimizer=True,
+            exp_avg_dtype="bf16",
+            exp_avg_sq_dtype="bf16",
+            offload_fraction=0.5,
+            recompute="selective",
+            recompute_modules=("moe_act",),
+        ),
+    ),
     # verl's run_kimi_k2_6_glm5_1_megatron_lite.sh: 256 GPUs, PP8 EP8 CP8, fsdp2; 61 layers: uneven stages
-    "kimi-256": ("Kimi-K2-Instruct", 32, ParallelConfig(pp=8, ep=8, cp=8),
-                 TrainingOptions(optimizer="fsdp2", offload_fraction=1.0, param_offload=True, optimizer_offload=True,
-                                 recompute="full")),
+    "kimi-256": (
+        "Kimi-K2-Instruct",
+        32,
+        ParallelConfig(pp=8, ep=8, cp=8),
+        TrainingOptions(
+            optimizer="fsdp2", offload_fraction=1.0, param_offload=True, optimizer_offload=True, recompute="full"
+        ),
+    ),
 }
 PARAMS = [(c, t) for c in CASES for t in TARGETS]
 
@@ -48,8 +73,14 @@ def _env(**extra) -> dict:
 
 def dry_run(script: Path, **env) -> tuple[list[str], str]:
     """The launch command as bash expands it (``DRY_RUN=1``), and stderr (the MLITE_MESH line)."""
-    p = subprocess.run(["bash", str(script)], env=_env(DRY_RUN="1", **env), capture_output=True, text=True,
-                       cwd=script.parent, timeout=60)
+    p = subprocess.run(
+        ["bash", str(script)],
+        env=_env(DRY_RUN="1", **env),
+        capture_output=True,
+        text=True,
+        cwd=script.parent,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     return shlex.split(p.stdout), p.stderr
 
@@ -61,8 +92,15 @@ def exported(tmp_path_factory):
     def get(case: str, target: str):
         if (case, target) not in cache:
             model, nodes, par, opts = CASES[case]
-            plan = ExportPlan(model=model, target=target, parallel=par, options=opts, nodes=nodes, gpus_per_node=8,
-                              model_path=f"/ckpt/{model}")
+            plan = ExportPlan(
+                model=model,
+                target=target,
+                parallel=par,
+                options=opts,
+                nodes=nodes,
+                gpus_per_node=8,
+                model_path=f"/ckpt/{model}",
+            )
             out = tmp_path_factory.mktemp(f"{case}-{target}")
             res = write(plan, out)
             argv, err = dry_run(out / res.launcher)
@@ -96,8 +134,13 @@ def test_launch_composes_against_verl_config(exported, case, target):
     if target == "verl-megatron-grpo":
         assert v.config_name == "ppo_megatron_trainer"
         m = cfg.actor_rollout_ref.actor.megatron
-        got = (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size,
-               m.expert_model_parallel_size, m.expert_tensor_parallel_size)
+        got = (
+            m.tensor_model_parallel_size,
+            m.pipeline_model_parallel_size,
+            m.context_parallel_size,
+            m.expert_model_parallel_size,
+            m.expert_tensor_parallel_size,
+        )
         assert got == (p.tp, p.pp, p.cp, p.ep, p.etp_size)
         assert m.virtual_pipeline_model_parallel_size is None  # vpp 1: null, Megatron-Core rejects 1 with PP 1
         layout = m.override_transformer_config.get("pipeline_model_parallel_layout")
@@ -132,8 +175,9 @@ def test_round_trip_recovers_the_mesh(exported, case, target):
     opts = import_launcher(out / res.launcher).options
     o = plan.options
     assert opts["seq_len"] == o.seq_len and opts["micro_batch_size"] == o.micro_batch_size
-    assert opts.get("offload_fraction", 0.0) == (o.offload_fraction or (1.0 if o.optimizer_offload and
-                                                                         target != "verl-megatron-grpo" else 0.0))
+    assert opts.get("offload_fraction", 0.0) == (
+        o.offload_fraction or (1.0 if o.optimizer_offload and target != "verl-megatron-grpo" else 0.0)
+    )
     assert opts.get("use_precision_aware_optimizer", False) == o.use_precision_aware_optimizer
     assert opts["recompute"] == o.recompute
     if target != "verl-megatron-grpo":
@@ -142,8 +186,9 @@ def test_round_trip_recovers_the_mesh(exported, case, target):
 
 def test_launcher_rejects_a_mesh_changed_from_the_environment(exported):
     _plan, res, out, _, _ = exported("qwen3-32", "verl-mlite-grpo")
-    p = subprocess.run(["bash", str(out / res.launcher)], env=_env(DRY_RUN="1", TP="3"), capture_output=True,
-                       text=True, cwd=out)
+    p = subprocess.run(
+        ["bash", str(out / res.launcher)], env=_env(DRY_RUN="1", TP="3"), capture_output=True, text=True, cwd=out
+    )
     assert p.returncode == 1 and "Invalid mesh" in p.stderr and "TP*CP*PP=12" in p.stderr
     # a valid change: bash's DP follows the runtime rule, as the planner computes it
     from mlite.mesh import resolve
@@ -180,8 +225,13 @@ def test_plan_from_a_launcher_with_verl_rule_states_the_difference(tmp_path):
 def test_sbatch_shape(exported):
     plan, res, out, _, _ = exported("kimi-256", "verl-mlite-grpo")
     job = (out / res.job).read_text()
-    for line in ("#SBATCH --nodes=32", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
-                 "#SBATCH --output=runs/slurm/%x-%j.out", f"#SBATCH --job-name={plan.name}"):
+    for line in (
+        "#SBATCH --nodes=32",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --output=runs/slurm/%x-%j.out",
+        f"#SBATCH --job-name={plan.name}",
+    ):
         assert line in job.splitlines()
     assert "ray start --head" in job and 'srun --nodes=1 --ntasks=1 -w "${node}"' in job
     assert "CUDA_DEVICE_MAX_CONNECTIONS" in job and "VERL_FILE_LOGGER_PATH" in job
@@ -201,8 +251,15 @@ def test_exports_say_what_the_target_cannot_express(exported):
     res = render(plan)
     assert any("grad_offload" in n for n in res.notes)
     assert "PARAM_OFFLOAD=${PARAM_OFFLOAD:-True}" in res.files[res.launcher]
-    bad = validate_command(["python3", "-m", "verl.trainer.main_ppo", "--config-name=ppo_megatron_trainer",
-                            "actor_rollout_ref.actor.megatron.grad_offload=True"])
+    bad = validate_command(
+        [
+            "python3",
+            "-m",
+            "verl.trainer.main_ppo",
+            "--config-name=ppo_megatron_trainer",
+            "actor_rollout_ref.actor.megatron.grad_offload=True",
+        ]
+    )
     assert not bad.ok and "grad_offload" in bad.problems[0]
 
 

@@ -10,12 +10,29 @@ MESH = ("Qwen3-30B-A3B", "--tp", "2", "--pp", "2", "--cp", "2", "--ep", "8", "--
 
 
 def test_export_json_lists_files_and_the_resolved_mesh(tmp_path):
-    res = run_cli("export", *MESH, "--nodes", "4", "--target", "verl-megatron-grpo", "--out", tmp_path / "x",
-                  "--pao", "--moment-dtype", "bf16", "--offload-fraction", "0.5", "--json")
+    res = run_cli(
+        "export",
+        *MESH,
+        "--nodes",
+        "4",
+        "--target",
+        "verl-megatron-grpo",
+        "--out",
+        tmp_path / "x",
+        "--pao",
+        "--moment-dtype",
+        "bf16",
+        "--offload-fraction",
+        "0.5",
+        "--json",
+    )
     assert res.rc == 0, res.err
     doc = res.json()
-    assert [p.split("/")[-1] for p in doc["files"]] == ["run_verl_megatron_grpo.sh", "job_megatron_grpo.sbatch",
-                                                        "plan.json"]
+    assert [p.split("/")[-1] for p in doc["files"]] == [
+        "run_verl_megatron_grpo.sh",
+        "job_megatron_grpo.sbatch",
+        "plan.json",
+    ]
     for p in doc["files"]:
         assert (tmp_path / "x" / p.split("/")[-1]).is_file()
     mesh = run_cli("mesh", *MESH, "--ngpu", "32", "--json").json()
@@ -25,12 +42,15 @@ def test_export_json_lists_files_and_the_resolved_mesh(tmp_path):
     assert plan["options"]["use_precision_aware_optimizer"] and plan["options"]["exp_avg_dtype"] == "bf16"
     text = (tmp_path / "x" / "run_verl_megatron_grpo.sh").read_text()
     assert '"actor_rollout_ref.actor.optim.exp_avg_dtype=bf16"' in text
-    assert '"+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=${OFFLOAD_FRACTION}"' \
+    assert (
+        '"+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=${OFFLOAD_FRACTION}"'
         in text
+    )
     # the launcher reads back to the same mesh through the CLI
     back = run_cli("import-launcher", tmp_path / "x" / "run_verl_megatron_grpo.sh", "--json").json()
-    assert {k: back[k] for k in ("tp", "pp", "cp", "ep", "etp", "dp", "edp", "ngpu")} == \
-        {k: mesh[k] for k in ("tp", "pp", "cp", "ep", "etp", "dp", "edp", "ngpu")}
+    assert {k: back[k] for k in ("tp", "pp", "cp", "ep", "etp", "dp", "edp", "ngpu")} == {
+        k: mesh[k] for k in ("tp", "pp", "cp", "ep", "etp", "dp", "edp", "ngpu")
+    }
 
 
 def test_text_output_names_the_files_and_the_submit_line(tmp_path):
@@ -40,24 +60,40 @@ def test_text_output_names_the_files_and_the_submit_line(tmp_path):
 
 
 def test_invalid_mesh_exits_1_with_the_reasons(tmp_path):
-    res = run_cli("export", "Qwen3-30B-A3B", "--nodes", "4", "--pp", "3", "--target", "verl-mlite-grpo", "--out",
-                  tmp_path / "y")
+    res = run_cli(
+        "export", "Qwen3-30B-A3B", "--nodes", "4", "--pp", "3", "--target", "verl-mlite-grpo", "--out", tmp_path / "y"
+    )
     assert res.rc == 1 and "not divisible by TP*CP*PP" in res.out
     assert not (tmp_path / "y").exists()
-    res = run_cli("export", "Qwen3-30B-A3B", "--nodes", "4", "--pp", "3", "--target", "verl-mlite-grpo", "--out",
-                  tmp_path / "y", "--json")
+    res = run_cli(
+        "export",
+        "Qwen3-30B-A3B",
+        "--nodes",
+        "4",
+        "--pp",
+        "3",
+        "--target",
+        "verl-mlite-grpo",
+        "--out",
+        tmp_path / "y",
+        "--json",
+    )
     assert res.rc == 1 and res.json()["valid"] is False and res.json()["errors"]
 
 
 def test_bad_usage_is_one_line_exit_2(tmp_path):
     assert_one_line_error(run_cli("export", "Qwen3-8B", "--nodes", "1", "--out", tmp_path), "--target")
-    assert_one_line_error(run_cli("export", "Qwen3-8B", "--nodes", "1", "--target", "verl-sft", "--out", tmp_path),
-                          "--target")
+    assert_one_line_error(
+        run_cli("export", "Qwen3-8B", "--nodes", "1", "--target", "verl-sft", "--out", tmp_path), "--target"
+    )
     f = tmp_path / "file"
     f.write_text("x")
-    assert_one_line_error(run_cli("export", "Qwen3-8B", "--nodes", "1", "--target", "verl-mlite-sft", "--out", f),
-                          "--out")
-    assert_one_line_error(run_cli("export", "NoSuchModel", "--nodes", "1", "--target", "verl-mlite-sft", "--out",
-                                  tmp_path), "NoSuchModel")
-    assert_one_line_error(run_cli("export", "Qwen3-8B", "--nodes", "0", "--target", "verl-mlite-sft", "--out",
-                                  tmp_path), "nodes")
+    assert_one_line_error(
+        run_cli("export", "Qwen3-8B", "--nodes", "1", "--target", "verl-mlite-sft", "--out", f), "--out"
+    )
+    assert_one_line_error(
+        run_cli("export", "NoSuchModel", "--nodes", "1", "--target", "verl-mlite-sft", "--out", tmp_path), "NoSuchModel"
+    )
+    assert_one_line_error(
+        run_cli("export", "Qwen3-8B", "--nodes", "0", "--target", "verl-mlite-sft", "--out", tmp_path), "nodes"
+    )

@@ -59,8 +59,9 @@ def test_script_with_arrays_case_and_verl_rule():
     assert doc["options"]["offload_fraction"] == 1.0
     assert "HOME" in doc["unresolved"]
     # the other case branch sets PP=16; ${TP:-1} takes the environment's value
-    other = import_launcher(DATA / "grpo_kimi_mlite_arrays.sh",
-                            env={"MODEL_VARIANT": "glm5_1", "TP": "2", "HOME": "/home/u"}).to_dict("Kimi-K2.6")
+    other = import_launcher(
+        DATA / "grpo_kimi_mlite_arrays.sh", env={"MODEL_VARIANT": "glm5_1", "TP": "2", "HOME": "/home/u"}
+    ).to_dict("Kimi-K2.6")
     # TP2 CP4 PP16 -> DP = 256/(2*4*16) = 2; ETP1 EP8 PP16 -> EDP = 256/(1*8*16) = 2
     assert _mesh(other) == (256, 2, 16, 1, 4, 8, 1, 2, 2)
     assert other["unresolved"] == {}
@@ -85,8 +86,10 @@ def test_cli_json_contract_and_exit_codes(tmp_path):
     for k in ("ngpu", "valid", "errors", "warnings", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp"):
         assert k in doc
     bad = tmp_path / "bad.sh"
-    bad.write_text("#!/bin/bash\nTP=3\npython3 -m verl.trainer.main_ppo actor_rollout_ref.actor.megatron."
-                   "tensor_model_parallel_size=${TP} trainer.nnodes=1 trainer.n_gpus_per_node=8\n")
+    bad.write_text(
+        "#!/bin/bash\nTP=3\npython3 -m verl.trainer.main_ppo actor_rollout_ref.actor.megatron."
+        "tensor_model_parallel_size=${TP} trainer.nnodes=1 trainer.n_gpus_per_node=8\n"
+    )
     res = run_cli("import-launcher", bad, "--config", "Qwen3-8B", "--json")
     assert res.rc == 1 and not res.json()["valid"] and res.json()["tp"] == 3
     empty = tmp_path / "empty.sh"
@@ -102,31 +105,42 @@ def test_cli_json_contract_and_exit_codes(tmp_path):
 
 
 def test_without_model_config_only_the_gpu_rule_is_checked():
-    text = ("python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer trainer.nnodes=2 "
-            "trainer.n_gpus_per_node=8 actor_rollout_ref.actor.megatron.context_parallel_size=3")
+    text = (
+        "python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer trainer.nnodes=2 "
+        "trainer.n_gpus_per_node=8 actor_rollout_ref.actor.megatron.context_parallel_size=3"
+    )
     doc = import_launcher("t", text=text).to_dict()
     assert not doc["valid"] and doc["cp"] == 3 and any("--config" in w for w in doc["warnings"])
 
 
-@pytest.mark.parametrize("snippet", [
-    'A=${A:-${B:-x y}}; W=("$A")',
-    'N=4; W=($((N * 8 + 2)) $(( (7 - 10) / 2 )) $((N % 3)))',
-    'X=""; W=("${X:-empty}" "${X-unset}" "${Y:=set}" "$Y" "${X:+alt}" "${N:+alt}")',
-    'ARR=(a "b c" \'d $e\'); W=("${ARR[@]}" pre"${ARR[1]}"post)',
-    "V=1; case \"$V\" in 2|3) W=(two);; 1) W=(one 'x|y');; *) W=(other);; esac",
-    'P=E,t*7; W=("+k.layout=\'${P}|t*6\'" k=\\[a\\,b\\] "q=\\"x\\"")',
-])
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        'A=${A:-${B:-x y}}; W=("$A")',
+        "N=4; W=($((N * 8 + 2)) $(( (7 - 10) / 2 )) $((N % 3)))",
+        'X=""; W=("${X:-empty}" "${X-unset}" "${Y:=set}" "$Y" "${X:+alt}" "${N:+alt}")',
+        'ARR=(a "b c" \'d $e\'); W=("${ARR[@]}" pre"${ARR[1]}"post)',
+        "V=1; case \"$V\" in 2|3) W=(two);; 1) W=(one 'x|y');; *) W=(other);; esac",
+        'P=E,t*7; W=("+k.layout=\'${P}|t*6\'" k=\\[a\\,b\\] "q=\\"x\\"")',
+    ],
+)
 def test_bash_reader_agrees_with_bash(snippet):
-    want = subprocess.run(["bash", "-c", snippet + '; printf "%s\\n" "${W[@]}"'], capture_output=True, text=True,
-                          env={"PATH": os.environ.get("PATH", "")}).stdout.splitlines()
-    res = run_script(snippet + "\npython3 -m verl.trainer.main_ppo \"${W[@]}\"\n")
+    want = subprocess.run(
+        ["bash", "-c", snippet + '; printf "%s\\n" "${W[@]}"'],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", "")},
+    ).stdout.splitlines()
+    res = run_script(snippet + '\npython3 -m verl.trainer.main_ppo "${W[@]}"\n')
     launch = res.launches[-1]
-    assert launch.words[launch.entry + 1:] == want
+    assert launch.words[launch.entry + 1 :] == want
 
 
 def test_reader_finds_a_launch_inside_an_if_when_none_is_outside():
-    text = 'TP=${TP:-4}\nif [[ "$DRY" == 1 ]]; then\n  echo skip\nelse\n  python3 -m verl.trainer.main_ppo ' \
-           'actor_rollout_ref.actor.megatron.tensor_model_parallel_size=$TP\nfi\n'
+    text = (
+        'TP=${TP:-4}\nif [[ "$DRY" == 1 ]]; then\n  echo skip\nelse\n  python3 -m verl.trainer.main_ppo '
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=$TP\nfi\n"
+    )
     res = run_script(text)
     assert res.launches and res.launches[0].in_block
     assert res.launches[0].words[-1].endswith("=4")
@@ -141,8 +155,10 @@ def test_launcher_rule_detection():
 
 def test_fixture_launchers_use_keys_verl_and_the_mlite_key_list_accept():
     """The fixtures follow verl's example launchers; their overrides (with $HOME given) pass the validator."""
-    for name, cfg_name in (("grpo_kimi_mlite_arrays.sh", "ppo_trainer"), ("sft_qwen35_mlite_torchrun.sh",
-                                                                          "sft_trainer_engine")):
+    for name, cfg_name in (
+        ("grpo_kimi_mlite_arrays.sh", "ppo_trainer"),
+        ("sft_qwen35_mlite_torchrun.sh", "sft_trainer_engine"),
+    ):
         res = run_script((DATA / name).read_text(), {"HOME": "/home/u"})
         launch = res.launches[-1]
         v = validate_command(launch.words)
@@ -151,8 +167,13 @@ def test_fixture_launchers_use_keys_verl_and_the_mlite_key_list_accept():
 
 
 def test_validator_catches_wrong_plus_prefixes_and_unknown_keys():
-    base = ["python3", "-m", "verl.trainer.main_ppo", "hydra.searchpath=[pkg://verl_mlite.config]",
-            "actor@actor_rollout_ref.actor=mlite_actor"]
+    base = [
+        "python3",
+        "-m",
+        "verl.trainer.main_ppo",
+        "hydra.searchpath=[pkg://verl_mlite.config]",
+        "actor@actor_rollout_ref.actor=mlite_actor",
+    ]
     assert validate_command(base + ["+actor_rollout_ref.actor.engine.impl_cfg.optimizer=fsdp2"]).ok
     for wrong, needle in (
         ("actor_rollout_ref.actor.engine.impl_cfg.optimizer=fsdp2", "+engine.impl_cfg.optimizer"),
@@ -169,8 +190,10 @@ def test_sbatch_starts_ray_waits_for_gpus_and_runs_the_launcher(tmp_path):
     from mlite.mesh import ParallelConfig
 
     out = tmp_path / "job"
-    res = write(ExportPlan(model="Qwen3-30B-A3B", target="verl-megatron-grpo", nodes=2,
-                           parallel=ParallelConfig(ep=8, cp=2)), out)
+    res = write(
+        ExportPlan(model="Qwen3-30B-A3B", target="verl-megatron-grpo", nodes=2, parallel=ParallelConfig(ep=8, cp=2)),
+        out,
+    )
     fake = tmp_path / "bin"
     fake.mkdir()
     log = tmp_path / "calls.log"
@@ -178,19 +201,31 @@ def test_sbatch_starts_ray_waits_for_gpus_and_runs_the_launcher(tmp_path):
         "scontrol": 'printf "node-a\\nnode-b\\n"',
         "hostname": 'echo "fe80::1 10.0.0.5"',
         "srun": 'while [[ $# -gt 0 ]]; do case "$1" in -w) shift 2;; -*) shift;; *) break;; esac; done\n'
-                'echo "srun $*" >> "$FAKE_LOG"; exec "$@"',
+        'echo "srun $*" >> "$FAKE_LOG"; exec "$@"',
         "ray": 'echo "ray $*" >> "$FAKE_LOG"',
         "python3": 'echo "$FAKE_GPUS"',
     }
     for name, body in stubs.items():
         (fake / name).write_text(f"#!/bin/bash\n{body}\n")
         (fake / name).chmod(0o755)
-    env = {"PATH": f"{fake}:{os.environ.get('PATH', '')}", "HOME": "/home/u", "FAKE_LOG": str(log),
-           "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_JOB_NUM_NODES": "2", "SLURM_CPUS_PER_TASK": "64",
-           "SLURM_JOB_NAME": "qwen", "SLURM_JOB_ID": "77", "SLURM_SUBMIT_DIR": str(out), "SLURM_GPUS_ON_NODE": "8",
-           "RAY_HEAD_STARTUP": "0", "RAY_POLL": "0", "RAY_WAIT_TIMEOUT": "2", "DRY_RUN": "1", "FAKE_GPUS": "16"}
-    p = subprocess.run(["bash", str(out / res.job)], env=env, capture_output=True, text=True, cwd=tmp_path,
-                       timeout=60)
+    env = {
+        "PATH": f"{fake}:{os.environ.get('PATH', '')}",
+        "HOME": "/home/u",
+        "FAKE_LOG": str(log),
+        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_CPUS_PER_TASK": "64",
+        "SLURM_JOB_NAME": "qwen",
+        "SLURM_JOB_ID": "77",
+        "SLURM_SUBMIT_DIR": str(out),
+        "SLURM_GPUS_ON_NODE": "8",
+        "RAY_HEAD_STARTUP": "0",
+        "RAY_POLL": "0",
+        "RAY_WAIT_TIMEOUT": "2",
+        "DRY_RUN": "1",
+        "FAKE_GPUS": "16",
+    }
+    p = subprocess.run(["bash", str(out / res.job)], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert p.returncode == 0, p.stderr
     calls = log.read_text()
     assert "ray start --head --node-ip-address=10.0.0.5 --port=6379" in calls
@@ -201,8 +236,7 @@ def test_sbatch_starts_ray_waits_for_gpus_and_runs_the_launcher(tmp_path):
     assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{jsonl}'" in argv
     # not every GPU joins: a clear error, exit 1
     env["FAKE_GPUS"] = "8"
-    p = subprocess.run(["bash", str(out / res.job)], env=env, capture_output=True, text=True, cwd=tmp_path,
-                       timeout=60)
+    p = subprocess.run(["bash", str(out / res.job)], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert p.returncode == 1 and "Ray cluster incomplete: 8 of 16 GPUs joined" in p.stderr
 
 
@@ -217,24 +251,50 @@ def test_rollout_knobs_round_trip(tmp_path, target):
     from mlite.memory.rl_options import RolloutOptions
     from mlite.mesh import ParallelConfig
 
-    knobs = {"name": "sglang", "free_cache_engine": False, "max_model_len": 6144, "max_num_batched_tokens": 16384,
-             "max_num_seqs": 64, "enforce_eager": True, "update_weights_bucket_megabytes": 512}
-    plan = ExportPlan(model="Qwen3-30B-A3B", target=target, nodes=2, parallel=ParallelConfig(tp=2, ep=8),
-                      options=TrainingOptions(seq_len=6144), rollout_n=4, rollout_tp=4,
-                      rollout_gpu_memory_utilization=0.45, max_prompt_length=2048, rollout_knobs=knobs)
+    knobs = {
+        "name": "sglang",
+        "free_cache_engine": False,
+        "max_model_len": 6144,
+        "max_num_batched_tokens": 16384,
+        "max_num_seqs": 64,
+        "enforce_eager": True,
+        "update_weights_bucket_megabytes": 512,
+    }
+    plan = ExportPlan(
+        model="Qwen3-30B-A3B",
+        target=target,
+        nodes=2,
+        parallel=ParallelConfig(tp=2, ep=8),
+        options=TrainingOptions(seq_len=6144),
+        rollout_n=4,
+        rollout_tp=4,
+        rollout_gpu_memory_utilization=0.45,
+        max_prompt_length=2048,
+        rollout_knobs=knobs,
+    )
     res = write(plan, tmp_path)
     from mlite.export.validate import validate_command
 
-    p = subprocess.run(["bash", str(tmp_path / res.launcher)], capture_output=True, text=True, timeout=60,
-                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/home/tester", "DRY_RUN": "1"})
+    p = subprocess.run(
+        ["bash", str(tmp_path / res.launcher)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/home/tester", "DRY_RUN": "1"},
+    )
     assert p.returncode == 0, p.stderr
     v = validate_command(shlex.split(p.stdout))  # every rollout key is one verl's own config has
     assert v.ok, v.problems
     imp = import_launcher(tmp_path / res.launcher)
     want = plan.rollout_options
     got = RolloutOptions(**imp.rollout)
-    for f in list(knobs) + ["n", "tensor_model_parallel_size", "gpu_memory_utilization", "prompt_length",
-                            "response_length"]:
+    for f in list(knobs) + [
+        "n",
+        "tensor_model_parallel_size",
+        "gpu_memory_utilization",
+        "prompt_length",
+        "response_length",
+    ]:
         assert getattr(got, f) == getattr(want, f), f
     again = imp.to_export_plan()
     assert again.rollout_knobs == knobs
@@ -261,8 +321,13 @@ def test_bf16_grads_reach_megatron_core_with_and_without_pao(tmp_path, pao):
 
     opts = TrainingOptions(main_grads_dtype="bf16", use_precision_aware_optimizer=pao)
     res = write(ExportPlan(model="Qwen3-8B", target="verl-megatron-grpo", options=opts), tmp_path)
-    p = subprocess.run(["bash", str(tmp_path / res.launcher)], capture_output=True, text=True, timeout=60,
-                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/home/tester", "DRY_RUN": "1"})
+    p = subprocess.run(
+        ["bash", str(tmp_path / res.launcher)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/home/tester", "DRY_RUN": "1"},
+    )
     v = validate_command(shlex.split(p.stdout))
     assert v.ok, v.problems
     cfg = v.config.actor_rollout_ref.actor

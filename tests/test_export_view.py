@@ -25,8 +25,15 @@ def test_write_button_writes_and_shows_the_files(view, tmp_path):
     view._write.click()
     assert view.errors.message == ""
     res = view.result
-    expected = render(ExportPlan(model="Qwen3-30B-A3B", target="verl-megatron-grpo", options=opts, nodes=4,
-                                 parallel=ParallelConfig(pp=2, cp=2, ep=8)))
+    expected = render(
+        ExportPlan(
+            model="Qwen3-30B-A3B",
+            target="verl-megatron-grpo",
+            options=opts,
+            nodes=4,
+            parallel=ParallelConfig(pp=2, cp=2, ep=8),
+        )
+    )
     assert list(res.files) == list(expected.files)
     for i, (name, text) in enumerate(res.files.items()):
         assert view._tabs.get_title(i) == name

@@ -64,8 +64,10 @@ def _assert_close(a, b, tol, what=""):
     assert err <= tol * max(1.0, b.float().abs().max().item()), (what, err)
 
 
-@pytest.mark.parametrize("B,T,H,K,V,chunk", [(2, 37, 3, 8, 6, 16), (1, 130, 2, 16, 16, 64), (1, 64, 2, 8, 8, 64),
-                                             (3, 5, 1, 4, 4, 16), (1, 300, 4, 32, 32, 64)])
+@pytest.mark.parametrize(
+    "B,T,H,K,V,chunk",
+    [(2, 37, 3, 8, 6, 16), (1, 130, 2, 16, 16, 64), (1, 64, 2, 8, 8, 64), (3, 5, 1, 4, 4, 16), (1, 300, 4, 32, 32, 64)],
+)
 def test_matches_naive_recurrent_forward_and_backward(B, T, H, K, V, chunk):
     xs = _inputs(B, T, H, K, V)
     out = chunk_gated_delta_rule_torch(*xs, chunk_size=chunk)
@@ -93,7 +95,7 @@ def test_varlen_equals_each_sequence_alone(lens):
     out = chunk_gated_delta_rule_torch(*xs, cu_seqlens=cu, chunk_size=16)
     refs, s = [], 0
     for n in lens:
-        refs.append(_ref(*(x[:, s:s + n] for x in xs)))
+        refs.append(_ref(*(x[:, s : s + n] for x in xs)))
         s += n
     ref = torch.cat(refs, dim=1)
     _assert_close(out, ref, 2e-5, "forward")
@@ -116,8 +118,7 @@ def test_gva_and_l2norm_match_repeated_heads():
 
 def test_gradcheck_float64_varlen():
     xs = [x.detach().double().requires_grad_() for x in _inputs(1, 14, 2, 3, 2, seed=5)]
-    assert torch.autograd.gradcheck(
-        lambda *a: chunk_gated_delta_rule_torch(*a, lengths=(5, 2, 7), chunk_size=4), xs)
+    assert torch.autograd.gradcheck(lambda *a: chunk_gated_delta_rule_torch(*a, lengths=(5, 2, 7), chunk_size=4), xs)
 
 
 def test_float64_stays_float64_and_matches_fp32_reference():
@@ -157,7 +158,7 @@ def test_packed_causal_conv_respects_sequence_starts(lens):
     out = causal_conv1d_packed(x, w, pos if len(lens) > 1 else None)
     refs, s = [], 0
     for n in lens:
-        seg = x[s:s + n].t()[None]
+        seg = x[s : s + n].t()[None]
         refs.append(F.conv1d(seg, w, padding=K - 1, groups=C)[0, :, :n].t())
         s += n
     ref = torch.cat(refs)

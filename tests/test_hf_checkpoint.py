@@ -62,10 +62,16 @@ def saved(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize(("name", "layers", "experts"), [
-    ("tiny-dense", 4, None), ("tiny-dense", 2, None), ("tiny-moe", 2, 4), ("tiny-hybrid", 2, 4),
-    ("tiny-mixtral", 3, 2),
-])
+@pytest.mark.parametrize(
+    ("name", "layers", "experts"),
+    [
+        ("tiny-dense", 4, None),
+        ("tiny-dense", 2, None),
+        ("tiny-moe", 2, 4),
+        ("tiny-hybrid", 2, 4),
+        ("tiny-mixtral", 3, 2),
+    ],
+)
 def test_cut_model_logits_equal_transformers(saved, name, layers, experts):
     directory, orig = saved[name]
     raw = load_config(name)[1]
@@ -73,8 +79,9 @@ def test_cut_model_logits_equal_transformers(saved, name, layers, experts):
     spec = from_hf_config(cut.config, name=f"{name}-cut")
     lite = build_lite_model(spec, seed=123)
     wanted = {k: tuple(v.shape) for k, v in lite.hf_state_dict().items()}
-    lite.load_hf_state_dict(load_hf_checkpoint(directory, wanted, config=raw, source_layers=cut.source_layers,
-                                               num_experts=cut.num_experts))
+    lite.load_hf_state_dict(
+        load_hf_checkpoint(directory, wanted, config=raw, source_layers=cut.source_layers, num_experts=cut.num_experts)
+    )
     ref = _hf(cut.config, seed=7)
     n = cut.num_experts or 0
     with torch.no_grad():
@@ -107,6 +114,9 @@ def test_mismatched_checkpoint_is_refused_before_reading(saved, tmp_path):
 
 def test_missing_tensor_names_it(saved):
     directory, _ = saved["tiny-dense"]
-    with pytest.raises(MliteError, match=re.escape("'model.layers.0.mlp.experts.gate_up_proj' is not in the checkpoint")):
-        load_hf_checkpoint(directory, {"model.layers.0.mlp.experts.gate_up_proj": (4, 8, 8)},
-                           config=load_config("tiny-dense")[1])
+    with pytest.raises(
+        MliteError, match=re.escape("'model.layers.0.mlp.experts.gate_up_proj' is not in the checkpoint")
+    ):
+        load_hf_checkpoint(
+            directory, {"model.layers.0.mlp.experts.gate_up_proj": (4, 8, 8)}, config=load_config("tiny-dense")[1]
+        )

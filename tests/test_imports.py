@@ -32,7 +32,8 @@ def _modules(root: Path = PKG) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _import_time_nodes(body):
@@ -132,8 +133,9 @@ def test_the_graph_reader_sees_cycles_and_skips_lazy_imports(tmp_path):
     (pkg / "b.py").write_text("try:\n    from .sub.c import f\nexcept ImportError:\n    pass\n")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "c.py").write_text("import pk.a\n")
-    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import e\n"
-                              "def g():\n    from . import e\n")
+    (pkg / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import e\ndef g():\n    from . import e\n"
+    )
     (pkg / "e.py").write_text("from .d import g\n")
     graph = import_graph(_modules(pkg))
     assert graph["pk.a"] == {"pk.b"} and graph["pk.b"] == {"pk.sub.c"} and graph["pk.sub.c"] == {"pk.a"}
@@ -151,4 +153,5 @@ def test_mlite_has_no_import_cycle(lazy):
     assert "mlite.errors" in graph["mlite.launch.config"]  # the reader sees relative imports
     cycles = find_cycles(graph)
     assert not cycles, "import cycles in mlite/ (move the shared part into its own module): " + "; ".join(
-        " <-> ".join(c) for c in cycles)
+        " <-> ".join(c) for c in cycles
+    )

@@ -22,14 +22,26 @@ LAUNCH_DATA = REPO / "tests" / "data" / "launch"
 
 
 # ---------------------------------------------------------------------------------------------- RunConfig
-@pytest.mark.parametrize("kwargs, needle", [
-    ({"steps": 0}, "steps"), ({"nproc": 0}, "nproc"), ({"device": "tpu"}, "device"),
-    ({"launcher": "slurm"}, "launcher"), ({"optimizer": "adam"}, "optimizer"),
-    ({"moment_dtype": "bf16"}, "--pao"), ({"offload_fraction": 1.5}, "offload_fraction"),
-    ({"offload_fraction": float("nan")}, "offload_fraction"), ({"lr": 0.0}, "lr"), ({"steps": True}, "steps"),
-    ({"recompute": "some"}, "recompute"), ({"crash_at_step": 0}, "crash_at_step"), ({"model": " "}, "model"),
-    ({"param_dtype": "fp16"}, "param_dtype"), ({"threads": 0}, "threads"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"steps": 0}, "steps"),
+        ({"nproc": 0}, "nproc"),
+        ({"device": "tpu"}, "device"),
+        ({"launcher": "slurm"}, "launcher"),
+        ({"optimizer": "adam"}, "optimizer"),
+        ({"moment_dtype": "bf16"}, "--pao"),
+        ({"offload_fraction": 1.5}, "offload_fraction"),
+        ({"offload_fraction": float("nan")}, "offload_fraction"),
+        ({"lr": 0.0}, "lr"),
+        ({"steps": True}, "steps"),
+        ({"recompute": "some"}, "recompute"),
+        ({"crash_at_step": 0}, "crash_at_step"),
+        ({"model": " "}, "model"),
+        ({"param_dtype": "fp16"}, "param_dtype"),
+        ({"threads": 0}, "threads"),
+    ],
+)
 def test_run_config_rejects_bad_fields_in_one_line(kwargs, needle):
     with pytest.raises(MliteError) as e:
         RunConfig(**kwargs)
@@ -37,8 +49,9 @@ def test_run_config_rejects_bad_fields_in_one_line(kwargs, needle):
 
 
 def test_run_config_maps_onto_runtime_config():
-    cfg = RunConfig(model="tiny-hybrid", steps=40, pao=True, moment_dtype="bf16", offload_fraction=1.0, lr=2e-3,
-                    recompute="full")
+    cfg = RunConfig(
+        model="tiny-hybrid", steps=40, pao=True, moment_dtype="bf16", offload_fraction=1.0, lr=2e-3, recompute="full"
+    )
     rc = cfg.runtime_config()
     opt = rc.backend_cfg.optimizer
     assert rc.hf_path == "tiny-hybrid" and rc.device == "cpu" and rc.backend_cfg.recompute == "full"
@@ -53,10 +66,27 @@ def test_run_config_round_trips_through_json_and_the_cli_flags():
     from mlite.cli import build_parser
     from mlite.cli.run import _config
 
-    cfg = RunConfig(model="tiny-dense", steps=7, nproc=3, pao=True, moment_dtype="bf16", offload_fraction=0.5,
-                    param_offload=True, optimizer_offload=True, launcher="ray", seed=5, lr=1e-3, lr_warmup_steps=1,
-                    tokens_per_microbatch=256, num_microbatches=2, recompute="selective", param_dtype="bf16",
-                    threads=2, crash_at_step=3, out="/tmp/somewhere")
+    cfg = RunConfig(
+        model="tiny-dense",
+        steps=7,
+        nproc=3,
+        pao=True,
+        moment_dtype="bf16",
+        offload_fraction=0.5,
+        param_offload=True,
+        optimizer_offload=True,
+        launcher="ray",
+        seed=5,
+        lr=1e-3,
+        lr_warmup_steps=1,
+        tokens_per_microbatch=256,
+        num_microbatches=2,
+        recompute="selective",
+        param_dtype="bf16",
+        threads=2,
+        crash_at_step=3,
+        out="/tmp/somewhere",
+    )
     assert RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     args = build_parser().parse_args(["run", *cfg.cli_args(), "--out", cfg.out])
     assert _config(args) == cfg
@@ -72,15 +102,23 @@ def test_estimator_options_follow_the_run(tmp_path):
 
     n = from_hf_config("tiny-moe").training_params
     plain = estimate_for(RunConfig(model="tiny-moe", nproc=2)).worst  # fp32 params: no master copy
-    assert (plain.params, plain.grads, plain.optimizer) == (pytest.approx(n / 2 * 4), pytest.approx(n / 2 * 4),
-                                                            pytest.approx(n / 2 * 8))
+    assert (plain.params, plain.grads, plain.optimizer) == (
+        pytest.approx(n / 2 * 4),
+        pytest.approx(n / 2 * 4),
+        pytest.approx(n / 2 * 8),
+    )
     cfg = RunConfig(model="tiny-moe", nproc=2, pao=True, moment_dtype="bf16", offload_fraction=1.0)
     rows = {r["item"]: r for r in memory_rows(cfg, None)}
     assert rows["parameters"]["estimated"] == pytest.approx(n / 2 * 2, abs=1)
     assert rows["optimizer state"]["estimated"] == pytest.approx(n / 2 * 6, abs=1)  # on the host, still counted
     assert rows["peak"]["measured"] is None and rows["peak"]["estimated"] > rows["parameters"]["estimated"]
-    measured = {"ranks": [{"params": 10, "grads": 20, "optimizer": 30, "peak": 100},
-                          {"params": 11, "grads": 19, "optimizer": 31, "peak": 90}], "peak": 100}
+    measured = {
+        "ranks": [
+            {"params": 10, "grads": 20, "optimizer": 30, "peak": 100},
+            {"params": 11, "grads": 19, "optimizer": 31, "peak": 90},
+        ],
+        "peak": 100,
+    }
     rows = {r["item"]: r for r in memory_rows(cfg, measured)}
     assert [rows[k]["measured"] for k in ("parameters", "gradients", "optimizer state", "peak")] == [11, 20, 31, 100]
 
@@ -93,10 +131,20 @@ def test_run_directory_is_read_by_mlite_logs_bit_for_bit(tmp_path):
     rd.create(RunConfig().to_dict(), "torchrun -m mlite.launch.worker run", "mlite run ...")
     values = [(1, 0.1 + 0.2, 1e-300, 3.0), (2, 2.0 / 3.0, 123456.789e10, 2.5e-5), (3, math.pi, 5e-324, 0.0)]
     for step, loss, gn, lr in values:
-        rd.log_step(step, {"train/loss": loss, "train/grad_norm": gn, "train/lr": lr,
-                           "perf/max_memory_allocated_gb": 0.5, "perf/cpu_memory_used_gb": 1.25})
-    rd.append_log("[mlite] worker 1 raised:\nTraceback (most recent call last):\n  File \"w.py\", line 1, in f\n"
-                  "RuntimeError: boom\n")
+        rd.log_step(
+            step,
+            {
+                "train/loss": loss,
+                "train/grad_norm": gn,
+                "train/lr": lr,
+                "perf/max_memory_allocated_gb": 0.5,
+                "perf/cpu_memory_used_gb": 1.25,
+            },
+        )
+    rd.append_log(
+        '[mlite] worker 1 raised:\nTraceback (most recent call last):\n  File "w.py", line 1, in f\n'
+        "RuntimeError: boom\n"
+    )
     rd.lifecycle("status: failed (worker 1 exited with code 1: RuntimeError: boom)")
     assert rd.log.read_text().splitlines()[0] == LOG_HEADER
     for path in (rd.path, rd.log):  # the run directory (metrics from metrics.jsonl) and the console log alone
@@ -153,8 +201,10 @@ def test_handle_fails_a_run_whose_launcher_vanished(tmp_path):
 
 def test_handle_of_a_run_directory_without_status_file_uses_the_log(tmp_path):
     rd = RunDir(tmp_path)
-    rd.append_log(f"{LOG_HEADER}\n[mlite] status: running\nstep:1 - train/loss:1.5\n"
-                  "[mlite] status: stopped (stop requested; stopped after step 1)\n")
+    rd.append_log(
+        f"{LOG_HEADER}\n[mlite] status: running\nstep:1 - train/loss:1.5\n"
+        "[mlite] status: stopped (stop requested; stopped after step 1)\n"
+    )
     h = RunHandle.open(tmp_path)
     assert (h.status, h.reason) == ("stopped", "stop requested; stopped after step 1")
     with pytest.raises(MliteError, match="not a run"):
@@ -174,15 +224,21 @@ def test_failure_reason_names_the_root_cause_from_real_torchrun_output(tmp_path)
     killed = (LAUNCH_DATA / "torchrun_worker_sigkill.txt").read_text()
     _error(rd, 0, "RuntimeError: Connection closed by peer", 2.0)
     _error(rd, 1, "RuntimeError: crash_at_step=4", 1.0)
-    assert failure_reason(rd, 1, raised, launcher="torchrun") == \
-        "worker 1 exited with code 1: RuntimeError: crash_at_step=4"
+    assert (
+        failure_reason(rd, 1, raised, launcher="torchrun")
+        == "worker 1 exited with code 1: RuntimeError: crash_at_step=4"
+    )
     rd.error_file(1).unlink()
-    assert failure_reason(rd, 1, killed, launcher="torchrun") == \
-        "worker 1 was killed by SIGKILL: killed from outside, e.g. by the host's OOM killer"
+    assert (
+        failure_reason(rd, 1, killed, launcher="torchrun")
+        == "worker 1 was killed by SIGKILL: killed from outside, e.g. by the host's OOM killer"
+    )
     assert failure_reason(rd, 1, "", launcher="ray") == "worker 0 raised RuntimeError: Connection closed by peer"
     rd.error_file(0).unlink()
-    assert failure_reason(rd, 1, "worker 1 (Ray actor) failed: RayActorError: died", launcher="ray") == \
-        "worker 1 (Ray actor) failed: RayActorError: died"
+    assert (
+        failure_reason(rd, 1, "worker 1 (Ray actor) failed: RayActorError: died", launcher="ray")
+        == "worker 1 (Ray actor) failed: RayActorError: died"
+    )
     assert failure_reason(rd, -9, "", launcher="torchrun") == "launcher killed by SIGKILL"
 
 
@@ -195,8 +251,9 @@ def test_dry_run_gives_the_command_and_writes_nothing(tmp_path):
     assert h.command.endswith(f"-m mlite.launch.worker {out}")
     ray = start(RunConfig(launcher="ray", out=str(out)), dry_run=True)
     assert "mlite.launch.ray_launcher" in ray.command
-    res = run_cli("run", "--model", "tiny-moe", "--steps", "3", "--nproc", "2", "--device", "cpu", "--out", str(out),
-                  "--dry-run")
+    res = run_cli(
+        "run", "--model", "tiny-moe", "--steps", "3", "--nproc", "2", "--device", "cpu", "--out", str(out), "--dry-run"
+    )
     assert res.rc == 0 and res.out.strip() == h.command.replace("--nproc-per-node 3", "--nproc-per-node 2")
     assert not out.exists()
 
@@ -210,15 +267,20 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     assert_one_line_error(run_cli(*base, "--model", "tiny-moe", "--device", "cuda"), "cuda")
     old = tmp_path / "old"
     RunDir(old).create({}, "cmd", "cli")
-    assert_one_line_error(run_cli("run", "--model", "tiny-moe", "--steps", "3", "--nproc", "2", "--device", "cpu",
-                                  "--out", str(old)), "already holds a run", "--overwrite")
+    assert_one_line_error(
+        run_cli("run", "--model", "tiny-moe", "--steps", "3", "--nproc", "2", "--device", "cpu", "--out", str(old)),
+        "already holds a run",
+        "--overwrite",
+    )
     assert not (tmp_path / "r").exists()
 
 
 def test_importing_the_launch_layer_loads_no_torch_and_no_ui():
-    code = ("import sys, mlite.launch, mlite.launch.memory_check, mlite.launch.supervisor, mlite.cli.run; "
-            "bad = [m for m in ('torch', 'ipywidgets', 'IPython', 'matplotlib.pyplot', 'pandas', 'ray') "
-            "if m in sys.modules]; print(bad)")
+    code = (
+        "import sys, mlite.launch, mlite.launch.memory_check, mlite.launch.supervisor, mlite.cli.run; "
+        "bad = [m for m in ('torch', 'ipywidgets', 'IPython', 'matplotlib.pyplot', 'pandas', 'ray') "
+        "if m in sys.modules]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
@@ -235,10 +297,12 @@ def test_run_view_shows_a_finished_run_through_its_presenter():
     view = RunView()
     view.attach(run)
     view.wait(timeout=30)
-    assert 'class="mlite-run-state" style="color:#b00020' in view._status.value and "crash_at_step=13" in \
-        view._status.value
+    assert (
+        'class="mlite-run-state" style="color:#b00020' in view._status.value
+        and "crash_at_step=13" in view._status.value
+    )
     assert view._progress.value == 12 and view._progress.bar_style == "danger"
     assert view._plot.value[:8] == b"\x89PNG\r\n\x1a\n"
     for item in ("parameters", "gradients", "optimizer state", "peak"):
-        assert f"<td style=\"text-align:left;padding:1px 10px 1px 0\">{item}</td>" in view._memory.value
+        assert f'<td style="text-align:left;padding:1px 10px 1px 0">{item}</td>' in view._memory.value
     assert fmt_bytes(None) == "—" and fmt_bytes(3 * 2**30) == "3.00 GiB" and fmt_bytes(1536) == "1.5 KiB"

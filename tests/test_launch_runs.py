@@ -42,8 +42,9 @@ def _assert_loss_falls(run_dir) -> None:
 
 
 def _log_steps(run_dir) -> list[int]:
-    return [int(ln.split(" - ", 1)[0][5:]) for ln in RunDir(run_dir).log.read_text().splitlines()
-            if ln.startswith("step:")]
+    return [
+        int(ln.split(" - ", 1)[0][5:]) for ln in RunDir(run_dir).log.read_text().splitlines() if ln.startswith("step:")
+    ]
 
 
 def _check(run_dir) -> dict:
@@ -63,8 +64,21 @@ def _static_bytes(run_dir) -> dict:
 @pytest.fixture(scope="module")
 def dense_cli(tmp_path_factory):
     out = tmp_path_factory.mktemp("dense") / "run"
-    res = run_cli("run", "--model", "tiny-dense", "--steps", str(STEPS), "--nproc", "2", "--device", "cpu",
-                  "--out", str(out), "--json", timeout=RUN_TIMEOUT_S)
+    res = run_cli(
+        "run",
+        "--model",
+        "tiny-dense",
+        "--steps",
+        str(STEPS),
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--json",
+        timeout=RUN_TIMEOUT_S,
+    )
     return out, res
 
 
@@ -82,8 +96,13 @@ def test_dense_trains_under_torchrun_from_the_cli(dense_cli):
     assert _log_steps(out) == list(range(1, STEPS + 1))
     check = _check(out)
     assert check["num_steps"] == STEPS and not check["events"]
-    assert {"train/loss", "train/grad_norm", "train/lr", "perf/max_memory_allocated_gb",
-            "perf/cpu_memory_used_gb"} <= set(check["metrics"])
+    assert {
+        "train/loss",
+        "train/grad_norm",
+        "train/lr",
+        "perf/max_memory_allocated_gb",
+        "perf/cpu_memory_used_gb",
+    } <= set(check["metrics"])
     cmd = (out / "command.txt").read_text().splitlines()
     assert cmd[0].startswith("torchrun ") and cmd[1].startswith("# mlite run --model tiny-dense")
     assert json.loads((out / "config.json").read_text())["model"] == "tiny-dense"
@@ -102,8 +121,19 @@ def test_dense_measured_memory_matches_the_parameter_count(dense_cli):
 @pytest.fixture(scope="module")
 def moe_offload(tmp_path_factory):
     out = tmp_path_factory.mktemp("moe") / "run"
-    run = start(RunConfig(model="tiny-moe", steps=STEPS, nproc=2, pao=True, moment_dtype="bf16",
-                          offload_fraction=1.0, param_offload=True, optimizer_offload=True, out=str(out)))
+    run = start(
+        RunConfig(
+            model="tiny-moe",
+            steps=STEPS,
+            nproc=2,
+            pao=True,
+            moment_dtype="bf16",
+            offload_fraction=1.0,
+            param_offload=True,
+            optimizer_offload=True,
+            out=str(out),
+        )
+    )
     run.wait(timeout=RUN_TIMEOUT_S)
     return run
 
@@ -145,8 +175,9 @@ def test_stop_mid_run_leaves_a_complete_log(tmp_path):
     assert run.reason == f"stop requested; stopped after step {last}"
     lines = run.log.read_text().splitlines()
     assert _log_steps(out) == list(range(1, last + 1))
-    assert [d for _, d in RunDir(out).read_metrics()] and [s for s, _ in RunDir(out).read_metrics()] == \
-        list(range(1, last + 1))
+    assert [d for _, d in RunDir(out).read_metrics()] and [s for s, _ in RunDir(out).read_metrics()] == list(
+        range(1, last + 1)
+    )
     assert all(json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines())  # every line parses
     assert lines[-2] == f"[mlite] stop requested: the workers stopped after step {last} of 2000"
     assert lines[-1] == f"[mlite] status: stopped (stop requested; stopped after step {last})"
@@ -157,8 +188,25 @@ def test_stop_mid_run_leaves_a_complete_log(tmp_path):
 @pytest.mark.parametrize("launcher", ["torchrun", "ray"])
 def test_crashing_worker_fails_the_run_with_its_traceback(tmp_path, launcher):
     out = tmp_path / "run"
-    res = run_cli("run", "--model", "tiny-dense", "--steps", "10", "--nproc", "2", "--device", "cpu",
-                  "--crash-at-step", "4", "--launcher", launcher, "--out", str(out), "--json", timeout=RUN_TIMEOUT_S)
+    res = run_cli(
+        "run",
+        "--model",
+        "tiny-dense",
+        "--steps",
+        "10",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--crash-at-step",
+        "4",
+        "--launcher",
+        launcher,
+        "--out",
+        str(out),
+        "--json",
+        timeout=RUN_TIMEOUT_S,
+    )
     assert res.rc == 1, (res.out, res.err)
     doc = res.json()
     assert doc["status"] == "failed" and doc["steps"] == 3
@@ -180,8 +228,11 @@ def test_worker_killed_by_the_host_fails_the_run_naming_it(tmp_path):
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while run.steps_done < 2 and run.status == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-    workers = [p for p in psutil.Process(run.pid).children(recursive=True)
-               if p.cmdline()[-3:-1] == ["-m", "mlite.launch.worker"] and "torch.distributed.run" not in p.cmdline()]
+    workers = [
+        p
+        for p in psutil.Process(run.pid).children(recursive=True)
+        if p.cmdline()[-3:-1] == ["-m", "mlite.launch.worker"] and "torch.distributed.run" not in p.cmdline()
+    ]
     assert len(workers) == 2, [p.cmdline() for p in workers]
     victim = max(workers, key=lambda p: p.pid)
     rank = int(victim.environ()["RANK"])

@@ -141,14 +141,21 @@ def _mcore_world(ngpu, tp, pp, vpp, cp, ep, etp) -> str | None:
     from megatron.core import parallel_state as ps
 
     placeholder = mock.Mock(side_effect=lambda *a, **k: object())
-    with mock.patch.object(dist, "is_initialized", return_value=True), \
-            mock.patch.object(dist, "get_world_size", return_value=ngpu), \
-            mock.patch.object(dist, "get_rank", return_value=0), \
-            mock.patch.object(dist, "new_group", placeholder):
+    with (
+        mock.patch.object(dist, "is_initialized", return_value=True),
+        mock.patch.object(dist, "get_world_size", return_value=ngpu),
+        mock.patch.object(dist, "get_rank", return_value=0),
+        mock.patch.object(dist, "new_group", placeholder),
+    ):
         try:
-            ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                                         virtual_pipeline_model_parallel_size=vpp, context_parallel_size=cp,
-                                         expert_model_parallel_size=ep, expert_tensor_parallel_size=etp)
+            ps.initialize_model_parallel(
+                tensor_model_parallel_size=tp,
+                pipeline_model_parallel_size=pp,
+                virtual_pipeline_model_parallel_size=vpp,
+                context_parallel_size=cp,
+                expert_model_parallel_size=ep,
+                expert_tensor_parallel_size=etp,
+            )
             return None
         except (RuntimeError, AssertionError) as e:
             return str(e)
@@ -161,12 +168,22 @@ def _mcore_config(spec, tp, pp, vpp, cp, ep, etp) -> str | None:
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    kw = {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
-          "num_attention_heads": spec.num_attention_heads, "num_query_groups": spec.num_key_value_heads,
-          "tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
-          "virtual_pipeline_model_parallel_size": vpp, "context_parallel_size": cp, "expert_model_parallel_size": ep,
-          "expert_tensor_parallel_size": etp, "pipeline_dtype": torch.bfloat16, "sequence_parallel": tp > 1,
-          "add_bias_linear": False, "ffn_hidden_size": spec.ffn_hidden_size or spec.moe_ffn_hidden_size}
+    kw = {
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_query_groups": spec.num_key_value_heads,
+        "tensor_model_parallel_size": tp,
+        "pipeline_model_parallel_size": pp,
+        "virtual_pipeline_model_parallel_size": vpp,
+        "context_parallel_size": cp,
+        "expert_model_parallel_size": ep,
+        "expert_tensor_parallel_size": etp,
+        "pipeline_dtype": torch.bfloat16,
+        "sequence_parallel": tp > 1,
+        "add_bias_linear": False,
+        "ffn_hidden_size": spec.ffn_hidden_size or spec.moe_ffn_hidden_size,
+    }
     if spec.num_experts:
         kw.update(num_moe_experts=spec.num_experts, moe_ffn_hidden_size=spec.moe_ffn_hidden_size)
     with warnings.catch_warnings():
@@ -192,8 +209,7 @@ def mcore_verdict(imp) -> str | None:
 
 def test_oracle_is_megatron_cores_own_checks():
     # the oracle itself: it fails where Megatron-Core documents a failure and passes otherwise
-    assert "not divisible by expert_tensor_model_pipeline_parallel size (16)" in _mcore_world(8, 4, 2, None, 1, 2,
-                                                                                               None)
+    assert "not divisible by expert_tensor_model_pipeline_parallel size (16)" in _mcore_world(8, 4, 2, None, 1, 2, None)
     assert _mcore_world(8, 4, 2, None, 1, 2, 1) is None
     assert "interleaved schedule" in _mcore_world(8, 1, 1, 2, 1, 1, None)
     assert "world_size (8) is not divisible by 12" in _mcore_world(8, 3, 4, None, 1, 1, None)
@@ -215,9 +231,11 @@ def test_verdict_equals_megatron_core(key):
 def test_inherited_etp_is_said_with_the_fix(capsys):
     rc, out, _ = _cli(capsys, "import-launcher", _path("main/grpo_trainer/run_qwen3_30b_a3b_megatron.sh"))
     assert rc == 1
-    assert ("ngpu 8 is not divisible by ETP*EP*PP = 4*2*2 = 16" in out and "ETP inherited from TP = 4 because the "
-            "launcher does not set expert_tensor_parallel_size" in out
-            and "set actor_rollout_ref.actor.megatron.expert_tensor_parallel_size to 2 or 1" in out), out
+    assert (
+        "ngpu 8 is not divisible by ETP*EP*PP = 4*2*2 = 16" in out
+        and "ETP inherited from TP = 4 because the launcher does not set expert_tensor_parallel_size" in out
+        and "set actor_rollout_ref.actor.megatron.expert_tensor_parallel_size to 2 or 1" in out
+    ), out
     # the dense Qwen3-8B inherits ETP 2 from TP 2 too: said, and not an error
     doc = import_launcher(_path("main/grpo_trainer/run_qwen3_8b_megatron.sh")).to_dict()
     assert doc["valid"] and doc["etp"] == 2 and any("ETP inherited from TP = 2" in i for i in doc["info"])
@@ -237,8 +255,9 @@ def test_mtp_follows_the_launcher():
 def test_case_on_a_device_probe_takes_the_gpu_branch():
     path = _path("main/grpo_trainer/run_qwen3_5_35b_megatron.sh")
     doc = import_launcher(path).to_dict()
-    assert any("depends on $(python3 -c 'import torch_npu'" in w and "took the 'gpu' branch" in w
-               for w in doc["warnings"])
+    assert any(
+        "depends on $(python3 -c 'import torch_npu'" in w and "took the 'gpu' branch" in w for w in doc["warnings"]
+    )
     npu = import_launcher(path, env={"DEVICE": "npu"}).to_dict()
     # npu branch: TP2 PP2 EP8, 16 devices per node
     assert tuple(npu[k] for k in ("ngpu", "tp", "pp", "ep")) == (16, 2, 2, 8)
@@ -251,7 +270,9 @@ def test_case_on_a_device_probe_takes_the_gpu_branch():
 # MODEL_PATH comes from the environment; see test_estimate_without_a_model_names_it). Every other launcher that
 # imports must produce an estimate.
 NO_MODEL_CONFIG = {
-    f"{ref}/{path}" for ref in ("main", "v0.9.0") for path in (
+    f"{ref}/{path}"
+    for ref in ("main", "v0.9.0")
+    for path in (
         "grpo_trainer/run_nemotron_nano_v3_30b_a3b_megatron.sh",  # nemotron_h: meta inventory fails the invariants
         "grpo_trainer/run_qwen2-7b_math_megatron_fsdp.sh",  # Qwen2.5-Math-7B: no public config.json found
         "grpo_trainer/run_qwen2_5_vl_7b_megatron.sh",  # qwen2_5_vl: no native reader, no AutoModelForCausalLM
@@ -316,11 +337,14 @@ def test_estimate_matches_mlite_memory(capsys):
     assert again.to_dict()["per_gpu"] == est.to_dict()["per_gpu"] and est.options.gpu_memory_gib == 141.0
 
 
-@pytest.mark.parametrize("args, words", [
-    (("--estimate", "--gpu-mem", "lots"), "--gpu-mem 'lots'"),
-    (("--gpu-mem", "H100"), "--gpu-mem is for --estimate"),
-    (("--estimate", "--env", "X"), "--env 'X'"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("--estimate", "--gpu-mem", "lots"), "--gpu-mem 'lots'"),
+        (("--gpu-mem", "H100"), "--gpu-mem is for --estimate"),
+        (("--estimate", "--env", "X"), "--env 'X'"),
+    ],
+)
 def test_bad_estimate_input_exits_2(args, words, capsys):
     rc, _, err = _cli(capsys, "import-launcher", _path("main/grpo_trainer/run_qwen3_8b_megatron.sh"), *args)
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -328,11 +352,19 @@ def test_bad_estimate_input_exits_2(args, words, capsys):
 
 
 def test_estimate_without_a_model_names_it(capsys):
-    rc, _, err = _cli(capsys, "import-launcher", _path("main/grpo_trainer/run_kimi_k2_6_glm5_1_megatron_lite.sh"),
-                      "--estimate")
+    rc, _, err = _cli(
+        capsys, "import-launcher", _path("main/grpo_trainer/run_kimi_k2_6_glm5_1_megatron_lite.sh"), "--estimate"
+    )
     assert rc == 2 and "the script requires MODEL_PATH" in err
-    rc, out, _ = _cli(capsys, "import-launcher", _path("main/grpo_trainer/run_kimi_k2_6_glm5_1_megatron_lite.sh"),
-                      "--estimate", "--env", "MODEL_PATH=/models/Kimi-K2.6", "--json")
+    rc, out, _ = _cli(
+        capsys,
+        "import-launcher",
+        _path("main/grpo_trainer/run_kimi_k2_6_glm5_1_megatron_lite.sh"),
+        "--estimate",
+        "--env",
+        "MODEL_PATH=/models/Kimi-K2.6",
+        "--json",
+    )
     assert rc in (0, 1) and json.loads(out)["estimate"]["per_gpu"]["total"] > 0
 
 
@@ -353,8 +385,12 @@ def test_launcher_view_hands_mesh_and_options_to_the_planner_and_memory_view():
     assert planner.spec.name == "Qwen3.5-35B-A3B" and plan.ngpu == doc["ngpu"] == 8
     assert (plan.parallel.tp, plan.parallel.ep, plan.parallel.etp_size, plan.dp) == (2, 8, 1, doc["dp"])
     o, want = memory.options(), imp.training_options()
-    assert (o.use_precision_aware_optimizer, o.offload_fraction, o.recompute, o.seq_len) == \
-        (want.use_precision_aware_optimizer, want.offload_fraction, want.recompute, want.seq_len)
+    assert (o.use_precision_aware_optimizer, o.offload_fraction, o.recompute, o.seq_len) == (
+        want.use_precision_aware_optimizer,
+        want.offload_fraction,
+        want.recompute,
+        want.seq_len,
+    )
     assert "valid" in view._summary.value and "took the &#x27;gpu&#x27; branch" in view._notes.value
     # a pasted stub: the refusal is the CLI's one line, the views keep their state
     view.errors.run(view.load, text='echo "moved"\n')

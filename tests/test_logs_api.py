@@ -24,8 +24,9 @@ SAMPLES = REPO / "data" / "logs"
 
 
 def _write(path, rows):
-    path.write_text("".join(f"step:{s} - " + " - ".join(f"{k}:{v!r}" for k, v in vals.items()) + "\n"
-                            for s, vals in rows))
+    path.write_text(
+        "".join(f"step:{s} - " + " - ".join(f"{k}:{v!r}" for k, v in vals.items()) + "\n" for s, vals in rows)
+    )
     return path
 
 
@@ -47,10 +48,27 @@ def test_ema_matches_the_debiased_formula():
 
 
 def test_compare_arithmetic(tmp_path):
-    a = read_log(_write(tmp_path / "a.log", [(1, {"loss": 1.0, "gn": 0.0, "x": 1.0}), (2, {"loss": 2.0, "gn": 1.0}),
-                                             (3, {"loss": float("nan"), "gn": 2.0})]))
-    b = read_log(_write(tmp_path / "b.log", [(1, {"loss": 1.0, "gn": -0.0, "y": 1.0}), (2, {"loss": 2.5, "gn": 1.0}),
-                                             (3, {"loss": 3.0, "gn": 2.0}), (4, {"loss": 1.0, "gn": 1.0})]))
+    a = read_log(
+        _write(
+            tmp_path / "a.log",
+            [
+                (1, {"loss": 1.0, "gn": 0.0, "x": 1.0}),
+                (2, {"loss": 2.0, "gn": 1.0}),
+                (3, {"loss": float("nan"), "gn": 2.0}),
+            ],
+        )
+    )
+    b = read_log(
+        _write(
+            tmp_path / "b.log",
+            [
+                (1, {"loss": 1.0, "gn": -0.0, "y": 1.0}),
+                (2, {"loss": 2.5, "gn": 1.0}),
+                (3, {"loss": 3.0, "gn": 2.0}),
+                (4, {"loss": 1.0, "gn": 1.0}),
+            ],
+        )
+    )
     doc = compare_runs(a, b)
     m = {r["metric"]: r for r in doc["metrics"]}
     assert doc["common_steps"] == 3 and doc["only_in_a"] == ["x"] and doc["only_in_b"] == ["y"]
@@ -69,8 +87,12 @@ def test_roles_per_format():
     assert runs["02_verl_sft_multiturn_glued_tqdm"].roles() == {"loss": "train/loss", "lr": "train/lr(1e-3)"}
     assert runs["09_megatron_gpt2_fp16_lossscale_skips_val_ckpt"].role("val_loss") == "val/lm_loss"
     r05 = runs["05_verl_grpo_startup_val_step0_step1"].roles()
-    assert (r05["loss"], r05["kl"], r05["entropy"], r05["reward"]) == ("actor/pg_loss", "actor/ppo_kl",
-                                                                         "actor/entropy", "critic/score/mean")
+    assert (r05["loss"], r05["kl"], r05["entropy"], r05["reward"]) == (
+        "actor/pg_loss",
+        "actor/ppo_kl",
+        "actor/entropy",
+        "critic/score/mean",
+    )
     assert runs["01_verl_ppo_gae_multinode_resumed_ansi"].role("entropy") == "actor/entropy_loss"
 
 
@@ -166,8 +188,10 @@ def test_import_loads_no_ui_library_and_no_pandas():
     import subprocess
     import sys
 
-    code = ("import sys, mlite.logs, mlite.logs.session, mlite.synth, mlite.cli.logs; "
-            "print([m for m in ('ipywidgets', 'IPython', 'matplotlib', 'pandas', 'tqdm') if m in sys.modules])")
+    code = (
+        "import sys, mlite.logs, mlite.logs.session, mlite.synth, mlite.cli.logs; "
+        "print([m for m in ('ipywidgets', 'IPython', 'matplotlib', 'pandas', 'tqdm') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.strip() == "[]"
 
@@ -175,9 +199,11 @@ def test_import_loads_no_ui_library_and_no_pandas():
 def test_line_parsers_edge_cases():
     from mlite.logs import megatron, verl_console
 
-    line = ("\x1b[36m(TaskRunner pid=7, ip=10.0.0.2)\x1b[0m step:3 - a/b:np.float64(0.5) - n:np.int64(4) - "
-            "x:nan - y:-inf - t:tensor(0.25, device='cuda:0') - flag:True - training/global_step:3"
-            "\x1b[32m [repeated 2x across cluster]\x1b[0m")
+    line = (
+        "\x1b[36m(TaskRunner pid=7, ip=10.0.0.2)\x1b[0m step:3 - a/b:np.float64(0.5) - n:np.int64(4) - "
+        "x:nan - y:-inf - t:tensor(0.25, device='cuda:0') - flag:True - training/global_step:3"
+        "\x1b[32m [repeated 2x across cluster]\x1b[0m"
+    )
     [(step, keys, vals, bad)] = verl_console.parse_line(line)
     assert step == 3 and not bad
     got = dict(zip(keys, vals))
@@ -197,12 +223,16 @@ def test_line_parsers_edge_cases():
     assert verl_console.join_continuation(head, "Training Progress: 5%") is None
     assert verl_console.join_continuation(head, "(TaskRunner pid=1) step:5 - a:1") is None
 
-    it = megatron.parse_iteration(" [2025-01-01 00:00:00] iteration      100/   10000 | lm loss: NAN | mtp_1 loss: "
-                                  "2.5E+00 | load_balancing_loss: 1.01 | grad norm: 0.5 | number of nan iterations: 1 |")
+    it = megatron.parse_iteration(
+        " [2025-01-01 00:00:00] iteration      100/   10000 | lm loss: NAN | mtp_1 loss: "
+        "2.5E+00 | load_balancing_loss: 1.01 | grad norm: 0.5 | number of nan iterations: 1 |"
+    )
     assert it[0] == 100 and it[1] == ["lm_loss", "mtp_1_loss", "load_balancing_loss", "grad_norm", "nan_iterations"]
     assert math.isnan(it[2][0]) and it[2][1:] == [2.5, 1.01, 0.5, 1.0] and not it[3]
-    val = megatron.parse_validation("validation loss at the end of training for test data | lm loss value: "
-                                    "2.0E+00 | lm loss PPL: 7.389056E+00 | ", last_step=500)
+    val = megatron.parse_validation(
+        "validation loss at the end of training for test data | lm loss value: 2.0E+00 | lm loss PPL: 7.389056E+00 | ",
+        last_step=500,
+    )
     assert val == (500, ["test/lm_loss", "test/lm_loss_ppl"], [2.0, 7.389056], False)
     assert megatron.parse_iteration("saving checkpoint at iteration     100 to /ckpt") is None
 
@@ -218,14 +248,23 @@ def test_text_event_classification():
     assert kinds("[mlite] status: stopped")[0][0] == "cancelled"
     assert kinds("[mlite] status: completed") == [] and kinds("[mlite] status: running") == []
     assert kinds("slurmstepd: error: *** JOB 42 ON n1 CANCELLED AT 2025-01-01T00:00:00 DUE TO TIME LIMIT ***")[0] == (
-        "time_limit", "Slurm job 42 on n1 cancelled at 2025-01-01T00:00:00 due to time limit")
-    assert kinds("slurmstepd: error: *** STEP 42.0 ON n1 CANCELLED AT 2025-01-01T00:00:00 DUE TO PREEMPTION ***"
-                 )[0][0] == "preempted"
+        "time_limit",
+        "Slurm job 42 on n1 cancelled at 2025-01-01T00:00:00 due to time limit",
+    )
+    assert (
+        kinds("slurmstepd: error: *** STEP 42.0 ON n1 CANCELLED AT 2025-01-01T00:00:00 DUE TO PREEMPTION ***")[0][0]
+        == "preempted"
+    )
     assert kinds("srun: error: n3: task 5: Killed") == [("exit_code", "srun: task 5 on n3 exited with killed")]
     assert kinds("srun: error: n3: task 5: Exited with exit code 0") == []
     assert kinds("slurmstepd: error: Detected 1 oom_kill event in StepId=42.0.")[0][0] == "oom"
-    assert kinds("[rank3]:[E ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: "
-                 "WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600042 milliseconds")[0][0] == "nccl_timeout"
+    assert (
+        kinds(
+            "[rank3]:[E ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600042 milliseconds"
+        )[0][0]
+        == "nccl_timeout"
+    )
     assert kinds("    exitcode  : -9 (pid: 1234)")[0][0] == "exit_code"
     # benign lines that contain the keywords
     assert kinds("(TaskRunner pid=1) 'nccl_timeout': 600, 'timeout': 30") == []

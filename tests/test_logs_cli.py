@@ -70,8 +70,9 @@ def test_export_csv_round_trip_is_bitwise(tmp_path):
     for f in files:
         run = read_log(f)
         t = run.tidy
-        expected += list(zip([run.name] * len(t), t["step"].tolist(), t["metric"].astype(str).tolist(),
-                             t["value"].tolist()))
+        expected += list(
+            zip([run.name] * len(t), t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist())
+        )
     assert len(rows) - 1 == len(expected)
     for (run, step, metric, value), (r2, s2, m2, v2) in zip(rows[1:], expected):
         assert (run, int(step), metric) == (r2, s2, m2)
@@ -82,18 +83,31 @@ def test_export_csv_round_trip_is_bitwise(tmp_path):
     assert stdout.rc == 0 and stdout.out.startswith("run,step,metric,value\n")
     back = list(csv.DictReader(io.StringIO(stdout.out)))
     assert len(back) == 31 and back[0]["value"] == "1.0605114698410034" and back[1]["metric"] == "train/lr(1e-3)"
-    assert_one_line_error(run_cli("logs", "export", _ref("02_"), "--csv", str(tmp_path / "no" / "x.csv")),
-                          "does not exist")
+    assert_one_line_error(
+        run_cli("logs", "export", _ref("02_"), "--csv", str(tmp_path / "no" / "x.csv")), "does not exist"
+    )
 
 
 def test_plot_writes_png(tmp_path):
     png = tmp_path / "curves.png"
-    res = run_cli("logs", "plot", _ref("01_"), str(SAMPLES / "synthetic_verl_grpo_2x8_spike_nan_oom.out"), "-o", str(png),
-                  "--metrics", "loss", "grad_norm", "kl", "actor/entropy", "--smooth", "0.8")
+    res = run_cli(
+        "logs",
+        "plot",
+        _ref("01_"),
+        str(SAMPLES / "synthetic_verl_grpo_2x8_spike_nan_oom.out"),
+        "-o",
+        str(png),
+        "--metrics",
+        "loss",
+        "grad_norm",
+        "kl",
+        "actor/entropy",
+        "--smooth",
+        "0.8",
+    )
     assert res.rc == 0, res.err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert_one_line_error(run_cli("logs", "plot", _ref("01_"), "-o", str(png), "--metrics", "no/such"),
-                          "no/such")
+    assert_one_line_error(run_cli("logs", "plot", _ref("01_"), "-o", str(png), "--metrics", "no/such"), "no/such")
     assert_one_line_error(run_cli("logs", "plot", _ref("01_"), "-o", str(png), "--smooth", "1.5"), "smoothing")
 
 
@@ -129,5 +143,7 @@ def test_compare(tmp_path):
     assert strict.rc == 1 and "NOT bitwise equal" in strict.out and "train/loss" in strict.out
     by_role = run_cli("logs", "compare", fsdp2, _ref("09_"), "--by", "role", "--json").json()
     loss = next(m for m in by_role["metrics"] if m["metric"] == "loss")
-    assert (loss["metric_a"], loss["metric_b"]) == ("train/loss", "lm_loss") and loss["steps"] == 3  # 20, 30, 40 (10 was skipped)
+    assert (loss["metric_a"], loss["metric_b"]) == ("train/loss", "lm_loss") and loss[
+        "steps"
+    ] == 3  # 20, 30, 40 (10 was skipped)
     assert_one_line_error(run_cli("logs", "compare", fsdp2, dist, "--metrics", "nope"), "nope")

@@ -14,8 +14,9 @@ from mlite.synth import GenSpec, generate
 
 
 def _same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in
-                                        ((a[k], b[k]) for k in a))
+    return a.keys() == b.keys() and all(
+        x == y or (math.isnan(x) and math.isnan(y)) for x, y in ((a[k], b[k]) for k in a)
+    )
 
 
 def _assert_subsequence(truth, parsed) -> None:
@@ -74,8 +75,10 @@ def test_verl_console_survives_junk(tmp_path, seed):
 
 def test_invalid_utf8_inside_metric_lines(tmp_path):
     p = tmp_path / "bad_utf8.log"
-    p.write_bytes(b"\xff\xfe(TaskRunner pid=1) step:1 - a/x:1.5 - b\xe9:2.0\n"
-                  b"\xc3(TaskRunner pid=1) step:2 - a/x:np.float64(2.5) - b\xe9:nan\n")
+    p.write_bytes(
+        b"\xff\xfe(TaskRunner pid=1) step:1 - a/x:1.5 - b\xe9:2.0\n"
+        b"\xc3(TaskRunner pid=1) step:2 - a/x:np.float64(2.5) - b\xe9:nan\n"
+    )
     run = read_log(p)
     assert run.series("a/x").tolist() == [1.5, 2.5]
     key = next(m for m in run.metrics if m.startswith("b"))
@@ -103,8 +106,10 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path):
 
 def test_megatron_and_jsonl_survive_junk(tmp_path):
     rng = random.Random(5)
-    for spec, name in ((GenSpec(format="megatron", steps=30, seed=5, val_every=5), "m.log"),
-                       (GenSpec(format="verl_jsonl", steps=30, seed=6, nan_from=20), "j.jsonl")):
+    for spec, name in (
+        (GenSpec(format="megatron", steps=30, seed=5, val_every=5), "m.log"),
+        (GenSpec(format="verl_jsonl", steps=30, seed=6, nan_from=20), "j.jsonl"),
+    ):
         truth = generate(spec, tmp_path / name)
         lines, _ = _fuzz_lines(truth.path.read_bytes().split(b"\n"), rng, rate=0.5)
         fuzzed = tmp_path / ("fz_" + name)
@@ -125,14 +130,17 @@ def test_megatron_and_jsonl_survive_junk(tmp_path):
 def test_a_million_lines(tmp_path):
     """1,000,000 lines of Ray chatter with a metric line every 100: every record found, exact values."""
     rng = random.Random(7)
-    noise = [b"(WorkerDict pid=1609, ip=10.0.0.2) INFO metrics.py:455] Avg throughput: 12.5 tokens/s",
-             b"\x1b[36m(TaskRunner pid=14640)\x1b[0m [response] Let's do it step by step:",
-             b"Training Progress:  23%|##3       | 101/435 [01:20<53:37,  9.84s/it]\r"]
+    noise = [
+        b"(WorkerDict pid=1609, ip=10.0.0.2) INFO metrics.py:455] Avg throughput: 12.5 tokens/s",
+        b"\x1b[36m(TaskRunner pid=14640)\x1b[0m [response] Let's do it step by step:",
+        b"Training Progress:  23%|##3       | 101/435 [01:20<53:37,  9.84s/it]\r",
+    ]
     lines, truth = [], []
     for i in range(10_000):
         vals = {"actor/pg_loss": rng.uniform(-1, 1), "actor/grad_norm": rng.uniform(0.5, 3), "actor/ppo_kl": 1e-3}
-        lines.append(b"(TaskRunner pid=1) step:%d - " % (i + 1)
-                     + " - ".join(f"{k}:{v!r}" for k, v in vals.items()).encode())
+        lines.append(
+            b"(TaskRunner pid=1) step:%d - " % (i + 1) + " - ".join(f"{k}:{v!r}" for k, v in vals.items()).encode()
+        )
         truth.append((i + 1, vals))
         lines.extend(noise[0 if j % 33 else 1] if j % 2 else noise[2] for j in range(99))
     assert len(lines) == 1_000_000

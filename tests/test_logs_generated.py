@@ -17,21 +17,25 @@ SAMPLES = REPO / "data" / "logs"
 CASES = {
     "grpo_repr": GenSpec(steps=50, seed=1),
     "ppo_3f_oom_spike": GenSpec(kind="ppo", precision="3f", steps=50, seed=2, spikes=(30,), ending="oom"),
-    "sft_np_glued_val_timelimit": GenSpec(kind="sft", precision="np", glued_tqdm=True, val_every=5, steps=30, seed=3,
-                                          ending="time_limit"),
+    "sft_np_glued_val_timelimit": GenSpec(
+        kind="sft", precision="np", glued_tqdm=True, val_every=5, steps=30, seed=3, ending="time_limit"
+    ),
     "wrapped_nan_nccl": GenSpec(wrap=173, nan_from=35, steps=45, seed=4, ending="nccl_timeout"),
     "wrapped_np_noansi": GenSpec(wrap=97, precision="np", ansi=False, steps=30, seed=5, ending="exit_code"),
     "restart_preempted": GenSpec(restart=(25, 15), steps=40, seed=6, ending="preempted"),
     "cancelled_gzip_crlf": GenSpec(gzip=True, crlf=True, steps=30, seed=7, ending="cancelled"),
     "traceback": GenSpec(steps=20, seed=8, ending="traceback"),
-    "jsonl_bare_nan_restart": GenSpec(format="verl_jsonl", nan_from=30, null_nan=False, restart=(20, 11), steps=40,
-                                      seed=9),
+    "jsonl_bare_nan_restart": GenSpec(
+        format="verl_jsonl", nan_from=30, null_nan=False, restart=(20, 11), steps=40, seed=9
+    ),
     "jsonl_null_nan_spike": GenSpec(format="verl_jsonl", nan_from=30, steps=40, seed=10, spikes=(18,)),
     "megatron_torchrun": GenSpec(format="megatron", skipped=(1, 2), val_every=5, steps=40, seed=11, ending="oom"),
-    "megatron_srun_restart": GenSpec(format="megatron", prefix="srun", restart=(30, 22), spikes=(26,), steps=40,
-                                     seed=12, ending="time_limit"),
-    "megatron_hostrank_nan": GenSpec(format="megatron", prefix="hostrank", nan_from=33, steps=40, seed=13,
-                                     ending="cancelled"),
+    "megatron_srun_restart": GenSpec(
+        format="megatron", prefix="srun", restart=(30, 22), spikes=(26,), steps=40, seed=12, ending="time_limit"
+    ),
+    "megatron_hostrank_nan": GenSpec(
+        format="megatron", prefix="hostrank", nan_from=33, steps=40, seed=13, ending="cancelled"
+    ),
 }
 
 
@@ -59,7 +63,9 @@ def test_generated_log_reads_back_exactly(tmp_path, name):
 
 
 def test_event_positions(tmp_path):
-    truth = generate(GenSpec(steps=40, seed=21, spikes=(25,), nan_from=33, restart=(36, 30), noise=0), tmp_path / "a.log")
+    truth = generate(
+        GenSpec(steps=40, seed=21, spikes=(25,), nan_from=33, restart=(36, 30), noise=0), tmp_path / "a.log"
+    )
     run = read_log(truth.path)
     lines = truth.path.read_text().split("\n")
     by_kind = {}
@@ -89,8 +95,9 @@ def test_kl_zero_messages(tmp_path):
     [b] = [e for e in read_log(off_policy).events if e.kind == "kl_zero"]
     assert "is not" in b.message and "flat" in b.message  # clipfrac moves, pg_loss flat
     nonzero = tmp_path / "kl_moves.log"
-    nonzero.write_text("".join(base.format(s=s, c=0.0, p=0.1).replace("ppo_kl:0.0", f"ppo_kl:{s}e-4")
-                               for s in range(1, 6)))
+    nonzero.write_text(
+        "".join(base.format(s=s, c=0.0, p=0.1).replace("ppo_kl:0.0", f"ppo_kl:{s}e-4") for s in range(1, 6))
+    )
     assert not [e for e in read_log(nonzero).events if e.kind == "kl_zero"]
 
 
@@ -103,13 +110,17 @@ def test_spike_detector_is_robust(tmp_path):
     vals = [2.0 * math.exp(rng.gauss(0, 0.1)) for _ in range(60)]
     vals[40] = 9.0
     p = tmp_path / "spike.log"
-    p.write_text("".join(f"step:{i} - actor/grad_norm:{v!r} - train/loss:{3.0 * math.exp(-i / 20):.3f}\n"
-                         for i, v in enumerate(vals)))
+    p.write_text(
+        "".join(
+            f"step:{i} - actor/grad_norm:{v!r} - train/loss:{3.0 * math.exp(-i / 20):.3f}\n" for i, v in enumerate(vals)
+        )
+    )
     spikes = [e for e in read_log(p).events if e.kind == "spike"]
     assert [(e.step, e.metric) for e in spikes] == [(40, "actor/grad_norm")]
     q = tmp_path / "quantised.log"
-    q.write_text("".join(f"step:{i} - train/grad_norm:{1.0 + 0.001 * (i % 3):.3f} - train/loss:0.500\n"
-                         for i in range(60)))
+    q.write_text(
+        "".join(f"step:{i} - train/grad_norm:{1.0 + 0.001 * (i % 3):.3f} - train/loss:0.500\n" for i in range(60))
+    )
     assert not read_log(q).events
 
 
@@ -120,10 +131,18 @@ def test_directory_of_mixed_logs(tmp_path):
     (tmp_path / "notes.md").write_text("not a log")
     runs = read_logs([tmp_path])
     assert sorted(r.name for r in runs) == sorted(["fsdp2", "jsonl_null_nan_spike", "megatron_torchrun", "grpo_repr"])
-    assert {r.name: r.format for r in runs} == {"fsdp2": "mlite", "jsonl_null_nan_spike": "verl_jsonl",
-                                                "megatron_torchrun": "megatron", "grpo_repr": "verl"}
-    assert {r.name: r.role("loss") for r in runs} == {"fsdp2": "train/loss", "jsonl_null_nan_spike": "actor/pg_loss",
-                                                      "megatron_torchrun": "lm_loss", "grpo_repr": "actor/pg_loss"}
+    assert {r.name: r.format for r in runs} == {
+        "fsdp2": "mlite",
+        "jsonl_null_nan_spike": "verl_jsonl",
+        "megatron_torchrun": "megatron",
+        "grpo_repr": "verl",
+    }
+    assert {r.name: r.role("loss") for r in runs} == {
+        "fsdp2": "train/loss",
+        "jsonl_null_nan_spike": "actor/pg_loss",
+        "megatron_torchrun": "lm_loss",
+        "grpo_repr": "actor/pg_loss",
+    }
 
 
 @pytest.mark.parametrize("name", ["mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao"])
@@ -140,8 +159,14 @@ def test_real_run_directories(name):
 @pytest.mark.parametrize("width", [50, 53, 64, 80, 101, 132, 200, 317])
 def test_hard_wrapped_metric_lines_at_any_terminal_width(tmp_path, width):
     """A terminal wrap cuts anywhere: inside the head, a key, a value, np.float64(...) or a separator."""
-    spec = GenSpec(wrap=width, seed=width, precision=("np", "3f", "repr")[width % 3], steps=25,
-                   kind=("grpo", "ppo", "sft")[width % 5 % 3], noise=width % 2)
+    spec = GenSpec(
+        wrap=width,
+        seed=width,
+        precision=("np", "3f", "repr")[width % 3],
+        steps=25,
+        kind=("grpo", "ppo", "sft")[width % 5 % 3],
+        noise=width % 2,
+    )
     truth = generate(spec, tmp_path / "wrapped.log")
     run = read_log(truth.path)
     t = run.tidy
@@ -169,16 +194,18 @@ def test_tensorboard_logdir_reads_back_exactly(tmp_path):
     same logdir, a spike and NaN: every value as float32 rounds it, the events, tag names as written."""
     from mlite.synth import write_tensorboard
 
-    truth = write_tensorboard(GenSpec(steps=40, seed=18, spikes=(18,), nan_from=27, restart=(30, 24)),
-                              tmp_path / "tb" / "grpo_run")
+    truth = write_tensorboard(
+        GenSpec(steps=40, seed=18, spikes=(18,), nan_from=27, restart=(30, 24)), tmp_path / "tb" / "grpo_run"
+    )
     run = read_log(truth.path)
     assert run.format == "tensorboard" and run.name == "grpo_run"
     t = run.tidy
     got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))
     expected = [(s, k, v) for s, values in truth.records for k, v in values.items()]
     assert len(got) == len(expected)
-    assert all(a[:2] == b[:2] and (a[2] == b[2] or (math.isnan(a[2]) and math.isnan(b[2])))
-               for a, b in zip(got, expected))
+    assert all(
+        a[:2] == b[:2] and (a[2] == b[2] or (math.isnan(a[2]) and math.isnan(b[2]))) for a, b in zip(got, expected)
+    )
     assert {e.kind for e in run.events} == truth.events == {"spike", "restart", "nan"}
     [restart] = [e for e in run.events if e.kind == "restart"]
     assert restart.step == 24 and "30 to 24" in restart.message
@@ -190,8 +217,16 @@ def test_tensorboard_logdir_reads_back_exactly(tmp_path):
 def test_hard_wrapped_megatron_records_at_any_terminal_width(tmp_path, width):
     """A wrap cuts a Megatron record anywhere after its 'iteration' word: inside the head, a field name, a number,
     a separator; validation records too."""
-    spec = GenSpec(format="megatron", wrap=width, seed=width, steps=30, val_every=7, skipped=(2,),
-                   prefix=("", "torchrun", "srun", "hostrank")[width % 4], noise=width % 2)
+    spec = GenSpec(
+        format="megatron",
+        wrap=width,
+        seed=width,
+        steps=30,
+        val_every=7,
+        skipped=(2,),
+        prefix=("", "torchrun", "srun", "hostrank")[width % 4],
+        noise=width % 2,
+    )
     truth = generate(spec, tmp_path / "wrapped_megatron.log")
     run = read_log(truth.path)
     t = run.tidy

@@ -99,11 +99,13 @@ def test_29_full_job_whose_loss_explodes_at_iteration_3():
 def test_short_history_rule_needs_a_relative_jump_and_a_clear_gap(tmp_path):
     """A wobble is no spike however few records there are; a falling loss never is; a series crossing zero waits for
     the rolling rule."""
-    rows = [("lm loss", (2.40, 2.38, 2.55, 2.31)),       # +7%: no
-            ("grad norm", (0.227, 0.134, 0.270, 0.450)),  # 2x but within 4 ranges of the median: no
-            ("lm loss", (9.0, 8.0, 3.0)),                 # falling: no
-            ("grad norm", (-0.1, 0.1, 5.0)),              # crosses zero: no relative size
-            ("grad norm", (1.0, 1.3, 1.7))]               # +48% of the median: below the minimum size
+    rows = [
+        ("lm loss", (2.40, 2.38, 2.55, 2.31)),  # +7%: no
+        ("grad norm", (0.227, 0.134, 0.270, 0.450)),  # 2x but within 4 ranges of the median: no
+        ("lm loss", (9.0, 8.0, 3.0)),  # falling: no
+        ("grad norm", (-0.1, 0.1, 5.0)),  # crosses zero: no relative size
+        ("grad norm", (1.0, 1.3, 1.7)),
+    ]  # +48% of the median: below the minimum size
     for i, (name, vals) in enumerate(rows):
         p = tmp_path / f"short{i}.log"
         p.write_text("".join(f" iteration {k + 1:8d}/ 100 | {name}: {v} |\n" for k, v in enumerate(vals)))
@@ -113,8 +115,12 @@ def test_short_history_rule_needs_a_relative_jump_and_a_clear_gap(tmp_path):
     assert [(e.step, e.metric) for e in _events(read_log(p), "spike")] == [(3, "grad_norm")]  # +81%, 8.5 ranges
 
 
-FOUND_SPIKES = {"23": {(31217, "grad_norm"), (31219, "lm_loss")}, "24": {(29050, "lm_loss")},
-                "25": {(17062, "lm_loss"), (17066, "grad_norm")}, "29": {(3, "lm_loss")}}
+FOUND_SPIKES = {
+    "23": {(31217, "grad_norm"), (31219, "lm_loss")},
+    "24": {(29050, "lm_loss")},
+    "25": {(17062, "lm_loss"), (17066, "grad_norm")},
+    "29": {(3, "lm_loss")},
+}
 """The spikes read by eye in the found logs; every other stretch of every one of them is healthy."""
 
 
@@ -198,16 +204,19 @@ def test_30_full_slurm_job_cancelled_without_a_reason():
     assert run.wide.loc[90, "lm_loss"] == 8.306568
 
 
-@pytest.mark.parametrize("prefix,expected", [
-    ("31_", [("preempted", 1), ("requeued", 2), ("requeued", 3), ("exit_code", 8)]),
-    ("32_", [("preempted", 14), ("requeued", 15)]),
-    ("33_", [("time_limit", 3), ("exit_code", 4), ("exit_code", 6), ("exit_code", 7)]),
-    ("34_", [("time_limit", 1)]),
-    ("35_", [("cancelled", 1)]),
-    ("36_", [("preempted", 1)]),
-    ("37_", [("node_failure", 2)]),
-    ("38_", [("restart", 9)]),  # its records follow the ending: see the test below
-])
+@pytest.mark.parametrize(
+    "prefix,expected",
+    [
+        ("31_", [("preempted", 1), ("requeued", 2), ("requeued", 3), ("exit_code", 8)]),
+        ("32_", [("preempted", 14), ("requeued", 15)]),
+        ("33_", [("time_limit", 3), ("exit_code", 4), ("exit_code", 6), ("exit_code", 7)]),
+        ("34_", [("time_limit", 1)]),
+        ("35_", [("cancelled", 1)]),
+        ("36_", [("preempted", 1)]),
+        ("37_", [("node_failure", 2)]),
+        ("38_", [("restart", 9)]),  # its records follow the ending: see the test below
+    ],
+)
 def test_scheduler_endings_in_every_wording(prefix, expected):
     run = _log(prefix)
     assert [(e.kind, e.line) for e in run.events if e.kind != "no_metrics"] == expected
@@ -220,11 +229,12 @@ def test_scheduler_ending_messages():
     assert req.message == "job 39025082 requeued (3 remaining timeouts)"
     assert not _events(_log("32_"), "time_limit")  # 'Job has not timed out.' is not a time limit
     assert _events(_log("34_"), "time_limit")[0].message == (
-        "Slurm job 830329 on n447 cancelled at 2018-08-06T17:21:44 due to time limit")
+        "Slurm job 830329 on n447 cancelled at 2018-08-06T17:21:44 due to time limit"
+    )
     assert _events(_log("35_"), "cancelled")[0].message == (
-        "Slurm job 1479012 on sh-2-3 cancelled at 2015-02-04T06:33:25")
+        "Slurm job 1479012 on sh-2-3 cancelled at 2015-02-04T06:33:25"
+    )
     assert "hpcsmall-debug-ghpc-0" in _events(_log("37_"), "node_failure")[0].message
-
 
 
 def test_38_requeued_job_that_resumes_is_one_run_with_a_restart(tmp_path):
@@ -237,8 +247,10 @@ def test_38_requeued_job_that_resumes_is_one_run_with_a_restart(tmp_path):
     assert run.wide.loc[995, "tflops"] == 394.14
     [restart] = run.events
     assert (restart.kind, restart.line, restart.step) == ("restart", 9, 120)
-    assert restart.message == ("Slurm step 454600.0 cancelled at 2025-05-21T11:33:42; also line 13: Slurm job 454600 "
-                               "cancelled due to time limit; the job resumed at step 225 (line 20): one run, requeued")
+    assert restart.message == (
+        "Slurm step 454600.0 cancelled at 2025-05-21T11:33:42; also line 13: Slurm job 454600 "
+        "cancelled due to time limit; the job resumed at step 225 (line 20): one run, requeued"
+    )
     assert run_cli("logs", "check", str(FOUND[15]), "--strict").rc == 0
     cut = tmp_path / "cut_before_the_requeue.log"  # the same log up to its ending: the ending stays a failure
     cut.write_text("".join(FOUND[15].read_text().splitlines(keepends=True)[:13]))
@@ -264,9 +276,9 @@ def test_requeued_job_that_resumes_is_one_run_with_a_restart(tmp_path):
 
 
 def test_gate_covers_the_new_kinds():
-    assert run_cli("logs", "check", str(FOUND[14]), "--strict").rc == 1          # 37: node_failure
-    assert run_cli("logs", "check", str(FOUND[8]), "--strict").rc == 1           # 31: requeued, preempted
-    assert run_cli("logs", "check", str(FOUND[0]), "--strict").rc == 0           # 23: spikes are warnings
+    assert run_cli("logs", "check", str(FOUND[14]), "--strict").rc == 1  # 37: node_failure
+    assert run_cli("logs", "check", str(FOUND[8]), "--strict").rc == 1  # 31: requeued, preempted
+    assert run_cli("logs", "check", str(FOUND[0]), "--strict").rc == 0  # 23: spikes are warnings
     assert run_cli("logs", "check", str(FOUND[0]), "--fail-on", "spike").rc == 1
     ref01 = str(next(LOGS.glob("01_*")))
     assert run_cli("logs", "check", ref01, "--fail-on", "change_point").rc == 1
@@ -298,11 +310,14 @@ def test_check_prints_one_line_for_a_healthy_run():
     out = res.out.splitlines()
     # first and last train/loss of the run: 6.244490356445312 and 3.4522101958216083 (train.log, steps 1 and 40)
     assert out[0] == "OK  mlite_tiny_moe_fsdp2  [mlite]  40 steps (1..40), train/loss 6.244 -> 3.452, no events"
-    assert out[1] == ("OK  26_megatron_ds_176b_records_wrapped_over_three_lines  [megatron]  5 steps (42780..42784), "
-                      "lm_loss 2.117 -> 2.128, no events")
+    assert out[1] == (
+        "OK  26_megatron_ds_176b_records_wrapped_over_three_lines  [megatron]  5 steps (42780..42784), "
+        "lm_loss 2.117 -> 2.128, no events"
+    )
     assert out[2].startswith("22_slurm_torchrun") and len(out) > 4  # a failed run keeps its full report
     assert [r.loss_span for r in check_logs([SAMPLES / "mlite_tiny_moe_fsdp2"])] == [
-        ("train/loss", 6.244490356445312, 3.4522101958216083)]
+        ("train/loss", 6.244490356445312, 3.4522101958216083)
+    ]
 
 
 # -- difference from a baseline -------------------------------------------------------------------------------------
@@ -327,8 +342,16 @@ def test_plot_baseline_draws_each_runs_difference(tmp_path):
     y = dict(zip(nudge.get_xdata(), nudge.get_ydata(), strict=True))
     assert abs(y[10] - 0.125) < 1e-12 and all(v == 0 for s, v in y.items() if s != 10)
     png = tmp_path / "diff.png"
-    res = run_cli("logs", "plot", str(SAMPLES / "mlite_tiny_moe_pao"), str(nudged), "--baseline",
-                  str(SAMPLES / "mlite_tiny_moe_fsdp2"), "-o", str(png))
+    res = run_cli(
+        "logs",
+        "plot",
+        str(SAMPLES / "mlite_tiny_moe_pao"),
+        str(nudged),
+        "--baseline",
+        str(SAMPLES / "mlite_tiny_moe_fsdp2"),
+        "-o",
+        str(png),
+    )
     assert res.rc == 0 and "difference from" in res.out and png.read_bytes()[:4] == b"\x89PNG"
     bad = run_cli("logs", "plot", str(nudged), "--baseline", "no_such_run", "-o", str(png))
     assert bad.rc == 2 and "--baseline 'no_such_run'" in bad.err and len(bad.err.strip().splitlines()) == 1
@@ -350,8 +373,10 @@ def test_39_real_tensorboard_event_file_tf2_tensor_scalars(tmp_path):
     assert doc["format"] == "tensorboard" and (doc["num_steps"], doc["first_step"], doc["last_step"]) == (10, 0, 9)
     out = tmp_path / "tb.csv"
     assert run_cli("logs", "export", str(event_file), "--csv", str(out)).rc == 0
-    assert out.read_text().splitlines()[1:3] == ["39_tensorboard_tf2_scalars_tensoboa_rs,0,tag,0.0",
-                                                 "39_tensorboard_tf2_scalars_tensoboa_rs,1,tag,1.0"]
+    assert out.read_text().splitlines()[1:3] == [
+        "39_tensorboard_tf2_scalars_tensoboa_rs,0,tag,0.0",
+        "39_tensorboard_tf2_scalars_tensoboa_rs,1,tag,1.0",
+    ]
 
 
 def test_tensorboard_missing_is_one_clear_error(monkeypatch):
@@ -371,8 +396,10 @@ def test_grep_prefilter_finds_the_same_events(monkeypatch, tmp_path):
     from mlite.logs import prefilter, reader
 
     junk = tmp_path / "junk.log"
-    junk.write_bytes((LOGS / "22_slurm_torchrun_rendezvous_fail_srun_cancelled_cgroup.err").read_bytes()
-                     .replace(b"\n", b"\r\n") + b"\xff\xfe srun: error: n1: task 3: Exited with exit code 9\r\n")
+    junk.write_bytes(
+        (LOGS / "22_slurm_torchrun_rendezvous_fail_srun_cancelled_cgroup.err").read_bytes().replace(b"\n", b"\r\n")
+        + b"\xff\xfe srun: error: n1: task 3: Exited with exit code 9\r\n"
+    )
     paths = [p for p in sorted(LOGS.iterdir()) if p.is_file() and p.suffix != ".md"] + [junk]
     monkeypatch.setattr(prefilter, "MIN_BYTES", 0)
     assert prefilter.keyword_offsets(paths[0], reader.LINE_KEYWORDS) is not None

@@ -59,8 +59,18 @@ def test_01_verl_ppo_resumed_ansi_3_decimals():
     assert w.loc[435, "val-core/openai/gsm8k/reward/mean@1"] == 0.867
     assert run.roles()["kl"] == "actor/ppo_kl" and run.roles()["loss"] == "actor/pg_loss"
     # a clean run: no failure, no restart (resumed at 101 but the log never goes back), KL not all zero
-    assert not _kinds(run) & {"nan", "inf", "oom", "nccl_timeout", "cancelled", "exit_code", "traceback",
-                              "no_metrics", "restart", "kl_zero"}
+    assert not _kinds(run) & {
+        "nan",
+        "inf",
+        "oom",
+        "nccl_timeout",
+        "cancelled",
+        "exit_code",
+        "traceback",
+        "no_metrics",
+        "restart",
+        "kl_zero",
+    }
 
 
 def test_02_sft_glued_tqdm_spliced_runs():
@@ -162,7 +172,7 @@ def test_21_numpy_scalar_values():
     assert (run.num_steps, run.first_step, run.last_step) == (8, 71, 78)
     w = run.wide
     assert w.loc[71, "critic/vf_loss"] == 0.007003280876688223  # np.float64(0.007003280876688223)
-    assert w.loc[71, "actor/entropy"] == 0.1194450631737709      # bare float on the same line
+    assert w.loc[71, "actor/entropy"] == 0.1194450631737709  # bare float on the same line
     assert w.loc[71, "training/global_step"] == 71
     assert w.loc[78, "perf/throughput"] == 1217.2562416538915
     assert w.loc[78, "actor/ppo_kl"] == 0.0001464904675572143
@@ -186,8 +196,13 @@ def test_22_slurm_cancelled_exit_codes():
 HEALTHY_EXCEPT = {
     # the critic's grad norm jumps to 51.8 (median ~9), 26.7 and 42.5 (median ~6.8); the actor's to 3.889 (median
     # 2.04); actor/pg_loss to 0.774 and 0.645 at 357-358 (median -0.106)
-    "01": {(163, "critic/grad_norm"), (302, "critic/grad_norm"), (304, "critic/grad_norm"),
-           (335, "actor/grad_norm"), (357, "actor/pg_loss")},
+    "01": {
+        (163, "critic/grad_norm"),
+        (302, "critic/grad_norm"),
+        (304, "critic/grad_norm"),
+        (335, "actor/grad_norm"),
+        (357, "actor/pg_loss"),
+    },
 }
 
 

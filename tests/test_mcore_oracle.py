@@ -70,14 +70,24 @@ print("ORACLE" + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def oracle() -> dict:
-    cases = ({n: (asdict(c), "unfused") for n, c in CASES.items()} | {n: (asdict(c), "flash") for n, c in FLASH.items()}
-             | {"persist_" + n: (asdict(c), "persist") for n, c in PERSIST.items()})
+    cases = (
+        {n: (asdict(c), "unfused") for n, c in CASES.items()}
+        | {n: (asdict(c), "flash") for n, c in FLASH.items()}
+        | {"persist_" + n: (asdict(c), "persist") for n, c in PERSIST.items()}
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(cases)], capture_output=True, text=True, env=env,
-                       timeout=300, cwd=ROOT, check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
+    )
     lines = [x for x in p.stdout.splitlines() if x.startswith("ORACLE")]
     assert p.returncode == 0 and lines, p.stderr[-3000:]
-    return json.loads(lines[-1][len("ORACLE"):])
+    return json.loads(lines[-1][len("ORACLE") :])
 
 
 def _compare(measured: dict, want: dict) -> list:
@@ -125,8 +135,14 @@ def test_persistent_buffers_equal_what_megatron_core_keeps_between_steps(oracle,
 
     case = PERSIST[name]
     spec = from_hf_config(case.hf_config())
-    o = TrainingOptions(seq_len=case.seq, micro_batch_size=case.micro_batch, recompute=case.recompute,
-                        attention="unfused", lite_device="cpu", num_microbatches=1)
+    o = TrainingOptions(
+        seq_len=case.seq,
+        micro_batch_size=case.micro_batch,
+        recompute=case.recompute,
+        attention="unfused",
+        lite_device="cpu",
+        num_microbatches=1,
+    )
     w = estimate(spec, resolve(spec, 1, ParallelConfig(), seq_len=case.seq), o, explain=False).worst
     assert "cublas_workspace" not in w.persistent  # CUDA only
     got = oracle["persist_" + name]["bytes"]
@@ -147,8 +163,14 @@ def test_scores_grow_with_the_square_of_the_sequence(oracle):
 
 def test_import_mlite_does_not_import_megatron():
     code = "import sys, mlite, mlite.memory, mlite.memory.mcore_oracle; print('megatron' in sys.modules)"
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)), check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        check=False,
+    )
     assert p.returncode == 0 and p.stdout.strip() == "False", p.stderr
 
 

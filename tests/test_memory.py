@@ -11,23 +11,36 @@ from mlite.memory.activations import gpt_layer_bytes
 from mlite.mesh import ParallelConfig, resolve
 from mlite.models import from_hf_config
 
-L8 = from_hf_config("Llama-3.1-8B")      # dense, vocab 128256 = 128 * 1002 (no padding at TP 1 or 2)
-Q30 = from_hf_config("Qwen3-30B-A3B")    # MoE, vocab 151936 = 128 * 1187
+L8 = from_hf_config("Llama-3.1-8B")  # dense, vocab 128256 = 128 * 1002 (no padding at TP 1 or 2)
+Q30 = from_hf_config("Qwen3-30B-A3B")  # MoE, vocab 151936 = 128 * 1187
 
 
 def _est(spec, ngpu, opts=None, **mesh):
     return estimate(spec, resolve(spec, ngpu, ParallelConfig(**mesh)), opts or TrainingOptions())
 
 
-@pytest.mark.parametrize("opts, want", [
-    (TrainingOptions(), 18),
-    (TrainingOptions(use_precision_aware_optimizer=True), 16),  # fp32 grads, remainders on: 2 + 4 + (2 + 4 + 4)
-    (TrainingOptions(use_precision_aware_optimizer=True, main_grads_dtype="bf16", store_param_remainders=False), 16),
-    (TrainingOptions(use_precision_aware_optimizer=True, main_grads_dtype="bf16"), 14),
-    (TrainingOptions(use_precision_aware_optimizer=True, main_grads_dtype="bf16", exp_avg_dtype="bf16",
-                     exp_avg_sq_dtype="bf16"), 10),
-    (TrainingOptions(use_distributed_optimizer=False), 18),
-])
+@pytest.mark.parametrize(
+    "opts, want",
+    [
+        (TrainingOptions(), 18),
+        (TrainingOptions(use_precision_aware_optimizer=True), 16),  # fp32 grads, remainders on: 2 + 4 + (2 + 4 + 4)
+        (
+            TrainingOptions(use_precision_aware_optimizer=True, main_grads_dtype="bf16", store_param_remainders=False),
+            16,
+        ),
+        (TrainingOptions(use_precision_aware_optimizer=True, main_grads_dtype="bf16"), 14),
+        (
+            TrainingOptions(
+                use_precision_aware_optimizer=True,
+                main_grads_dtype="bf16",
+                exp_avg_dtype="bf16",
+                exp_avg_sq_dtype="bf16",
+            ),
+            10,
+        ),
+        (TrainingOptions(use_distributed_optimizer=False), 18),
+    ],
+)
 def test_bytes_per_param_one_gpu(opts, want):
     e = _est(L8, 1, opts)
     assert e.bytes_per_param == want
@@ -38,16 +51,17 @@ def test_bytes_per_param_one_gpu(opts, want):
 
 def test_distributed_optimizer_shards_over_dp_and_cp():
     assert _est(L8, 8).bytes_per_param == 6 + 12 / 8
-    assert _est(L8, 8, cp=4).bytes_per_param == 6 + 12 / 8          # d = DP x CP = 2 x 4
-    assert _est(L8, 8, cp=8).bytes_per_param == 6 + 12 / 8          # d = 1 x 8
-    assert _est(L8, 16, cp=2, tp=2).bytes_per_param == 6 + 12 / 8   # d = 4 x 2
+    assert _est(L8, 8, cp=4).bytes_per_param == 6 + 12 / 8  # d = DP x CP = 2 x 4
+    assert _est(L8, 8, cp=8).bytes_per_param == 6 + 12 / 8  # d = 1 x 8
+    assert _est(L8, 16, cp=2, tp=2).bytes_per_param == 6 + 12 / 8  # d = 4 x 2
     assert _est(L8, 8, TrainingOptions(use_distributed_optimizer=False)).bytes_per_param == 18
     pao14 = TrainingOptions(use_precision_aware_optimizer=True, main_grads_dtype="bf16")
     assert _est(L8, 8, pao14).bytes_per_param == 4 + 10 / 8
 
 
-@pytest.mark.parametrize("ngpu, mesh", [(8, {}), (8, dict(ep=8)), (16, dict(ep=4, cp=2)), (32, dict(ep=8, etp=2)),
-                                       (16, dict(tp=2, ep=4))])
+@pytest.mark.parametrize(
+    "ngpu, mesh", [(8, {}), (8, dict(ep=8)), (16, dict(ep=4, cp=2)), (32, dict(ep=8, etp=2)), (16, dict(tp=2, ep=4))]
+)
 def test_expert_params_divide_by_edp(ngpu, mesh):
     routed = Q30.components["routed_experts"]
     dense = Q30.training_params - routed
@@ -89,12 +103,18 @@ def test_fsdp2_shards_everything():
         shard = L8.total / ngpu
         w = e.worst
         assert (w.params, w.grads, w.master, w.exp_avg, w.exp_avg_sq) == pytest.approx(
-            (2 * shard, 2 * shard, 4 * shard, 4 * shard, 4 * shard))
+            (2 * shard, 2 * shard, 4 * shard, 4 * shard, 4 * shard)
+        )
         assert e.bytes_per_param == pytest.approx(16 / ngpu)
     pao = _est(L8, 8, TrainingOptions(optimizer="fsdp2", use_precision_aware_optimizer=True))
     assert pao.bytes_per_param == pytest.approx(14 / 8)
-    m16 = _est(L8, 8, TrainingOptions(optimizer="fsdp2", use_precision_aware_optimizer=True, exp_avg_dtype="bf16",
-                                      exp_avg_sq_dtype="bf16"))
+    m16 = _est(
+        L8,
+        8,
+        TrainingOptions(
+            optimizer="fsdp2", use_precision_aware_optimizer=True, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"
+        ),
+    )
     assert m16.bytes_per_param == pytest.approx(10 / 8)
     off = _est(L8, 8, TrainingOptions(optimizer="fsdp2", offload_fraction=1.0))
     assert off.worst.optimizer == 0 and off.worst.host_total >= 12 * L8.total / 8
@@ -124,8 +144,13 @@ def _paper(s, b, h, a, t, sp, recompute):
 
 
 # the paper's models: 22B, 175B, 530B, 1T (s = 2048, t = 8)
-GPT_CASES = [(2048, 4, 6144, 64, 8), (2048, 1, 12288, 96, 8), (2048, 1, 20480, 128, 8), (2048, 1, 25600, 160, 8),
-             (2048, 1, 4096, 32, 1)]
+GPT_CASES = [
+    (2048, 4, 6144, 64, 8),
+    (2048, 1, 12288, 96, 8),
+    (2048, 1, 20480, 128, 8),
+    (2048, 1, 25600, 160, 8),
+    (2048, 1, 4096, 32, 1),
+]
 
 
 @pytest.mark.parametrize("case", GPT_CASES)
@@ -134,7 +159,8 @@ GPT_CASES = [(2048, 4, 6144, 64, 8), (2048, 1, 12288, 96, 8), (2048, 1, 20480, 1
 def test_korthikanti_gpt_layer(case, sp, recompute):
     s, b, h, a, t = case
     assert gpt_layer_bytes(s, b, h, a, t, sp=sp, recompute=recompute) == pytest.approx(
-        _paper(s, b, h, a, t, sp, recompute), rel=1e-12)
+        _paper(s, b, h, a, t, sp, recompute), rel=1e-12
+    )
 
 
 def test_korthikanti_175b_headline():
@@ -192,8 +218,9 @@ def test_sweep_and_mesh_table():
 
 
 def test_cli_json_contract():
-    res = run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--pao", "--grad-dtype", "bf16", "--gpu-mem", "H200",
-                  "--json")
+    res = run_cli(
+        "memory", "Llama-3.1-8B", "--ngpu", "8", "--pao", "--grad-dtype", "bf16", "--gpu-mem", "H200", "--json"
+    )
     assert res.rc == 0, res.err
     doc = res.json()
     assert set(doc["per_gpu"]) == {"params", "grads", "optimizer", "activations", "other", "total"}
@@ -211,7 +238,9 @@ def test_cli_json_contract():
 def test_cli_bad_usage():
     assert_one_line_error(run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--moment-dtype", "bf16"), "--pao")
     assert_one_line_error(run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--gpu-mem", "lots"), "--gpu-mem")
-    assert_one_line_error(run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--offload-fraction", "2"), "offload_fraction")
+    assert_one_line_error(
+        run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--offload-fraction", "2"), "offload_fraction"
+    )
 
 
 def test_bf16_grads_without_pao_are_megatron_cores_bytes():

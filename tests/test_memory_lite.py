@@ -23,8 +23,13 @@ def _cfg(name, **over):
     if "num_experts" in cfg:
         cfg.update(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=96)
     if "linear_num_value_heads" in cfg:
-        cfg.update(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=48,
-                   shared_expert_intermediate_size=96)
+        cfg.update(
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=32,
+            linear_value_head_dim=48,
+            shared_expert_intermediate_size=96,
+        )
     cfg.update(over)
     return cfg
 
@@ -65,14 +70,21 @@ def test_full_recompute_keeps_layer_inputs_only():
 
 def test_lite_estimate_shape():
     spec = from_hf_config("tiny-moe")
-    o = TrainingOptions(optimizer="fsdp2", activation_model="lite", seq_len=4096, num_microbatches=1,
-                        framework_overhead_gib=0)
+    o = TrainingOptions(
+        optimizer="fsdp2", activation_model="lite", seq_len=4096, num_microbatches=1, framework_overhead_gib=0
+    )
     est = estimate(spec, resolve(spec, 1, ParallelConfig()), o)
     w = est.worst
     assert w.grads_at_peak == 0 and w.peak < w.static + w.activation_total + w.transient_peak
-    two = estimate(spec, resolve(spec, 1, ParallelConfig()), TrainingOptions(
-        optimizer="fsdp2", activation_model="lite", seq_len=4096, num_microbatches=2, framework_overhead_gib=0))
+    two = estimate(
+        spec,
+        resolve(spec, 1, ParallelConfig()),
+        TrainingOptions(
+            optimizer="fsdp2", activation_model="lite", seq_len=4096, num_microbatches=2, framework_overhead_gib=0
+        ),
+    )
     assert two.worst.peak - w.peak == pytest.approx(w.grads)  # sharded grads live from the 2nd micro-batch on
     with pytest.raises(Exception, match="lite runtime"):
-        estimate(spec, resolve(spec, 2, ParallelConfig(ep=2)), TrainingOptions(optimizer="fsdp2",
-                                                                                activation_model="lite"))
+        estimate(
+            spec, resolve(spec, 2, ParallelConfig(ep=2)), TrainingOptions(optimizer="fsdp2", activation_model="lite")
+        )

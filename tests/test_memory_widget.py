@@ -40,13 +40,16 @@ def _oracle(model, ngpu, mesh, **options):
     return estimate(spec, resolve(spec, ngpu, ParallelConfig(**mesh), seq_len=o.seq_len), o).to_dict()
 
 
-@pytest.mark.parametrize("options, want", [
-    ({}, 18.0),
-    (dict(use_precision_aware_optimizer=True), 16.0),
-    (dict(use_precision_aware_optimizer=True, main_grads_dtype="bf16", store_param_remainders=False), 16.0),
-    (dict(use_precision_aware_optimizer=True, main_grads_dtype="bf16"), 14.0),
-    (dict(use_precision_aware_optimizer=True, main_grads_dtype="bf16", moment_dtype="bf16"), 10.0),
-])
+@pytest.mark.parametrize(
+    "options, want",
+    [
+        ({}, 18.0),
+        (dict(use_precision_aware_optimizer=True), 16.0),
+        (dict(use_precision_aware_optimizer=True, main_grads_dtype="bf16", store_param_remainders=False), 16.0),
+        (dict(use_precision_aware_optimizer=True, main_grads_dtype="bf16"), 14.0),
+        (dict(use_precision_aware_optimizer=True, main_grads_dtype="bf16", moment_dtype="bf16"), 10.0),
+    ],
+)
 def test_bytes_per_param_through_the_controls(options, want):
     """Issue 7's table, set through the PAO toggle and the dtype pickers: a dense model on one GPU."""
     _, view = _views("Qwen3-8B", ngpu=1, mesh={})
@@ -58,8 +61,15 @@ def test_bytes_per_param_through_the_controls(options, want):
 def test_pao_off_resets_moments_and_keeps_bf16_grads():
     """PAO off: bf16 moments and remainders go (Megatron-Core rejects them without PAO); bf16 grads stay, as
     Megatron-Core's bf16 gradient buffer (grad_reduce_in_fp32=False), with the bytes ``mlite memory`` gives."""
-    _, view = _views("Qwen3-8B", ngpu=1, mesh={}, use_precision_aware_optimizer=True, main_grads_dtype="bf16",
-                     exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+    _, view = _views(
+        "Qwen3-8B",
+        ngpu=1,
+        mesh={},
+        use_precision_aware_optimizer=True,
+        main_grads_dtype="bf16",
+        exp_avg_dtype="bf16",
+        exp_avg_sq_dtype="bf16",
+    )
     c = view.controls
     assert c["main_grads_dtype"].value == "bf16" and not c["moment_dtype"].disabled
     c["use_precision_aware_optimizer"].value = False
@@ -121,8 +131,21 @@ def test_table_marks_oom_and_applies_the_cheapest_mesh_that_fits():
     rows = mesh_table(spec, 16, TrainingOptions())
     t = view.table
     assert [r["key"] for r in t.rows] == [
-        "-".join(map(str, (m.plan.parallel.tp, m.plan.parallel.pp, m.plan.parallel.vpp, m.plan.parallel.cp,
-                           m.plan.parallel.ep, m.plan.parallel.etp_size))) for m in rows]
+        "-".join(
+            map(
+                str,
+                (
+                    m.plan.parallel.tp,
+                    m.plan.parallel.pp,
+                    m.plan.parallel.vpp,
+                    m.plan.parallel.cp,
+                    m.plan.parallel.ep,
+                    m.plan.parallel.etp_size,
+                ),
+            )
+        )
+        for m in rows
+    ]
     assert [r["fits"] for r in t.rows] == [bool(m.fits) for m in rows]
     oom = sum(not m.fits for m in rows)
     assert 0 < oom < len(rows)
@@ -182,8 +205,9 @@ def test_seq_len_is_shared_with_the_planner():
 
 
 def test_command_line_gives_the_same_bytes():
-    _, view = _views(use_precision_aware_optimizer=True, main_grads_dtype="bf16", offload_fraction=0.25,
-                     recompute="full", gpu="H200")
+    _, view = _views(
+        use_precision_aware_optimizer=True, main_grads_dtype="bf16", offload_fraction=0.25, recompute="full", gpu="H200"
+    )
     cmd = view.command()
     assert cmd.startswith("mlite memory Qwen3-30B-A3B --ngpu 16 --ep 8") and "--gpu-mem H200" in cmd
     res = run_cli(*cmd.split()[1:], "--json")

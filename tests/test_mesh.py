@@ -36,15 +36,25 @@ def _random_meshes(n, seed=0):
     return out
 
 
-@pytest.mark.parametrize("m", _random_meshes(300), ids=lambda m: "tp{tp}cp{cp}dp{dp}pp{pp}-etp{etp}ep{ep}edp{edp}".format(**m))
+@pytest.mark.parametrize(
+    "m", _random_meshes(300), ids=lambda m: "tp{tp}cp{cp}dp{dp}pp{pp}-etp{etp}ep{ep}edp{edp}".format(**m)
+)
 def test_groups_equal_rank_generator(m):
     lay = RankLayout(**m)
     dense = RankGenerator(tp=m["tp"], ep=1, dp=m["dp"], pp=m["pp"], cp=m["cp"], order="tp-cp-ep-dp-pp")
     expert = RankGenerator(tp=m["etp"], ep=m["ep"], dp=m["edp"], pp=m["pp"], cp=1, order="tp-cp-ep-dp-pp")
     for kind, (gen, token) in {
-        "tp": (dense, "tp"), "cp": (dense, "cp"), "dp": (dense, "dp"), "pp": (dense, "pp"),
-        "dp_cp": (dense, "dp-cp"), "tp_cp": (dense, "tp-cp"), "mp": (dense, "tp-pp"),
-        "ep": (expert, "ep"), "etp": (expert, "tp"), "edp": (expert, "dp"), "ep_etp": (expert, "tp-ep"),
+        "tp": (dense, "tp"),
+        "cp": (dense, "cp"),
+        "dp": (dense, "dp"),
+        "pp": (dense, "pp"),
+        "dp_cp": (dense, "dp-cp"),
+        "tp_cp": (dense, "tp-cp"),
+        "mp": (dense, "tp-pp"),
+        "ep": (expert, "ep"),
+        "etp": (expert, "tp"),
+        "edp": (expert, "dp"),
+        "ep_etp": (expert, "tp-ep"),
     }.items():
         want = sorted(sorted(g) for g in gen.get_ranks(token))
         assert lay.groups(kind) == want, kind
@@ -60,11 +70,11 @@ def _rules(plan, level="error"):
     return {f.rule for f in plan.findings if f.level == level}
 
 
-Q30 = from_hf_config("Qwen3-30B-A3B")      # 32 heads, 4 KV heads, 128 experts, 48 layers
-Q35 = from_hf_config("Qwen3.5-35B-A3B")    # GDN 16 key / 32 value heads, 40 layers, 1 MTP
-DSV3 = from_hf_config("DeepSeek-V3")       # 61 layers + 1 MTP
+Q30 = from_hf_config("Qwen3-30B-A3B")  # 32 heads, 4 KV heads, 128 experts, 48 layers
+Q35 = from_hf_config("Qwen3.5-35B-A3B")  # GDN 16 key / 32 value heads, 40 layers, 1 MTP
+DSV3 = from_hf_config("DeepSeek-V3")  # 61 layers + 1 MTP
 V4 = from_hf_config("DeepSeek-V4-Flash")
-L8 = from_hf_config("Llama-3.1-8B")        # dense, 8 KV heads, 32 layers, FFN 14336
+L8 = from_hf_config("Llama-3.1-8B")  # dense, 8 KV heads, 32 layers, FFN 14336
 
 
 @pytest.mark.parametrize(
@@ -72,11 +82,11 @@ L8 = from_hf_config("Llama-3.1-8B")        # dense, 8 KV heads, 32 layers, FFN 1
     [
         (Q30, 32, dict(tp=3), dict(tp=4), "world"),
         (Q30, 24, dict(ep=16), dict(ep=8), "world"),
-        (Q30, 32, dict(tp=16), dict(tp=4), "heads"),       # 32 heads ok, 4 KV heads not divisible by 16
+        (Q30, 32, dict(tp=16), dict(tp=4), "heads"),  # 32 heads ok, 4 KV heads not divisible by 16
         (L8, 48, dict(tp=3), dict(tp=2), "heads"),
-        (Q35, 64, dict(tp=32), dict(tp=2), "gdn_heads"),   # 16 key heads
+        (Q35, 64, dict(tp=32), dict(tp=2), "gdn_heads"),  # 16 key heads
         (Q30, 96, dict(ep=3), dict(ep=4), "experts"),
-        (L8, 8, dict(ep=2), dict(ep=1), "experts"),        # dense model
+        (L8, 8, dict(ep=2), dict(ep=1), "experts"),  # dense model
         (L8, 40, dict(tp=5), dict(tp=4), "heads"),
         (Q30, 16, dict(pp=5), dict(pp=4), "layers"),
         (Q30, 16, dict(pp=2, vpp=5), dict(pp=2, vpp=4), "layers"),
@@ -147,8 +157,12 @@ def test_layouts():
     assert [len(s.layers) for s in stages] == [0, 5, 6, 1] and stages[-1].mtp == (0,) and stages[-1].head
     assert layout_text(parse_layout(layout_text(stages), 12, 1)) == layout_text(stages)
     assert [len(s.layers) for s in parse_layout("Et*2|(t*3|)*2t,L", 9, 0)] == [2, 3, 3, 1]
-    for bad, needle in [("E|t*5|t*6|t,m", "loss L"), ("t*12,m,L", "embedding E"), ("E|t*4|q,L", "'q'"),
-                        ("E|t*5|t*5,m,L", "10 transformer layers")]:
+    for bad, needle in [
+        ("E|t*5|t*6|t,m", "loss L"),
+        ("t*12,m,L", "embedding E"),
+        ("E|t*4|q,L", "'q'"),
+        ("E|t*5|t*5,m,L", "10 transformer layers"),
+    ]:
         with pytest.raises(MliteError, match=needle):
             parse_layout(bad, 12, 1)
     for L, S in [(61, 8), (61, 4), (94, 16), (5, 5)]:
@@ -165,8 +179,17 @@ def test_layouts():
 def test_enumerate_all_valid_and_ranked():
     meshes = enumerate_meshes(Q30, 16)
     assert meshes and all(m.plan.valid for m in meshes)
-    keys = {(m.plan.parallel.tp, m.plan.parallel.pp, m.plan.parallel.vpp, m.plan.parallel.cp, m.plan.parallel.ep,
-             m.plan.parallel.etp_size) for m in meshes}
+    keys = {
+        (
+            m.plan.parallel.tp,
+            m.plan.parallel.pp,
+            m.plan.parallel.vpp,
+            m.plan.parallel.cp,
+            m.plan.parallel.ep,
+            m.plan.parallel.etp_size,
+        )
+        for m in meshes
+    }
     assert len(keys) == len(meshes)
     # brute force over a box: every valid mesh appears
     for tp in (1, 2, 4, 8, 16):
@@ -191,7 +214,9 @@ def test_enumerate_uneven_for_prime_layer_count():
 
 
 def test_cli_contract():
-    res = run_cli("mesh", "Qwen3-30B-A3B", "--ngpu", "32", "--tp", "2", "--cp", "2", "--ep", "8", "--rank", "5", "--json")
+    res = run_cli(
+        "mesh", "Qwen3-30B-A3B", "--ngpu", "32", "--tp", "2", "--cp", "2", "--ep", "8", "--rank", "5", "--json"
+    )
     assert res.rc == 0, res.err
     doc = res.json()
     for k in ("valid", "errors", "warnings", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp", "groups"):
@@ -206,12 +231,15 @@ def test_cli_contract():
     assert lst.rc == 0 and isinstance(lst.json()["meshes"], list) and lst.json()["meshes"][0]["valid"]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--ngpu", "8", "--tp", "x"], "--tp"),
-    (["--ngpu", "0"], "ngpu"),
-    (["--ngpu", "8", "--tp", "0"], "tp must be a positive"),
-    (["--ngpu", "8", "--rank", "9"], "--rank 9"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--ngpu", "8", "--tp", "x"], "--tp"),
+        (["--ngpu", "0"], "ngpu"),
+        (["--ngpu", "8", "--tp", "0"], "tp must be a positive"),
+        (["--ngpu", "8", "--rank", "9"], "--rank 9"),
+    ],
+)
 def test_cli_bad_usage(args, needle):
     assert_one_line_error(run_cli("mesh", "Qwen3-8B", *args), needle)
 

@@ -12,17 +12,24 @@ from mlite.mesh import checks as C
 from mlite.mesh.checks import Inherited, MeshContext
 from mlite.models import from_hf_config
 
-Q30 = from_hf_config("Qwen3-30B-A3B")      # 32 heads, 4 KV heads, 128 experts, 48 layers, expert FFN 768
-Q35 = from_hf_config("Qwen3.5-35B-A3B")    # GDN 16 key / 32 value heads, 40 layers, 1 MTP
-DSV3 = from_hf_config("DeepSeek-V3")       # 61 layers + 1 MTP
+Q30 = from_hf_config("Qwen3-30B-A3B")  # 32 heads, 4 KV heads, 128 experts, 48 layers, expert FFN 768
+Q35 = from_hf_config("Qwen3.5-35B-A3B")  # GDN 16 key / 32 value heads, 40 layers, 1 MTP
+DSV3 = from_hf_config("DeepSeek-V3")  # 61 layers + 1 MTP
 V4 = from_hf_config("DeepSeek-V4-Flash")
-L8 = from_hf_config("Llama-3.1-8B")        # dense, 8 KV heads, 32 layers, FFN 14336, vocab 128256
+L8 = from_hf_config("Llama-3.1-8B")  # dense, 8 KV heads, 32 layers, FFN 14336, vocab 128256
 TINY = from_hf_config(dict(from_hf_config("tiny-dense").config, intermediate_size=100))
 
 
 def ctx(spec, ngpu, seq_len=4096, gpus_per_node=8, inherited=None, train_mtp=None, **mesh):
-    return MeshContext(spec=spec, ngpu=ngpu, parallel=ParallelConfig(**mesh), seq_len=seq_len,
-                       gpus_per_node=gpus_per_node, inherited=inherited or {}, train_mtp=train_mtp)
+    return MeshContext(
+        spec=spec,
+        ngpu=ngpu,
+        parallel=ParallelConfig(**mesh),
+        seq_len=seq_len,
+        gpus_per_node=gpus_per_node,
+        inherited=inherited or {},
+        train_mtp=train_mtp,
+    )
 
 
 # rule, level, bad context, good context
@@ -44,8 +51,12 @@ CASES = [
     (C.rule_gdn_cp, "warning", ctx(Q35, 8, cp=2), ctx(Q35, 8, cp=1)),
     (C.rule_vocab, "info", ctx(Q30, 8, tp=4), ctx(L8, 8, tp=2)),
     (C.rule_mtp, "info", ctx(DSV3, 64, pp=2, train_mtp=False), ctx(DSV3, 64, pp=2)),
-    (C.rule_inherited, "info", ctx(Q30, 8, tp=4, etp=4, inherited={"etp": Inherited("ETP inherited from TP = 4")}),
-     ctx(Q30, 8, tp=4, etp=4)),
+    (
+        C.rule_inherited,
+        "info",
+        ctx(Q30, 8, tp=4, etp=4, inherited={"etp": Inherited("ETP inherited from TP = 4")}),
+        ctx(Q30, 8, tp=4, etp=4),
+    ),
 ]
 
 
@@ -60,9 +71,14 @@ def test_rule_alone(rule, level, bad, good):
     assert rule(good) == []
     for f in found:
         for fix in f.fixes:  # each fix, applied, clears this rule
-            fixed = dataclasses.replace(bad, parallel=dataclasses.replace(bad.parallel, **{
-                k: v for k, v in fix.items() if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "pp_layout")}),
-                **{k: v for k, v in fix.items() if k in ("ngpu", "seq_len")})
+            fixed = dataclasses.replace(
+                bad,
+                parallel=dataclasses.replace(
+                    bad.parallel,
+                    **{k: v for k, v in fix.items() if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "pp_layout")},
+                ),
+                **{k: v for k, v in fix.items() if k in ("ngpu", "seq_len")},
+            )
             assert not [g for g in rule(fixed) if g.level == "error"], (fix, rule(fixed))
 
 
@@ -86,13 +102,16 @@ def test_dense_model_is_not_held_to_expert_rules():
 
 def test_inherited_size_is_explained_in_the_error():
     key = "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size"
-    inh = {"etp": Inherited("ETP inherited from TP = 4 because the launcher does not set expert_tensor_parallel_size",
-                            key)}
+    inh = {
+        "etp": Inherited("ETP inherited from TP = 4 because the launcher does not set expert_tensor_parallel_size", key)
+    }
     plan = resolve(Q30, 8, ParallelConfig(tp=4, pp=2, ep=2, etp=4), inherited=inh)
     (err,) = plan.errors
     assert err.rule == "world" and "ngpu 8 is not divisible by ETP*EP*PP = 4*2*2 = 16" in err.message
-    assert ("ETP inherited from TP = 4 because the launcher does not set expert_tensor_parallel_size; set "
-            "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size to 2 or 1") in err.message
+    assert (
+        "ETP inherited from TP = 4 because the launcher does not set expert_tensor_parallel_size; set "
+        "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size to 2 or 1"
+    ) in err.message
     assert err.fixes[0] == {"etp": 2}
     assert any(f.rule == "inherited" for f in plan.infos)
 

@@ -42,8 +42,12 @@ def test_figures_follow_the_dropdown(explorer):
     explorer._select.value = "Qwen3.5-35B-A3B"
     spec = from_hf_config("Qwen3.5-35B-A3B")
     assert explorer.ref == "Qwen3.5-35B-A3B" and seen == ["Qwen3.5-35B-A3B"]
-    for key, value in (("total", spec.total), ("active", spec.active), ("mtp", spec.mtp),
-                       ("vision", spec.vision_params)):
+    for key, value in (
+        ("total", spec.total),
+        ("active", spec.active),
+        ("mtp", spec.mtp),
+        ("vision", spec.vision_params),
+    ):
         assert _exact(explorer._cards[key].value) == f"{value:,}", key
     assert explorer._chart.value != chart and explorer._chart.value[:4] == b"\x89PNG"
     for component, n in spec.components.items():
@@ -56,12 +60,15 @@ def test_dropdown_lists_data_models(explorer):
     assert list(explorer._select.options) == available_models()
 
 
-@pytest.mark.parametrize("content, needles", [
-    (None, ["no such file"]),
-    ('{"model_type": "qwen3", ', ["invalid JSON", "line 1"]),
-    (json.dumps({"model_type": "qwen3", "hidden_size": 64}), ["num_attention_heads", "missing"]),
-    (json.dumps({"model_type": "no_such_arch", "hidden_size": 64}), ["no_such_arch"]),
-])
+@pytest.mark.parametrize(
+    "content, needles",
+    [
+        (None, ["no such file"]),
+        ('{"model_type": "qwen3", ', ["invalid JSON", "line 1"]),
+        (json.dumps({"model_type": "qwen3", "hidden_size": 64}), ["num_attention_heads", "missing"]),
+        (json.dumps({"model_type": "no_such_arch", "hidden_size": 64}), ["no_such_arch"]),
+    ],
+)
 def test_bad_input_is_one_line_inline(explorer, tmp_path, content, needles):
     path = tmp_path / "config.json"
     if content is not None:
@@ -108,6 +115,8 @@ def test_a_bug_in_a_callback_shows_inline_with_its_traceback():
 
 
 def test_importing_the_view_loads_no_pyplot():
-    code = ("import sys; from widgets.model_explorer import ModelExplorer; ModelExplorer('tiny-moe'); "
-            "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'")
+    code = (
+        "import sys; from widgets.model_explorer import ModelExplorer; ModelExplorer('tiny-moe'); "
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)

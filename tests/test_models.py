@@ -136,8 +136,16 @@ def test_kimi_read_as_deepseek_v3():
 
 
 def test_transformers_fallback_path():
-    cfg = dict(model_type="mistral", hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-               num_key_value_heads=2, vocab_size=300, head_dim=16)
+    cfg = dict(
+        model_type="mistral",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+        head_dim=16,
+    )
     spec = from_hf_config(cfg)
     assert spec.source == "transformers-meta"
     assert any("meta device" in n for n in spec.notes)
@@ -156,8 +164,10 @@ def test_cli_json_contract():
         assert key in doc
     assert doc["total"] == 30_532_122_624
     assert doc["layers"][0] == {"index": 0, "kind": "full+moe", "params": doc["layers"][0]["params"]}
-    assert sum(layer["params"] for layer in doc["layers"]) + doc["embedding"] + doc["components"]["lm_head"] \
-        + 2048 == doc["total"]  # + the final norm
+    assert (
+        sum(layer["params"] for layer in doc["layers"]) + doc["embedding"] + doc["components"]["lm_head"] + 2048
+        == doc["total"]
+    )  # + the final norm
 
 
 def test_cli_reads_a_path(tmp_path):
@@ -176,8 +186,19 @@ def test_cli_reads_a_path(tmp_path):
         (json.dumps({"model_type": "nonesuch"}), ["unknown model_type 'nonesuch'", "qwen3_moe"]),
         (json.dumps({"model_type": "llama", "hidden_size": 64}), ["num_attention_heads", "missing"]),
         (json.dumps({"model_type": "qwen3", "hidden_size": "big"}), ["hidden_size", "integer"]),
-        (json.dumps({"model_type": "qwen3_next", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
-                     "vocab_size": 10, "layer_types": ["weird"] * 4}), ["layer_types", "weird"]),
+        (
+            json.dumps(
+                {
+                    "model_type": "qwen3_next",
+                    "hidden_size": 64,
+                    "num_attention_heads": 4,
+                    "num_hidden_layers": 4,
+                    "vocab_size": 10,
+                    "layer_types": ["weird"] * 4,
+                }
+            ),
+            ["layer_types", "weird"],
+        ),
     ],
 )
 def test_cli_bad_input(tmp_path, content, needles):

@@ -64,12 +64,15 @@ def test_group_limited_routing_stays_routable():
     assert nxt.config["num_experts_per_tok"] == 8 and any("num_experts_per_tok 10 -> 8" in c for c in nxt.changes)
 
 
-@pytest.mark.parametrize(("kwargs", "needle"), [
-    ({"layers": 99}, "--layers 99: Qwen3-8B has 36 layers"),
-    ({"layers": 0}, "--layers 0"),
-    ({"experts": 8}, "no routed experts"),
-    ({"vocab": 10**7}, "--vocab"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"layers": 99}, "--layers 99: Qwen3-8B has 36 layers"),
+        ({"layers": 0}, "--layers 0"),
+        ({"experts": 8}, "no routed experts"),
+        ({"vocab": 10**7}, "--vocab"),
+    ],
+)
 def test_bad_cuts_name_the_flag(kwargs, needle):
     with pytest.raises(MliteError, match=needle.replace("(", r"\(")):
         shrink_config("Qwen3-8B", **kwargs)

@@ -45,14 +45,25 @@ def test_notebook_executes(name):
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=False,
-                            store_widget_state=True, resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client = NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=CELL_TIMEOUT_S,
+        allow_errors=False,
+        store_widget_state=True,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
     try:
         client.execute()
     except CellExecutionError as e:
         pytest.fail(f"{name}: a cell raised\n{e}", pytrace=False)
-    errors = [(i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code"
-              for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    errors = [
+        (i, o)
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors, f"{name}: error outputs in cells {[i for i, _ in errors]}"
     banners = _error_banners(nb)
     assert not banners, f"{name}: widgets show errors inline after running: {banners}"
@@ -62,8 +73,11 @@ def test_notebook_executes(name):
 def test_notebook_is_stripped(name):
     """Committed notebooks carry no outputs, execution counts or saved widget state (``make strip``)."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    dirty = [i for i, c in enumerate(nb.cells)
-             if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count") is not None)]
+    dirty = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count") is not None)
+    ]
     assert not dirty, f"{name}: cells {dirty} have outputs or execution counts; run `make strip`"
     assert "widgets" not in nb.metadata, f"{name}: saved widget state in metadata; run `make strip`"
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3", f"{name}: kernelspec name is not 'python3'"

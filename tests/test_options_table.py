@@ -70,8 +70,11 @@ def _fields(o) -> dict:
 def _parse_options(command: str, *words):
     from mlite.cli.memory import options_from_args
 
-    base = ["memory", MODEL, "--ngpu", "8"] if command == "memory" else ["export", MODEL, "--nodes", "1",
-                                                                          "--target", TARGETS[0], "--out", "x"]
+    base = (
+        ["memory", MODEL, "--ngpu", "8"]
+        if command == "memory"
+        else ["export", MODEL, "--nodes", "1", "--target", TARGETS[0], "--out", "x"]
+    )
     return options_from_args(build_parser().parse_args([*base, *words]))
 
 
@@ -106,10 +109,26 @@ def test_parser_defaults_and_help_come_from_the_table(command):
         if r.group != "mesh":  # --seq-len and --gpus-per-node come with the mesh flags
             assert a.help == r.help and tuple(a.choices or ()) == r.choices, r.flag
     # no flag is spelled twice and every CLI flag that was there before is still there
-    for flag in ("--optimizer", "--no-distributed-optimizer", "--pao", "--grad-dtype", "--moment-dtype",
-                 "--no-param-remainders", "--offload-fraction", "--param-offload", "--optimizer-offload",
-                 "--micro-batch", "--num-microbatches", "--recompute", "--recompute-modules", "--sequence-parallel",
-                 "--attention", "--gpu-mem", "--seq-len", "--gpus-per-node"):
+    for flag in (
+        "--optimizer",
+        "--no-distributed-optimizer",
+        "--pao",
+        "--grad-dtype",
+        "--moment-dtype",
+        "--no-param-remainders",
+        "--offload-fraction",
+        "--param-offload",
+        "--optimizer-offload",
+        "--micro-batch",
+        "--num-microbatches",
+        "--recompute",
+        "--recompute-modules",
+        "--sequence-parallel",
+        "--attention",
+        "--gpu-mem",
+        "--seq-len",
+        "--gpus-per-node",
+    ):
         assert flag in actions
 
 
@@ -139,11 +158,27 @@ def test_the_widget_prints_what_the_cli_parses():
     from widgets.planner import MeshPlanner
 
     planner = MeshPlanner(MODEL, ngpu=8, tp=2)
-    view = MemoryView(planner, gpu="H200", optimizer="fsdp2", use_precision_aware_optimizer=True,
-                      exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16", offload_fraction=0.35, param_offload=True,
-                      optimizer_offload=True, recompute="selective", micro_batch_size=2, num_microbatches=3,
-                      sequence_parallel=True, attention="unfused", store_param_remainders=False,
-                      recompute_modules=("mlp",), param_dtype="fp16", grad_offload=True, headroom=0.1)
+    view = MemoryView(
+        planner,
+        gpu="H200",
+        optimizer="fsdp2",
+        use_precision_aware_optimizer=True,
+        exp_avg_dtype="bf16",
+        exp_avg_sq_dtype="bf16",
+        offload_fraction=0.35,
+        param_offload=True,
+        optimizer_offload=True,
+        recompute="selective",
+        micro_batch_size=2,
+        num_microbatches=3,
+        sequence_parallel=True,
+        attention="unfused",
+        store_param_remainders=False,
+        recompute_modules=("mlp",),
+        param_dtype="fp16",
+        grad_offload=True,
+        headroom=0.1,
+    )
     cmd = shlex.split(view.command())
     for flag in ("--recompute-modules", "--param-dtype", "--grad-offload", "--headroom", "--no-param-remainders"):
         assert flag in cmd  # options without a control are not dropped
@@ -158,8 +193,17 @@ def test_run_flags_round_trip(row, tmp_path):
     from mlite.cli.run import _config
 
     base = {"model": "tiny-dense", "steps": 5, "nproc": 2, "device": "cpu", "out": str(tmp_path / "r")}
-    v = {"model": "tiny-moe", "steps": 6, "nproc": 3, "device": "cuda", "out": str(tmp_path / "o"),
-         "pao": True, "moment_dtype": "bf16", "param_dtype": "bf16", "dataset": "other_sft"}.get(row.field)
+    v = {
+        "model": "tiny-moe",
+        "steps": 6,
+        "nproc": 3,
+        "device": "cuda",
+        "out": str(tmp_path / "o"),
+        "pao": True,
+        "moment_dtype": "bf16",
+        "param_dtype": "bf16",
+        "dataset": "other_sft",
+    }.get(row.field)
     if v is None:
         v = sample(row) if row.default is not None else 3
     kw = {**base, row.field: v}
@@ -192,12 +236,34 @@ def test_export_flags_round_trip(row):
 
 # ---------------------------------------------------------------------------------------------- verl
 EXPECTED_NOT_EXPRESSIBLE = {
-    "estimator": {"attention", "dropout", "fused_cross_entropy", "activation_model", "lite_device", "gpu_memory_gib",
-                  "headroom", "framework_overhead_gib"},
-    "verl-mlite-sft": {"use_distributed_optimizer", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-                       "store_param_remainders", "num_microbatches", "sequence_parallel"},
-    "verl-mlite-grpo": {"use_distributed_optimizer", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-                        "store_param_remainders", "num_microbatches", "sequence_parallel"},
+    "estimator": {
+        "attention",
+        "dropout",
+        "fused_cross_entropy",
+        "activation_model",
+        "lite_device",
+        "gpu_memory_gib",
+        "headroom",
+        "framework_overhead_gib",
+    },
+    "verl-mlite-sft": {
+        "use_distributed_optimizer",
+        "main_grads_dtype",
+        "exp_avg_dtype",
+        "exp_avg_sq_dtype",
+        "store_param_remainders",
+        "num_microbatches",
+        "sequence_parallel",
+    },
+    "verl-mlite-grpo": {
+        "use_distributed_optimizer",
+        "main_grads_dtype",
+        "exp_avg_dtype",
+        "exp_avg_sq_dtype",
+        "store_param_remainders",
+        "num_microbatches",
+        "sequence_parallel",
+    },
     "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches"},
 }
 """What each target cannot express (beyond the estimator's own assumptions): the table must say exactly this."""
@@ -263,44 +329,65 @@ def test_all_options_at_once_compose_against_verl_and_read_back(target, tmp_path
         assert _fields(got)[f] == getattr(o, f), f
     script = tmp_path / res.launcher
     script.write_text(res.files[res.launcher])
-    p = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin", "HOME": "/home/t", "DRY_RUN": "1"},
-                       capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False)
+    p = subprocess.run(
+        ["bash", str(script)],
+        env={"PATH": "/usr/bin:/bin", "HOME": "/home/t", "DRY_RUN": "1"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr
     v = validate_command(shlex.split(p.stdout))
     assert v.ok, v.problems
 
 
 def test_an_unexpanded_value_is_unresolved_not_a_value():
-    text = ("python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer trainer.nnodes=1 "
-            "trainer.n_gpus_per_node=8 'actor_rollout_ref.actor.megatron.param_offload=$(pick)' "
-            "data.max_prompt_length=100 data.max_response_length=28")
+    text = (
+        "python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer trainer.nnodes=1 "
+        "trainer.n_gpus_per_node=8 'actor_rollout_ref.actor.megatron.param_offload=$(pick)' "
+        "data.max_prompt_length=100 data.max_response_length=28"
+    )
     imp = import_launcher("t", text=text)
     assert "param_offload" not in imp.options and imp.options["seq_len"] == 128
     assert any("param_offload" in w and "unresolved" in w for w in imp.warnings)
 
 
 # ---------------------------------------------------------------------------------------------- bad values
-@pytest.mark.parametrize("words, needle", [
-    (["--optimizer", "adam"], "--optimizer"), (["--recompute", "partial"], "--recompute"),
-    (["--moment-dtype", "fp8"], "--moment-dtype"), (["--param-dtype", "fp64"], "--param-dtype"),
-    (["--optimizer", "dist_opt"], "dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2"),
-])
+@pytest.mark.parametrize(
+    "words, needle",
+    [
+        (["--optimizer", "adam"], "--optimizer"),
+        (["--recompute", "partial"], "--recompute"),
+        (["--moment-dtype", "fp8"], "--moment-dtype"),
+        (["--param-dtype", "fp64"], "--param-dtype"),
+        (["--optimizer", "dist_opt"], "dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2"),
+    ],
+)
 def test_run_refuses_unknown_option_values_before_anything_starts(tmp_path, words, needle):
     out = tmp_path / "r"
-    res = run_cli("run", "--model", "tiny-moe", "--steps", "5", "--nproc", "1", "--device", "cpu", "--out", str(out),
-                  *words)
+    res = run_cli(
+        "run", "--model", "tiny-moe", "--steps", "5", "--nproc", "1", "--device", "cpu", "--out", str(out), *words
+    )
     assert_one_line_error(res, needle)
     assert not out.exists()
 
 
-@pytest.mark.parametrize("words, needle", [
-    (["--optimizer", "adam"], "--optimizer"), (["--recompute", "partial"], "--recompute"),
-    (["--grad-dtype", "fp8"], "--grad-dtype"), (["--gpu-mem", "H900"], "--gpu-mem"),
-    (["--offload-fraction", "half"], "--offload-fraction"),
-])
+@pytest.mark.parametrize(
+    "words, needle",
+    [
+        (["--optimizer", "adam"], "--optimizer"),
+        (["--recompute", "partial"], "--recompute"),
+        (["--grad-dtype", "fp8"], "--grad-dtype"),
+        (["--gpu-mem", "H900"], "--gpu-mem"),
+        (["--offload-fraction", "half"], "--offload-fraction"),
+    ],
+)
 def test_memory_and_export_refuse_unknown_option_values(tmp_path, words, needle):
     assert_one_line_error(run_cli("memory", MODEL, "--ngpu", "8", *words), needle)
     out = tmp_path / "e"
-    assert_one_line_error(run_cli("export", MODEL, "--nodes", "1", "--target", TARGETS[0], "--out", str(out), *words),
-                          needle)
+    assert_one_line_error(
+        run_cli("export", MODEL, "--nodes", "1", "--target", TARGETS[0], "--out", str(out), *words), needle
+    )
     assert not out.exists()

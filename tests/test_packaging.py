@@ -42,12 +42,22 @@ def installed(tmp_path_factory):
         else:
             shutil.copy2(p, src / name)
     pip = [sys.executable, "-m", "pip"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(root / "whl"), str(src)],
-                   check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(root / "whl"), str(src)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     (wheel,) = (root / "whl").glob("mlite_lab-*.whl")
     site = root / "site"
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)], check=True,
-                   capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return wheel, site
 
 
@@ -67,11 +77,18 @@ def test_the_wheel_carries_the_embedded_defaults_and_py_typed(installed):
 def test_the_installed_package_finds_its_data_without_the_source_tree(installed, tmp_path):
     _, site = installed
     code = "import mlite, mlite.paths as p; print(mlite.__file__); print(p.data_dir()); print(p.is_source_checkout())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
-                         env=_env(site)).stdout.split("\n")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path, env=_env(site)
+    ).stdout.split("\n")
     assert Path(out[0]).is_relative_to(site) and Path(out[1]) == site / "mlite" / "_data" and out[2] == "False"
-    res = subprocess.run([sys.executable, "-m", "mlite", "params", "tiny-moe", "--json"], capture_output=True,
-                         text=True, cwd=tmp_path, env=_env(site), timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "mlite", "params", "tiny-moe", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(site),
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     from mlite.models import from_hf_config
 
@@ -82,9 +99,30 @@ def test_the_installed_package_finds_its_data_without_the_source_tree(installed,
 @pytest.mark.slow
 def test_the_installed_package_runs_a_debug_run_from_another_directory(installed, tmp_path):
     _, site = installed
-    res = subprocess.run([sys.executable, "-m", "mlite", "run", "--model", "tiny-moe", "--steps", "2", "--nproc", "2",
-                          "--device", "cpu", "--out", "r", "--json"], capture_output=True, text=True, cwd=tmp_path,
-                         env=_env(site), timeout=400)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlite",
+            "run",
+            "--model",
+            "tiny-moe",
+            "--steps",
+            "2",
+            "--nproc",
+            "2",
+            "--device",
+            "cpu",
+            "--out",
+            "r",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(site),
+        timeout=400,
+    )
     assert res.returncode == 0, (res.stdout, res.stderr)
     doc = json.loads(res.stdout)
     assert doc["status"] == "completed" and doc["steps"] == 2 and doc["run_dir"] == str(tmp_path / "r")

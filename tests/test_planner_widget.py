@@ -70,16 +70,19 @@ def test_controls_offer_the_divisors_the_model_can_use():
     assert p.grid._picture.layout.display == "none"
 
 
-@pytest.mark.parametrize("model, ngpu, bad, seq_len", [
-    ("Qwen3-30B-A3B", 16, dict(tp=8), 4096),             # heads (KV heads 4)
-    ("Qwen3-30B-A3B", 24, dict(ep=16), 4096),            # world (ETP*EP*PP)
-    ("Qwen3-30B-A3B", 16, dict(pp=16, vpp=2), 4096),     # layers
-    ("Qwen3-30B-A3B", 8, dict(vpp=2), 4096),             # vpp
-    ("Qwen3-30B-A3B", 16, dict(cp=16), 4112),            # seq_len
-    ("Llama-3.1-8B", 8, dict(ep=2, etp=2), 4096),        # experts on a dense model
-    ("DeepSeek-V4-Flash", 16, dict(tp=2), 4096),         # deepseek_v4
-    ("Qwen3.5-35B-A3B", 64, dict(tp=32), 4096),          # gdn_heads
-])
+@pytest.mark.parametrize(
+    "model, ngpu, bad, seq_len",
+    [
+        ("Qwen3-30B-A3B", 16, dict(tp=8), 4096),  # heads (KV heads 4)
+        ("Qwen3-30B-A3B", 24, dict(ep=16), 4096),  # world (ETP*EP*PP)
+        ("Qwen3-30B-A3B", 16, dict(pp=16, vpp=2), 4096),  # layers
+        ("Qwen3-30B-A3B", 8, dict(vpp=2), 4096),  # vpp
+        ("Qwen3-30B-A3B", 16, dict(cp=16), 4112),  # seq_len
+        ("Llama-3.1-8B", 8, dict(ep=2, etp=2), 4096),  # experts on a dense model
+        ("DeepSeek-V4-Flash", 16, dict(tp=2), 4096),  # deepseek_v4
+        ("Qwen3.5-35B-A3B", 64, dict(tp=32), 4096),  # gdn_heads
+    ],
+)
 def test_each_error_inline_with_its_nearest_values(model, ngpu, bad, seq_len):
     p = _planner(model, ngpu=ngpu, seq_len=seq_len)
     assert p.plan.valid, p.plan.errors
@@ -134,17 +137,21 @@ def _decode(rank, tp, cp, dp):
     return dict(tp=rank % tp, cp=(rank // tp) % cp, dp=(rank // (tp * cp)) % dp, pp=rank // (tp * cp * dp))
 
 
-@pytest.mark.parametrize("ngpu, gpn, mesh", [
-    (16, 8, dict(tp=2, pp=2, cp=2, ep=4)),
-    (32, 4, dict(tp=4, pp=4, ep=2, etp=2)),
-    (24, 8, dict(tp=2, cp=3, ep=8)),
-])
+@pytest.mark.parametrize(
+    "ngpu, gpn, mesh",
+    [
+        (16, 8, dict(tp=2, pp=2, cp=2, ep=4)),
+        (32, 4, dict(tp=4, pp=4, ep=2, etp=2)),
+        (24, 8, dict(tp=2, cp=3, ep=8)),
+    ],
+)
 def test_picture_has_a_cell_per_rank_with_its_coordinates(ngpu, gpn, mesh):
     p = _planner(ngpu=ngpu, gpus_per_node=gpn, seq_len=4104, **mesh)
     assert p.plan.valid, [f.message for f in p.plan.errors]
     svg = p.grid._svg.value
-    cells = re.findall(r'<g class="mlite-gpu-cell" data-rank="(\d+)" data-pp="(\d+)".*?<title>(.*?)</title>', svg,
-                       flags=re.S)
+    cells = re.findall(
+        r'<g class="mlite-gpu-cell" data-rank="(\d+)" data-pp="(\d+)".*?<title>(.*?)</title>', svg, flags=re.S
+    )
     assert [int(r) for r, _, _ in cells] == list(range(ngpu))
     tp, cp, pp = mesh.get("tp", 1), mesh.get("cp", 1), mesh.get("pp", 1)
     dp = ngpu // (tp * cp * pp)
@@ -171,8 +178,23 @@ def test_clicked_rank_lists_the_groups_the_cli_prints():
     p.grid.bridge.pick("rank:13")
     assert p.grid.focus == 13 and 'data-rank="13"' in p.grid._svg.value
     text = html.unescape(re.sub(r"<[^>]+>", " ", p.grid._groups.value))
-    res = run_cli("mesh", "Qwen3-30B-A3B", "--ngpu", "16", "--tp", "2", "--pp", "2", "--cp", "2", "--ep", "4",
-                  "--rank", "13", "--json")
+    res = run_cli(
+        "mesh",
+        "Qwen3-30B-A3B",
+        "--ngpu",
+        "16",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--cp",
+        "2",
+        "--ep",
+        "4",
+        "--rank",
+        "13",
+        "--json",
+    )
     assert res.rc == 0, res.err
     for kind, ranks in res.json()["groups"].items():
         assert re.search(rf"\b{kind}\s+\[{', '.join(map(str, ranks))}\]", text), (kind, ranks, text)
@@ -187,8 +209,21 @@ def test_table_lists_every_valid_mesh_sorts_and_applies_a_row():
     meshes = enumerate_meshes(spec, 16)
     t = p.table
     assert [r["key"] for r in t.rows] == [
-        "-".join(map(str, (m.plan.parallel.tp, m.plan.parallel.pp, m.plan.parallel.vpp, m.plan.parallel.cp,
-                           m.plan.parallel.ep, m.plan.parallel.etp_size))) for m in meshes]
+        "-".join(
+            map(
+                str,
+                (
+                    m.plan.parallel.tp,
+                    m.plan.parallel.pp,
+                    m.plan.parallel.vpp,
+                    m.plan.parallel.cp,
+                    m.plan.parallel.ep,
+                    m.plan.parallel.etp_size,
+                ),
+            )
+        )
+        for m in meshes
+    ]
     shown = re.findall(r'<tr class="mlite-mesh-row[^"]*" data-key="([^"]+)"', t._html.value)
     assert shown == [r["key"] for r in t.rows[:25]]
     t.bridge.pick("sort:dp")
@@ -221,8 +256,9 @@ def test_follows_the_explorer_and_prints_the_cli_command():
     assert cmd.startswith("mlite mesh Qwen3-30B-A3B --ngpu 16") and cmd in p._command.value
     res = run_cli(*cmd.split()[1:], "--json")
     doc = res.json()
-    assert res.rc == 0 and doc["valid"] and (doc["tp"], doc["ep"], doc["dp"], doc["edp"]) == (2, 8, p.plan.dp,
-                                                                                                  p.plan.edp)
+    assert (
+        res.rc == 0 and doc["valid"] and (doc["tp"], doc["ep"], doc["dp"], doc["edp"]) == (2, 8, p.plan.dp, p.plan.edp)
+    )
     n = len(p.table.rows)
     explorer._select.value = "Llama-3.1-8B"
     assert p.spec.name == "Llama-3.1-8B" and p.model_ref == "Llama-3.1-8B"
@@ -233,7 +269,9 @@ def test_follows_the_explorer_and_prints_the_cli_command():
 
 
 def test_views_import_no_pyplot():
-    code = ("import sys; from widgets.planner import MeshPlanner; from widgets.memory_view import MemoryView; "
-            "MemoryView(MeshPlanner('tiny-moe', ngpu=8)); "
-            "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'")
+    code = (
+        "import sys; from widgets.planner import MeshPlanner; from widgets.memory_view import MemoryView; "
+        "MemoryView(MeshPlanner('tiny-moe', ngpu=8)); "
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)

@@ -38,11 +38,18 @@ def _gqa_oracle(name, tp):
     return 2 * max(1, c["num_key_value_heads"] // tp) * head_dim * 2 * full
 
 
-@pytest.mark.parametrize("name, tp, want", [
-    ("Qwen3-8B", 1, 147456), ("Qwen3-8B", 2, 73728), ("Qwen3-8B", 16, 18432),   # 8 KV heads: replicated past TP 8
-    ("Qwen3-30B-A3B", 1, 98304), ("Qwen3-30B-A3B", 8, 24576),
-    ("Qwen3.5-35B-A3B", 1, 20480), ("Qwen3.5-35B-A3B", 2, 10240),                 # 10 of 40 layers are full attention
-])
+@pytest.mark.parametrize(
+    "name, tp, want",
+    [
+        ("Qwen3-8B", 1, 147456),
+        ("Qwen3-8B", 2, 73728),
+        ("Qwen3-8B", 16, 18432),  # 8 KV heads: replicated past TP 8
+        ("Qwen3-30B-A3B", 1, 98304),
+        ("Qwen3-30B-A3B", 8, 24576),
+        ("Qwen3.5-35B-A3B", 1, 20480),
+        ("Qwen3.5-35B-A3B", 2, 10240),  # 10 of 40 layers are full attention
+    ],
+)
 def test_kv_bytes_per_token_gqa(name, tp, want):
     assert _gqa_oracle(name, tp) == want
     lay = kv_layout(from_hf_config(name), tp)
@@ -55,12 +62,15 @@ def test_qwen35_linear_layers_keep_a_fixed_state_per_sequence():
     spec = from_hf_config("Qwen3.5-35B-A3B")
     lin = sum(t == "linear_attention" for t in c["layer_types"])
     assert lin == 30
-    conv_dim = 2 * c["linear_num_key_heads"] * c["linear_key_head_dim"] + c["linear_num_value_heads"] * c[
-        "linear_value_head_dim"]
+    conv_dim = (
+        2 * c["linear_num_key_heads"] * c["linear_key_head_dim"]
+        + c["linear_num_value_heads"] * c["linear_value_head_dim"]
+    )
     ssm = 4 if c["mamba_ssm_dtype"] == "float32" else 2
     for tp in (1, 2):
-        per_layer = (conv_dim // tp) * (c["linear_conv_kernel_dim"] - 1) * 2 + (c["linear_num_value_heads"] // tp) \
-            * c["linear_key_head_dim"] * c["linear_value_head_dim"] * ssm
+        per_layer = (conv_dim // tp) * (c["linear_conv_kernel_dim"] - 1) * 2 + (c["linear_num_value_heads"] // tp) * c[
+            "linear_key_head_dim"
+        ] * c["linear_value_head_dim"] * ssm
         lay = kv_layout(spec, tp)
         assert lay.state_bytes_per_seq == per_layer * lin
         assert lay.linear_layers == lin and lay.kv_layers == 10
@@ -95,8 +105,15 @@ Q30 = from_hf_config("Qwen3-30B-A3B")
 def _rl(spec=Q8, ngpu=8, mesh=None, train=None, **ro):
     o = train or TrainingOptions(seq_len=1536, gpu_memory_gib=141.0)
     plan = resolve(spec, ngpu, ParallelConfig(**(mesh or {})), seq_len=o.seq_len)
-    base = {"prompt_length": 512, "response_length": 1024, "n": 8, "train_batch_size": 256, "max_model_len": 1536,
-                "tensor_model_parallel_size": 2, "gpu_memory_utilization": 0.6}
+    base = {
+        "prompt_length": 512,
+        "response_length": 1024,
+        "n": 8,
+        "train_batch_size": 256,
+        "max_model_len": 1536,
+        "tensor_model_parallel_size": 2,
+        "gpu_memory_utilization": 0.6,
+    }
     base.update(ro)
     return rl_estimate(spec, plan, o, RolloutOptions(**base)), estimate(spec, plan, o, explain=False).worst
 
@@ -123,8 +140,11 @@ def test_vllm_share_is_a_fraction_of_total_memory_and_kv_is_what_is_left():
     assert kv["max_concurrent_seqs"] == int(eng.kv // (73728 * 1536))
     # the awake engine in the rollout phase holds its whole share plus the CUDA graphs captured after it
     parts = e.phases["rollout"].gpu
-    engine = sum(v for k, v in parts.items() if k in ("engine_weights", "kv_cache", "engine_activations",
-                                                      "engine_overhead", "cuda_graphs"))
+    engine = sum(
+        v
+        for k, v in parts.items()
+        if k in ("engine_weights", "kv_cache", "engine_activations", "engine_overhead", "cuda_graphs")
+    )
     assert engine == pytest.approx(eng.share + eng.cuda_graphs)
 
 
@@ -136,7 +156,7 @@ def test_vllm_share_does_not_depend_on_what_the_actor_leaves_but_sglang_does():
     sb, act_b = _rl(name="sglang", train=TrainingOptions(seq_len=1536, gpu_memory_gib=141.0, optimizer_offload=True))
     free_a = 141 * GIB - act.idle_gpu - sa.phases["rollout"].gpu["ref_params"] - sum(act.other.values())
     assert sa.engine.free_at_start == pytest.approx(free_a)
-    assert sa.engine.share == pytest.approx(0.6 * free_a)               # mem_fraction_static x free at start
+    assert sa.engine.share == pytest.approx(0.6 * free_a)  # mem_fraction_static x free at start
     assert sa.engine.kv == pytest.approx(sa.engine.share - sa.engine.weights)  # weights + KV
     assert sb.engine.kv - sa.engine.kv == pytest.approx(0.6 * (act.idle_gpu - act_b.idle_gpu))
 
@@ -154,9 +174,15 @@ def test_vllm_refuses_a_share_larger_than_what_is_free_at_rollout_start():
 
 
 def test_engine_share_smaller_than_its_weights_is_an_error():
-    e, _ = _rl(spec=Q30, tensor_model_parallel_size=1, gpu_memory_utilization=0.3, max_model_len=4096,
-               train=TrainingOptions(seq_len=1536, gpu_memory_gib=80.0, param_offload=True, optimizer_offload=True,
-                                     grad_offload=True))
+    e, _ = _rl(
+        spec=Q30,
+        tensor_model_parallel_size=1,
+        gpu_memory_utilization=0.3,
+        max_model_len=4096,
+        train=TrainingOptions(
+            seq_len=1536, gpu_memory_gib=80.0, param_offload=True, optimizer_offload=True, grad_offload=True
+        ),
+    )
     assert rollout_weights(Q30, e.rollout) > 0.3 * 80 * GIB
     assert any("no KV cache left" in x for x in e.errors)
     assert e.to_dict()["kv_cache"]["tokens"] == 0 and not e.fits
@@ -164,8 +190,9 @@ def test_engine_share_smaller_than_its_weights_is_an_error():
 
 def test_kv_cache_smaller_than_one_max_model_len_request_is_an_error():
     # Qwen3-8B's own max_position_embeddings (40960 tokens = 2.8 GiB at TP 2) is verl's default max_model_len
-    o = TrainingOptions(seq_len=1536, gpu_memory_gib=80.0, param_offload=True, optimizer_offload=True,
-                        grad_offload=True)
+    o = TrainingOptions(
+        seq_len=1536, gpu_memory_gib=80.0, param_offload=True, optimizer_offload=True, grad_offload=True
+    )
     need = 40960 * 73728
     ok, _ = _rl(train=o, max_model_len=None, gpu_memory_utilization=0.5)
     assert ok.engine.kv > need and not any("max_model_len" in x for x in ok.errors)
@@ -187,7 +214,7 @@ def test_runtime_offload_moves_actor_state_from_gpu_to_host_outside_the_update(f
         assert _gpu(a, ph) - _gpu(b, ph) == pytest.approx(moved)
     for ph in PHASES:
         assert _host(b, ph) - _host(a, ph) == pytest.approx(moved)
-    assert _gpu(a, "actor_update") == pytest.approx(_gpu(b, "actor_update"))      # everything is loaded to train
+    assert _gpu(a, "actor_update") == pytest.approx(_gpu(b, "actor_update"))  # everything is loaded to train
     # the weights come back for the actor's own forward and for the sync; the optimizer does not
     same = ("old_log_prob", "weight_sync") if flag == "param_offload" else ()
     for ph in same:
@@ -228,7 +255,7 @@ def test_vllm_sleep_level_1_moves_weights_to_host_level_2_frees_them():
     for ph in ("rollout", "weight_sync"):
         assert _host(l1, ph) == pytest.approx(_host(l2, ph))
         assert l1.phases[ph].gpu["engine_weights"] == pytest.approx(w)
-    assert "kv_cache" not in l1.phases["weight_sync"].gpu           # weights woken first, KV after the sync
+    assert "kv_cache" not in l1.phases["weight_sync"].gpu  # weights woken first, KV after the sync
 
 
 def test_free_cache_engine_false_keeps_weights_and_kv_through_training():
@@ -266,19 +293,21 @@ def test_sglang_level_1_keeps_weights_on_the_gpu():
 
 # ------------------------------------------------------------------------------------------------ verdicts
 def test_peak_phase_and_host_per_node():
-    e, _ = _rl(train=TrainingOptions(seq_len=1536, gpu_memory_gib=141.0, param_offload=True,
-                                     optimizer_offload=True), host_mem_gib=64)
+    e, _ = _rl(
+        train=TrainingOptions(seq_len=1536, gpu_memory_gib=141.0, param_offload=True, optimizer_offload=True),
+        host_mem_gib=64,
+    )
     d = e.to_dict()
     assert d["peak_phase"] == max(d["phases"], key=lambda n: d["phases"][n]["gpu"])
     assert d["host_per_node"] == pytest.approx(8 * max(p["host_per_gpu"] for p in d["phases"].values()), abs=8)
     assert not d["fits"] and any("--host-mem 64 GiB" in x for x in d["errors"])
-    assert rl_estimate(Q8, resolve(Q8, 8, ParallelConfig(), seq_len=1536), e.training,
-                       replace(e.rollout, host_mem_gib=4096)).fits
+    assert rl_estimate(
+        Q8, resolve(Q8, 8, ParallelConfig(), seq_len=1536), e.training, replace(e.rollout, host_mem_gib=4096)
+    ).fits
 
 
 def test_a_phase_over_the_device_does_not_fit_and_is_named():
-    e, _ = _rl(train=TrainingOptions(seq_len=1536, gpu_memory_gib=80.0), gpu_memory_utilization=0.3,
-               max_model_len=2048)
+    e, _ = _rl(train=TrainingOptions(seq_len=1536, gpu_memory_gib=80.0), gpu_memory_utilization=0.3, max_model_len=2048)
     d = e.to_dict()
     assert not d["fits"]
     over = [n for n, p in d["phases"].items() if p["gpu"] > e.usable]
@@ -286,14 +315,33 @@ def test_a_phase_over_the_device_does_not_fit_and_is_named():
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-ARGS = ["Qwen3-8B", "--ngpu", "8", "--gpu-mem", "H200", "--rollout", "vllm", "--rollout-tp", "2",
-        "--prompt-len", "512", "--response-len", "1024", "--rollout-n", "8", "--rollout-batch", "256",
-        "--max-model-len", "1536"]
+ARGS = [
+    "Qwen3-8B",
+    "--ngpu",
+    "8",
+    "--gpu-mem",
+    "H200",
+    "--rollout",
+    "vllm",
+    "--rollout-tp",
+    "2",
+    "--prompt-len",
+    "512",
+    "--response-len",
+    "1024",
+    "--rollout-n",
+    "8",
+    "--rollout-batch",
+    "256",
+    "--max-model-len",
+    "1536",
+]
 
 
 def test_cli_json_document_keys_and_agreement_with_the_api():
-    res = run_cli("rl-memory", *ARGS, "--gpu-memory-utilization", "0.6", "--param-offload", "--optimizer-offload",
-                  "--json")
+    res = run_cli(
+        "rl-memory", *ARGS, "--gpu-memory-utilization", "0.6", "--param-offload", "--optimizer-offload", "--json"
+    )
     assert res.rc == 0, res.err
     d = res.json()
     assert set(d) == {"phases", "peak_phase", "fits", "kv_cache", "host_per_node", "warnings", "errors"}
@@ -310,8 +358,18 @@ def test_cli_json_document_keys_and_agreement_with_the_api():
 
 def test_cli_flags_reach_the_estimate():
     base = run_cli("rl-memory", *ARGS, "--json").json()
-    off = run_cli("rl-memory", *ARGS, "--param-offload", "--optimizer-offload", "--grad-offload", "--ref", "none",
-                  "--sleep-level", "1", "--json").json()
+    off = run_cli(
+        "rl-memory",
+        *ARGS,
+        "--param-offload",
+        "--optimizer-offload",
+        "--grad-offload",
+        "--ref",
+        "none",
+        "--sleep-level",
+        "1",
+        "--json",
+    ).json()
     assert off["phases"]["rollout"]["gpu"] < base["phases"]["rollout"]["gpu"]
     assert "ref" not in off["phases"]
     assert off["phases"]["actor_update"]["host_per_gpu"] > base["phases"]["actor_update"]["host_per_gpu"]
@@ -327,14 +385,17 @@ def test_cli_text_names_the_peak_and_exit_1_when_it_does_not_fit():
     assert "<- peak" in res.out and "would not start" in res.out
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--rollout-tp", "3"], "--rollout-tp 3"),
-    (["--mem-fraction-static", "0.5"], "--mem-fraction-static"),
-    (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
-    (["--prompt-len", "0"], "--prompt-len"),
-    (["--host-mem", "-1"], "host"),
-    (["--sleep-level", "3"], "--sleep-level"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--rollout-tp", "3"], "--rollout-tp 3"),
+        (["--mem-fraction-static", "0.5"], "--mem-fraction-static"),
+        (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
+        (["--prompt-len", "0"], "--prompt-len"),
+        (["--host-mem", "-1"], "host"),
+        (["--sleep-level", "3"], "--sleep-level"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(extra, needle):
     assert_one_line_error(run_cli("rl-memory", *ARGS, *extra), needle)
 
@@ -358,9 +419,15 @@ def test_published_run_settings_are_read_from_verl_config_dumps():
         _est, o, r, _spec, plan = predict(run, RUNS)
         rc = cfg["actor_rollout_ref"]["rollout"]
         assert (r.gpu_memory_utilization, r.tensor_model_parallel_size, r.n) == (
-            rc["gpu_memory_utilization"], rc["tensor_model_parallel_size"], rc["n"])
+            rc["gpu_memory_utilization"],
+            rc["tensor_model_parallel_size"],
+            rc["n"],
+        )
         assert (r.prompt_length, r.response_length, r.train_batch_size) == (
-            cfg["data"]["max_prompt_length"], cfg["data"]["max_response_length"], cfg["data"]["train_batch_size"])
+            cfg["data"]["max_prompt_length"],
+            cfg["data"]["max_response_length"],
+            cfg["data"]["train_batch_size"],
+        )
         assert plan.ngpu == cfg["trainer"]["nnodes"] * cfg["trainer"]["n_gpus_per_node"]
         assert r.ref == "none"  # none of these runs uses a KL term
         assert o.param_offload == cfg["actor_rollout_ref"]["actor"]["fsdp_config"]["param_offload"]
@@ -388,10 +455,21 @@ def test_published_runs_table_predicted_next_to_logged():
 def test_rollout_keys_round_trip_both_ways():
     from mlite.memory.rl_keys import ROLLOUT_KEYS, rollout_kwargs, rollout_overrides
 
-    r = RolloutOptions(name="sglang", tensor_model_parallel_size=4, gpu_memory_utilization=0.72, free_cache_engine=False,
-                       n=16, max_model_len=9000, max_num_batched_tokens=16384, max_num_seqs=512, enforce_eager=True,
-                       update_weights_bucket_megabytes=1024, prompt_length=777, response_length=3333,
-                       train_batch_size=96)
+    r = RolloutOptions(
+        name="sglang",
+        tensor_model_parallel_size=4,
+        gpu_memory_utilization=0.72,
+        free_cache_engine=False,
+        n=16,
+        max_model_len=9000,
+        max_num_batched_tokens=16384,
+        max_num_seqs=512,
+        enforce_eager=True,
+        update_weights_bucket_megabytes=1024,
+        prompt_length=777,
+        response_length=3333,
+        train_batch_size=96,
+    )
     ov = rollout_overrides(r)
     assert set(ov) == {k for _, k in ROLLOUT_KEYS}
     back = RolloutOptions(**rollout_kwargs(ov))
@@ -407,8 +485,10 @@ def test_reference_read_from_the_kl_settings():
     from mlite.memory.rl_keys import rollout_kwargs
 
     assert rollout_kwargs({"actor_rollout_ref.actor.use_kl_loss": True})["ref"] == "colocated"
-    assert rollout_kwargs({"actor_rollout_ref.actor.use_kl_loss": False,
-                           "algorithm.use_kl_in_reward": False})["ref"] == "none"
+    assert (
+        rollout_kwargs({"actor_rollout_ref.actor.use_kl_loss": False, "algorithm.use_kl_in_reward": False})["ref"]
+        == "none"
+    )
     assert rollout_kwargs({"actor_rollout_ref.ref.megatron.param_offload": "True"})["ref_param_offload"] is True
 
 
@@ -421,15 +501,21 @@ def test_grpo_export_rollout_knobs_read_back_by_import_launcher(target, tmp_path
     from mlite.export.writer import write
     from mlite.memory.rl_keys import rollout_kwargs
 
-    plan = ExportPlan(model="Qwen3-8B", target=target, nodes=1, rollout_tp=2, rollout_n=12,
-                      rollout_gpu_memory_utilization=0.55)
+    plan = ExportPlan(
+        model="Qwen3-8B", target=target, nodes=1, rollout_tp=2, rollout_n=12, rollout_gpu_memory_utilization=0.55
+    )
     res = write(plan, tmp_path)
     imp = import_launcher(tmp_path / res.launcher)
     assert imp.rollout == rollout_kwargs({o.key: o.value for o in imp.overrides})
-    assert imp.to_dict()["rollout"] == imp.rollout                 # import-launcher --json carries them
+    assert imp.to_dict()["rollout"] == imp.rollout  # import-launcher --json carries them
     r = RolloutOptions(**imp.rollout)
     assert (r.name, r.tensor_model_parallel_size, r.gpu_memory_utilization, r.n, r.free_cache_engine) == (
-        "vllm", 2, 0.55, 12, True)
+        "vllm",
+        2,
+        0.55,
+        12,
+        True,
+    )
     assert (r.prompt_length, r.response_length) == (plan.prompt_length, plan.response_length)
 
 
@@ -460,7 +546,7 @@ def test_dsa_bytes_per_token_match_sglangs_allocation_line(i):
     log = _engine_logs()[i]
     glm5 = kv_layout(from_hf_config("GLM-5"), 8, kv_dtype="fp8")  # same latent and indexer sizes per layer
     per_layer = glm5.bytes_per_token / 78
-    assert per_layer == 656 + 132                                  # fp8_ds_mla latent + indexer (128 fp8 + fp32 scale)
+    assert per_layer == 656 + 132  # fp8_ds_mla latent + indexer (128 fp8 + fp32 scale)
     want = per_layer if log["includes_indexer"] else 656
     slots = log["tokens"] + log["page_size"]
     lo, hi = ((log["kv_size_gb"] + d) * GIB / slots for d in (-0.005, 0.005))
@@ -480,8 +566,10 @@ def test_unresolved_launcher_values_are_left_out_not_fatal():
     from mlite.memory.rl_keys import rollout_kwargs
 
     problems = []
-    kw = rollout_kwargs({"actor_rollout_ref.rollout.tensor_model_parallel_size": "$ROLLOUT_TP",
-                         "actor_rollout_ref.rollout.n": 4}, problems=problems)
+    kw = rollout_kwargs(
+        {"actor_rollout_ref.rollout.tensor_model_parallel_size": "$ROLLOUT_TP", "actor_rollout_ref.rollout.n": 4},
+        problems=problems,
+    )
     assert kw == {"n": 4} and len(problems) == 1 and "tensor_model_parallel_size" in problems[0]
 
 
@@ -497,8 +585,14 @@ def _rl_view(**rollout):
 
 
 def test_rl_view_follows_the_memory_view_and_agrees_with_the_cli():
-    planner, memory, rl = _rl_view(tensor_model_parallel_size=2, prompt_length=512, response_length=1024, n=8,
-                                   train_batch_size=128, max_model_len=1536)
+    planner, memory, rl = _rl_view(
+        tensor_model_parallel_size=2,
+        prompt_length=512,
+        response_length=1024,
+        n=8,
+        train_batch_size=128,
+        max_model_len=1536,
+    )
     assert rl.errors.message == ""
     e = rl.estimate
     want = rl_estimate(planner.spec, planner.plan, replace(memory.options(), seq_len=1536), rl.rollout_options())

@@ -56,14 +56,17 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 # ------------------------------------------------------------------ refused at the edge: exit 2, nothing created
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--model", "Qwen3-8B", "--layers", "37"], "--layers 37: Qwen3-8B has 36 layers; give 1 to 36"),
-    (["--model", "Qwen3-8B", "--layers", "2", "--experts", "4"], "Qwen3-8B has no routed experts"),
-    (["--model", "Qwen3-30B-A3B", "--layers", "2", "--experts", "129"], "has 128 routed experts"),
-    (["--model", "DeepSeek-V3", "--layers", "2", "--experts", "8"], "DeepSeek-V3 is a deepseek_v3 model"),
-    (["--model", "GLM-5", "--layers", "2"], "GLM-5 is a glm_moe_dsa model"),
-    (["--model", "DeepSeek-V4-Flash", "--layers", "2"], "DeepSeek-V4-Flash is a deepseek_v4 model"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "Qwen3-8B", "--layers", "37"], "--layers 37: Qwen3-8B has 36 layers; give 1 to 36"),
+        (["--model", "Qwen3-8B", "--layers", "2", "--experts", "4"], "Qwen3-8B has no routed experts"),
+        (["--model", "Qwen3-30B-A3B", "--layers", "2", "--experts", "129"], "has 128 routed experts"),
+        (["--model", "DeepSeek-V3", "--layers", "2", "--experts", "8"], "DeepSeek-V3 is a deepseek_v3 model"),
+        (["--model", "GLM-5", "--layers", "2"], "GLM-5 is a glm_moe_dsa model"),
+        (["--model", "DeepSeek-V4-Flash", "--layers", "2"], "DeepSeek-V4-Flash is a deepseek_v4 model"),
+    ],
+)
 def test_bad_cut_exits_2_before_anything(tmp_path, capsys, argv, message):
     out = tmp_path / "run"
     rc, _, err = _run([*argv, "--steps", "3", "--nproc", "2", "--device", "cpu", "--out", str(out)], capsys)
@@ -90,8 +93,10 @@ def test_checkpoint_refusals(tmp_path, hybrid_checkpoint):
 
 def test_relative_checkpoint_path_is_made_absolute(tmp_path, hybrid_checkpoint):
     directory, _ = hybrid_checkpoint
-    cfg = validate_run(RunConfig(model="tiny-hybrid", steps=1, nproc=1, layers=2, hf_checkpoint=directory.name,
-                                 out="r"), cwd=directory.parent)
+    cfg = validate_run(
+        RunConfig(model="tiny-hybrid", steps=1, nproc=1, layers=2, hf_checkpoint=directory.name, out="r"),
+        cwd=directory.parent,
+    )
     assert cfg.hf_checkpoint == str(directory.resolve())
     assert cfg.cut_changes()[0].startswith("layers 4 -> 2")
 
@@ -110,9 +115,9 @@ def _reference_loss(cut, orig, batches) -> float:
         for mb in batches:
             start = 0
             for n in mb.seq_lens.tolist():
-                ids, labels = mb.input_ids[start:start + n], mb.labels[start:start + n].clone()
+                ids, labels = mb.input_ids[start : start + n], mb.labels[start : start + n].clone()
                 if mb.loss_mask is not None:
-                    labels[~mb.loss_mask[start:start + n]] = -100
+                    labels[~mb.loss_mask[start : start + n]] = -100
                 start += n
                 keep = labels != -100
                 if not keep.any():
@@ -128,17 +133,39 @@ def test_run_from_hf_checkpoint_first_loss_equals_transformers(tmp_path, capsys,
 
     directory, orig = hybrid_checkpoint
     out = tmp_path / "run"
-    rc, stdout, _ = _run(["--model", "tiny-hybrid", "--layers", "2", "--hf-checkpoint", str(directory),
-                          "--steps", "1", "--nproc", "2", "--device", "cpu", "--tokens-per-microbatch", "128",
-                          "--out", str(out)], capsys)
+    rc, stdout, _ = _run(
+        [
+            "--model",
+            "tiny-hybrid",
+            "--layers",
+            "2",
+            "--hf-checkpoint",
+            str(directory),
+            "--steps",
+            "1",
+            "--nproc",
+            "2",
+            "--device",
+            "cpu",
+            "--tokens-per-microbatch",
+            "128",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert rc == 0, (out / "train.log").read_text()
     cut = shrink_config("tiny-hybrid", layers=2)
     assert f"model cut: {cut.changes[0]}" in stdout
     log = (out / "train.log").read_text()
     assert f"[mlite] model cut: {cut.changes[0]}" in log and "Hugging Face checkpoint" in log
     got = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["data"]["train/loss"]
-    batches = [next(sft_iterator(dataset="tiny_sft", tokens_per_microbatch=128, num_microbatches=1, rank=r,
-                                 world=2, seed=0))[0] for r in range(2)]
+    batches = [
+        next(sft_iterator(dataset="tiny_sft", tokens_per_microbatch=128, num_microbatches=1, rank=r, world=2, seed=0))[
+            0
+        ]
+        for r in range(2)
+    ]
     want = _reference_loss(cut, orig, batches)
     assert got == pytest.approx(want, rel=1e-5)
     # and the run without the checkpoint starts elsewhere (the weights were really loaded)
@@ -152,9 +179,29 @@ def test_real_family_cut_to_size_runs_3_steps(tmp_path, capsys):
     (Llama-3.1-8B, Qwen3-8B) take minutes on two cores at two layers, Mixtral-8x7B's eight 14336-wide experts do
     not fit this machine's memory at two layers."""
     out = tmp_path / "run"
-    rc, stdout, _ = _run(["--model", "Qwen3.5-35B-A3B", "--layers", "2", "--experts", "8", "--vocab", "4096",
-                          "--steps", "3", "--nproc", "2", "--device", "cpu", "--tokens-per-microbatch", "64",
-                          "--out", str(out)], capsys)
+    rc, stdout, _ = _run(
+        [
+            "--model",
+            "Qwen3.5-35B-A3B",
+            "--layers",
+            "2",
+            "--experts",
+            "8",
+            "--vocab",
+            "4096",
+            "--steps",
+            "3",
+            "--nproc",
+            "2",
+            "--device",
+            "cpu",
+            "--tokens-per-microbatch",
+            "64",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert rc == 0, (out / "train.log").read_text()
     assert "model cut: layers 40 -> 2 (original layers 0, 3)" in stdout
     assert "routed experts 256 -> 8" in stdout and "vocab_size 248320 -> 4096" in stdout
@@ -171,16 +218,35 @@ def _export(tmp_path, capsys, model: str, *flags: str):
 
 
 def test_from_plan_runs_the_plans_mesh_and_optimizer_shrunk(tmp_path, capsys):
-    plan = _export(tmp_path, capsys, "tiny-moe", "--tp", "2", "--ep", "2", "--pao", "--moment-dtype", "bf16",
-                   "--offload-fraction", "0.5", "--seq-len", "256")
+    plan = _export(
+        tmp_path,
+        capsys,
+        "tiny-moe",
+        "--tp",
+        "2",
+        "--ep",
+        "2",
+        "--pao",
+        "--moment-dtype",
+        "bf16",
+        "--offload-fraction",
+        "0.5",
+        "--seq-len",
+        "256",
+    )
     out = tmp_path / "run"
-    rc, stdout, _ = _run(["--from-plan", str(plan), "--steps", "2", "--nproc", "2", "--device", "cpu",
-                          "--out", str(out)], capsys)
+    rc, stdout, _ = _run(
+        ["--from-plan", str(plan), "--steps", "2", "--nproc", "2", "--device", "cpu", "--out", str(out)], capsys
+    )
     assert rc == 0, (out / "train.log").read_text()
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["model"], cfg["tp"], cfg["cp"], cfg["ep"], cfg["nproc"]) == ("tiny-moe", 2, 1, 2, 2)
     assert (cfg["pao"], cfg["moment_dtype"], cfg["offload_fraction"], cfg["tokens_per_microbatch"]) == (
-        True, "bf16", 0.5, 256)
+        True,
+        "bf16",
+        0.5,
+        256,
+    )
     assert cfg["layers"] == 2
     assert "plan shrunk: data parallel 4 -> 1 (nproc 8 -> 2)" in stdout
     assert "model cut: layers 4 -> 2" in stdout
@@ -191,8 +257,11 @@ def test_from_plan_runs_the_plans_mesh_and_optimizer_shrunk(tmp_path, capsys):
 
 def test_plan_that_cannot_be_shrunk_exits_2(tmp_path, capsys):
     cases = [
-        (_export(tmp_path, capsys, "tiny-moe", "--tp", "2"), "1", "TP 2 x CP 1 = 2 ranks per model replica do not "
-                                                                     "fit --nproc 1; give --nproc 2 or more"),
+        (
+            _export(tmp_path, capsys, "tiny-moe", "--tp", "2"),
+            "1",
+            "TP 2 x CP 1 = 2 ranks per model replica do not fit --nproc 1; give --nproc 2 or more",
+        ),
         (_export(tmp_path, capsys, "tiny-moe", "--ep", "4"), "2", "the plan's EP 4 does not fit --nproc 2"),
         (_export(tmp_path, capsys, "tiny-deepseek-v3"), "2", "is a deepseek_v3 model, which the lite runtime does"),
     ]
@@ -201,8 +270,9 @@ def test_plan_that_cannot_be_shrunk_exits_2(tmp_path, capsys):
     cases.append((bad, "2", "is not an 'mlite export' plan (no mesh, options)"))
     for plan, nproc, message in cases:
         out = tmp_path / "run"
-        rc, _, err = _run(["--from-plan", str(plan), "--steps", "2", "--nproc", nproc, "--device", "cpu",
-                           "--out", str(out)], capsys)
+        rc, _, err = _run(
+            ["--from-plan", str(plan), "--steps", "2", "--nproc", nproc, "--device", "cpu", "--out", str(out)], capsys
+        )
         assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
         assert not out.exists()
     rc, _, err = _run(["--steps", "2", "--nproc", "2", "--device", "cpu", "--out", str(tmp_path / "r")], capsys)

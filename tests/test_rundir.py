@@ -20,17 +20,27 @@ from mlite.logs import read_log, sniff_format
 from mlite.logs.detect import is_run_dir
 
 # values whose repr is long and that a float32 round trip or a decimal cut would change
-STEPS = [(1, {"train/loss": 6.244490356445312, "train/grad_norm": 3.94938796431667, "train/lr": 0.0}),
-         (2, {"train/loss": 5.9 + 1e-13, "train/grad_norm": math.pi, "train/lr": 1.5e-3}),
-         (3, {"train/loss": 5.123456789012345, "train/grad_norm": 1 / 3, "train/lr": 3e-3})]
+STEPS = [
+    (1, {"train/loss": 6.244490356445312, "train/grad_norm": 3.94938796431667, "train/lr": 0.0}),
+    (2, {"train/loss": 5.9 + 1e-13, "train/grad_norm": math.pi, "train/lr": 1.5e-3}),
+    (3, {"train/loss": 5.123456789012345, "train/grad_norm": 1 / 3, "train/lr": 3e-3}),
+]
 
 
 def _write(path, status: str) -> RunDir:
     """A run directory through the writer's own calls, ending in ``status`` the way the launcher ends it."""
     rd = RunDir(path)
     rd.create({"model": "tiny-moe"}, "torchrun ... -m mlite.launch.worker RUN", "mlite run --model tiny-moe")
-    rd.write_status(status=schema.RUNNING, reason=None, launcher="torchrun", started_at="t0", pid=None,
-                    ended_at=None, exit_code=None, steps=0)
+    rd.write_status(
+        status=schema.RUNNING,
+        reason=None,
+        launcher="torchrun",
+        started_at="t0",
+        pid=None,
+        ended_at=None,
+        exit_code=None,
+        steps=0,
+    )
     steps = STEPS if status != schema.STOPPED else STEPS[:2]
     for step, data in steps:
         rd.log_step(step, data)
@@ -117,8 +127,10 @@ def test_an_empty_folder_is_no_run_dir(tmp_path):
 
 
 def test_the_schema_module_imports_nothing_heavy():
-    code = ("import sys, mlite.rundir; print(sorted(m for m in sys.modules if m.startswith('mlite') "
-            "or m in ('torch', 'pandas', 'numpy', 'ipywidgets', 'matplotlib')))")
+    code = (
+        "import sys, mlite.rundir; print(sorted(m for m in sys.modules if m.startswith('mlite') "
+        "or m in ('torch', 'pandas', 'numpy', 'ipywidgets', 'matplotlib')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['mlite', 'mlite.rundir']"
 

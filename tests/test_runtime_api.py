@@ -17,10 +17,15 @@ from mlite.runtime.dist import free_port, resolve_device, run_local
 
 # ---------------------------------------------------------------------------------------------- configs
 def test_config_names_defaults_and_json_roundtrip():
-    cfg = RuntimeConfig(hf_path="tiny-moe", backend_cfg=MegatronLiteConfig(
-        impl_cfg={"recompute": ["full"], "optimizer": "fsdp2"},
-        optimizer=OptimizerConfig(use_precision_aware_optimizer=True, exp_avg_dtype=torch.bfloat16,
-                                  offload_fraction=1.0)))
+    cfg = RuntimeConfig(
+        hf_path="tiny-moe",
+        backend_cfg=MegatronLiteConfig(
+            impl_cfg={"recompute": ["full"], "optimizer": "fsdp2"},
+            optimizer=OptimizerConfig(
+                use_precision_aware_optimizer=True, exp_avg_dtype=torch.bfloat16, offload_fraction=1.0
+            ),
+        ),
+    )
     bc = cfg.backend_cfg
     assert (cfg.backend, bc.model_name, bc.impl) == ("mlite", "auto", "lite")
     assert (bc.parallel.tp, bc.parallel.pp, bc.parallel.cp, bc.parallel.ep, bc.parallel.etp) == (1, 1, 1, 1, None)
@@ -35,15 +40,18 @@ def test_config_names_defaults_and_json_roundtrip():
     assert MegatronLiteConfig(impl_cfg={"optimizer": "dist_opt"}).optimizer_backend == "dist_opt"
 
 
-@pytest.mark.parametrize("make,needle", [
-    (lambda: RuntimeConfig(), "hf_path"),
-    (lambda: RuntimeConfig(hf_path="tiny-moe", backend="megatron"), "backend"),
-    (lambda: RuntimeConfig(hf_path="tiny-moe", param_dtype="fp16"), "param_dtype"),
-    (lambda: MegatronLiteConfig(impl="mcore"), "impl"),
-    (lambda: MegatronLiteConfig(impl_cfg={"recompte": "full"}), "recompte"),
-    (lambda: MegatronLiteConfig(impl_cfg={"recompute": "everything"}), "recompute"),
-    (lambda: MegatronLiteConfig(impl_cfg={"optimizer": "zero3"}), "impl_cfg.optimizer"),
-])
+@pytest.mark.parametrize(
+    "make,needle",
+    [
+        (lambda: RuntimeConfig(), "hf_path"),
+        (lambda: RuntimeConfig(hf_path="tiny-moe", backend="megatron"), "backend"),
+        (lambda: RuntimeConfig(hf_path="tiny-moe", param_dtype="fp16"), "param_dtype"),
+        (lambda: MegatronLiteConfig(impl="mcore"), "impl"),
+        (lambda: MegatronLiteConfig(impl_cfg={"recompte": "full"}), "recompte"),
+        (lambda: MegatronLiteConfig(impl_cfg={"recompute": "everything"}), "recompute"),
+        (lambda: MegatronLiteConfig(impl_cfg={"optimizer": "zero3"}), "impl_cfg.optimizer"),
+    ],
+)
 def test_config_errors_are_one_line_and_name_the_field(make, needle):
     with pytest.raises(MliteError) as e:
         make()
@@ -56,8 +64,9 @@ def test_dist_opt_and_unavailable_devices_are_refused_clearly():
     from mlite.runtime.runtime import create_runtime
 
     was_up = dist.is_initialized()
-    cfg = RuntimeConfig(hf_path="tiny-moe", device="cpu",
-                        backend_cfg=MegatronLiteConfig(impl_cfg={"optimizer": "dist_opt"}))
+    cfg = RuntimeConfig(
+        hf_path="tiny-moe", device="cpu", backend_cfg=MegatronLiteConfig(impl_cfg={"optimizer": "dist_opt"})
+    )
     with pytest.raises(MliteError) as e:
         create_runtime(cfg)
     assert "dist_opt" in str(e.value) and "fsdp2" in str(e.value)
@@ -98,11 +107,14 @@ def _api_worker(rank, world, tmp):
         load_checkpoint(b, path)
         resumed = [m["loss"] for m in train(b, 3, rank=rank, start=3)]
         sa, sb = snapshot(a), snapshot(b)
-        out[f"ckpt{pao}"] = {"cont": cont, "resumed": resumed, "fresh_differs": fresh_differs,
-                             "params": same_bits(sa["params"], sb["params"]),
-                             "state": [n for n in sa["state"] if same_bits(sa["state"][n], sb["state"][n])],
-                             "counts": (a.optimizer.step_count, b.optimizer.step_count, a.scheduler.num_steps,
-                                        b.scheduler.num_steps)}
+        out[f"ckpt{pao}"] = {
+            "cont": cont,
+            "resumed": resumed,
+            "fresh_differs": fresh_differs,
+            "params": same_bits(sa["params"], sb["params"]),
+            "state": [n for n in sa["state"] if same_bits(sa["state"][n], sb["state"][n])],
+            "counts": (a.optimizer.step_count, b.optimizer.step_count, a.scheduler.num_steps, b.scheduler.num_steps),
+        }
     # loading a PAO checkpoint into an fp32-master run is refused in one line
     c = create_runtime(runtime_config("tiny-moe")).build_model()
     try:
@@ -125,10 +137,13 @@ def _api_worker(rank, world, tmp):
         loc = local(p).detach()
         rows = full[n].shape[0]
         start = 0 if rank == 0 else (rows + world - 1) // world  # torch.chunk split, as FSDP2 shards dim 0
-        shards_ok.append(torch.equal(full[n][start:start + loc.shape[0]], loc.cpu()))
-    out["export"] = {"names": list(full) == names, "shapes": all(tuple(full[n].shape) == tuple(p.shape)
-                                                                   for n, p in d.model.named_parameters()),
-                     "shards": all(shards_ok), "device": {str(t.device) for t in full.values()}}
+        shards_ok.append(torch.equal(full[n][start : start + loc.shape[0]], loc.cpu()))
+    out["export"] = {
+        "names": list(full) == names,
+        "shapes": all(tuple(full[n].shape) == tuple(p.shape) for n, p in d.model.named_parameters()),
+        "shards": all(shards_ok),
+        "device": {str(t.device) for t in full.values()},
+    }
     train_mode(d)
     t1 = d.model.training
     eval_mode(d)
@@ -136,20 +151,32 @@ def _api_worker(rank, world, tmp):
 
     # ---- memory_stats: bytes per local parameter element as documented
     mem = {}
-    for name, dtype, opts in [("fp32_master", "bf16", {}), ("pao", "bf16", {"use_precision_aware_optimizer": True}),
-                              ("pao_bf16m", "bf16", {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16",
-                                                     "exp_avg_sq_dtype": "bf16"}),
-                              ("fp32_params", "fp32", {})]:
+    for name, dtype, opts in [
+        ("fp32_master", "bf16", {}),
+        ("pao", "bf16", {"use_precision_aware_optimizer": True}),
+        (
+            "pao_bf16m",
+            "bf16",
+            {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
+        ),
+        ("fp32_params", "fp32", {}),
+    ]:
         rt = create_runtime(runtime_config("tiny-moe", param_dtype=dtype, **opts))
         h = rt.build_model()
         lazy = memory_stats(h)["optimizer_bytes"]
         train(h, 1, rank=rank)
         rt.forward_backward(h, synthetic_microbatches(1, rank))
         s = memory_stats(h)
-        mem[name] = {"lazy": lazy, "numel": s["params"]["numel"], "params": s["params"]["bytes"],
-                     "grads": s["grads"]["bytes"], **{k: s[k]["bytes"] for k in ("master", "remainder", "exp_avg",
-                                                                                 "exp_avg_sq")},
-                     "total_state": s["optimizer_bytes"], "cuda": s["max_memory_allocated"], "rss": s["cpu_rss"]}
+        mem[name] = {
+            "lazy": lazy,
+            "numel": s["params"]["numel"],
+            "params": s["params"]["bytes"],
+            "grads": s["grads"]["bytes"],
+            **{k: s[k]["bytes"] for k in ("master", "remainder", "exp_avg", "exp_avg_sq")},
+            "total_state": s["optimizer_bytes"],
+            "cuda": s["max_memory_allocated"],
+            "rss": s["cpu_rss"],
+        }
     out["mem"] = mem
     return out
 
@@ -164,8 +191,8 @@ def test_checkpoint_resume_gives_identical_next_losses(api_results):
     for r in api_results:
         for pao in (False, True):
             c = r[f"ckpt{pao}"]
-            assert c["fresh_differs"]                      # the loaded model really started elsewhere
-            assert c["resumed"] == c["cont"]               # exact float equality
+            assert c["fresh_differs"]  # the loaded model really started elsewhere
+            assert c["resumed"] == c["cont"]  # exact float equality
             assert c["params"] == [] and c["state"] == []
             assert c["counts"] == (6, 6, 6, 6)
         assert "layout" in r["layout_error"] and "\n" not in r["layout_error"]
@@ -184,19 +211,29 @@ def test_memory_stats_bytes_per_parameter(api_results):
     from mlite.models import from_hf_config
 
     total = from_hf_config("tiny-moe").training_params
-    expect = {"fp32_master": (2, 2, 4, 0, 4, 4), "pao": (2, 2, 0, 2, 4, 4), "pao_bf16m": (2, 2, 0, 2, 2, 2),
-              "fp32_params": (4, 4, 0, 0, 4, 4)}
+    expect = {
+        "fp32_master": (2, 2, 4, 0, 4, 4),
+        "pao": (2, 2, 0, 2, 4, 4),
+        "pao_bf16m": (2, 2, 0, 2, 2, 2),
+        "fp32_params": (4, 4, 0, 0, 4, 4),
+    }
     per_param = {"fp32_master": 16, "pao": 14, "pao_bf16m": 10, "fp32_params": 16}
     for name, (p, g, m, rem, ea, es) in expect.items():
         numels = [r["mem"][name]["numel"] for r in api_results]
         assert sum(numels) == total
         for r, n in zip(api_results, numels):
             s = r["mem"][name]
-            assert s["lazy"] == 0                          # optimizer state is allocated at the first step
-            assert (s["params"], s["grads"], s["master"], s["remainder"], s["exp_avg"], s["exp_avg_sq"]) == \
-                (p * n, g * n, m * n, rem * n, ea * n, es * n)
+            assert s["lazy"] == 0  # optimizer state is allocated at the first step
+            assert (s["params"], s["grads"], s["master"], s["remainder"], s["exp_avg"], s["exp_avg_sq"]) == (
+                p * n,
+                g * n,
+                m * n,
+                rem * n,
+                ea * n,
+                es * n,
+            )
             assert s["params"] + s["grads"] + s["total_state"] == per_param[name] * n
-            assert s["rss"] > 0 and s["cuda"] is None      # a CPU run: no CUDA allocator figures
+            assert s["rss"] > 0 and s["cuda"] is None  # a CPU run: no CUDA allocator figures
 
 
 def _failing_worker(rank, world):

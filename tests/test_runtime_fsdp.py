@@ -37,14 +37,15 @@ def _fsdp_worker(rank, world):
     # ---- sharding facts + normalisation oracle (fp32 params so the comparison is tight)
     rt = create_runtime(runtime_config("tiny-moe", param_dtype="fp32", clip_grad=0.0, lr_warmup_steps=0))
     h = rt.build_model()
-    facts = {"dtensor": all(isinstance(p, DTensor) for p in h.model.parameters()),
-             "shard0": all(tuple(p.placements) == (Shard(0),) for p in h.model.parameters()),
-             "mesh_names": sorted({(s.expert, p.device_mesh.mesh_dim_names) for s in h.optimizer.slots
-                                   for p in [s.param]}),
-             "local_numel": sum(local(p).numel() for p in h.model.parameters()),
-             "global_numel": sum(p.numel() for p in h.model.parameters()),
-             "n_expert_params": sum(s.expert for s in h.optimizer.slots),
-             "reduce_dtype": str(h.model.blocks[0]._get_fsdp_state()._fsdp_param_group.mp_policy.reduce_dtype)}
+    facts = {
+        "dtensor": all(isinstance(p, DTensor) for p in h.model.parameters()),
+        "shard0": all(tuple(p.placements) == (Shard(0),) for p in h.model.parameters()),
+        "mesh_names": sorted({(s.expert, p.device_mesh.mesh_dim_names) for s in h.optimizer.slots for p in [s.param]}),
+        "local_numel": sum(local(p).numel() for p in h.model.parameters()),
+        "global_numel": sum(p.numel() for p in h.model.parameters()),
+        "n_expert_params": sum(s.expert for s in h.optimizer.slots),
+        "reduce_dtype": str(h.model.blocks[0]._get_fsdp_state()._fsdp_param_group.mp_policy.reduce_dtype),
+    }
     mbs = {r: synthetic_microbatches(0, r, num_microbatches=2) for r in range(world)}
     metrics = rt.forward_backward(h, mbs[rank])
     fsdp_grads = {n: p.grad.full_tensor() for n, p in h.model.named_parameters()}
@@ -53,18 +54,27 @@ def _fsdp_worker(rank, world):
     total = sum(mb.num_loss_tokens() for mb in mbs[0] + mbs[1])
     with torch.no_grad():
         ref_loss = sum(float(plain.loss(mb)[0]) for mb in mbs[0] + mbs[1]) / total
-    facts.update(loss=metrics["loss"], ref_loss=ref_loss, num_tokens=metrics["num_tokens"], ref_tokens=total,
-                 norm=norm, ref_norm=float(torch.nn.utils.get_total_norm(list(oracle.values()))),
-                 zeros=zeros, ref_zeros=sum(int((g == 0).sum()) for g in fsdp_grads.values()))
-    facts["max_grad_err"] = max(float((fsdp_grads[n] - oracle[n]).abs().max() / (oracle[n].abs().max() + 1e-12))
-                                for n in oracle)
+    facts.update(
+        loss=metrics["loss"],
+        ref_loss=ref_loss,
+        num_tokens=metrics["num_tokens"],
+        ref_tokens=total,
+        norm=norm,
+        ref_norm=float(torch.nn.utils.get_total_norm(list(oracle.values()))),
+        zeros=zeros,
+        ref_zeros=sum(int((g == 0).sum()) for g in fsdp_grads.values()),
+    )
+    facts["max_grad_err"] = max(
+        float((fsdp_grads[n] - oracle[n]).abs().max() / (oracle[n].abs().max() + 1e-12)) for n in oracle
+    )
     # one update: sharded update == the same AdamW on the unsharded oracle model
     ok, _, _ = rt.optimizer_step(h)
     ref_opt = ShardedAdamW(plain.named_parameters(), rt.cfg.optimizer, expert_names=set(), device="cpu")
     ref_opt.step(lr=h.scheduler.lr)
     facts["ok"] = ok
-    facts["max_param_err"] = max(float((p.full_tensor() - dict(plain.named_parameters())[n]).abs().max())
-                                 for n, p in h.model.named_parameters())
+    facts["max_param_err"] = max(
+        float((p.full_tensor() - dict(plain.named_parameters())[n]).abs().max()) for n, p in h.model.named_parameters()
+    )
     rt.zero_grad(h)
     # forward_only: same loss as the forward of a training call, no gradients
     ev = rt.forward_backward(h, mbs[rank], forward_only=True)
@@ -128,7 +138,7 @@ def test_params_are_sharded_over_dense_and_expert_meshes(fsdp_results):
 
     assert f0["dtensor"] and f0["shard0"]
     assert f0["mesh_names"] == [(False, ("dp_cp",)), (True, ("edp",))]
-    assert f0["n_expert_params"] == 2 * 4                      # gate_up_proj + down_proj per MoE layer
+    assert f0["n_expert_params"] == 2 * 4  # gate_up_proj + down_proj per MoE layer
     assert f0["global_numel"] == from_hf_config("tiny-moe").training_params
     assert f0["local_numel"] + f1["local_numel"] == f0["global_numel"]
     assert f0["local_numel"] < f0["global_numel"]
@@ -159,7 +169,7 @@ def test_forward_only_and_gradient_accumulation(fsdp_results):
 @pytest.mark.slow
 def test_non_finite_grad_norm_skips_the_update(fsdp_results):
     for s in (r["skip"] for r in fsdp_results):
-        assert s["grad_dtypes"] == ["torch.bfloat16"]          # sharded grads in the param dtype
+        assert s["grad_dtypes"] == ["torch.bfloat16"]  # sharded grads in the param dtype
         ok, norm, _ = s["inf"]
         assert ok is False and norm == float("inf")
         ok, norm, _ = s["nan"]
@@ -176,8 +186,9 @@ def test_every_model_kind_trains(fsdp_results):
         assert losses == fsdp_results[1]["train"][name]
 
 
-@pytest.mark.parametrize("kw,needle", [(dict(pp=2), "parallel.pp=2"), (dict(vpp=2), "parallel.vpp=2"),
-                                       (dict(etp=2), "parallel.etp=2")])
+@pytest.mark.parametrize(
+    "kw,needle", [(dict(pp=2), "parallel.pp=2"), (dict(vpp=2), "parallel.vpp=2"), (dict(etp=2), "parallel.etp=2")]
+)
 def test_unsupported_parallelism_is_a_clear_error(kw, needle):
     from mlite.mesh import ParallelConfig
     from mlite.runtime.runtime import create_runtime
@@ -187,8 +198,11 @@ def test_unsupported_parallelism_is_a_clear_error(kw, needle):
     assert needle in str(e.value) and "real mlite" in str(e.value)
     import torch.distributed as dist
 
-    cfg = RuntimeConfig(hf_path="tiny-dense", device="cpu",
-                        backend_cfg=MegatronLiteConfig(parallel=ParallelConfig(**kw), optimizer=OptimizerConfig()))
+    cfg = RuntimeConfig(
+        hf_path="tiny-dense",
+        device="cpu",
+        backend_cfg=MegatronLiteConfig(parallel=ParallelConfig(**kw), optimizer=OptimizerConfig()),
+    )
     was_up = dist.is_initialized()
     with pytest.raises(MliteError):  # refused before any process group is created
         create_runtime(cfg)

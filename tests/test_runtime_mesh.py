@@ -25,18 +25,44 @@ MOE = ("tiny-moe", "tiny-hybrid")
 STEPS = 10
 MESHES_BY_WORLD = {
     1: [(m, {}) for m in MODELS],
-    2: [(m, {}) for m in MODELS] + [(m, {"ep": 2}) for m in MOE] + [(m, {"cp": 2}) for m in MODELS]
+    2: [(m, {}) for m in MODELS]
+    + [(m, {"ep": 2}) for m in MOE]
+    + [(m, {"cp": 2}) for m in MODELS]
     + [(m, {"tp": 2}) for m in MODELS],
-    4: [(m, {"ep": 2, "cp": 2}) for m in MOE] + [("tiny-hybrid", {"tp": 2, "cp": 2}), ("tiny-hybrid", {"tp": 2, "ep": 2}),
-                                                 ("tiny-hybrid", {"tp": 2, "cp": 2, "ep": 2})],
+    4: [(m, {"ep": 2, "cp": 2}) for m in MOE]
+    + [
+        ("tiny-hybrid", {"tp": 2, "cp": 2}),
+        ("tiny-hybrid", {"tp": 2, "ep": 2}),
+        ("tiny-hybrid", {"tp": 2, "cp": 2, "ep": 2}),
+    ],
 }
 """Equivalence runs per world size: DP baselines (DP = 1 and 2) and the mesh runs."""
-MEMORY_MESHES = {2: [("tiny-moe", {}), ("tiny-moe", {"ep": 2}), ("tiny-moe", {"cp": 2}), ("tiny-moe", {"tp": 2}),
-                     ("tiny-dense", {"tp": 2}), ("tiny-hybrid", {"tp": 2})],
-                 4: [("tiny-moe", p) for p in ({"ep": 2}, {"ep": 4}, {"cp": 2}, {"cp": 4}, {"ep": 2, "cp": 2},
-                                               {"ep": 4, "cp": 2}, {"tp": 2}, {"tp": 2, "ep": 2}, {"tp": 2, "cp": 2},
-                                               {"tp": 2, "cp": 2, "ep": 2})]
-                 + [("tiny-hybrid", {"ep": 4}), ("tiny-hybrid", {"tp": 2, "cp": 2})]}
+MEMORY_MESHES = {
+    2: [
+        ("tiny-moe", {}),
+        ("tiny-moe", {"ep": 2}),
+        ("tiny-moe", {"cp": 2}),
+        ("tiny-moe", {"tp": 2}),
+        ("tiny-dense", {"tp": 2}),
+        ("tiny-hybrid", {"tp": 2}),
+    ],
+    4: [
+        ("tiny-moe", p)
+        for p in (
+            {"ep": 2},
+            {"ep": 4},
+            {"cp": 2},
+            {"cp": 4},
+            {"ep": 2, "cp": 2},
+            {"ep": 4, "cp": 2},
+            {"tp": 2},
+            {"tp": 2, "ep": 2},
+            {"tp": 2, "cp": 2},
+            {"tp": 2, "cp": 2, "ep": 2},
+        )
+    ]
+    + [("tiny-hybrid", {"ep": 4}), ("tiny-hybrid", {"tp": 2, "cp": 2})],
+}
 """Meshes whose measured per-rank bytes are checked against the estimator (bf16 params, fp32 master)."""
 UNEVEN = {("tiny-hybrid", 4)}
 """(model, world) where FSDP2's dim-0 chunking gives ranks different shards (tiny-hybrid's ``shared_expert_gate``
@@ -75,7 +101,9 @@ def _mesh_worker(rank, world):
         rt.forward_backward(h, synthetic_microbatches(0, rt.pstate.dp_rank))
         rt.optimizer_step(h)
         st = rt.memory_stats(h)
-        out["memory"].append((model, par, st["params"]["bytes"], st["grads"]["bytes"], st["optimizer_bytes"], st["mesh"]))
+        out["memory"].append(
+            (model, par, st["params"]["bytes"], st["grads"]["bytes"], st["optimizer_bytes"], st["mesh"])
+        )
         rt.zero_grad(h)
     for model, par in EXPORT_MESHES.get(world, []):
         from mlite.runtime.models import build_lite_model
@@ -93,8 +121,10 @@ def _mesh_worker(rank, world):
             for k in range(3):
                 rt.train_step(h, synthetic_microbatches(k, rt.pstate.dp_rank))
             runs.append(snapshot(h))
-        out["pao"][_key("tiny-moe", par)] = (same_bits(runs[0]["params"], runs[1]["params"]),
-                                             same_bits(runs[0]["masters"], runs[1]["masters"]))
+        out["pao"][_key("tiny-moe", par)] = (
+            same_bits(runs[0]["params"], runs[1]["params"]),
+            same_bits(runs[0]["masters"], runs[1]["masters"]),
+        )
     return out
 
 
@@ -107,11 +137,11 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-30)
 
 
-@pytest.mark.parametrize("model,par", [(m, p) for m in MODELS
-                                       for p in ({"ep": 2}, {"cp": 2}, {"tp": 2}, {"ep": 2, "cp": 2})
-                                       if m in MOE or "ep" not in p]
-                         + [("tiny-hybrid", p) for p in ({"tp": 2, "cp": 2}, {"tp": 2, "ep": 2},
-                                                          {"tp": 2, "cp": 2, "ep": 2})])
+@pytest.mark.parametrize(
+    "model,par",
+    [(m, p) for m in MODELS for p in ({"ep": 2}, {"cp": 2}, {"tp": 2}, {"ep": 2, "cp": 2}) if m in MOE or "ep" not in p]
+    + [("tiny-hybrid", p) for p in ({"tp": 2, "cp": 2}, {"tp": 2, "ep": 2}, {"tp": 2, "cp": 2, "ep": 2})],
+)
 def test_mesh_run_equals_the_data_parallel_run_with_the_same_dp(mesh_results, model, par):
     world = 4 if len(par) > 1 else 2  # two or three axes of size 2: 4 processes (TP x CP x DP = EP x EDP)
     dp = world // (par.get("cp", 1) * par.get("tp", 1))
@@ -174,8 +204,9 @@ def test_memory_cli_reports_the_same_per_rank_bytes(mesh_results):
     res = run_cli("memory", "tiny-moe", "--ngpu", "4", "--ep", "2", "--cp", "2", "--optimizer", "fsdp2", "--json")
     assert res.rc == 0, res.err
     per = res.json()["per_gpu"]
-    _, _, params, grads, opt, _ = next(m for m in mesh_results[4][0]["memory"]
-                                         if m[:2] == ("tiny-moe", {"ep": 2, "cp": 2}))
+    _, _, params, grads, opt, _ = next(
+        m for m in mesh_results[4][0]["memory"] if m[:2] == ("tiny-moe", {"ep": 2, "cp": 2})
+    )
     assert (params, grads, opt) == (per["params"], per["grads"], per["optimizer"])
 
 
@@ -202,8 +233,8 @@ def test_cp_split_of_a_packed_batch_is_load_balanced_and_reassembles():
     lab = labels[parts[0][1].gather_perm]
     off = 0
     for s, f in zip(seqs, full):
-        assert stream[off:off + len(s)].tolist() == s
-        assert lab[off + len(s):off + f].tolist() == [IGNORE_INDEX] * (f - len(s))
+        assert stream[off : off + len(s)].tolist() == s
+        assert lab[off + len(s) : off + f].tolist() == [IGNORE_INDEX] * (f - len(s))
         off += f
     assert sum(mb.num_loss_tokens() for mb, _ in parts) == b.num_loss_tokens()
 
@@ -216,13 +247,16 @@ def test_expert_major_permutation():
 
 
 # ---------------------------------------------------------------------- CLI: bad meshes, exit 2, nothing created
-@pytest.mark.parametrize("args,needles", [
-    (["--model", "tiny-moe", "--nproc", "3", "--cp", "2"], ["mesh", "not divisible by TP*CP*PP"]),
-    (["--model", "tiny-moe", "--nproc", "4", "--tp", "4"], ["mesh", "not divisible by TP 4"]),
-    (["--model", "tiny-moe", "--nproc", "3", "--ep", "3"], ["mesh", "routed experts 8 are not divisible by EP 3"]),
-    (["--model", "tiny-dense", "--nproc", "2", "--ep", "2"], ["mesh", "no routed experts"]),
-    (["--model", "tiny-moe", "--nproc", "2", "--etp", "2"], ["etp", "--etp 1"]),
-])
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["--model", "tiny-moe", "--nproc", "3", "--cp", "2"], ["mesh", "not divisible by TP*CP*PP"]),
+        (["--model", "tiny-moe", "--nproc", "4", "--tp", "4"], ["mesh", "not divisible by TP 4"]),
+        (["--model", "tiny-moe", "--nproc", "3", "--ep", "3"], ["mesh", "routed experts 8 are not divisible by EP 3"]),
+        (["--model", "tiny-dense", "--nproc", "2", "--ep", "2"], ["mesh", "no routed experts"]),
+        (["--model", "tiny-moe", "--nproc", "2", "--etp", "2"], ["etp", "--etp 1"]),
+    ],
+)
 def test_bad_mesh_is_refused_before_anything_starts(tmp_path, args, needles):
     out = tmp_path / "run"
     res = run_cli("run", *args, "--steps", "3", "--device", "cpu", "--out", str(out))
@@ -236,8 +270,19 @@ def test_cli_mesh_run_sees_the_data_parallel_runs_data_and_matches_the_estimate(
     from mlite.launch.memory_check import memory_rows
     from mlite.launch.rundir import RunDir
 
-    common = ["--model", "tiny-moe", "--steps", "3", "--device", "cpu", "--tokens-per-microbatch", "128",
-              "--param-dtype", "fp32", "--json"]
+    common = [
+        "--model",
+        "tiny-moe",
+        "--steps",
+        "3",
+        "--device",
+        "cpu",
+        "--tokens-per-microbatch",
+        "128",
+        "--param-dtype",
+        "fp32",
+        "--json",
+    ]
     runs = {}
     for name, extra in (("mesh", ["--nproc", "2", "--cp", "2", "--ep", "2"]), ("dp", ["--nproc", "1"])):
         out = tmp_path / name

@@ -43,8 +43,10 @@ def test_param_count_tiny(name):
         assert model.num_params() == spec.training_params
 
 
-@pytest.mark.parametrize("name", ["Qwen3-8B", "Qwen3-30B-A3B", "Qwen3.5-35B-A3B", "Llama-3.1-8B", "Mixtral-8x7B",
-                                  "Qwen3-Next-80B-A3B-Thinking"])
+@pytest.mark.parametrize(
+    "name",
+    ["Qwen3-8B", "Qwen3-30B-A3B", "Qwen3.5-35B-A3B", "Llama-3.1-8B", "Mixtral-8x7B", "Qwen3-Next-80B-A3B-Thinking"],
+)
 def test_param_count_large_on_meta(name):
     spec = from_hf_config(name)
     model = build_lite_model(spec, device=torch.device("meta"), param_dtype=torch.bfloat16)
@@ -75,9 +77,18 @@ def test_unsupported_layer_kind_names_it():
 # ---------------------------------------------------------------------- transformers oracle
 def _variants():
     out = [(n, load_config(n)[1]) for n in TINY + ("tiny-llama", "tiny-qwen2", "tiny-mixtral", "tiny-qwen3-next")]
-    llama = dict(load_config("tiny-llama")[1], tie_word_embeddings=True, rope_theta=500000.0,
-                 rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                               "original_max_position_embeddings": 16})
+    llama = dict(
+        load_config("tiny-llama")[1],
+        tie_word_embeddings=True,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    )
     moe = dict(load_config("tiny-moe")[1], norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[0])
     return out + [("llama3-rope-tied", llama), ("moe-unnormalised-sparse", moe)]
 
@@ -144,8 +155,9 @@ def test_loss_and_gradients_match_transformers(name):
     torch.testing.assert_close(loss, ref.detach(), atol=1e-4, rtol=1e-5)
     hf_params = dict(hf.named_parameters())
     for pname, p in lite.named_parameters():
-        torch.testing.assert_close(p.grad, hf_params[lite.hf_key(pname)].grad, atol=2e-5, rtol=1e-3,
-                                   msg=lambda m, pname=pname: f"{pname}: {m}")
+        torch.testing.assert_close(
+            p.grad, hf_params[lite.hf_key(pname)].grad, atol=2e-5, rtol=1e-3, msg=lambda m, pname=pname: f"{pname}: {m}"
+        )
 
 
 def test_cpu_attention_paths_agree(monkeypatch):
@@ -195,8 +207,11 @@ def test_moe_aux_loss_is_switch_loss_summed_over_layers():
     plain = build_lite_model("tiny-moe", seed=7)
     with_aux = build_lite_model("tiny-moe", seed=7, moe_aux_loss_coeff=coeff)
     logits = []
-    hooks = [b.mlp.gate.register_forward_hook(lambda mod, inp, out: logits.append(out.detach()))
-             for b in with_aux.blocks if b.mlp_kind == "moe"]
+    hooks = [
+        b.mlp.gate.register_forward_hook(lambda mod, inp, out: logits.append(out.detach()))
+        for b in with_aux.blocks
+        if b.mlp_kind == "moe"
+    ]
     ce, n = plain.loss(batch)
     total, n2 = with_aux.loss(batch)
     for h in hooks:

@@ -41,14 +41,16 @@ def _update_offload_worker(rank, world, device="cpu"):
         _base_rt, base, base_losses = _run({"use_precision_aware_optimizer": pao}, rank, device=device)
         res = {"base": base_losses, "base_snap": snapshot(base)}
         for frac in (1.0, 0.5):
-            rt, h, losses = _run({"use_precision_aware_optimizer": pao, "offload_fraction": frac}, rank,
-                                 device=device)
+            rt, h, losses = _run({"use_precision_aware_optimizer": pao, "offload_fraction": frac}, rank, device=device)
             mem = rt.memory_stats(h)
-            res[frac] = {"losses": losses, "snap": snapshot(h), "devices": _devices(h),
-                         "flags": [s.offload for s in h.optimizer.slots],
-                         "numels": [s.param.numel() for s in h.optimizer.slots],
-                         "state_by_device": {k: mem[k]["by_device"] for k in ("master", "remainder", "exp_avg",
-                                                                              "exp_avg_sq")}}
+            res[frac] = {
+                "losses": losses,
+                "snap": snapshot(h),
+                "devices": _devices(h),
+                "flags": [s.offload for s in h.optimizer.slots],
+                "numels": [s.param.numel() for s in h.optimizer.slots],
+                "state_by_device": {k: mem[k]["by_device"] for k in ("master", "remainder", "exp_avg", "exp_avg_sq")},
+            }
         out[pao] = res
     return out
 
@@ -59,8 +61,8 @@ def _check_update_offload(res, device):
         for pao, d in r.items():
             full, half = d[1.0], d[0.5]
             assert all(full["flags"]) and full["devices"]["state"] == {"cpu"}
-            assert full["devices"]["params"] == {dev}                     # params stay on the device
-            if dev != "cpu":                                              # partial offload: state on both
+            assert full["devices"]["params"] == {dev}  # params stay on the device
+            if dev != "cpu":  # partial offload: state on both
                 assert half["devices"]["state"] == {"cpu", dev}
             key = "remainder" if pao else "master"
             assert set(full["state_by_device"][key]) == {"cpu"} and full["state_by_device"][key]["cpu"] > 0
@@ -87,9 +89,16 @@ def test_update_state_offload_is_bitwise_identical_and_on_cpu():
 
 def _cuda_update_offload_worker(rank, world):
     # backward on CUDA is not bitwise reproducible: feed both runs the same gradients (see runtime_workers.lockstep)
-    return {pao: lockstep(rank, "cuda", {"use_precision_aware_optimizer": pao},
-                          {"use_precision_aware_optimizer": pao, "offload_fraction": 1.0}, STEPS)
-            for pao in (False, True)}
+    return {
+        pao: lockstep(
+            rank,
+            "cuda",
+            {"use_precision_aware_optimizer": pao},
+            {"use_precision_aware_optimizer": pao, "offload_fraction": 1.0},
+            STEPS,
+        )
+        for pao in (False, True)
+    }
 
 
 def _context_offload_worker(rank, world, device):
@@ -126,8 +135,11 @@ def _context_offload_worker(rank, world, device):
         rec["eval"] = (rec_eval, rt.forward_backward(h, probe, forward_only=True)["loss"])
         after = snapshot(h)
         grads_after = {n: p.grad.to_local().detach().cpu().clone() for n, p in h.model.named_parameters()}
-        rec["diff"] = (same_bits(before["params"], after["params"]), same_bits(grads_before, grads_after),
-                       [n for n in before["state"] if same_bits(before["state"][n], after["state"][n])])
+        rec["diff"] = (
+            same_bits(before["params"], after["params"]),
+            same_bits(grads_before, grads_after),
+            [n for n in before["state"] if same_bits(before["state"][n], after["state"][n])],
+        )
         ok, _, _ = rt.optimizer_step(h)
         rt.zero_grad(h)
         rt.lr_scheduler_step(h)
@@ -136,7 +148,7 @@ def _context_offload_worker(rank, world, device):
         rec["opt_only"] = _devices(h)
         rt.to(h, device, model=False, optimizer=True, grad=False)
         rec["losses"] = [m["loss"] for m in train(h, 2, rank=rank, start=STEPS + 1)]
-        rec["ref"] = ref_losses[STEPS + 1:]
+        rec["ref"] = ref_losses[STEPS + 1 :]
         rec["ok"] = ok
         out[pao] = rec
     return out
@@ -151,7 +163,7 @@ def _check_context(res, device):
             assert rec["back"] == {"params": {dev}, "state": {dev}, "grads": {dev}}
             assert rec["diff"] == ([], [], [])
             assert rec["opt_only"]["state"] == {"cpu"} and rec["opt_only"]["params"] == {dev}
-            assert rec["eval"][0] == rec["eval"][1]          # same weights, same forward
+            assert rec["eval"][0] == rec["eval"][1]  # same weights, same forward
             assert rec["ok"] and len(rec["losses"]) == 2
             if device == "cpu":  # CUDA backward is not bitwise reproducible run to run; CPU is
                 assert rec["losses"] == rec["ref"]

@@ -22,8 +22,33 @@ from mlite.runtime.optim.optimizer import ShardedAdamW
 from mlite.runtime.optim.schedule import LRScheduler
 
 # ---------------------------------------------------------------------------------------------- remainder arithmetic
-EDGE_HIGH = [0x0000, 0x0001, 0x007F, 0x0080, 0x0081, 0x3F7F, 0x3F80, 0x3F81, 0x7F7E, 0x7F7F, 0x7F80, 0x7F81, 0x7FC0,
-             0x7FFE, 0x7FFF, 0x8000, 0x8001, 0x807F, 0x8080, 0xBF80, 0xBF81, 0xFF7F, 0xFF80, 0xFFC0, 0xFFFF]
+EDGE_HIGH = [
+    0x0000,
+    0x0001,
+    0x007F,
+    0x0080,
+    0x0081,
+    0x3F7F,
+    0x3F80,
+    0x3F81,
+    0x7F7E,
+    0x7F7F,
+    0x7F80,
+    0x7F81,
+    0x7FC0,
+    0x7FFE,
+    0x7FFF,
+    0x8000,
+    0x8001,
+    0x807F,
+    0x8080,
+    0xBF80,
+    0xBF81,
+    0xFF7F,
+    0xFF80,
+    0xFFC0,
+    0xFFFF,
+]
 """High halves: +-0 / subnormals / smallest normals / 1.0 / largest finite / inf / NaNs (bf16 bit patterns)."""
 EDGE_LOW = [0x0000, 0x0001, 0x3FFF, 0x7FFE, 0x7FFF, 0x8000, 0x8001, 0xBFFF, 0xFFFE, 0xFFFF]
 """Low halves around the rounding boundary 0x8000 and the ends."""
@@ -100,7 +125,7 @@ def test_param_is_torch_round_to_nearest_even_except_at_exact_ties(patterns):
     # exact ties: away from zero; so equal to round-half-even exactly when the high half is odd
     tie = ~nan & (low == 0x8000)
     high, _ = halves(patterns)
-    odd = (high % 2 == 1)
+    odd = high % 2 == 1
     assert torch.equal(bits(hi)[tie & odd], bits(rne)[tie & odd])
     assert not torch.equal(bits(hi)[tie & ~odd], bits(rne)[tie & ~odd])
     x64 = patterns[tie].double()
@@ -124,15 +149,15 @@ def test_special_values_documented():
         assert torch.equal(bits(merge_fp32(hi, rem)), bits(x))
         return int(hi.view(torch.int16).to(torch.int32) & 0xFFFF), int(rem)
 
-    assert split_bits(0x7F800000) == (0x7F80, 0)             # +inf
-    assert split_bits(0xFF800000) == (0xFF80, 0)             # -inf
-    assert split_bits(0x80000000) == (0x8000, 0)             # -0.0
-    assert split_bits(0x7F7F8000) == (0x7F80, -0x8000)       # largest finite region rounds to +inf, master kept
-    assert split_bits(0x00000001) == (0x0000, 1)             # smallest fp32 subnormal -> +0.0 param
-    assert split_bits(0x00008000) == (0x0001, -0x8000)       # -> smallest bf16 subnormal (2**-133)
-    assert split_bits(0x7FC00000) == (0x7FC0, 0)             # quiet NaN stays NaN
-    assert split_bits(0x7FFFFFFF) == (0x8000, -1)            # NaN whose high half wraps: param -0.0 (documented)
-    assert torch.tensor([0x0001], dtype=torch.int16).view(torch.bfloat16).item() == 2.0 ** -133
+    assert split_bits(0x7F800000) == (0x7F80, 0)  # +inf
+    assert split_bits(0xFF800000) == (0xFF80, 0)  # -inf
+    assert split_bits(0x80000000) == (0x8000, 0)  # -0.0
+    assert split_bits(0x7F7F8000) == (0x7F80, -0x8000)  # largest finite region rounds to +inf, master kept
+    assert split_bits(0x00000001) == (0x0000, 1)  # smallest fp32 subnormal -> +0.0 param
+    assert split_bits(0x00008000) == (0x0001, -0x8000)  # -> smallest bf16 subnormal (2**-133)
+    assert split_bits(0x7FC00000) == (0x7FC0, 0)  # quiet NaN stays NaN
+    assert split_bits(0x7FFFFFFF) == (0x8000, -1)  # NaN whose high half wraps: param -0.0 (documented)
+    assert torch.tensor([0x0001], dtype=torch.int16).view(torch.bfloat16).item() == 2.0**-133
 
 
 def test_random_values_roundtrip_and_round_like_torch():
@@ -219,11 +244,17 @@ def test_sharded_adamw_pao_remainders_equal_fp32_master_bitwise_single_process()
 
 
 def test_sharded_adamw_chunking_and_state_layout(monkeypatch):
-    _, whole = _run_plain(OptimizerConfig(use_precision_aware_optimizer=True, exp_avg_dtype="bf16",
-                                          exp_avg_sq_dtype="bf16"), torch.bfloat16, steps=5)
+    _, whole = _run_plain(
+        OptimizerConfig(use_precision_aware_optimizer=True, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"),
+        torch.bfloat16,
+        steps=5,
+    )
     monkeypatch.setattr(optimizer_mod, "CHUNK", 7)
-    opt, chunked = _run_plain(OptimizerConfig(use_precision_aware_optimizer=True, exp_avg_dtype="bf16",
-                                              exp_avg_sq_dtype="bf16"), torch.bfloat16, steps=5)
+    opt, chunked = _run_plain(
+        OptimizerConfig(use_precision_aware_optimizer=True, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"),
+        torch.bfloat16,
+        steps=5,
+    )
     assert same_bits(whole, chunked) == []
     mem = opt.memory()
     n = sum(p.numel() for _, p in _plain_params(torch.bfloat16))
@@ -234,23 +265,46 @@ def test_sharded_adamw_chunking_and_state_layout(monkeypatch):
     m32 = opt32.memory()
     assert m32["master"]["bytes"] == m32["remainder"]["bytes"] == 0 and m32["exp_avg"]["bytes"] == 4 * n
     # weight decay follows Megatron's rule: not on biases and 1-D tensors
-    assert {s.name: s.decay for s in opt32.slots} == {"w1.weight": True, "w1.bias": False, "norm.weight": False,
-                                                       "w2.weight": True}
+    assert {s.name: s.decay for s in opt32.slots} == {
+        "w1.weight": True,
+        "w1.bias": False,
+        "norm.weight": False,
+        "w2.weight": True,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- schedule, clip, split
-@pytest.mark.parametrize("style,warmup", [("constant", 0), ("constant", 5), ("linear", 5), ("cosine", 10),
-                                          ("cosine", 0)])
+@pytest.mark.parametrize(
+    "style,warmup", [("constant", 0), ("constant", 5), ("linear", 5), ("cosine", 10), ("cosine", 0)]
+)
 def test_lr_schedule_matches_megatron_core(style, warmup):
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     p = torch.nn.Parameter(torch.zeros(1))
     sgd = torch.optim.SGD([p], lr=0.0)
-    meg = OptimizerParamScheduler(sgd, init_lr=1e-5, max_lr=3e-3, min_lr=3e-4, lr_warmup_steps=warmup,
-                                  lr_decay_steps=60, lr_decay_style=style, start_wd=0.0, end_wd=0.0,
-                                  wd_incr_steps=1, wd_incr_style="constant")
-    ours = LRScheduler(OptimizerConfig(lr=3e-3, min_lr=3e-4, lr_warmup_init=1e-5, lr_warmup_steps=warmup,
-                                       lr_decay_style=style, lr_decay_steps=60 if style != "constant" else None))
+    meg = OptimizerParamScheduler(
+        sgd,
+        init_lr=1e-5,
+        max_lr=3e-3,
+        min_lr=3e-4,
+        lr_warmup_steps=warmup,
+        lr_decay_steps=60,
+        lr_decay_style=style,
+        start_wd=0.0,
+        end_wd=0.0,
+        wd_incr_steps=1,
+        wd_incr_style="constant",
+    )
+    ours = LRScheduler(
+        OptimizerConfig(
+            lr=3e-3,
+            min_lr=3e-4,
+            lr_warmup_init=1e-5,
+            lr_warmup_steps=warmup,
+            lr_decay_style=style,
+            lr_decay_steps=60 if style != "constant" else None,
+        )
+    )
     for _ in range(80):
         assert ours.lr == sgd.param_groups[0]["lr"]
         meg.step(1)
@@ -259,8 +313,8 @@ def test_lr_schedule_matches_megatron_core(style, warmup):
 
 def test_offload_split_follows_megatron_rule():
     # a tensor goes to CPU while the count already sent is below fraction * total (whole tensors, may overshoot)
-    assert offload_split([10, 20, 30, 40], 0.5) == [True, True, True, False]    # 0, 10, 30 < 50; then 60
-    assert offload_split([40, 30, 20, 10], 0.5) == [True, True, False, False]   # 0, 40 < 50; then 70
+    assert offload_split([10, 20, 30, 40], 0.5) == [True, True, True, False]  # 0, 10, 30 < 50; then 60
+    assert offload_split([40, 30, 20, 10], 0.5) == [True, True, False, False]  # 0, 40 < 50; then 70
     assert offload_split([10, 20, 30, 40], 0.05) == [True, False, False, False]
     assert offload_split([10, 20], 1.0) == [True, True] and offload_split([10, 20], 0.0) == [False, False]
 
@@ -281,16 +335,19 @@ def test_clip_coefficient_and_norm_match_torch():
     assert inf_norm == math.inf and math.isnan(nan_norm)
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    (dict(exp_avg_dtype="bf16"), "needs use_precision_aware_optimizer"),
-    (dict(exp_avg_sq_dtype="fp16", use_precision_aware_optimizer=True), "exp_avg_sq_dtype"),
-    (dict(lr_decay_style="cosine"), "lr_decay_steps"),
-    (dict(lr_decay_style="wsd"), "lr_decay_style"),
-    (dict(offload_fraction=1.5), "offload_fraction"),
-    (dict(optimizer="adam"), "optimizer"),
-    (dict(betas=(0.9, 1.0)), "betas"),
-    (dict(lr=1e-4, min_lr=1e-3), "min_lr"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        (dict(exp_avg_dtype="bf16"), "needs use_precision_aware_optimizer"),
+        (dict(exp_avg_sq_dtype="fp16", use_precision_aware_optimizer=True), "exp_avg_sq_dtype"),
+        (dict(lr_decay_style="cosine"), "lr_decay_steps"),
+        (dict(lr_decay_style="wsd"), "lr_decay_style"),
+        (dict(offload_fraction=1.5), "offload_fraction"),
+        (dict(optimizer="adam"), "optimizer"),
+        (dict(betas=(0.9, 1.0)), "betas"),
+        (dict(lr=1e-4, min_lr=1e-3), "min_lr"),
+    ],
+)
 def test_optimizer_config_rejects_bad_values_in_one_line(kwargs, needle):
     with pytest.raises(MliteError) as e:
         OptimizerConfig(**kwargs)
@@ -304,18 +361,27 @@ def _pao_vs_fp32_worker(rank, world, steps):
     from mlite.runtime.runtime import create_runtime
 
     out = {}
-    for name, opt in [("fp32", {}), ("pao", {"use_precision_aware_optimizer": True}),
-                      ("pao_bf16_moments", {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16",
-                                            "exp_avg_sq_dtype": "bf16"})]:
+    for name, opt in [
+        ("fp32", {}),
+        ("pao", {"use_precision_aware_optimizer": True}),
+        (
+            "pao_bf16_moments",
+            {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
+        ),
+    ]:
         rt = create_runtime(runtime_config("tiny-moe", param_dtype="bf16", **opt))
         h = rt.build_model()
         n = steps if name != "pao_bf16_moments" else 20
         metrics = train(h, n, rank=rank)
         snap = snapshot(h)
-        out[name] = {"losses": [m["loss"] for m in metrics], "norms": [m["grad_norm"] for m in metrics],
-                     "params": snap["params"], "masters": snap["masters"],
-                     "state_dtypes": {k: str(t.dtype) for s in snap["state"].values() for k, t in s.items()},
-                     "param_dtypes": {str(t.dtype) for t in snap["params"].values()}}
+        out[name] = {
+            "losses": [m["loss"] for m in metrics],
+            "norms": [m["grad_norm"] for m in metrics],
+            "params": snap["params"],
+            "masters": snap["masters"],
+            "state_dtypes": {k: str(t.dtype) for s in snap["state"].values() for k, t in s.items()},
+            "param_dtypes": {str(t.dtype) for t in snap["params"].values()},
+        }
     return out
 
 
@@ -323,20 +389,26 @@ def _check_pao_vs_fp32(res):
     for rank in res:
         a, b = rank["fp32"], rank["pao"]
         assert a["param_dtypes"] == b["param_dtypes"] == {"torch.bfloat16"}
-        assert a["state_dtypes"] == {"master": "torch.float32", "exp_avg": "torch.float32",
-                                     "exp_avg_sq": "torch.float32"}
-        assert b["state_dtypes"] == {"remainder": "torch.int16", "exp_avg": "torch.float32",
-                                     "exp_avg_sq": "torch.float32"}
-        assert len(a["losses"]) == 50 and a["losses"] == b["losses"]       # exact float equality
+        assert a["state_dtypes"] == {
+            "master": "torch.float32",
+            "exp_avg": "torch.float32",
+            "exp_avg_sq": "torch.float32",
+        }
+        assert b["state_dtypes"] == {
+            "remainder": "torch.int16",
+            "exp_avg": "torch.float32",
+            "exp_avg_sq": "torch.float32",
+        }
+        assert len(a["losses"]) == 50 and a["losses"] == b["losses"]  # exact float equality
         assert a["norms"] == b["norms"]
         assert same_bits(a["params"], b["params"]) == []
         assert same_bits(a["masters"], b["masters"]) == []
-        assert sum(a["losses"][-5:]) / 5 < sum(a["losses"][:5]) / 5 - 0.3          # it trained
+        assert sum(a["losses"][-5:]) / 5 < sum(a["losses"][:5]) / 5 - 0.3  # it trained
         c = rank["pao_bf16_moments"]
         assert c["state_dtypes"]["exp_avg"] == "torch.bfloat16" and c["state_dtypes"]["remainder"] == "torch.int16"
         assert c["losses"][0] == a["losses"][0]
-        assert sum(c["losses"][-5:]) / 5 < sum(c["losses"][:5]) / 5 - 0.1          # it trains too
-        assert c["losses"] != a["losses"][:20]                             # bf16 moments are a different run
+        assert sum(c["losses"][-5:]) / 5 < sum(c["losses"][:5]) / 5 - 0.1  # it trains too
+        assert c["losses"] != a["losses"][:20]  # bf16 moments are a different run
     # the ranks see the same global loss
     assert all(r["fp32"]["losses"] == res[0]["fp32"]["losses"] for r in res)
 

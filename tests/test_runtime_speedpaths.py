@@ -51,8 +51,11 @@ def _kernel_vs_torch_worker(rank, world):
     grad[::97] = 0
     m, v = torch.randn(n, generator=g) * 0.1, torch.rand(n, generator=g) * 0.01
     for decoupled, clip in ((True, 1.0), (True, 0.37), (False, 0.5)):
-        sc = step_scalars(AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3,
-                                     decoupled=decoupled, clip_coef=clip))
+        sc = step_scalars(
+            AdamWHyper(
+                lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3, decoupled=decoupled, clip_coef=clip
+            )
+        )
         ref, mr, vr = master.clone(), m.clone(), v.clone()
         adamw_inplace(ref, grad, mr, vr, sc, scratch(n, "cpu"))
         hi, rr = split_fp32(ref)
@@ -68,8 +71,10 @@ def _kernel_vs_torch_worker(rank, world):
             if mode == fused.MODE_PARAM:
                 ok.append(torch.equal(bits(p), bits(ref)))
             else:
-                ok += [torch.equal(bits(p), bits(hi)),
-                       torch.equal(bits(w), bits(ref) if mode == fused.MODE_MASTER else rr)]
+                ok += [
+                    torch.equal(bits(p), bits(hi)),
+                    torch.equal(bits(w), bits(ref) if mode == fused.MODE_MASTER else rr),
+                ]
             out.append(((decoupled, clip, mode), ok))
     return out
 
@@ -103,32 +108,42 @@ def _fused_50_steps_worker(rank, world):
     fp32, w32, z32 = _train_plain(OptimizerConfig(), "triton", 50)
     pao, wpao, zpao = _train_plain(OptimizerConfig(use_precision_aware_optimizer=True), "triton", 50)
     _, wtorch, _ = _train_plain(OptimizerConfig(use_precision_aware_optimizer=True), "torch", 50)
-    masters = [torch.equal(bits(fp32.master_weight(a)), bits(pao.master_weight(b))) for a, b in
-               zip(fp32.slots, pao.slots)]
-    return {"params": same_bits(w32, wpao), "masters": masters, "zeros": (z32, zpao),
-            "remainders_used": any(bool((s.state["remainder"] != 0).any()) for s in pao.slots),
-            "vs_torch": same_bits(wpao, wtorch), "moved": same_bits(w32, dict(_plain_params()))}
+    masters = [
+        torch.equal(bits(fp32.master_weight(a)), bits(pao.master_weight(b))) for a, b in zip(fp32.slots, pao.slots)
+    ]
+    return {
+        "params": same_bits(w32, wpao),
+        "masters": masters,
+        "zeros": (z32, zpao),
+        "remainders_used": any(bool((s.state["remainder"] != 0).any()) for s in pao.slots),
+        "vs_torch": same_bits(wpao, wtorch),
+        "moved": same_bits(w32, dict(_plain_params())),
+    }
 
 
 def test_pao_equals_fp32_master_bitwise_over_50_steps_through_the_fused_kernel(monkeypatch):
     r = _interpreted(monkeypatch, _fused_50_steps_worker)
     assert r["params"] == [] and all(r["masters"]) and r["remainders_used"]
     assert r["zeros"][0] == r["zeros"][1] == [(t % 7, 0) for t in range(50)]
-    assert len(r["moved"]) == 4                           # every parameter changed
+    assert len(r["moved"]) == 4  # every parameter changed
     # and the kernel writes what the torch-op path writes (the host update of offload_fraction=1.0)
     assert r["vs_torch"] == []
 
 
 def test_state_lives_in_flat_group_buffers():
     params = _plain_params()
-    opt = ShardedAdamW(params, OptimizerConfig(use_precision_aware_optimizer=True), expert_names={"w2.weight"},
-                       device="cpu")
+    opt = ShardedAdamW(
+        params, OptimizerConfig(use_precision_aware_optimizer=True), expert_names={"w2.weight"}, device="cpu"
+    )
     for _, p in params:
         p.grad = torch.ones_like(p)
     opt.step(lr=1e-3)
     # groups: (decay, dense) = w1.weight; (no decay) = w1.bias + norm.weight; (decay, expert) = w2.weight
-    assert sorted([s.name for s in g.slots] for g in opt.groups) == [["w1.bias", "norm.weight"], ["w1.weight"],
-                                                                    ["w2.weight"]]
+    assert sorted([s.name for s in g.slots] for g in opt.groups) == [
+        ["w1.bias", "norm.weight"],
+        ["w1.weight"],
+        ["w2.weight"],
+    ]
     for g in opt.groups:
         for s, a in zip(g.slots, g.offsets):
             for k, t in s.state.items():
@@ -149,8 +164,14 @@ def test_kit_master_rounding_differs_from_round_to_nearest_even_only_at_exact_ti
     diffs = []
     for t in range(1, 51):
         grad = (torch.randn(n, generator=g) * 1e-3).bfloat16()
-        adamw_inplace(master, grad, m, v, step_scalars(AdamWHyper(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8,
-                                                                  weight_decay=0.1, step=t)), work)
+        adamw_inplace(
+            master,
+            grad,
+            m,
+            v,
+            step_scalars(AdamWHyper(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=t)),
+            work,
+        )
         kit, rne = split_fp32(master)[0], master.to(torch.bfloat16)
         differ = bits(kit) != bits(rne)
         b = bits(master)
@@ -159,8 +180,10 @@ def test_kit_master_rounding_differs_from_round_to_nearest_even_only_at_exact_ti
         diffs.append(int(differ.sum()))
         # where they differ, it is one bf16 ulp, away from zero
         assert torch.equal(kit.float()[differ].abs() > rne.float()[differ].abs(), torch.ones_like(differ[differ]))
-    print(f"\nkit vs round-to-nearest-even bf16 params: {diffs[-1]} of {n} differ after 50 steps; "
-          f"per step min {min(diffs)} max {max(diffs)} mean {sum(diffs) / len(diffs):.1f}")
+    print(
+        f"\nkit vs round-to-nearest-even bf16 params: {diffs[-1]} of {n} differ after 50 steps; "
+        f"per step min {min(diffs)} max {max(diffs)} mean {sum(diffs) / len(diffs):.1f}"
+    )
     assert 0 < max(diffs) < n * 1e-3
 
 
@@ -195,8 +218,12 @@ def _recompute_worker(rank, world):
     res = {}
     for mode in ("none", "selective", "full"):
         base = runtime_config("tiny-moe", param_dtype="fp32")
-        cfg = RuntimeConfig(hf_path="tiny-moe", device="cpu", param_dtype="fp32", backend_cfg=MegatronLiteConfig(
-            optimizer=base.optimizer, impl_cfg={"recompute": mode}))
+        cfg = RuntimeConfig(
+            hf_path="tiny-moe",
+            device="cpu",
+            param_dtype="fp32",
+            backend_cfg=MegatronLiteConfig(optimizer=base.optimizer, impl_cfg={"recompute": mode}),
+        )
         rt = create_runtime(cfg)
         h = rt.build_model()
         losses = []
@@ -233,9 +260,9 @@ def test_attention_errors_propagate(monkeypatch):
 def test_paths_are_chosen_at_build():
     m = build_lite_model("tiny-moe", seed=0)
     attn = [b.self_attn for b in m.blocks]
-    assert {a.packed for a in attn} == {"sdpa"}                        # CPU: no flash varlen
+    assert {a.packed for a in attn} == {"sdpa"}  # CPU: no flash varlen
     assert attention_mod.packed_path("cpu", torch.bfloat16) == "sdpa"
-    assert {b.mlp.experts.path for b in m.blocks if b.mlp_kind == "moe"} == {"loop"}     # CPU: the reference
+    assert {b.mlp.experts.path for b in m.blocks if b.mlp_kind == "moe"} == {"loop"}  # CPU: the reference
     assert expert_path("cpu", torch.bfloat16) == "loop"
 
 
@@ -244,7 +271,7 @@ def _reference_loop(xs, counts, w1, w2):
     """Written out here (not the module's loop_swiglu) so the oracle is independent of the code under test."""
     outs, start = [], 0
     for e, n in enumerate(counts.tolist()):
-        xe = xs[start:start + n]
+        xe = xs[start : start + n]
         gate, up = F.linear(xe, w1[e]).chunk(2, dim=-1)
         outs.append(F.linear(F.silu(gate) * up, w2[e]))
         start += n

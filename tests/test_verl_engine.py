@@ -26,20 +26,39 @@ def _env(**extra) -> dict:
 
 
 def _mlite(*args, **env):
-    return subprocess.Popen([sys.executable, "-m", "mlite", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(**env), cwd=str(REPO))
+    return subprocess.Popen(
+        [sys.executable, "-m", "mlite", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(**env),
+        cwd=str(REPO),
+    )
 
 
-RUN = ("run", "--trainer", "verl-sft", "--model", "tiny-dense", "--steps", "4", "--nproc", "2", "--device", "cpu",
-       "--json")
+RUN = (
+    "run",
+    "--trainer",
+    "verl-sft",
+    "--model",
+    "tiny-dense",
+    "--steps",
+    "4",
+    "--nproc",
+    "2",
+    "--device",
+    "cpu",
+    "--json",
+)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The fp32-master run (bf16 params) and the same run with --pao, started together (one run per core)."""
     tmp = tmp_path_factory.mktemp("verl")
-    master = _mlite(*RUN, "--param-dtype", "bf16", "--out", str(tmp / "master"),
-                    MLITE_VERL_DUMP_BATCH=str(tmp / "batch"))
+    master = _mlite(
+        *RUN, "--param-dtype", "bf16", "--out", str(tmp / "master"), MLITE_VERL_DUMP_BATCH=str(tmp / "batch")
+    )
     pao = _mlite(*RUN, "--pao", "--out", str(tmp / "pao"))
     docs = {}
     for name, p in (("master", master), ("pao", pao)):
@@ -74,8 +93,13 @@ def test_verl_sft_completes_loss_falls_and_log_parses(runs):
 
 def test_pao_bitwise_equal_to_fp32_master(runs):
     tmp, _ = runs
-    p = subprocess.run([sys.executable, "-m", "mlite", "logs", "compare", "--strict", "--json", str(tmp / "pao"),
-                        str(tmp / "master")], capture_output=True, text=True, env=_env(), cwd=str(REPO))
+    p = subprocess.run(
+        [sys.executable, "-m", "mlite", "logs", "compare", "--strict", "--json", str(tmp / "pao"), str(tmp / "master")],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=str(REPO),
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-1000:]
     assert _losses(tmp / "pao") == _losses(tmp / "master")
 
@@ -89,21 +113,45 @@ def test_first_step_loss_equals_plain_lite_runtime_on_the_same_batch(runs):
 
     tmp, _ = runs
     mbs = [PackedBatch(**d) for r in (0, 1) for d in torch.load(tmp / "batch" / f"first_batch_rank{r}.pt")]
-    rt = create_runtime(RuntimeConfig(hf_path="tiny-dense", device="cpu", param_dtype="bf16", seed=0,
-                                      backend_cfg=MegatronLiteConfig(optimizer=OptimizerConfig(lr=3e-3))))
+    rt = create_runtime(
+        RuntimeConfig(
+            hf_path="tiny-dense",
+            device="cpu",
+            param_dtype="bf16",
+            seed=0,
+            backend_cfg=MegatronLiteConfig(optimizer=OptimizerConfig(lr=3e-3)),
+        )
+    )
     out = rt.forward_backward(rt.build_model(), mbs, forward_only=True)
     verl_loss = _losses(tmp / "master")[0]
     assert out["loss"] == pytest.approx(verl_loss, rel=1e-6)  # verl logs the float32 value
 
 
-@pytest.mark.parametrize("extra, field", [
-    (("--verl-overrides", "engine.no_such_key=1"), "engine.no_such_key"),
-    (("--nproc", "2", "--tp", "3"), "mesh"),
-    (("--verl-overrides", "engine.tp=2"), "--tp"),
-])
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        (("--verl-overrides", "engine.no_such_key=1"), "engine.no_such_key"),
+        (("--nproc", "2", "--tp", "3"), "mesh"),
+        (("--verl-overrides", "engine.tp=2"), "--tp"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(tmp_path, extra, field):
-    p = _mlite("run", "--trainer", "verl-sft", "--model", "tiny-dense", "--steps", "4", "--nproc", "2", "--device",
-               "cpu", *extra, "--out", str(tmp_path / "r"))
+    p = _mlite(
+        "run",
+        "--trainer",
+        "verl-sft",
+        "--model",
+        "tiny-dense",
+        "--steps",
+        "4",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        *extra,
+        "--out",
+        str(tmp_path / "r"),
+    )
     out, err = p.communicate(timeout=60)
     assert p.returncode == 2, out + err
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -112,8 +160,10 @@ def test_bad_input_exits_2_with_one_line(tmp_path, extra, field):
 
 
 def test_import_mlite_does_not_import_verl():
-    code = ("import sys, mlite, mlite.options, mlite.launch, mlite.launch.verl_sft; "
-            "print(any(m == 'verl' or m.startswith('verl.') for m in sys.modules))")
+    code = (
+        "import sys, mlite, mlite.options, mlite.launch, mlite.launch.verl_sft; "
+        "print(any(m == 'verl' or m.startswith('verl.') for m in sys.modules))"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
     assert p.stdout.strip() == "False", p.stderr
 

@@ -17,9 +17,13 @@ def _overrides(text: str) -> list[str]:
 
 
 def _plan(target: str, optimizer: str = "fsdp2") -> ExportPlan:
-    return ExportPlan(model="tiny-dense", target=target, nodes=1, gpus_per_node=2,
-                      options=TrainingOptions(optimizer=optimizer, use_precision_aware_optimizer=True,
-                                              offload_fraction=1.0))
+    return ExportPlan(
+        model="tiny-dense",
+        target=target,
+        nodes=1,
+        gpus_per_node=2,
+        options=TrainingOptions(optimizer=optimizer, use_precision_aware_optimizer=True, offload_fraction=1.0),
+    )
 
 
 def test_local_variant_switches_only_the_table_keys():
@@ -58,14 +62,36 @@ def test_local_variant_runs_on_cpu(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     res = write(_plan("verl-lite-sft"), tmp_path / "ex")
     model = write_model_dir(RunConfig(model="tiny-dense", device="cpu"), tmp_path)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]), MLITE_VERL_CPU="1",
-               CUDA_VISIBLE_DEVICES="", MODEL_PATH=str(model), TRAIN_FILES=str(dataset_file("tiny_sft")),
-               VAL_FILES="null", TRAIN_BATCH_SIZE="8", LOG_DIR=str(tmp_path / "logs"), OMP_NUM_THREADS="1",
-               MASTER_PORT="29517")
-    p = subprocess.run(["bash", str(tmp_path / "ex" / res.launcher), "trainer.total_training_steps=3",
-                        "trainer.device=cpu", "trainer.resume_mode=disable", f"trainer.default_local_dir={tmp_path}/c",
-                        "data.num_workers=0"], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=240)
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+        MLITE_VERL_CPU="1",
+        CUDA_VISIBLE_DEVICES="",
+        MODEL_PATH=str(model),
+        TRAIN_FILES=str(dataset_file("tiny_sft")),
+        VAL_FILES="null",
+        TRAIN_BATCH_SIZE="8",
+        LOG_DIR=str(tmp_path / "logs"),
+        OMP_NUM_THREADS="1",
+        MASTER_PORT="29517",
+    )
+    p = subprocess.run(
+        [
+            "bash",
+            str(tmp_path / "ex" / res.launcher),
+            "trainer.total_training_steps=3",
+            "trainer.device=cpu",
+            "trainer.resume_mode=disable",
+            f"trainer.default_local_dir={tmp_path}/c",
+            "data.num_workers=0",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=240,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (jsonl,) = (tmp_path / "logs").glob("*.jsonl")
     steps = [json.loads(line)["step"] for line in jsonl.read_text().splitlines()]

@@ -43,8 +43,11 @@ def esc(text) -> str:
     return html.escape(str(text))
 
 
-def html_table(header: list[str], rows: list[list], *, css: str = "mlite-table", align_right: tuple[int, ...] = ()) -> str:
+def html_table(
+    header: list[str], rows: list[list], *, css: str = "mlite-table", align_right: tuple[int, ...] = ()
+) -> str:
     """A small HTML table (cells escaped); ``align_right`` lists the numeric column indexes."""
+
     def cell(tag: str, i: int, v) -> str:
         align = "right" if i in align_right else "left"
         style = f' style="text-align:{align};padding:1px 10px 1px 0"'
@@ -121,6 +124,7 @@ class ErrorBanner(W.VBox):
 
     def guard(self, fn):
         """Decorator form of :meth:`run` for traitlets/ipywidgets callbacks."""
+
         @functools.wraps(fn)
         def wrapped(*args, **kwargs):
             return self.run(fn, *args, **kwargs)

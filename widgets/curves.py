@@ -26,8 +26,9 @@ class CurveExplorer(W.VBox):
         self.session = CurveSession()
         """The logic object (runs, figures, tables)."""
         self.errors = ErrorBanner()
-        self._paths = W.Text(value=paths, description="logs", placeholder="files, globs or folders",
-                             layout=W.Layout(width="60%"))
+        self._paths = W.Text(
+            value=paths, description="logs", placeholder="files, globs or folders", layout=W.Layout(width="60%")
+        )
         self._paths.add_class("mlite-curves-paths")
         self._load = W.Button(description="Load", button_style="primary", icon="folder-open")
         self._load.add_class("mlite-curves-load")
@@ -37,11 +38,22 @@ class CurveExplorer(W.VBox):
         self._runs.add_class("mlite-curves-runs")
         self._metrics = W.SelectMultiple(description="metrics", rows=6, layout=W.Layout(width="48%"))
         self._metrics.add_class("mlite-curves-metrics")
-        self._smooth = W.FloatSlider(value=0.0, min=0.0, max=0.99, step=0.01, description="smoothing",
-                                     continuous_update=False, readout_format=".2f")
+        self._smooth = W.FloatSlider(
+            value=0.0,
+            min=0.0,
+            max=0.99,
+            step=0.01,
+            description="smoothing",
+            continuous_update=False,
+            readout_format=".2f",
+        )
         self._smooth.add_class("mlite-curves-smooth")
-        self._logy = W.Dropdown(options=[("auto", "auto"), ("log", True), ("linear", False)], value="auto",
-                                description="y axis", layout=W.Layout(width="180px"))
+        self._logy = W.Dropdown(
+            options=[("auto", "auto"), ("log", True), ("linear", False)],
+            value="auto",
+            description="y axis",
+            layout=W.Layout(width="180px"),
+        )
         self._logy.add_class("mlite-curves-logy")
         self._show_events = W.Checkbox(value=True, description="mark events", indent=False)
         self._show_events.add_class("mlite-curves-events-toggle")
@@ -67,15 +79,23 @@ class CurveExplorer(W.VBox):
             w.observe(lambda _: self.redraw(), "value")
         self._cmp_go.on_click(lambda _: self.compare())
 
-        super().__init__(children=(
-            W.HBox([self._paths, self._load]), self.errors, self._summary,
-            W.HBox([self._runs, self._metrics]),
-            W.HBox([self._smooth, self._logy, self._show_events]),
-            self._plot,
-            W.HTML("<b>Events</b>"), self._events,
-            W.HTML("<b>Compare two runs</b>"), W.HBox([self._cmp_a, self._cmp_b]),
-            W.HBox([self._cmp_by, self._cmp_go]), self._cmp_out,
-        ), **kwargs)
+        super().__init__(
+            children=(
+                W.HBox([self._paths, self._load]),
+                self.errors,
+                self._summary,
+                W.HBox([self._runs, self._metrics]),
+                W.HBox([self._smooth, self._logy, self._show_events]),
+                self._plot,
+                W.HTML("<b>Events</b>"),
+                self._events,
+                W.HTML("<b>Compare two runs</b>"),
+                W.HBox([self._cmp_a, self._cmp_b]),
+                W.HBox([self._cmp_by, self._cmp_go]),
+                self._cmp_out,
+            ),
+            **kwargs,
+        )
         self.add_class("mlite-curves")
         if load:
             self.load()
@@ -90,8 +110,11 @@ class CurveExplorer(W.VBox):
     def _load_logs(self) -> None:
         self.session.load(self._paths.value)
         s = self.session
-        self._summary.value = html_table(["run", "format", "steps", "range", "metrics", "events", "skipped"],
-                                         s.summary_rows(), align_right=(2, 4, 5, 6))
+        self._summary.value = html_table(
+            ["run", "format", "steps", "range", "metrics", "events", "skipped"],
+            s.summary_rows(),
+            align_right=(2, 4, 5, 6),
+        )
         self._busy = True
         try:
             self._runs.options = s.names
@@ -137,8 +160,13 @@ class CurveExplorer(W.VBox):
             self._events.value = "<i>select one or more runs</i>"
             return
         self._events.value = self._event_table(names)
-        self._plot.value = self.session.figure_png(names, list(self._metrics.value), smooth=self._smooth.value,
-                                                   logy=self._logy.value, events=self._show_events.value)
+        self._plot.value = self.session.figure_png(
+            names,
+            list(self._metrics.value),
+            smooth=self._smooth.value,
+            logy=self._logy.value,
+            events=self._show_events.value,
+        )
 
     def _event_table(self, names) -> str:
         rows = self.session.event_rows(names)
@@ -152,12 +180,17 @@ class CurveExplorer(W.VBox):
 
     def _run_compare(self) -> None:
         doc = self.session.compare(self._cmp_a.value, self._cmp_b.value, by=self._cmp_by.value)
-        verdict = ("<b style='color:#1b7d1b'>bitwise equal</b>" if doc["bitwise_equal"]
-                   else "<b style='color:#b00020'>not bitwise equal</b>")
+        verdict = (
+            "<b style='color:#1b7d1b'>bitwise equal</b>"
+            if doc["bitwise_equal"]
+            else "<b style='color:#b00020'>not bitwise equal</b>"
+        )
         extra = f" &middot; ignored (timing/memory): {esc(', '.join(doc['ignored']))}" if doc["ignored"] else ""
-        self._cmp_out.value = (f"<div>{doc['common_steps']} common steps &middot; {verdict}{extra}</div>"
-                               + html_table(["metric", "steps", "max abs diff", "max rel diff", "bitwise"],
-                                            self.session.compare_rows(doc), align_right=(1, 2, 3)))
+        self._cmp_out.value = f"<div>{doc['common_steps']} common steps &middot; {verdict}{extra}</div>" + html_table(
+            ["metric", "steps", "max abs diff", "max rel diff", "bitwise"],
+            self.session.compare_rows(doc),
+            align_right=(1, 2, 3),
+        )
 
     # -- for tests and notebooks ----------------------------------------------------------------------------
     @property

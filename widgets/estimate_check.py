@@ -25,28 +25,52 @@ def _chart(sets) -> bytes:
 
 def _draw(fig, sets) -> None:
     for ax, kind in zip(fig.subplots(1, 2), ("static", "peak")):
-        hi = max(float(max(df[f"measured_{kind}_bytes"].max(), df[f"predicted_{kind}_bytes"].max()))
-                 for _, df, _ in sets) / GIB * 1.1
-        ax.fill_between([0, hi], [0, hi * (1 - BOUNDS[kind])], [0, hi * (1 + BOUNDS[kind])], color="#dbe9f6",
-                        label=f"±{BOUNDS[kind]:.0%}")
+        hi = (
+            max(
+                float(max(df[f"measured_{kind}_bytes"].max(), df[f"predicted_{kind}_bytes"].max())) for _, df, _ in sets
+            )
+            / GIB
+            * 1.1
+        )
+        ax.fill_between(
+            [0, hi],
+            [0, hi * (1 - BOUNDS[kind])],
+            [0, hi * (1 + BOUNDS[kind])],
+            color="#dbe9f6",
+            label=f"±{BOUNDS[kind]:.0%}",
+        )
         ax.plot([0, hi], [0, hi], color="#555", lw=1, label="predicted = measured")
         for label, df, colour in sets:
             m, p = df[f"measured_{kind}_bytes"] / GIB, df[f"predicted_{kind}_bytes"] / GIB
             flash = df["attention"].eq("flash") if "attention" in df else m.eq(-1)
             ax.scatter(m[~flash], p[~flash], color=colour, zorder=3, s=18, label=label)
             if flash.any():
-                ax.scatter(m[flash], p[flash], color=colour, marker="^", zorder=3, s=22,
-                           label=f"{label}, SDPA flash attention")
-        ax.set(xlim=(0, hi), ylim=(0, hi), xlabel="measured GiB", ylabel="predicted GiB",
-               title=f"{kind} memory" + (" (after the optimizer step)" if kind == "static" else " (max allocated)"))
+                ax.scatter(
+                    m[flash], p[flash], color=colour, marker="^", zorder=3, s=22, label=f"{label}, SDPA flash attention"
+                )
+        ax.set(
+            xlim=(0, hi),
+            ylim=(0, hi),
+            xlabel="measured GiB",
+            ylabel="predicted GiB",
+            title=f"{kind} memory" + (" (after the optimizer step)" if kind == "static" else " (max allocated)"),
+        )
         ax.legend(loc="upper left", fontsize=7)
     gpu = sets[0][1]["gpu"].iloc[0]
     fig.suptitle(f"{' and '.join(s[0] for s in sets)} on {gpu}: predicted vs measured", fontsize=10)
 
 
 def _table(label: str, df) -> W.HTML:
-    rows = [[r.config, f"{r.measured_static_bytes / GIB:.2f}", f"{r.static_error:+.1%}",
-             f"{r.measured_peak_bytes / GIB:.2f}", f"{r.peak_error:+.1%}"] for r in df.itertuples()]
+    rows = [
+        [
+            r.config,
+            f"{r.measured_static_bytes / GIB:.2f}",
+            f"{r.static_error:+.1%}",
+            f"{r.measured_peak_bytes / GIB:.2f}",
+            f"{r.peak_error:+.1%}",
+        ]
+        for r in df.itertuples()
+    ]
     return W.HTML(f"<b>{label}</b>" + html_table(["configuration", "static GiB", "error", "peak GiB", "error"], rows))
 
 
@@ -54,9 +78,11 @@ def _worst(label: str, df) -> str:
     what = ""
     if "validated_against" in df:
         what = " (" + "; ".join(sorted(set(df["validated_against"]))) + ")"
-    return (f"{label}{what}: worst error static {df['static_error'].abs().max():.1%} (bound {BOUNDS['static']:.0%}), "
-            f"peak {df['peak_error'].abs().max():.1%} (bound {BOUNDS['peak']:.0%}); reproduce with: "
-            f"<code>{df['command'].iloc[0]}</code>")
+    return (
+        f"{label}{what}: worst error static {df['static_error'].abs().max():.1%} (bound {BOUNDS['static']:.0%}), "
+        f"peak {df['peak_error'].abs().max():.1%} (bound {BOUNDS['peak']:.0%}); reproduce with: "
+        f"<code>{df['command'].iloc[0]}</code>"
+    )
 
 
 def estimate_check(path=None, mcore_path=None) -> W.VBox:
@@ -73,6 +99,10 @@ def estimate_check(path=None, mcore_path=None) -> W.VBox:
             return box
         sets.append((label, df, colour))
     worst = "<br>".join(_worst(label, df) for label, df, _ in sets)
-    box.children = [banner, W.Image(value=_chart(sets), format="png"), W.HTML(worst),
-                    *(_table(label, df) for label, df, _ in sets)]
+    box.children = [
+        banner,
+        W.Image(value=_chart(sets), format="png"),
+        W.HTML(worst),
+        *(_table(label, df) for label, df, _ in sets),
+    ]
     return box

@@ -46,27 +46,42 @@ class ExportView(W.VBox):
         super().__init__(**kwargs)
         self.add_class("mlite-export-view")
         names = available_models()
-        self._model = W.Combobox(value=model, options=names, description="Model", ensure_option=False,
-                                 layout=W.Layout(width="340px"))
+        self._model = W.Combobox(
+            value=model, options=names, description="Model", ensure_option=False, layout=W.Layout(width="340px")
+        )
         self._model.add_class("mlite-export-model")
-        self._target = W.Dropdown(options=list(TARGETS), value="verl-mlite-grpo", description="Target",
-                                  layout=W.Layout(width="300px"))
+        self._target = W.Dropdown(
+            options=list(TARGETS), value="verl-mlite-grpo", description="Target", layout=W.Layout(width="300px")
+        )
         self._target.add_class("mlite-export-target")
         self._nodes = W.BoundedIntText(value=1, min=1, max=4096, description="Nodes", layout=W.Layout(width="150px"))
         self._nodes.add_class("mlite-export-nodes")
         self._gpus = W.BoundedIntText(value=8, min=1, max=64, description="GPUs/node", layout=W.Layout(width="160px"))
         self._gpus.add_class("mlite-export-gpus")
         small = W.Layout(width="110px")
-        self._mesh = {k: W.BoundedIntText(value=1, min=1, max=4096, description=k.upper(), layout=small,
-                                          style={"description_width": "32px"}) for k in _MESH}
+        self._mesh = {
+            k: W.BoundedIntText(
+                value=1, min=1, max=4096, description=k.upper(), layout=small, style={"description_width": "32px"}
+            )
+            for k in _MESH
+        }
         self._layout = W.Text(value="", placeholder="pp_layout (optional)", layout=W.Layout(width="260px"))
-        self._optimizer = W.Dropdown(options=["dist_opt", "fsdp2"], value="dist_opt", description="Optimizer",
-                                     layout=W.Layout(width="200px"))
+        self._optimizer = W.Dropdown(
+            options=["dist_opt", "fsdp2"], value="dist_opt", description="Optimizer", layout=W.Layout(width="200px")
+        )
         self._pao = W.Checkbox(value=False, description="PAO", indent=False, layout=W.Layout(width="70px"))
-        self._fraction = W.BoundedFloatText(value=0.0, min=0.0, max=1.0, step=0.1, description="offload_fraction",
-                                            style={"description_width": "110px"}, layout=W.Layout(width="190px"))
-        self._recompute = W.Dropdown(options=["none", "selective", "full"], value="none", description="Recompute",
-                                     layout=W.Layout(width="200px"))
+        self._fraction = W.BoundedFloatText(
+            value=0.0,
+            min=0.0,
+            max=1.0,
+            step=0.1,
+            description="offload_fraction",
+            style={"description_width": "110px"},
+            layout=W.Layout(width="190px"),
+        )
+        self._recompute = W.Dropdown(
+            options=["none", "selective", "full"], value="none", description="Recompute", layout=W.Layout(width="200px")
+        )
         self._out = W.Text(value=out, description="Folder", layout=W.Layout(width="420px"))
         self._out.add_class("mlite-export-out")
         self._write = W.Button(description="Write files", button_style="primary", icon="save")
@@ -82,7 +97,9 @@ class ExportView(W.VBox):
             W.HBox(list(self._mesh.values()) + [self._layout]),
             W.HBox([self._optimizer, self._pao, self._fraction, self._recompute]),
             W.HBox([self._out, self._write]),
-            self.errors, self._summary, self._tabs,
+            self.errors,
+            self._summary,
+            self._tabs,
         )
         self._write.on_click(self.errors.guard(lambda _b: self.export()))
         self.model = model
@@ -100,9 +117,16 @@ class ExportView(W.VBox):
         self._recompute.value = o.recompute
 
     # ------------------------------------------------------------------ actions
-    def set_plan(self, *, model: str | None = None, parallel: ParallelConfig | None = None,
-                 options: TrainingOptions | None = None, nodes: int | None = None,
-                 gpus_per_node: int | None = None, target: str | None = None) -> None:
+    def set_plan(
+        self,
+        *,
+        model: str | None = None,
+        parallel: ParallelConfig | None = None,
+        options: TrainingOptions | None = None,
+        nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        target: str | None = None,
+    ) -> None:
         """Fill the view from another view's choice (any argument left None keeps what is shown)."""
         if model is not None:
             self.model = model
@@ -126,10 +150,13 @@ class ExportView(W.VBox):
         def sync(_=None):
             plan = planner.plan
             gpn = planner.gpus_per_node
-            self.set_plan(model=planner.model_ref or None,
-                          parallel=plan.parallel if plan is not None else None,
-                          options=memory.options() if memory is not None else None,
-                          gpus_per_node=gpn, nodes=max(1, -(-plan.ngpu // gpn)) if plan is not None else None)
+            self.set_plan(
+                model=planner.model_ref or None,
+                parallel=plan.parallel if plan is not None else None,
+                options=memory.options() if memory is not None else None,
+                gpus_per_node=gpn,
+                nodes=max(1, -(-plan.ngpu // gpn)) if plan is not None else None,
+            )
 
         planner.observe(sync, names=["plan", "model_ref"])
         if memory is not None:
@@ -141,13 +168,24 @@ class ExportView(W.VBox):
         model = (self._model.value or "").strip()
         if not model:
             raise MliteError("Model: pick a model from the list or type a path to a config.json")
-        parallel = ParallelConfig(**{k: w.value for k, w in self._mesh.items()},
-                                  pp_layout=self._layout.value.strip() or None)
-        options = replace(self.options, optimizer=self._optimizer.value,
-                          use_precision_aware_optimizer=self._pao.value, offload_fraction=float(self._fraction.value),
-                          recompute=self._recompute.value)
-        return ExportPlan(model=model, target=self._target.value, parallel=parallel, options=options,
-                          nodes=self._nodes.value, gpus_per_node=self._gpus.value)
+        parallel = ParallelConfig(
+            **{k: w.value for k, w in self._mesh.items()}, pp_layout=self._layout.value.strip() or None
+        )
+        options = replace(
+            self.options,
+            optimizer=self._optimizer.value,
+            use_precision_aware_optimizer=self._pao.value,
+            offload_fraction=float(self._fraction.value),
+            recompute=self._recompute.value,
+        )
+        return ExportPlan(
+            model=model,
+            target=self._target.value,
+            parallel=parallel,
+            options=options,
+            nodes=self._nodes.value,
+            gpus_per_node=self._gpus.value,
+        )
 
     def export(self):
         """Write the files for the current controls and show them; an invalid mesh shows its reasons inline."""
@@ -167,11 +205,15 @@ class ExportView(W.VBox):
             f"vpp={m['vpp']} cp={m['cp']} ep={m['ep']} etp={m['etp']} &rarr; dp={m['dp']} edp={m['edp']}<br>"
             f"wrote {len(res.paths)} files to <code>{esc(folder)}</code>; submit with "
             f"<code>cd {esc(folder)} &amp;&amp; mkdir -p {esc(plan.log_dir)} &amp;&amp; sbatch {esc(res.job)}</code>"
-            + (f"<ul style='margin:2px 0'>{warn}</ul>" if warn else "") + "</div>")
+            + (f"<ul style='margin:2px 0'>{warn}</ul>" if warn else "")
+            + "</div>"
+        )
         pages = []
         for text in res.files.values():
-            page = W.HTML(value=f'<pre class="mlite-export-file" style="max-height:420px;overflow:auto;'
-                          f'font-size:85%">{esc(text)}</pre>')
+            page = W.HTML(
+                value=f'<pre class="mlite-export-file" style="max-height:420px;overflow:auto;'
+                f'font-size:85%">{esc(text)}</pre>'
+            )
             pages.append(page)
         self._tabs.children = pages
         for i, name in enumerate(res.files):

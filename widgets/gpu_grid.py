@@ -42,8 +42,20 @@ OUTLINE = {  # kind: (colour, dash, inset index)
     "etp": ("#0e7c86", "3 3", 4),
     "edp": ("#b03a2e", "1 3", 5),
 }
-STAGE_COLORS = ("#cfe3f6", "#fde0c2", "#d4efd0", "#f7d1d3", "#e3d7f0", "#f2e6c4", "#d3eef0", "#f4d9ec",
-                "#e6ecc6", "#dedede", "#c9e6dc", "#efdcc9")
+STAGE_COLORS = (
+    "#cfe3f6",
+    "#fde0c2",
+    "#d4efd0",
+    "#f7d1d3",
+    "#e3d7f0",
+    "#f2e6c4",
+    "#d3eef0",
+    "#f4d9ec",
+    "#e6ecc6",
+    "#dedede",
+    "#c9e6dc",
+    "#efdcc9",
+)
 """Fill of pipeline rank i is ``STAGE_COLORS[i % 12]``."""
 MAX_DRAWN = 256
 """Ranks drawn at most (the first ones; the layout repeats per pipeline stage)."""
@@ -62,10 +74,12 @@ class ClickBridge:
     VS Code); in headless runs nothing clicks, and :meth:`pick` does the same from Python.
     """
 
-    onclick = ("var t=event.target.closest('[data-pick]');if(!t)return;"
-               "var i=this.closest('.mlite-pick-scope').querySelector('.mlite-pick input');if(!i)return;"
-               "i.value=t.getAttribute('data-pick')+'@'+Date.now();"
-               "i.dispatchEvent(new Event('change',{bubbles:true}));")
+    onclick = (
+        "var t=event.target.closest('[data-pick]');if(!t)return;"
+        "var i=this.closest('.mlite-pick-scope').querySelector('.mlite-pick input');if(!i)return;"
+        "i.value=t.getAttribute('data-pick')+'@'+Date.now();"
+        "i.dispatchEvent(new Event('change',{bubbles:true}));"
+    )
     """Inline handler for the container element (single quotes only: it sits in a double-quoted attribute)."""
 
     def __init__(self, callback, banner: ErrorBanner | None = None):
@@ -128,38 +142,48 @@ def grid_svg(plan, *, kinds=DEFAULT_KINDS, focus: int | None = 0, max_ranks: int
     def xy(r: int) -> tuple[float, float]:
         node, local = divmod(r, gpn)
         line, col = divmod(local, cols)
-        return (_LABEL_W + _NODE_PAD + col * (_CELL_W + _GAP),
-                node * (node_h + _GAP) + _NODE_PAD + line * (_CELL_H + _GAP))
+        return (
+            _LABEL_W + _NODE_PAD + col * (_CELL_W + _GAP),
+            node * (node_h + _GAP) + _NODE_PAD + line * (_CELL_H + _GAP),
+        )
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" style="font-family:sans-serif" onclick="{ClickBridge.onclick}">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" style="font-family:sans-serif" onclick="{ClickBridge.onclick}">'
+    ]
     for n in range(nodes):
         y = n * (node_h + _GAP)
         first, last = n * gpn, min((n + 1) * gpn, world) - 1
-        out.append(f'<rect x="{_LABEL_W - 4}" y="{y}" width="{width - _LABEL_W + 4}" height="{node_h}" rx="6" '
-                   f'fill="#fafafa" stroke="#b8b8b8"/>'
-                   f'<text x="4" y="{y + node_h / 2 - 4}" font-size="12" font-weight="600">node {n}</text>'
-                   f'<text x="4" y="{y + node_h / 2 + 11}" font-size="10" fill="#666">ranks {first}–{last}</text>')
+        out.append(
+            f'<rect x="{_LABEL_W - 4}" y="{y}" width="{width - _LABEL_W + 4}" height="{node_h}" rx="6" '
+            f'fill="#fafafa" stroke="#b8b8b8"/>'
+            f'<text x="4" y="{y + node_h / 2 - 4}" font-size="12" font-weight="600">node {n}</text>'
+            f'<text x="4" y="{y + node_h / 2 + 11}" font-size="10" fill="#666">ranks {first}–{last}</text>'
+        )
     sizes = layout.sizes
     for r in range(shown):
         d, e = layout.coords(r, "dense"), layout.coords(r, "expert")
         x, y = xy(r)
         fill = STAGE_COLORS[d["pp"] % len(STAGE_COLORS)]
-        tip = (f"rank {r} · node {r // gpn}, GPU {r % gpn}\n"
-               f"pipeline rank {d['pp']}: {stage_text(plan, d['pp'])}\n"
-               f"dense: tp {d['tp']} · cp {d['cp']} · dp {d['dp']} · pp {d['pp']}\n"
-               f"expert: etp {e['etp']} · ep {e['ep']} · edp {e['edp']} · pp {e['pp']}")
+        tip = (
+            f"rank {r} · node {r // gpn}, GPU {r % gpn}\n"
+            f"pipeline rank {d['pp']}: {stage_text(plan, d['pp'])}\n"
+            f"dense: tp {d['tp']} · cp {d['cp']} · dp {d['dp']} · pp {d['pp']}\n"
+            f"expert: etp {e['etp']} · ep {e['ep']} · edp {e['edp']} · pp {e['pp']}"
+        )
         coord = " ".join(f"{k[0]}{d[k]}" for k in ("tp", "cp", "dp") if sizes["dense"][k] > 1)
         if sizes["expert"]["ep"] > 1:
             coord += f" e{e['ep']}"
         frame = ' stroke="#111" stroke-width="3"' if r == focus else ' stroke="#9a9a9a" stroke-width="1"'
-        out.append(f'<g class="mlite-gpu-cell" data-rank="{r}" data-pp="{d["pp"]}" data-pick="rank:{r}" '
-                   f'style="cursor:pointer"><title>{esc(tip)}</title>'
-                   f'<rect x="{x}" y="{y}" width="{_CELL_W}" height="{_CELL_H}" rx="4" fill="{fill}"{frame}/>'
-                   f'<text x="{x + _CELL_W / 2}" y="{y + _CELL_H / 2 + 1}" font-size="13" font-weight="700" '
-                   f'text-anchor="middle">{r}</text>'
-                   f'<text x="{x + _CELL_W / 2}" y="{y + _CELL_H / 2 + 13}" font-size="8.5" fill="#444" '
-                   f'text-anchor="middle">{esc(coord.strip())}</text></g>')
+        out.append(
+            f'<g class="mlite-gpu-cell" data-rank="{r}" data-pp="{d["pp"]}" data-pick="rank:{r}" '
+            f'style="cursor:pointer"><title>{esc(tip)}</title>'
+            f'<rect x="{x}" y="{y}" width="{_CELL_W}" height="{_CELL_H}" rx="4" fill="{fill}"{frame}/>'
+            f'<text x="{x + _CELL_W / 2}" y="{y + _CELL_H / 2 + 1}" font-size="13" font-weight="700" '
+            f'text-anchor="middle">{r}</text>'
+            f'<text x="{x + _CELL_W / 2}" y="{y + _CELL_H / 2 + 13}" font-size="8.5" fill="#444" '
+            f'text-anchor="middle">{esc(coord.strip())}</text></g>'
+        )
     faint: list[str] = []  # the focus rank's groups are drawn last, on top
     bold: list[str] = []
     for kind in kinds:
@@ -176,7 +200,9 @@ def grid_svg(plan, *, kinds=DEFAULT_KINDS, focus: int | None = 0, max_ranks: int
                     f'<rect class="mlite-gpu-outline-{kind}" x="{xa + inset}" y="{ya + inset}" '
                     f'width="{xb - xa + _CELL_W - 2 * inset}" height="{_CELL_H - 2 * inset}" rx="3" '
                     f'fill="none" stroke="{color}" stroke-width="{sw}" stroke-opacity="{op}"'
-                    + (f' stroke-dasharray="{dash}"' if dash else "") + ' pointer-events="none"/>')
+                    + (f' stroke-dasharray="{dash}"' if dash else "")
+                    + ' pointer-events="none"/>'
+                )
     out += faint + bold
     out.append("</svg>")
     return "".join(out)
@@ -186,14 +212,19 @@ def legend_html(plan, kinds=DEFAULT_KINDS) -> str:
     """Stage colours (what each pipeline rank runs) and the outline styles."""
     items = []
     for p in range(plan.parallel.pp):
-        items.append(f'<span style="display:inline-block;margin:0 12px 2px 0"><span style="display:inline-block;'
-                     f'width:12px;height:12px;background:{STAGE_COLORS[p % len(STAGE_COLORS)]};border:1px solid #999;'
-                     f'vertical-align:middle"></span> pp {p}: {esc(stage_text(plan, p))}</span>')
+        items.append(
+            f'<span style="display:inline-block;margin:0 12px 2px 0"><span style="display:inline-block;'
+            f"width:12px;height:12px;background:{STAGE_COLORS[p % len(STAGE_COLORS)]};border:1px solid #999;"
+            f'vertical-align:middle"></span> pp {p}: {esc(stage_text(plan, p))}</span>'
+        )
     for kind in kinds:
         color, dash, _ = OUTLINE[kind]
-        items.append(f'<span style="display:inline-block;margin:0 12px 2px 0"><svg width="26" height="12">'
-                     f'<rect x="1" y="1" width="24" height="10" rx="2" fill="none" stroke="{color}" stroke-width="2"'
-                     + (f' stroke-dasharray="{dash}"' if dash else "") + f'/></svg> {kind} group</span>')
+        items.append(
+            f'<span style="display:inline-block;margin:0 12px 2px 0"><svg width="26" height="12">'
+            f'<rect x="1" y="1" width="24" height="10" rx="2" fill="none" stroke="{color}" stroke-width="2"'
+            + (f' stroke-dasharray="{dash}"' if dash else "")
+            + f"/></svg> {kind} group</span>"
+        )
     return f'<div style="font-size:90%;line-height:1.6">{"".join(items)}</div>'
 
 
@@ -201,12 +232,17 @@ def groups_html(plan, rank: int) -> str:
     """``rank``'s groups, as ``mlite mesh --rank`` lists them."""
     layout = plan.ranks()
     d, e = layout.coords(rank, "dense"), layout.coords(rank, "expert")
-    rows = "".join(f"<tr><td style='padding:0 10px 0 0'><b>{k}</b></td><td><code>"
-                   f"{esc(short_list(layout.group(k, rank)))}</code></td></tr>" for k in LIST_KINDS)
-    return (f"<div style='line-height:1.4'><b>rank {rank}</b> · node {rank // plan.gpus_per_node} · dense "
-            f"(tp {d['tp']}, cp {d['cp']}, dp {d['dp']}, pp {d['pp']}) · expert "
-            f"(etp {e['etp']}, ep {e['ep']}, edp {e['edp']}, pp {e['pp']})"
-            f"<table style='font-size:92%'>{rows}</table></div>")
+    rows = "".join(
+        f"<tr><td style='padding:0 10px 0 0'><b>{k}</b></td><td><code>"
+        f"{esc(short_list(layout.group(k, rank)))}</code></td></tr>"
+        for k in LIST_KINDS
+    )
+    return (
+        f"<div style='line-height:1.4'><b>rank {rank}</b> · node {rank // plan.gpus_per_node} · dense "
+        f"(tp {d['tp']}, cp {d['cp']}, dp {d['dp']}, pp {d['pp']}) · expert "
+        f"(etp {e['etp']}, ep {e['ep']}, edp {e['edp']}, pp {e['pp']})"
+        f"<table style='font-size:92%'>{rows}</table></div>"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- view
@@ -226,13 +262,23 @@ class GpuGrid(W.VBox):
         """Inline error line; the owning view's when it passes ``errors``."""
         self._kinds = {}
         for k in KINDS:
-            b = W.ToggleButton(value=k in DEFAULT_KINDS, description=k, tooltip=f"outline the {k} groups",
-                               layout=W.Layout(width="52px"))
+            b = W.ToggleButton(
+                value=k in DEFAULT_KINDS,
+                description=k,
+                tooltip=f"outline the {k} groups",
+                layout=W.Layout(width="52px"),
+            )
             b.add_class(f"mlite-gpu-kind-{k}")
             b.observe(self.errors.guard(lambda _c: self._render()), names="value")
             self._kinds[k] = b
-        self._rank = W.BoundedIntText(value=0, min=0, max=0, description="rank", layout=W.Layout(width="150px"),
-                                      tooltip="focus rank: its groups are drawn bold and listed below")
+        self._rank = W.BoundedIntText(
+            value=0,
+            min=0,
+            max=0,
+            description="rank",
+            layout=W.Layout(width="150px"),
+            tooltip="focus rank: its groups are drawn bold and listed below",
+        )
         self._rank.add_class("mlite-gpu-focus")
         self._svg = W.HTML()
         self._svg.add_class("mlite-gpu-grid-svg")
@@ -242,8 +288,9 @@ class GpuGrid(W.VBox):
         self._note = W.HTML()
         self.bridge = ClickBridge(self._on_pick, self.errors)
         self._picture = W.VBox([self.bridge.box(self._svg), self._legend, self._groups])
-        controls = W.HBox([W.HTML("<b>outline</b>&nbsp;", layout=W.Layout(margin="4px 0 0 0")),
-                           *self._kinds.values(), self._rank])
+        controls = W.HBox(
+            [W.HTML("<b>outline</b>&nbsp;", layout=W.Layout(margin="4px 0 0 0")), *self._kinds.values(), self._rank]
+        )
         self.children = (controls, *([self.errors] if own else []), self._note, self._picture)
         traitlets.link((self, "focus"), (self._rank, "value"))
         self.observe(self.errors.guard(lambda _c: self._render()), names=["plan", "focus"])
@@ -276,9 +323,12 @@ class GpuGrid(W.VBox):
             self.focus = 0  # re-renders through the observer
             return
         shown = min(plan.ngpu, MAX_DRAWN)
-        self._note.value = ("" if shown == plan.ngpu else
-                            f"<i>Showing ranks 0–{shown - 1} of {plan.ngpu} (the first "
-                            f"{-(-shown // plan.gpus_per_node)} nodes); every pipeline stage repeats this pattern.</i>")
+        self._note.value = (
+            ""
+            if shown == plan.ngpu
+            else f"<i>Showing ranks 0–{shown - 1} of {plan.ngpu} (the first "
+            f"{-(-shown // plan.gpus_per_node)} nodes); every pipeline stage repeats this pattern.</i>"
+        )
         self._svg.value = grid_svg(plan, kinds=self.kinds, focus=self.focus)
         self._legend.value = legend_html(plan, self.kinds)
         self._groups.value = groups_html(plan, self.focus)

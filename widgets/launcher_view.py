@@ -24,9 +24,21 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "tests" / "data" / "launchers"
 """Launchers offered in the dropdown (verl's examples, copied with provenance, and the kit's own fixtures)."""
 PASTED = "(pasted text)"
-MEMORY_FIELDS = ("optimizer", "use_distributed_optimizer", "use_precision_aware_optimizer", "main_grads_dtype",
-                 "store_param_remainders", "offload_fraction", "param_offload", "optimizer_offload",
-                 "micro_batch_size", "num_microbatches", "recompute", "sequence_parallel", "attention")
+MEMORY_FIELDS = (
+    "optimizer",
+    "use_distributed_optimizer",
+    "use_precision_aware_optimizer",
+    "main_grads_dtype",
+    "store_param_remainders",
+    "offload_fraction",
+    "param_offload",
+    "optimizer_offload",
+    "micro_batch_size",
+    "num_microbatches",
+    "recompute",
+    "sequence_parallel",
+    "attention",
+)
 """TrainingOptions fields the memory view has a control of the same name for (moments: ``moment_dtype``)."""
 
 
@@ -47,14 +59,22 @@ class LauncherView(W.VBox):
         self.planner, self.memory, self.explorer = planner, memory, explorer
         self.errors = ErrorBanner()
         files = example_launchers()
-        self.pick = W.Dropdown(options=[PASTED, *files], value=launcher if launcher in files else PASTED,
-                               description="launcher", layout=W.Layout(width="760px"))
+        self.pick = W.Dropdown(
+            options=[PASTED, *files],
+            value=launcher if launcher in files else PASTED,
+            description="launcher",
+            layout=W.Layout(width="760px"),
+        )
         self.pick.add_class("mlite-launcher-pick")
-        self.text = W.Textarea(placeholder="or paste a launcher script / a resolved verl command line here",
-                               layout=W.Layout(width="760px", height="110px"))
+        self.text = W.Textarea(
+            placeholder="or paste a launcher script / a resolved verl command line here",
+            layout=W.Layout(width="760px", height="110px"),
+        )
         self.text.add_class("mlite-launcher-text")
-        self.env = W.Textarea(placeholder="NAME=VALUE per line (what --env gives on the command line)",
-                              layout=W.Layout(width="760px", height="48px"))
+        self.env = W.Textarea(
+            placeholder="NAME=VALUE per line (what --env gives on the command line)",
+            layout=W.Layout(width="760px", height="48px"),
+        )
         self.env.add_class("mlite-launcher-env")
         self.read = W.Button(description="read launcher", button_style="primary")
         self.read.add_class("mlite-launcher-read")
@@ -119,17 +139,28 @@ class LauncherView(W.VBox):
             self.memory.set(**values)
 
     def _render(self, imp, doc) -> None:
-        verdict = ("<b style='color:#1e7e34'>&#10003; valid</b>" if doc["valid"] else
-                   "<b style='color:#b00020'>&#10007; invalid</b> (Megatron-Core would stop at start-up)")
-        model = (esc(doc["model_config"]) if doc["model_config"] else
-                 f"{esc(doc['model_path'] or '?')} <i>(no config in data/models/: the planner keeps its model)</i>")
+        verdict = (
+            "<b style='color:#1e7e34'>&#10003; valid</b>"
+            if doc["valid"]
+            else "<b style='color:#b00020'>&#10007; invalid</b> (Megatron-Core would stop at start-up)"
+        )
+        model = (
+            esc(doc["model_config"])
+            if doc["model_config"]
+            else f"{esc(doc['model_path'] or '?')} <i>(no config in data/models/: the planner keeps its model)</i>"
+        )
         mesh = " ".join(f"{k}={doc[k]}" for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp"))
         self._summary.value = (
             f"<div style='line-height:1.5'>{verdict} &nbsp; <code>{esc(doc['entry'])}</code> → {esc(doc['target'])}, "
             f"{doc['nnodes']} × {doc['gpus_per_node']} = <b>{doc['ngpu']} GPUs</b>, model {model}"
-            f"<br><span style='font-family:monospace'>{esc(mesh)}</span></div>")
-        rows = [("error", e) for e in doc["errors"]] + [("info", i) for i in doc["info"]] + \
-            [("warning", w) for w in doc["warnings"]]
+            f"<br><span style='font-family:monospace'>{esc(mesh)}</span></div>"
+        )
+        rows = (
+            [("error", e) for e in doc["errors"]]
+            + [("info", i) for i in doc["info"]]
+            + [("warning", w) for w in doc["warnings"]]
+        )
         colors = {"error": "#b00020", "info": "#555", "warning": "#9a6700"}
-        self._notes.value = "".join(f"<div style='color:{colors[k]};line-height:1.35'>{k}: {esc(m)}</div>"
-                                    for k, m in rows)
+        self._notes.value = "".join(
+            f"<div style='color:{colors[k]};line-height:1.35'>{k}: {esc(m)}</div>" for k, m in rows
+        )

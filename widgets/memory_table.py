@@ -37,15 +37,30 @@ class _Debounce:
 
 
 MEMORY_COLUMNS = [
-    RANK_COLUMN, *MESH_COLUMNS,
-    Column("total", "GPU GiB", fmt=lambda r: f"{r['total'] / GIB:.1f}", css=lambda r: "" if r["fits"] else "mlite-oom",
-           tip="GPU memory of the most loaded rank (peak + framework overhead)"),
+    RANK_COLUMN,
+    *MESH_COLUMNS,
+    Column(
+        "total",
+        "GPU GiB",
+        fmt=lambda r: f"{r['total'] / GIB:.1f}",
+        css=lambda r: "" if r["fits"] else "mlite-oom",
+        tip="GPU memory of the most loaded rank (peak + framework overhead)",
+    ),
     Column("static", "static GiB", fmt=lambda r: f"{r['static'] / GIB:.1f}", tip="params + grads + optimizer state"),
-    Column("dynamic", "act+tmp GiB", fmt=lambda r: f"{r['dynamic'] / GIB:.1f}",
-           tip="activations and the largest transient buffer"),
+    Column(
+        "dynamic",
+        "act+tmp GiB",
+        fmt=lambda r: f"{r['dynamic'] / GIB:.1f}",
+        tip="activations and the largest transient buffer",
+    ),
     Column("host", "host GiB", fmt=lambda r: f"{r['host'] / GIB:.1f}", tip="host RAM per GPU process"),
-    Column("fits_text", "fits", numeric=False, css=lambda r: "" if r["fits"] else "mlite-oom",
-           tip="total <= usable (device memory less the headroom)"),
+    Column(
+        "fits_text",
+        "fits",
+        numeric=False,
+        css=lambda r: "" if r["fits"] else "mlite-oom",
+        tip="total <= usable (device memory less the headroom)",
+    ),
     Column("score", "score", fmt=lambda r: f"{r['score']:.2f}", tip="the planner's score (lower is better)"),
 ]
 
@@ -55,8 +70,12 @@ def memory_rows(meshes) -> list[dict]:
     rows = planner_rows(meshes)
     for row, m in zip(rows, meshes):
         e = m.extra
-        row.update(total=e["total_bytes"], static=e["static_bytes"], dynamic=e["peak_bytes"] - e["static_bytes"],
-                   host=e["host_bytes"], fits=bool(m.fits), fits_text="✓" if m.fits else "OOM")
+        row.update(
+            total=e["total_bytes"],
+            static=e["static_bytes"],
+            dynamic=e["peak_bytes"] - e["static_bytes"],
+            host=e["host_bytes"],
+            fits=bool(m.fits),
+            fits_text="✓" if m.fits else "OOM",
+        )
     return rows
-
-

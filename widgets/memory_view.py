@@ -80,49 +80,117 @@ class MemoryView(W.VBox):
         lay = lambda w: W.Layout(width=w)
         narrow = {"description_width": "initial"}
         c = self.controls = {
-            "gpu": W.Dropdown(options=[(f"{k} ({v:g} GiB)", k) for k, v in GPU_MEMORY_GIB.items()]
-                              + [("custom", "custom")], value=gpu_name, description="GPU", layout=lay("220px")),
-            "gpu_memory_gib": W.BoundedFloatText(value=gib_value, min=1, max=4096, step=1,
-                                                 description=_ROWS["gpu_memory_gib"].label,
-                                                 continuous_update=False, layout=lay("150px")),
-            "optimizer": W.ToggleButtons(options=list(_ROWS["optimizer"].choices), value=o.optimizer,
-                                         tooltips=["Megatron-Core DDP + distributed optimizer",
-                                                   "PyTorch fully_shard (mlite fsdp2)"],
-                                         style={"button_width": "80px"}),
-            "use_distributed_optimizer": W.Checkbox(value=o.use_distributed_optimizer,
-                                                    description=_ROWS["use_distributed_optimizer"].label, indent=False,
-                                                    layout=lay("180px")),
-            "use_precision_aware_optimizer": W.Checkbox(value=o.use_precision_aware_optimizer,
-                                                        description=_ROWS["use_precision_aware_optimizer"].label, indent=False,
-                                                        layout=lay("250px")),
-            "main_grads_dtype": W.Dropdown(options=list(_ROWS["main_grads_dtype"].choices), value=o.main_grads_dtype,
-                                           description=_ROWS["main_grads_dtype"].label,
-                                           layout=lay("140px"), style=narrow),
-            "moment_dtype": W.Dropdown(options=list(_ROWS["exp_avg_dtype"].choices), value=o.exp_avg_dtype,
-                                       description=_ROWS["exp_avg_dtype"].label,
-                                       layout=lay("160px"), style=narrow),
-            "store_param_remainders": W.Checkbox(value=o.store_param_remainders, description=_ROWS["store_param_remainders"].label,
-                                                 indent=False, layout=lay("160px")),
-            "offload_fraction": W.FloatSlider(value=o.offload_fraction, min=0.0, max=1.0, step=0.05,
-                                              description=_ROWS["offload_fraction"].label, readout_format=".2f",
-                                              continuous_update=True, layout=lay("420px"), style=narrow),
-            "param_offload": W.Checkbox(value=o.param_offload, description=_ROWS["param_offload"].label, indent=False,
-                                        layout=lay("130px")),
-            "optimizer_offload": W.Checkbox(value=o.optimizer_offload, description=_ROWS["optimizer_offload"].label,
-                                            indent=False, layout=lay("150px")),
-            "recompute": W.Dropdown(options=list(_ROWS["recompute"].choices), value=o.recompute,
-                                    description=_ROWS["recompute"].label,
-                                    layout=lay("190px"), style=narrow),
-            "micro_batch_size": W.BoundedIntText(value=o.micro_batch_size, min=1, max=4096, description=_ROWS["micro_batch_size"].label,
-                                                 continuous_update=False, layout=lay("150px"), style=narrow),
-            "num_microbatches": W.BoundedIntText(value=o.num_microbatches, min=1, max=1 << 16,
-                                                 description=_ROWS["num_microbatches"].label, continuous_update=False,
-                                                 layout=lay("160px"), style=narrow),
-            "sequence_parallel": W.Checkbox(value=o.sequence_parallel, description=_ROWS["sequence_parallel"].label,
-                                            indent=False, layout=lay("150px")),
-            "attention": W.Dropdown(options=list(_ROWS["attention"].choices), value=o.attention,
-                                    description=_ROWS["attention"].label,
-                                    layout=lay("170px"), style=narrow),
+            "gpu": W.Dropdown(
+                options=[(f"{k} ({v:g} GiB)", k) for k, v in GPU_MEMORY_GIB.items()] + [("custom", "custom")],
+                value=gpu_name,
+                description="GPU",
+                layout=lay("220px"),
+            ),
+            "gpu_memory_gib": W.BoundedFloatText(
+                value=gib_value,
+                min=1,
+                max=4096,
+                step=1,
+                description=_ROWS["gpu_memory_gib"].label,
+                continuous_update=False,
+                layout=lay("150px"),
+            ),
+            "optimizer": W.ToggleButtons(
+                options=list(_ROWS["optimizer"].choices),
+                value=o.optimizer,
+                tooltips=["Megatron-Core DDP + distributed optimizer", "PyTorch fully_shard (mlite fsdp2)"],
+                style={"button_width": "80px"},
+            ),
+            "use_distributed_optimizer": W.Checkbox(
+                value=o.use_distributed_optimizer,
+                description=_ROWS["use_distributed_optimizer"].label,
+                indent=False,
+                layout=lay("180px"),
+            ),
+            "use_precision_aware_optimizer": W.Checkbox(
+                value=o.use_precision_aware_optimizer,
+                description=_ROWS["use_precision_aware_optimizer"].label,
+                indent=False,
+                layout=lay("250px"),
+            ),
+            "main_grads_dtype": W.Dropdown(
+                options=list(_ROWS["main_grads_dtype"].choices),
+                value=o.main_grads_dtype,
+                description=_ROWS["main_grads_dtype"].label,
+                layout=lay("140px"),
+                style=narrow,
+            ),
+            "moment_dtype": W.Dropdown(
+                options=list(_ROWS["exp_avg_dtype"].choices),
+                value=o.exp_avg_dtype,
+                description=_ROWS["exp_avg_dtype"].label,
+                layout=lay("160px"),
+                style=narrow,
+            ),
+            "store_param_remainders": W.Checkbox(
+                value=o.store_param_remainders,
+                description=_ROWS["store_param_remainders"].label,
+                indent=False,
+                layout=lay("160px"),
+            ),
+            "offload_fraction": W.FloatSlider(
+                value=o.offload_fraction,
+                min=0.0,
+                max=1.0,
+                step=0.05,
+                description=_ROWS["offload_fraction"].label,
+                readout_format=".2f",
+                continuous_update=True,
+                layout=lay("420px"),
+                style=narrow,
+            ),
+            "param_offload": W.Checkbox(
+                value=o.param_offload, description=_ROWS["param_offload"].label, indent=False, layout=lay("130px")
+            ),
+            "optimizer_offload": W.Checkbox(
+                value=o.optimizer_offload,
+                description=_ROWS["optimizer_offload"].label,
+                indent=False,
+                layout=lay("150px"),
+            ),
+            "recompute": W.Dropdown(
+                options=list(_ROWS["recompute"].choices),
+                value=o.recompute,
+                description=_ROWS["recompute"].label,
+                layout=lay("190px"),
+                style=narrow,
+            ),
+            "micro_batch_size": W.BoundedIntText(
+                value=o.micro_batch_size,
+                min=1,
+                max=4096,
+                description=_ROWS["micro_batch_size"].label,
+                continuous_update=False,
+                layout=lay("150px"),
+                style=narrow,
+            ),
+            "num_microbatches": W.BoundedIntText(
+                value=o.num_microbatches,
+                min=1,
+                max=1 << 16,
+                description=_ROWS["num_microbatches"].label,
+                continuous_update=False,
+                layout=lay("160px"),
+                style=narrow,
+            ),
+            "sequence_parallel": W.Checkbox(
+                value=o.sequence_parallel,
+                description=_ROWS["sequence_parallel"].label,
+                indent=False,
+                layout=lay("150px"),
+            ),
+            "attention": W.Dropdown(
+                options=list(_ROWS["attention"].choices),
+                value=o.attention,
+                description=_ROWS["attention"].label,
+                layout=lay("170px"),
+                style=narrow,
+            ),
         }
         """Every control by name (TrainingOptions names; ``moment_dtype`` sets exp_avg and exp_avg_sq)."""
         for name, w in c.items():
@@ -150,20 +218,46 @@ class MemoryView(W.VBox):
         self._picks: dict[str, dict | None] = {"best": None, "least": None}
         self._cheapest_best.on_click(self.errors.guard(lambda _b: self._apply_pick("best")))
         self._cheapest_least.on_click(self.errors.guard(lambda _b: self._apply_pick("least")))
-        self.table = MeshTable(MEMORY_COLUMNS, on_pick=lambda row: self.planner.apply(row["cfg"]),
-                               css="mlite-memory-table", errors=self.errors)
+        self.table = MeshTable(
+            MEMORY_COLUMNS,
+            on_pick=lambda row: self.planner.apply(row["cfg"]),
+            css="mlite-memory-table",
+            errors=self.errors,
+        )
         """Every valid mesh with its estimate (fits first)."""
         self._table_title = W.HTML()
         self.children = (
-            W.HBox([c["gpu"], c["gpu_memory_gib"], c["optimizer"], c["use_distributed_optimizer"]],
-                   layout=_row_layout()),
-            W.HBox([c["use_precision_aware_optimizer"], c["main_grads_dtype"], c["moment_dtype"],
-                    c["store_param_remainders"]], layout=_row_layout()),
-            W.HBox([c["offload_fraction"], c["param_offload"], c["optimizer_offload"]],
-                   layout=_row_layout()),
-            W.HBox([c["recompute"], seq, c["micro_batch_size"], c["num_microbatches"], c["sequence_parallel"],
-                    c["attention"]], layout=_row_layout()),
-            self.errors, self._invalid, self._results, self._cheapest, self._table_title, self.table)
+            W.HBox(
+                [c["gpu"], c["gpu_memory_gib"], c["optimizer"], c["use_distributed_optimizer"]], layout=_row_layout()
+            ),
+            W.HBox(
+                [
+                    c["use_precision_aware_optimizer"],
+                    c["main_grads_dtype"],
+                    c["moment_dtype"],
+                    c["store_param_remainders"],
+                ],
+                layout=_row_layout(),
+            ),
+            W.HBox([c["offload_fraction"], c["param_offload"], c["optimizer_offload"]], layout=_row_layout()),
+            W.HBox(
+                [
+                    c["recompute"],
+                    seq,
+                    c["micro_batch_size"],
+                    c["num_microbatches"],
+                    c["sequence_parallel"],
+                    c["attention"],
+                ],
+                layout=_row_layout(),
+            ),
+            self.errors,
+            self._invalid,
+            self._results,
+            self._cheapest,
+            self._table_title,
+            self.table,
+        )
         self._debounce = _Debounce(self.errors.guard(self._compute_table))
         self._busy = False
         for name, w in c.items():
@@ -178,17 +272,27 @@ class MemoryView(W.VBox):
         control as given to the constructor)."""
         c = self.controls
         moment = c["moment_dtype"].value
-        return replace(self._base,
-            optimizer=c["optimizer"].value, use_distributed_optimizer=c["use_distributed_optimizer"].value,
+        return replace(
+            self._base,
+            optimizer=c["optimizer"].value,
+            use_distributed_optimizer=c["use_distributed_optimizer"].value,
             use_precision_aware_optimizer=c["use_precision_aware_optimizer"].value,
-            main_grads_dtype=c["main_grads_dtype"].value, exp_avg_dtype=moment, exp_avg_sq_dtype=moment,
+            main_grads_dtype=c["main_grads_dtype"].value,
+            exp_avg_dtype=moment,
+            exp_avg_sq_dtype=moment,
             store_param_remainders=c["store_param_remainders"].value,
-            offload_fraction=round(float(c["offload_fraction"].value), 4), param_offload=c["param_offload"].value,
-            optimizer_offload=c["optimizer_offload"].value, seq_len=self.planner.seq_len,
-            micro_batch_size=c["micro_batch_size"].value, num_microbatches=c["num_microbatches"].value,
-            recompute=c["recompute"].value, sequence_parallel=c["sequence_parallel"].value,
-            attention=c["attention"].value, gpu_memory_gib=float(c["gpu_memory_gib"].value),
-            gpus_per_node=self.planner.gpus_per_node)
+            offload_fraction=round(float(c["offload_fraction"].value), 4),
+            param_offload=c["param_offload"].value,
+            optimizer_offload=c["optimizer_offload"].value,
+            seq_len=self.planner.seq_len,
+            micro_batch_size=c["micro_batch_size"].value,
+            num_microbatches=c["num_microbatches"].value,
+            recompute=c["recompute"].value,
+            sequence_parallel=c["sequence_parallel"].value,
+            attention=c["attention"].value,
+            gpu_memory_gib=float(c["gpu_memory_gib"].value),
+            gpus_per_node=self.planner.gpus_per_node,
+        )
 
     def set(self, **values) -> None:
         """Set controls by name (``offload_fraction=0.5``, ``gpu="H200"``), then estimate once."""
@@ -208,8 +312,9 @@ class MemoryView(W.VBox):
         plan = self.planner.plan
         if plan is None:
             return ""
-        return " ".join([self.planner.command(plan).replace("mlite mesh", "mlite memory", 1),
-                         *memory_flags(self.options())])
+        return " ".join(
+            [self.planner.command(plan).replace("mlite mesh", "mlite memory", 1), *memory_flags(self.options())]
+        )
 
     # ------------------------------------------------------------------ events
     def _on_control(self, name: str, change) -> None:
@@ -269,9 +374,11 @@ class MemoryView(W.VBox):
         self._schedule_table(spec, plan, o)
         if not plan.valid:
             self._results.layout.display = "none"
-            self._invalid.value = (f"<div style='color:#9a6700'>&#9888; The planner's mesh is invalid "
-                                   f"({esc(plan.errors[0].message)}): fix it above, or apply a mesh from the table "
-                                   "below.</div>")
+            self._invalid.value = (
+                f"<div style='color:#9a6700'>&#9888; The planner's mesh is invalid "
+                f"({esc(plan.errors[0].message)}): fix it above, or apply a mesh from the table "
+                "below.</div>"
+            )
             self.estimate = None
             return
         est = estimate(spec, plan, o)
@@ -300,9 +407,11 @@ class MemoryView(W.VBox):
         self._table_key, self._pending_key = key, None
         self.table.set_rows(rows, mesh_key(plan.parallel))
         n_fit = sum(r["fits"] for r in rows)
-        self._table_title.value = (f"<b>All valid meshes with their estimate</b>: {n_fit} of {len(rows)} fit on "
-                                   f"{plan.ngpu} × {o.gpu_memory_gib:g} GiB (those that fit first, then by the "
-                                   "planner's score; OOM in red)")
+        self._table_title.value = (
+            f"<b>All valid meshes with their estimate</b>: {n_fit} of {len(rows)} fit on "
+            f"{plan.ngpu} × {o.gpu_memory_gib:g} GiB (those that fit first, then by the "
+            "planner's score; OOM in red)"
+        )
         self._render_cheapest(rows, plan.ngpu, o)
 
     # ------------------------------------------------------------------ rendering
@@ -314,17 +423,24 @@ class MemoryView(W.VBox):
         names = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp")
         mesh = lambda r: " ".join(f"{k}={r[k]}" for k in names)
         if best:
-            head = (f"<b>Cheapest mesh that fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB: "
-                    f"<code>{esc(mesh(best))}</code> — {gib(best['total'])} per GPU, score {best['score']:.2f}. "
-                    "<span style='color:#666'>"
-                    "(the best-ranked mesh among those that fit: TP and EP inside a node, smallest pipeline bubble, "
-                    "least CP, then smaller TP/ETP)</span>")
+            head = (
+                f"<b>Cheapest mesh that fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB: "
+                f"<code>{esc(mesh(best))}</code> — {gib(best['total'])} per GPU, score {best['score']:.2f}. "
+                "<span style='color:#666'>"
+                "(the best-ranked mesh among those that fit: TP and EP inside a node, smallest pipeline bubble, "
+                "least CP, then smaller TP/ETP)</span>"
+            )
         else:
-            head = (f"<b>No mesh fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB with these options: try "
-                    "offload_fraction, PAO with bf16 grads and moments, recompute, a larger GPU, or more GPUs.")
+            head = (
+                f"<b>No mesh fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB with these options: try "
+                "offload_fraction, PAO with bf16 grads and moments, recompute, a larger GPU, or more GPUs."
+            )
         if least:
-            head += (f"<br>Least GPU memory: <code>{esc(mesh(least))}</code> — {gib(least['total'])} per GPU"
-                     + ("" if least["fits"] else " (does not fit)") + ".")
+            head += (
+                f"<br>Least GPU memory: <code>{esc(mesh(least))}</code> — {gib(least['total'])} per GPU"
+                + ("" if least["fits"] else " (does not fit)")
+                + "."
+            )
         self._cheapest_html.value = f"<div style='margin:8px 0 4px 0;line-height:1.45'>{head}</div>"
         self._cheapest_best.disabled = best is None
         self._cheapest_least.disabled = least is None
@@ -338,60 +454,116 @@ class MemoryView(W.VBox):
         fits = d["fits"]
         stage = f" (pp {w.pp_rank}, the most loaded)" if est.plan.parallel.pp > 1 else ""
         cards = [
-            _card("GPU memory per GPU" + stage, gib(total), f"{total:,} B", "mlite-memory-gpu-total",
-                  tip="peak of a steady-state step + framework overhead"),
-            _card("verdict", "fits" if fits else "OOM", (f"{gib(-over)} to spare" if fits else f"over by {gib(over)}")
-                  + f" of {gib(d['usable'], 1)} usable", "mlite-memory-fits", "#1e7e34" if fits else "#b00020",
-                  tip=f"usable = {o.gpu_memory_gib:g} GiB x (1 - headroom {o.headroom})"),
-            _card("host RAM per GPU process", gib(d["host"]["per_gpu"]), f"per node: {gib(d['host']['per_node'])}",
-                  "mlite-memory-host", tip="offloaded optimizer state and runtime-offloaded params/state"),
-            _card("bytes per parameter", f"{d['bytes_per_param']:.2f}", f"over {fmt_count(d['local_params'])} local",
-                  "mlite-memory-bpp", tip="(params + grads + optimizer on the GPU) / local parameters"),
-            _card("between steps (rollout / idle)", gib(d["phases"]["idle"]["gpu"]),
-                  f"host then: {gib(d['phases']['idle']['host'])}", "mlite-memory-idle",
-                  tip="GPU bytes outside the training step with runtime context offload"),
+            _card(
+                "GPU memory per GPU" + stage,
+                gib(total),
+                f"{total:,} B",
+                "mlite-memory-gpu-total",
+                tip="peak of a steady-state step + framework overhead",
+            ),
+            _card(
+                "verdict",
+                "fits" if fits else "OOM",
+                (f"{gib(-over)} to spare" if fits else f"over by {gib(over)}") + f" of {gib(d['usable'], 1)} usable",
+                "mlite-memory-fits",
+                "#1e7e34" if fits else "#b00020",
+                tip=f"usable = {o.gpu_memory_gib:g} GiB x (1 - headroom {o.headroom})",
+            ),
+            _card(
+                "host RAM per GPU process",
+                gib(d["host"]["per_gpu"]),
+                f"per node: {gib(d['host']['per_node'])}",
+                "mlite-memory-host",
+                tip="offloaded optimizer state and runtime-offloaded params/state",
+            ),
+            _card(
+                "bytes per parameter",
+                f"{d['bytes_per_param']:.2f}",
+                f"over {fmt_count(d['local_params'])} local",
+                "mlite-memory-bpp",
+                tip="(params + grads + optimizer on the GPU) / local parameters",
+            ),
+            _card(
+                "between steps (rollout / idle)",
+                gib(d["phases"]["idle"]["gpu"]),
+                f"host then: {gib(d['phases']['idle']['host'])}",
+                "mlite-memory-idle",
+                tip="GPU bytes outside the training step with runtime context offload",
+            ),
         ]
         self._chart.value = memory_svg(est)
         if len(d["stages"]) > 1:
-            rows = "".join(f"<tr><td>pp {s['pp_rank']}</td><td style='text-align:right'>{fmt_count(s['local_params'])}"
-                           f"</td><td style='text-align:right'>{gib(s['static'])}</td><td style='text-align:right'>"
-                           f"{gib(s['activations'])}</td><td style='text-align:right'>{gib(s['total'])}</td></tr>"
-                           for s in d["stages"])
-            self._stages.value = ("<div style='margin-left:12px;line-height:1.4'><b>per pipeline rank</b>"
-                                  "<table style='font-size:92%'>"
-                                  "<tr><th>stage</th><th>local params</th><th>static</th><th>activations</th>"
-                                  f"<th>total</th></tr>{rows}</table></div>")
+            rows = "".join(
+                f"<tr><td>pp {s['pp_rank']}</td><td style='text-align:right'>{fmt_count(s['local_params'])}"
+                f"</td><td style='text-align:right'>{gib(s['static'])}</td><td style='text-align:right'>"
+                f"{gib(s['activations'])}</td><td style='text-align:right'>{gib(s['total'])}</td></tr>"
+                for s in d["stages"]
+            )
+            self._stages.value = (
+                "<div style='margin-left:12px;line-height:1.4'><b>per pipeline rank</b>"
+                "<table style='font-size:92%'>"
+                "<tr><th>stage</th><th>local params</th><th>static</th><th>activations</th>"
+                f"<th>total</th></tr>{rows}</table></div>"
+            )
         else:
             self._stages.value = ""
         sb = state_bytes(o)
-        lines = [(f["name"], f["formula"], f["values"], gib(f["bytes"]) if f["name"] not in ("local_params", "shard")
-                 else f"{f['bytes']:,} params", f["bytes"]) for f in d["formulas"]]
-        lines.insert(len(lines) - 1, ("bytes_per_param", "(params + grads + optimizer) / local_params",
-                                    f"{d['static']:,} / {d['local_params']:,}", f"{d['bytes_per_param']:.3f} B", None))
-        body = "".join(f"<tr><td><b>{esc(n)}</b></td><td><code>{esc(fm)}</code></td><td><code>{esc(v)}</code></td>"
-                       f"<td style='text-align:right;white-space:nowrap' title='{'' if b is None else f'{b:,} bytes'}'>"
-                       f"= {esc(r)}</td></tr>" for n, fm, v, r, b in lines)
-        used = (f"optimizer={o.optimizer} · use_distributed_optimizer={o.use_distributed_optimizer} · "
-                f"use_precision_aware_optimizer={o.pao} · main_grads_dtype={o.main_grads_dtype} · "
-                f"exp_avg_dtype={o.exp_avg_dtype} · exp_avg_sq_dtype={o.exp_avg_sq_dtype} · "
-                f"store_param_remainders={o.store_param_remainders} · offload_fraction={o.offload_fraction:g} · "
-                f"seq_len={o.seq_len} · micro_batch_size={o.micro_batch_size} · num_microbatches={o.num_microbatches}"
-                f" · recompute={o.recompute} · gpu_memory_gib={o.gpu_memory_gib:g}")
-        per = (f"bytes per parameter of each state here: param {sb.param}, grad {sb.grad}, master {sb.master}, "
-               f"exp_avg {sb.exp_avg}, exp_avg_sq {sb.exp_avg_sq}"
-               + (f", host {sb.host_per_offloaded} per offloaded shard parameter" if o.offload_fraction else "")
-               + ("; params and grads sharded too (fsdp2)" if sb.params_sharded else ""))
+        lines = [
+            (
+                f["name"],
+                f["formula"],
+                f["values"],
+                gib(f["bytes"]) if f["name"] not in ("local_params", "shard") else f"{f['bytes']:,} params",
+                f["bytes"],
+            )
+            for f in d["formulas"]
+        ]
+        lines.insert(
+            len(lines) - 1,
+            (
+                "bytes_per_param",
+                "(params + grads + optimizer) / local_params",
+                f"{d['static']:,} / {d['local_params']:,}",
+                f"{d['bytes_per_param']:.3f} B",
+                None,
+            ),
+        )
+        body = "".join(
+            f"<tr><td><b>{esc(n)}</b></td><td><code>{esc(fm)}</code></td><td><code>{esc(v)}</code></td>"
+            f"<td style='text-align:right;white-space:nowrap' title='{'' if b is None else f'{b:,} bytes'}'>"
+            f"= {esc(r)}</td></tr>"
+            for n, fm, v, r, b in lines
+        )
+        used = (
+            f"optimizer={o.optimizer} · use_distributed_optimizer={o.use_distributed_optimizer} · "
+            f"use_precision_aware_optimizer={o.pao} · main_grads_dtype={o.main_grads_dtype} · "
+            f"exp_avg_dtype={o.exp_avg_dtype} · exp_avg_sq_dtype={o.exp_avg_sq_dtype} · "
+            f"store_param_remainders={o.store_param_remainders} · offload_fraction={o.offload_fraction:g} · "
+            f"seq_len={o.seq_len} · micro_batch_size={o.micro_batch_size} · num_microbatches={o.num_microbatches}"
+            f" · recompute={o.recompute} · gpu_memory_gib={o.gpu_memory_gib:g}"
+        )
+        per = (
+            f"bytes per parameter of each state here: param {sb.param}, grad {sb.grad}, master {sb.master}, "
+            f"exp_avg {sb.exp_avg}, exp_avg_sq {sb.exp_avg_sq}"
+            + (f", host {sb.host_per_offloaded} per offloaded shard parameter" if o.offload_fraction else "")
+            + ("; params and grads sharded too (fsdp2)" if sb.params_sharded else "")
+        )
         self._why.value = (
             "<details open style='line-height:1.4'><summary><b>Why</b>: each number, its formula and your values "
             f"(most loaded rank: pp {w.pp_rank})</summary>"
             f"<div style='color:#555;margin:2px 0'>{esc(used)}<br>{esc(per)}<br>same estimate on the command line: "
             f"<code>{esc(self.command())}</code></div>"
             f"<table style='font-size:92%'><tr><th style='text-align:left'>item</th><th style='text-align:left'>"
-            f"formula</th><th style='text-align:left'>with your values</th><th></th></tr>{body}</table></details>")
+            f"formula</th><th style='text-align:left'>with your values</th><th></th></tr>{body}</table></details>"
+        )
         self._details.value = (
             "<details style='line-height:1.4'><summary><b>Breakdown</b> of the most loaded rank</summary>"
             "<div style='display:flex'>"
-            + _small_table("activations", d["activations_detail"]) + _small_table("transients", d["transients"])
-            + _small_table("other", d["other_detail"]) + _small_table("host", d["host_detail"]) + "</div></details>")
+            + _small_table("activations", d["activations_detail"])
+            + _small_table("transients", d["transients"])
+            + _small_table("other", d["other_detail"])
+            + _small_table("host", d["host_detail"])
+            + "</div></details>"
+        )
         # last: a test (or a person) that sees these figures sees the chart and the tables of the same estimate
         self._cards.value = f"<div style='display:flex;flex-wrap:wrap;line-height:1.35'>{''.join(cards)}</div>"

@@ -51,8 +51,16 @@ class MeshTable(W.VBox):
     Rows are dicts with ``key`` (:func:`mesh_key`), ``cfg`` (the ``ParallelConfig`` to apply) and the columns' keys.
     """
 
-    def __init__(self, columns: list[Column], *, on_pick: Callable[[dict], None], css: str, limit: int = 25,
-                 errors: ErrorBanner | None = None, **kwargs):
+    def __init__(
+        self,
+        columns: list[Column],
+        *,
+        on_pick: Callable[[dict], None],
+        css: str,
+        limit: int = 25,
+        errors: ErrorBanner | None = None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.add_class(css)
         self.add_class("mlite-mesh-table-view")
@@ -64,13 +72,18 @@ class MeshTable(W.VBox):
         self._current: str | None = None
         self._on_pick = on_pick
         self._busy = False
-        self._sort = W.Dropdown(options=[(c.label, c.key) for c in columns], value=columns[0].key,
-                                description="sort by", layout=W.Layout(width="200px"))
+        self._sort = W.Dropdown(
+            options=[(c.label, c.key) for c in columns],
+            value=columns[0].key,
+            description="sort by",
+            layout=W.Layout(width="200px"),
+        )
         self._sort.add_class("mlite-table-sort")
         self._desc = W.ToggleButton(value=False, description="descending", layout=W.Layout(width="120px"))
         self._desc.add_class("mlite-table-desc")
-        self._limit = W.Dropdown(options=[("25 rows", 25), ("100 rows", 100), ("all rows", 0)], value=limit,
-                                 layout=W.Layout(width="110px"))
+        self._limit = W.Dropdown(
+            options=[("25 rows", 25), ("100 rows", 100), ("all rows", 0)], value=limit, layout=W.Layout(width="110px")
+        )
         self._info = W.HTML()
         self._info.add_class("mlite-table-info")
         self._html = W.HTML()
@@ -78,8 +91,11 @@ class MeshTable(W.VBox):
         self.bridge = ClickBridge(self._pick, self.errors)
         for w in (self._sort, self._desc, self._limit):
             w.observe(self.errors.guard(lambda _c: self._render()), names="value")
-        self.children = (W.HBox([self._sort, self._desc, self._limit, self._info]),
-                         *([self.errors] if own else []), self.bridge.box(self._html))
+        self.children = (
+            W.HBox([self._sort, self._desc, self._limit, self._info]),
+            *([self.errors] if own else []),
+            self.bridge.box(self._html),
+        )
 
     @property
     def rows(self) -> list[dict]:
@@ -135,9 +151,10 @@ class MeshTable(W.VBox):
         arrow = " &#9660;" if desc else " &#9650;"
         head = "".join(
             f'<th data-pick="sort:{c.key}" title="{esc(c.tip or "sort by " + c.label)}" style="cursor:pointer;'
-            f'text-align:{"right" if c.numeric else "left"};padding:2px 8px;border-bottom:1px solid #999;'
+            f"text-align:{'right' if c.numeric else 'left'};padding:2px 8px;border-bottom:1px solid #999;"
             f'white-space:nowrap;user-select:none">{esc(c.label)}{arrow if c.key == key else ""}</th>'
-            for c in self.columns)
+            for c in self.columns
+        )
         body = []
         for r in shown:
             cur = r["key"] == self._current
@@ -148,20 +165,29 @@ class MeshTable(W.VBox):
                 extra = c.css(r) if c.css else ""
                 bg = ";background:#f8d7da;color:#842029;font-weight:600" if "mlite-oom" in extra else ""
                 title = f' title="{esc(c.title(r))}"' if c.title else ""
-                cells.append(f'<td class="{extra}"{title} style="text-align:{"right" if c.numeric else "left"};'
-                             f'padding:1px 8px{bg}">{esc(c.text(r))}</td>')
-            body.append(f'<tr class="{cls}" data-key="{r["key"]}" data-pick="row:{r["key"]}" style="{style}" '
-                        f'title="click to apply this mesh">{"".join(cells)}</tr>')
-        self._html.value = (f'<div style="max-height:460px;overflow:auto;line-height:1.45"><table class="mlite-table" '
-                            f'onclick="{ClickBridge.onclick}" style="border-collapse:collapse;font-size:92%">'
-                            f'<thead style="position:sticky;top:0;background:#fff">{head}</thead>'
-                            f'<tbody>{"".join(body)}</tbody></table></div>')
+                cells.append(
+                    f'<td class="{extra}"{title} style="text-align:{"right" if c.numeric else "left"};'
+                    f'padding:1px 8px{bg}">{esc(c.text(r))}</td>'
+                )
+            body.append(
+                f'<tr class="{cls}" data-key="{r["key"]}" data-pick="row:{r["key"]}" style="{style}" '
+                f'title="click to apply this mesh">{"".join(cells)}</tr>'
+            )
+        self._html.value = (
+            f'<div style="max-height:460px;overflow:auto;line-height:1.45"><table class="mlite-table" '
+            f'onclick="{ClickBridge.onclick}" style="border-collapse:collapse;font-size:92%">'
+            f'<thead style="position:sticky;top:0;background:#fff">{head}</thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>"
+        )
         where = ""
         if self._current is not None:
             pos = next((i for i, r in enumerate(rows, 1) if r["key"] == self._current), None)
-            where = (" · current mesh: not among them" if pos is None
-                     else f" · current mesh: row {pos}" + ("" if pos <= limit else " (below the rows shown)"))
-        self._info.value = (f"<span style='color:#555'>&nbsp;{len(rows)} meshes, showing {len(shown)}{where}. "
-                            "Click a header to sort, a row to apply it.</span>")
-
-
+            where = (
+                " · current mesh: not among them"
+                if pos is None
+                else f" · current mesh: row {pos}" + ("" if pos <= limit else " (below the rows shown)")
+            )
+        self._info.value = (
+            f"<span style='color:#555'>&nbsp;{len(rows)} meshes, showing {len(shown)}{where}. "
+            "Click a header to sort, a row to apply it.</span>"
+        )

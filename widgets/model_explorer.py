@@ -36,11 +36,13 @@ _FIGURES = (
 
 
 def _card(label: str, value: int | None, tip: str) -> str:
-    return (f'<div title="{esc(tip)}" style="padding:4px 14px 4px 0;min-width:150px">'
-            f'<div class="mlite-figure-label" style="color:#666;font-size:90%">{esc(label)}</div>'
-            f'<div class="mlite-figure-value" style="font-size:150%;font-weight:600">{esc(fmt_count(value))}</div>'
-            f'<div class="mlite-figure-exact" style="font-family:monospace;color:#444">{esc(fmt_exact(value))}</div>'
-            "</div>")
+    return (
+        f'<div title="{esc(tip)}" style="padding:4px 14px 4px 0;min-width:150px">'
+        f'<div class="mlite-figure-label" style="color:#666;font-size:90%">{esc(label)}</div>'
+        f'<div class="mlite-figure-value" style="font-size:150%;font-weight:600">{esc(fmt_count(value))}</div>'
+        f'<div class="mlite-figure-exact" style="font-family:monospace;color:#444">{esc(fmt_exact(value))}</div>'
+        "</div>"
+    )
 
 
 def _shown_path(path: Path) -> str:
@@ -62,8 +64,9 @@ def _draw_components(spec):
         unit = "B" if total >= 1e9 else "M"
         bars = ax.barh(names, values, color="#4C72B0")
         for bar, (_, n) in zip(bars, comps[::-1]):
-            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {100 * n / total:.1f}%",
-                    va="center", fontsize=8)
+            ax.text(
+                bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {100 * n / total:.1f}%", va="center", fontsize=8
+            )
         ax.set_xlabel(f"parameters ({unit})")
         ax.set_title(f"{spec.name}: {fmt_count(total)} parameters by component", fontsize=10)
         ax.set_xlim(0, max(values) * 1.18 if values else 1)
@@ -87,11 +90,14 @@ class ModelExplorer(W.VBox):
         self.add_class("mlite-model-explorer")
         names = available_models()
         self._busy = False
-        self._select = W.Dropdown(options=names, value=None, description="Model",
-                                  layout=W.Layout(width="340px"))
+        self._select = W.Dropdown(options=names, value=None, description="Model", layout=W.Layout(width="340px"))
         self._select.add_class("mlite-model-select")
-        self._path = W.Text(value="", placeholder="or a path to any config.json (Enter to load)",
-                            continuous_update=False, layout=W.Layout(width="420px"))
+        self._path = W.Text(
+            value="",
+            placeholder="or a path to any config.json (Enter to load)",
+            continuous_update=False,
+            layout=W.Layout(width="420px"),
+        )
         self._path.add_class("mlite-model-path")
         self._load = W.Button(description="Load path", tooltip="read the config.json typed on the left")
         self._load.add_class("mlite-model-load")
@@ -108,12 +114,14 @@ class ModelExplorer(W.VBox):
         self._layers.add_class("mlite-model-layers")
         self._chart = W.Image(format="png", layout=W.Layout(width="560px"))
         self._chart.add_class("mlite-model-chart")
-        self._results = W.VBox([
-            W.HBox(list(self._cards.values())),
-            self._source,
-            W.HBox([self._table, self._chart], layout=W.Layout(align_items="flex-start", grid_gap="24px")),
-            self._layers,
-        ])
+        self._results = W.VBox(
+            [
+                W.HBox(list(self._cards.values())),
+                self._source,
+                W.HBox([self._table, self._chart], layout=W.Layout(align_items="flex-start", grid_gap="24px")),
+                self._layers,
+            ]
+        )
         self._results.add_class("mlite-model-results")
         self.children = (W.HBox([self._select, self._path, self._load]), self.errors, self._results)
 
@@ -168,14 +176,18 @@ class ModelExplorer(W.VBox):
         for key, label, tip in _FIGURES:
             self._cards[key].value = _card(label, values[key], tip)
 
-        how = {"native": "native reader (the kit's own inventory)",
-               "transformers-meta": "transformers model built on the meta device (no native reader for this type)"}
+        how = {
+            "native": "native reader (the kit's own inventory)",
+            "transformers-meta": "transformers model built on the meta device (no native reader for this type)",
+        }
         notes = "".join(f"<li>{esc(n)}</li>" for n in spec.notes)
         self._source.value = (
             f"<div><b>{esc(spec.name)}</b> · model_type <code>{esc(spec.model_type)}</code>, "
             f"read as <code>{esc(spec.architecture)}</code> · source: <b>{esc(how.get(spec.source, spec.source))}</b>"
             f"<br><span style='color:#666'>config: <code>{esc(_shown_path(path))}</code></span>"
-            + (f"<ul style='margin:2px 0'>{notes}</ul>" if notes else "") + "</div>")
+            + (f"<ul style='margin:2px 0'>{notes}</ul>" if notes else "")
+            + "</div>"
+        )
 
         total = spec.total
         rows = [[c, fmt_exact(n), f"{100 * n / total:.2f}%"] for c, n in spec.components.items()]
@@ -185,14 +197,23 @@ class ModelExplorer(W.VBox):
         kinds: dict[str, list[int]] = {}
         for layer in spec.layers:
             kinds.setdefault(layer.kind, []).append(layer.params)
-        krows = [[k, len(v), fmt_exact(v[0]) if len(set(v)) == 1 else f"{fmt_exact(min(v))} – {fmt_exact(max(v))}",
-                  fmt_exact(sum(v))] for k, v in kinds.items()]
-        head = (f"<b>{spec.num_layers}</b> main layers ({spec.num_moe_layers} MoE), "
-                f"<b>{spec.num_mtp_layers}</b> MTP; attention: {esc(', '.join(spec.attention_kinds))}; "
-                f"TP splits: {esc(', '.join(spec.split_components('tp')) or '—')}; "
-                f"EP splits: {esc(', '.join(spec.split_components('expert')) or '—')}")
-        self._layers.value = (f"<div>{head}</div>"
-                              + html_table(["layer kind", "layers", "params per layer", "params"], krows,
-                                           align_right=(1, 2, 3)))
+        krows = [
+            [
+                k,
+                len(v),
+                fmt_exact(v[0]) if len(set(v)) == 1 else f"{fmt_exact(min(v))} – {fmt_exact(max(v))}",
+                fmt_exact(sum(v)),
+            ]
+            for k, v in kinds.items()
+        ]
+        head = (
+            f"<b>{spec.num_layers}</b> main layers ({spec.num_moe_layers} MoE), "
+            f"<b>{spec.num_mtp_layers}</b> MTP; attention: {esc(', '.join(spec.attention_kinds))}; "
+            f"TP splits: {esc(', '.join(spec.split_components('tp')) or '—')}; "
+            f"EP splits: {esc(', '.join(spec.split_components('expert')) or '—')}"
+        )
+        self._layers.value = f"<div>{head}</div>" + html_table(
+            ["layer kind", "layers", "params per layer", "params"], krows, align_right=(1, 2, 3)
+        )
         self._chart.value = _draw_components(spec)
         self._results.layout.display = None

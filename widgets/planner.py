@@ -65,10 +65,15 @@ _LEVELS = {"error": (0, "&#10007;", "#b00020"), "warning": (1, "&#9888;", "#9a67
 
 
 PLANNER_COLUMNS = [
-    RANK_COLUMN, *MESH_COLUMNS,
-    Column("score", "score", fmt=lambda r: f"{r['score']:.2f}",
-           tip="lower is better: 100·[TP spans nodes] + 30·[EP·ETP spans nodes] + 50·bubble + 4·log2 CP + "
-               "2·log2 TP + log2 ETP + 0.5·[uneven stages]"),
+    RANK_COLUMN,
+    *MESH_COLUMNS,
+    Column(
+        "score",
+        "score",
+        fmt=lambda r: f"{r['score']:.2f}",
+        tip="lower is better: 100·[TP spans nodes] + 30·[EP·ETP spans nodes] + 50·bubble + 4·log2 CP + "
+        "2·log2 TP + log2 ETP + 0.5·[uneven stages]",
+    ),
     Column("stages", "stages", numeric=False, title=lambda r: r["layout"], tip="even split or an uneven layout"),
     Column("warnings", "warnings", title=lambda r: r["warning_text"], tip="warnings (hover a cell to read them)"),
 ]
@@ -85,9 +90,22 @@ class MeshPlanner(W.VBox):
     plan = traitlets.Any(None, allow_none=True)
     """The current :class:`mlite.mesh.MeshPlan` (valid or not); None without a model."""
 
-    def __init__(self, model=None, *, ngpu: int = 16, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-                 seq_len: int = DEFAULT_SEQ_LEN, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, ep: int = 1,
-                 etp: int = 1, pp_layout: str = "", **kwargs):
+    def __init__(
+        self,
+        model=None,
+        *,
+        ngpu: int = 16,
+        gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+        seq_len: int = DEFAULT_SEQ_LEN,
+        tp: int = 1,
+        pp: int = 1,
+        vpp: int = 1,
+        cp: int = 1,
+        ep: int = 1,
+        etp: int = 1,
+        pp_layout: str = "",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.add_class("mlite-planner")
         self.errors = ErrorBanner()
@@ -98,20 +116,41 @@ class MeshPlanner(W.VBox):
         self._inherited: dict = {}
         self._train_mtp: bool | None = None
         c = self.controls = {
-            "ngpu": W.BoundedIntText(value=ngpu, min=1, max=1 << 20, description="GPUs", continuous_update=False,
-                                     layout=W.Layout(width="170px")),
-            "gpus_per_node": W.Dropdown(options=sorted({*GPUS_PER_NODE, gpus_per_node}), value=gpus_per_node,
-                                        description="GPUs/node", layout=W.Layout(width="170px")),
-            "seq_len": W.BoundedIntText(value=seq_len, min=1, max=1 << 24, description="seq_len",
-                                        continuous_update=False, layout=W.Layout(width="190px")),
+            "ngpu": W.BoundedIntText(
+                value=ngpu,
+                min=1,
+                max=1 << 20,
+                description="GPUs",
+                continuous_update=False,
+                layout=W.Layout(width="170px"),
+            ),
+            "gpus_per_node": W.Dropdown(
+                options=sorted({*GPUS_PER_NODE, gpus_per_node}),
+                value=gpus_per_node,
+                description="GPUs/node",
+                layout=W.Layout(width="170px"),
+            ),
+            "seq_len": W.BoundedIntText(
+                value=seq_len,
+                min=1,
+                max=1 << 24,
+                description="seq_len",
+                continuous_update=False,
+                layout=W.Layout(width="190px"),
+            ),
         }
         """Every control by field name: ngpu, gpus_per_node, seq_len, tp, pp, vpp, cp, ep, etp, pp_layout."""
         for f, v in zip(FIELDS, (tp, pp, vpp, cp, ep, etp)):
-            c[f] = W.Dropdown(options=[v], value=v, description=f, layout=W.Layout(width="118px"),
-                              style={"description_width": "32px"})
-        c["pp_layout"] = W.Text(value=pp_layout or "", description="pp_layout", continuous_update=False,
-                                placeholder="even split; or uneven stages, e.g. E,t*13|t*14|t*14|t*7,L",
-                                layout=W.Layout(width="560px"))
+            c[f] = W.Dropdown(
+                options=[v], value=v, description=f, layout=W.Layout(width="118px"), style={"description_width": "32px"}
+            )
+        c["pp_layout"] = W.Text(
+            value=pp_layout or "",
+            description="pp_layout",
+            continuous_update=False,
+            placeholder="even split; or uneven stages, e.g. E,t*13|t*14|t*14|t*7,L",
+            layout=W.Layout(width="560px"),
+        )
         for name, w in c.items():
             w.add_class(f"mlite-planner-{name}")
         self._summary = W.HTML()
@@ -124,19 +163,33 @@ class MeshPlanner(W.VBox):
         self._stages.add_class("mlite-mesh-stages")
         self.grid = GpuGrid(errors=self.errors)
         """The picture of the GPUs."""
-        self.table = MeshTable(PLANNER_COLUMNS, on_pick=lambda row: self.apply(row["cfg"]), css="mlite-mesh-table",
-                               errors=self.errors)
+        self.table = MeshTable(
+            PLANNER_COLUMNS, on_pick=lambda row: self.apply(row["cfg"]), css="mlite-mesh-table", errors=self.errors
+        )
         """Every valid mesh, ranked."""
         self._table_title = W.HTML()
-        self._body = W.VBox([
-            self._summary, self._findings, self._command,
-            W.HTML("<b>GPUs</b> <span style='color:#666'>(colour = pipeline rank; outlines = groups; hover a cell "
-                   "for its coordinates, click it to list its groups)</span>"),
-            self.grid, self._stages, self._table_title, self.table])
+        self._body = W.VBox(
+            [
+                self._summary,
+                self._findings,
+                self._command,
+                W.HTML(
+                    "<b>GPUs</b> <span style='color:#666'>(colour = pipeline rank; outlines = groups; hover a cell "
+                    "for its coordinates, click it to list its groups)</span>"
+                ),
+                self.grid,
+                self._stages,
+                self._table_title,
+                self.table,
+            ]
+        )
         self.children = (
             W.HBox([c["ngpu"], c["gpus_per_node"], c["seq_len"]]),
             W.HBox([c[f] for f in FIELDS]),
-            c["pp_layout"], self.errors, self._body)
+            c["pp_layout"],
+            self.errors,
+            self._body,
+        )
 
         if isinstance(model, traitlets.HasTraits) and model.has_trait("spec"):
             traitlets.dlink((model, "spec"), (self, "spec"))
@@ -160,8 +213,15 @@ class MeshPlanner(W.VBox):
     def parallel(self) -> ParallelConfig:
         """The ParallelConfig of the controls."""
         c = self.controls
-        return ParallelConfig(tp=c["tp"].value, pp=c["pp"].value, vpp=c["vpp"].value, cp=c["cp"].value,
-                              ep=c["ep"].value, etp=c["etp"].value, pp_layout=c["pp_layout"].value.strip() or None)
+        return ParallelConfig(
+            tp=c["tp"].value,
+            pp=c["pp"].value,
+            vpp=c["vpp"].value,
+            cp=c["cp"].value,
+            ep=c["ep"].value,
+            etp=c["etp"].value,
+            pp_layout=c["pp_layout"].value.strip() or None,
+        )
 
     @property
     def ngpu(self) -> int:
@@ -201,8 +261,9 @@ class MeshPlanner(W.VBox):
             self._busy = False
         self.refresh()
 
-    def assume(self, inherited: dict | None = None, *, train_mtp: bool | None = None,
-               values: dict | None = None) -> None:
+    def assume(
+        self, inherited: dict | None = None, *, train_mtp: bool | None = None, values: dict | None = None
+    ) -> None:
         """Say which sizes nobody chose (field -> :class:`mlite.mesh.Inherited`, e.g. a launcher's unset ETP) and
         whether MTP layers are trained; then set ``values`` (planner fields) and re-plan. A field's note is dropped
         once its control changes."""
@@ -210,8 +271,9 @@ class MeshPlanner(W.VBox):
         self._train_mtp = train_mtp
         self._inherited = {}
         self.apply(values)
-        self._inherited = {f: (self.controls[f].value, inh) for f, inh in (inherited or {}).items()
-                           if f in self.controls}
+        self._inherited = {
+            f: (self.controls[f].value, inh) for f, inh in (inherited or {}).items() if f in self.controls
+        }
         self.refresh()
 
     def inherited(self) -> dict:
@@ -245,14 +307,23 @@ class MeshPlanner(W.VBox):
             return
         ngpu, seq_len, gpn = self.ngpu, self.seq_len, self.gpus_per_node
         self._set_options(spec, ngpu)
-        plan = resolve(spec, ngpu, self.parallel(), seq_len=seq_len, gpus_per_node=gpn, inherited=self.inherited(),
-                       train_mtp=self._train_mtp)
+        plan = resolve(
+            spec,
+            ngpu,
+            self.parallel(),
+            seq_len=seq_len,
+            gpus_per_node=gpn,
+            inherited=self.inherited(),
+            train_mtp=self._train_mtp,
+        )
         self._render(spec, plan)
         key = (id(spec), spec.name, ngpu, seq_len, gpn)
         if key != self._table_key:
             meshes = enumerate_meshes(spec, ngpu, seq_len=seq_len, gpus_per_node=gpn)
-            self._table_title.value = (f"<b>All valid meshes</b> of {esc(spec.name)} on {ngpu} GPUs "
-                                       "(best first; the score is in the header's tooltip)")
+            self._table_title.value = (
+                f"<b>All valid meshes</b> of {esc(spec.name)} on {ngpu} GPUs "
+                "(best first; the score is in the header's tooltip)"
+            )
             self.table.set_rows(planner_rows(meshes), mesh_key(plan.parallel))
             self._table_key = key
         else:
@@ -264,22 +335,29 @@ class MeshPlanner(W.VBox):
     def _render(self, spec, plan) -> None:
         p = plan.parallel
         n_err = len(plan.errors)
-        verdict = ('<span class="mlite-mesh-valid" style="color:#1e7e34;font-weight:700">&#10003; valid</span>'
-                   if plan.valid else
-                   f'<span class="mlite-mesh-invalid" style="color:#b00020;font-weight:700">&#10007; invalid: '
-                   f'{n_err} error{"s" if n_err > 1 else ""}</span>')
+        verdict = (
+            '<span class="mlite-mesh-valid" style="color:#1e7e34;font-weight:700">&#10003; valid</span>'
+            if plan.valid
+            else f'<span class="mlite-mesh-invalid" style="color:#b00020;font-weight:700">&#10007; invalid: '
+            f"{n_err} error{'s' if n_err > 1 else ''}</span>"
+        )
         dp = plan.dp or "—"
         edp = plan.edp or "—"
-        vocab = (f"vocab {spec.vocab_size:,}" + (f" → padded {plan.padded_vocab:,}" if plan.padded_vocab !=
-                                                 spec.vocab_size else ""))
+        vocab = f"vocab {spec.vocab_size:,}" + (
+            f" → padded {plan.padded_vocab:,}" if plan.padded_vocab != spec.vocab_size else ""
+        )
         self._render_findings(plan)
         self._render_command(plan)
         if plan.stages:
-            rows = "".join(f"<tr><td style='padding:0 10px 0 0'>pp {r}</td><td>{esc(stage_text(plan, r))}</td></tr>"
-                           for r in range(p.pp))
-            self._stages.value = (f"<div style='line-height:1.4'><b>Pipeline stages</b> ({esc(plan.layout_source)}, "
-                                  f"PP·VPP = {p.pp}·{p.vpp}): <code>{esc(plan.layout)}</code>"
-                                  f"<table style='font-size:92%'>{rows}</table></div>")
+            rows = "".join(
+                f"<tr><td style='padding:0 10px 0 0'>pp {r}</td><td>{esc(stage_text(plan, r))}</td></tr>"
+                for r in range(p.pp)
+            )
+            self._stages.value = (
+                f"<div style='line-height:1.4'><b>Pipeline stages</b> ({esc(plan.layout_source)}, "
+                f"PP·VPP = {p.pp}·{p.vpp}): <code>{esc(plan.layout)}</code>"
+                f"<table style='font-size:92%'>{rows}</table></div>"
+            )
         else:
             self._stages.value = "<div><b>Pipeline stages</b>: <i>the layers cannot be split as asked</i></div>"
         self.grid.plan = plan
@@ -290,12 +368,17 @@ class MeshPlanner(W.VBox):
             f"<span style='font-family:monospace'>dense ranks TP·CP·DP·PP = {p.tp}·{p.cp}·{dp}·{p.pp}"
             f"{' = ' + str(plan.ngpu) if plan.dp else ''} &nbsp;|&nbsp; expert ranks ETP·EP·EDP·PP = "
             f"{p.etp_size}·{p.ep}·{edp}·{p.pp}{' = ' + str(plan.ngpu) if plan.edp else ''}</span>"
-            f"<br><span style='color:#555'>{esc(vocab)}</span></div>")
+            f"<br><span style='color:#555'>{esc(vocab)}</span></div>"
+        )
 
     def _render_command(self, plan=None) -> None:
         cmd = self.command(plan)
-        self._command.value = (f"<div style='margin:2px 0 6px 0;line-height:1.4'>same check on the command line: "
-                               f"<code>{esc(cmd)}</code></div>" if cmd else "")
+        self._command.value = (
+            f"<div style='margin:2px 0 6px 0;line-height:1.4'>same check on the command line: "
+            f"<code>{esc(cmd)}</code></div>"
+            if cmd
+            else ""
+        )
 
     def _render_findings(self, plan) -> None:
         for w in self._extra:
@@ -304,12 +387,21 @@ class MeshPlanner(W.VBox):
         rows = []
         for f in sorted(plan.findings, key=lambda f: _LEVELS[f.level][0]):
             _, icon, color = _LEVELS[f.level]
-            line = W.HTML(f'<div style="line-height:1.4;margin:2px 0"><span style="color:{color}">{icon} '
-                          f'<b>{esc(f.level)} [{esc(f.rule)}]</b></span> {esc(f.message)}</div>',
-                          layout=W.Layout(flex="0 1 auto"))
+            line = W.HTML(
+                f'<div style="line-height:1.4;margin:2px 0"><span style="color:{color}">{icon} '
+                f"<b>{esc(f.level)} [{esc(f.rule)}]</b></span> {esc(f.message)}</div>",
+                layout=W.Layout(flex="0 1 auto"),
+            )
             line.add_class(f"mlite-mesh-{f.level}")
-            buttons = [self._button(fix_label(fx), fx, tip=", ".join(f"{k} = {v}" for k, v in fx.items()))
-                       for fx in f.fixes if set(fx) <= set(self.controls)] if f.level == "error" else []
+            buttons = (
+                [
+                    self._button(fix_label(fx), fx, tip=", ".join(f"{k} = {v}" for k, v in fx.items()))
+                    for fx in f.fixes
+                    if set(fx) <= set(self.controls)
+                ]
+                if f.level == "error"
+                else []
+            )
             row = W.HBox([line, *buttons], layout=W.Layout(align_items="center"))
             self._extra += [row, line, *buttons]
             rows.append(row)

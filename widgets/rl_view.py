@@ -32,10 +32,20 @@ from ._common import ErrorBanner, esc
 from .memory_chart import _card, _nice_step, gib
 
 PART_COLORS = {
-    "engine_weights": "#4C72B0", "kv_cache": "#64B5CD", "engine_activations": "#8DA0CB", "engine_overhead": "#B0B7C6",
-    "cuda_graphs": "#C9CDD6", "engine_share": "#4C72B0", "actor_params": "#55A868", "actor_resident": "#8CC084",
-    "actor_training_peak": "#2E7D4F", "forward_activations": "#8172B3", "ref_params": "#DD8452",
-    "sync_bucket": "#CCB974", "gathered_tensor": "#E0D39A", "framework": "#937860",
+    "engine_weights": "#4C72B0",
+    "kv_cache": "#64B5CD",
+    "engine_activations": "#8DA0CB",
+    "engine_overhead": "#B0B7C6",
+    "cuda_graphs": "#C9CDD6",
+    "engine_share": "#4C72B0",
+    "actor_params": "#55A868",
+    "actor_resident": "#8CC084",
+    "actor_training_peak": "#2E7D4F",
+    "forward_activations": "#8172B3",
+    "ref_params": "#DD8452",
+    "sync_bucket": "#CCB974",
+    "gathered_tensor": "#E0D39A",
+    "framework": "#937860",
 }
 OOM = "#b00020"
 HOST_COLOR = "#9E9E9E"
@@ -49,43 +59,66 @@ def rl_svg(est) -> str:
     left, group, bar, top_pad, plot_h, bottom = 58, 96, 52, 16, 250, 40
     width = left + len(phases) * group + 100
     y = lambda v: top_pad + plot_h * (1 - v / top)
-    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top_pad + plot_h + bottom}" '
-           'style="font-family:sans-serif">')]
+    out = [
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top_pad + plot_h + bottom}" '
+            'style="font-family:sans-serif">'
+        )
+    ]
     step, t = _nice_step(top), 0.0
     while t <= top:
-        out.append(f'<line x1="{left}" x2="{left + len(phases) * group}" y1="{y(t):.1f}" y2="{y(t):.1f}" '
-                   f'stroke="#eee"/><text x="{left - 6}" y="{y(t) + 3:.1f}" font-size="10" '
-                   f'text-anchor="end">{t:g}</text>')
+        out.append(
+            f'<line x1="{left}" x2="{left + len(phases) * group}" y1="{y(t):.1f}" y2="{y(t):.1f}" '
+            f'stroke="#eee"/><text x="{left - 6}" y="{y(t) + 3:.1f}" font-size="10" '
+            f'text-anchor="end">{t:g}</text>'
+        )
         t += step
-    out.append(f'<text x="12" y="{top_pad + plot_h / 2}" font-size="11" transform="rotate(-90 12 '
-               f'{top_pad + plot_h / 2})" text-anchor="middle">GiB per GPU</text>')
+    out.append(
+        f'<text x="12" y="{top_pad + plot_h / 2}" font-size="11" transform="rotate(-90 12 '
+        f'{top_pad + plot_h / 2})" text-anchor="middle">GiB per GPU</text>'
+    )
     for i, p in enumerate(phases):
         fits = est.phase_fits(p.name)
         x = left + i * group + (group - bar) / 2
         acc, segs = 0.0, []
         for k, v in p.gpu.items():
             h = v / GIB
-            segs.append(f'<rect class="mlite-rl-seg-{k}" x="{x:.1f}" y="{y(acc + h):.1f}" width="{bar}" '
-                        f'height="{max(plot_h * h / top, 0.5):.1f}" fill="{PART_COLORS.get(k, "#999")}" '
-                        f'data-bytes="{round(v)}"><title>{esc(p.name)} · {esc(k)}: {gib(v)}</title></rect>')
+            segs.append(
+                f'<rect class="mlite-rl-seg-{k}" x="{x:.1f}" y="{y(acc + h):.1f}" width="{bar}" '
+                f'height="{max(plot_h * h / top, 0.5):.1f}" fill="{PART_COLORS.get(k, "#999")}" '
+                f'data-bytes="{round(v)}"><title>{esc(p.name)} · {esc(k)}: {gib(v)}</title></rect>'
+            )
             acc += h
-        outline = "" if fits else (f'<rect x="{x - 1.5:.1f}" y="{y(acc) - 1.5:.1f}" width="{bar + 3}" '
-                                   f'height="{plot_h * acc / top + 3:.1f}" fill="none" stroke="{OOM}" '
-                                   'stroke-width="2.5"/>')
+        outline = (
+            ""
+            if fits
+            else (
+                f'<rect x="{x - 1.5:.1f}" y="{y(acc) - 1.5:.1f}" width="{bar + 3}" '
+                f'height="{plot_h * acc / top + 3:.1f}" fill="none" stroke="{OOM}" '
+                'stroke-width="2.5"/>'
+            )
+        )
         color = "#222" if fits else OOM
         css = "mlite-rl-bar" + ("" if fits else " mlite-rl-oom")
-        out.append(f'<g class="{css}" data-phase="{p.name}" data-bytes="{round(p.gpu_total)}" '
-                   f'data-fits="{str(fits).lower()}">{"".join(segs)}{outline}'
-                   f'<text x="{x + bar / 2:.1f}" y="{y(acc) - 5:.1f}" font-size="10" text-anchor="middle" '
-                   f'fill="{color}" font-weight="{400 if fits else 700}">{acc:.1f}</text>'
-                   f'<text x="{x + bar / 2:.1f}" y="{top_pad + plot_h + 14}" font-size="10" text-anchor="middle" '
-                   f'fill="{color}">{esc(p.name)}</text></g>')
+        out.append(
+            f'<g class="{css}" data-phase="{p.name}" data-bytes="{round(p.gpu_total)}" '
+            f'data-fits="{str(fits).lower()}">{"".join(segs)}{outline}'
+            f'<text x="{x + bar / 2:.1f}" y="{y(acc) - 5:.1f}" font-size="10" text-anchor="middle" '
+            f'fill="{color}" font-weight="{400 if fits else 700}">{acc:.1f}</text>'
+            f'<text x="{x + bar / 2:.1f}" y="{top_pad + plot_h + 14}" font-size="10" text-anchor="middle" '
+            f'fill="{color}">{esc(p.name)}</text></g>'
+        )
     x1 = left + len(phases) * group
-    for v, label, dash in ((cap, f"capacity {cap / GIB:g} GiB", ""), (est.usable, f"usable {est.usable / GIB:.1f}", "5 3")):
-        out.append(f'<line x1="{left}" x2="{x1}" y1="{y(v / GIB):.1f}" y2="{y(v / GIB):.1f}" stroke="{OOM}" '
-                   'stroke-width="1.5"' + (f' stroke-dasharray="{dash}"' if dash else "") + "/>"
-                   f'<text x="{x1 + 4}" y="{y(v / GIB) + (-2 if v == cap else 10):.1f}" font-size="10" '
-                   f'fill="{OOM}">{esc(label)}</text>')
+    for v, label, dash in (
+        (cap, f"capacity {cap / GIB:g} GiB", ""),
+        (est.usable, f"usable {est.usable / GIB:.1f}", "5 3"),
+    ):
+        out.append(
+            f'<line x1="{left}" x2="{x1}" y1="{y(v / GIB):.1f}" y2="{y(v / GIB):.1f}" stroke="{OOM}" '
+            'stroke-width="1.5"' + (f' stroke-dasharray="{dash}"' if dash else "") + "/>"
+            f'<text x="{x1 + 4}" y="{y(v / GIB) + (-2 if v == cap else 10):.1f}" font-size="10" '
+            f'fill="{OOM}">{esc(label)}</text>'
+        )
     out.append(f'<line x1="{left}" x2="{left}" y1="{top_pad}" y2="{top_pad + plot_h}" stroke="#999"/></svg>')
     return "".join(out) + _host_svg(est)
 
@@ -99,29 +132,39 @@ def _host_svg(est) -> str:
     left, group, bar, top_pad, plot_h, bottom = 50, 56, 30, 16, 250, 40
     width = left + len(phases) * group + 70
     y = lambda v: top_pad + plot_h * (1 - v / top)
-    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top_pad + plot_h + bottom}" '
-           'style="font-family:sans-serif;margin-left:12px">')]
+    out = [
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top_pad + plot_h + bottom}" '
+            'style="font-family:sans-serif;margin-left:12px">'
+        )
+    ]
     step, t = _nice_step(top), 0.0
     while t <= top:
         out.append(f'<text x="{left - 6}" y="{y(t) + 3:.1f}" font-size="10" text-anchor="end">{t:g}</text>')
         t += step
-    out.append(f'<text x="12" y="{top_pad + plot_h / 2}" font-size="11" transform="rotate(-90 12 '
-               f'{top_pad + plot_h / 2})" text-anchor="middle">host GiB per node ({per_node} GPUs)</text>')
+    out.append(
+        f'<text x="12" y="{top_pad + plot_h / 2}" font-size="11" transform="rotate(-90 12 '
+        f'{top_pad + plot_h / 2})" text-anchor="middle">host GiB per node ({per_node} GPUs)</text>'
+    )
     for i, (p, v) in enumerate(zip(phases, values)):
         x = left + i * group + (group - bar) / 2
         over = bool(limit) and v > limit
         fill = OOM if over else HOST_COLOR
-        out.append(f'<g class="mlite-rl-host-bar" data-phase="{p.name}" data-bytes="{round(p.host_total * per_node)}">'
-                   f'<rect x="{x:.1f}" y="{y(v):.1f}" width="{bar}" height="{max(plot_h * v / top, 0.5):.1f}" '
-                   f'fill="{fill}"><title>{esc(p.name)}: {v:.1f} GiB per node</title></rect>'
-                   f'<text x="{x + bar / 2:.1f}" y="{y(v) - 4:.1f}" font-size="9" text-anchor="middle">{v:.0f}</text>'
-                   f'<text x="{x + bar / 2:.1f}" y="{top_pad + plot_h + 12}" font-size="8" text-anchor="end" '
-                   f'transform="rotate(-35 {x + bar / 2:.1f} {top_pad + plot_h + 12})">{esc(p.name)}</text></g>')
+        out.append(
+            f'<g class="mlite-rl-host-bar" data-phase="{p.name}" data-bytes="{round(p.host_total * per_node)}">'
+            f'<rect x="{x:.1f}" y="{y(v):.1f}" width="{bar}" height="{max(plot_h * v / top, 0.5):.1f}" '
+            f'fill="{fill}"><title>{esc(p.name)}: {v:.1f} GiB per node</title></rect>'
+            f'<text x="{x + bar / 2:.1f}" y="{y(v) - 4:.1f}" font-size="9" text-anchor="middle">{v:.0f}</text>'
+            f'<text x="{x + bar / 2:.1f}" y="{top_pad + plot_h + 12}" font-size="8" text-anchor="end" '
+            f'transform="rotate(-35 {x + bar / 2:.1f} {top_pad + plot_h + 12})">{esc(p.name)}</text></g>'
+        )
     if limit:
         x1 = left + len(phases) * group
-        out.append(f'<line x1="{left}" x2="{x1}" y1="{y(limit):.1f}" y2="{y(limit):.1f}" stroke="{OOM}" '
-                   f'stroke-dasharray="5 3"/><text x="{x1 + 2}" y="{y(limit) + 3:.1f}" font-size="10" '
-                   f'fill="{OOM}">--host-mem</text>')
+        out.append(
+            f'<line x1="{left}" x2="{x1}" y1="{y(limit):.1f}" y2="{y(limit):.1f}" stroke="{OOM}" '
+            f'stroke-dasharray="5 3"/><text x="{x1 + 2}" y="{y(limit) + 3:.1f}" font-size="10" '
+            f'fill="{OOM}">--host-mem</text>'
+        )
     out.append(f'<line x1="{left}" x2="{left}" y1="{top_pad}" y2="{top_pad + plot_h}" stroke="#999"/></svg>')
     return "".join(out)
 
@@ -141,37 +184,89 @@ class RLView(W.VBox):
         lay = lambda w: W.Layout(width=w)
         st = {"description_width": "initial"}
         c = self.controls = {
-            "name": W.ToggleButtons(options=["vllm", "sglang"], value=r.name, description="rollout.name",
-                                    style={"button_width": "70px", **st}),
-            "tensor_model_parallel_size": W.Dropdown(options=[1, 2, 4, 8, 16], value=r.tensor_model_parallel_size,
-                                                     description="rollout.tensor_model_parallel_size", style=st,
-                                                     layout=lay("300px")),
-            "gpu_memory_utilization": W.FloatSlider(value=r.gpu_memory_utilization, min=0.05, max=0.98, step=0.01,
-                                                    description="rollout.gpu_memory_utilization", style=st,
-                                                    readout_format=".2f", layout=lay("460px")),
-            "free_cache_engine": W.Checkbox(value=r.free_cache_engine, description="rollout.free_cache_engine",
-                                            indent=False, layout=lay("220px")),
-            "sleep_level": W.Dropdown(options=[("verl's choice", 0), ("1: weights to host", 1),
-                                               ("2: discard both", 2)], value=r.sleep_level or 0,
-                                      description="sleep level", style=st, layout=lay("260px")),
-            "prompt_length": W.BoundedIntText(value=r.prompt_length, min=1, max=1 << 20,
-                                              description="data.max_prompt_length", style=st, layout=lay("260px")),
-            "response_length": W.BoundedIntText(value=r.response_length, min=1, max=1 << 20,
-                                                description="data.max_response_length", style=st,
-                                                layout=lay("270px")),
+            "name": W.ToggleButtons(
+                options=["vllm", "sglang"],
+                value=r.name,
+                description="rollout.name",
+                style={"button_width": "70px", **st},
+            ),
+            "tensor_model_parallel_size": W.Dropdown(
+                options=[1, 2, 4, 8, 16],
+                value=r.tensor_model_parallel_size,
+                description="rollout.tensor_model_parallel_size",
+                style=st,
+                layout=lay("300px"),
+            ),
+            "gpu_memory_utilization": W.FloatSlider(
+                value=r.gpu_memory_utilization,
+                min=0.05,
+                max=0.98,
+                step=0.01,
+                description="rollout.gpu_memory_utilization",
+                style=st,
+                readout_format=".2f",
+                layout=lay("460px"),
+            ),
+            "free_cache_engine": W.Checkbox(
+                value=r.free_cache_engine, description="rollout.free_cache_engine", indent=False, layout=lay("220px")
+            ),
+            "sleep_level": W.Dropdown(
+                options=[("verl's choice", 0), ("1: weights to host", 1), ("2: discard both", 2)],
+                value=r.sleep_level or 0,
+                description="sleep level",
+                style=st,
+                layout=lay("260px"),
+            ),
+            "prompt_length": W.BoundedIntText(
+                value=r.prompt_length,
+                min=1,
+                max=1 << 20,
+                description="data.max_prompt_length",
+                style=st,
+                layout=lay("260px"),
+            ),
+            "response_length": W.BoundedIntText(
+                value=r.response_length,
+                min=1,
+                max=1 << 20,
+                description="data.max_response_length",
+                style=st,
+                layout=lay("270px"),
+            ),
             "n": W.BoundedIntText(value=r.n, min=1, max=1024, description="rollout.n", style=st, layout=lay("150px")),
-            "train_batch_size": W.BoundedIntText(value=r.train_batch_size, min=1, max=1 << 20,
-                                                 description="data.train_batch_size", style=st, layout=lay("240px")),
-            "max_model_len": W.BoundedIntText(value=r.max_model_len or 0, min=0, max=1 << 24,
-                                              description="rollout.max_model_len (0: the model's)", style=st,
-                                              layout=lay("330px")),
-            "ref": W.ToggleButtons(options=["colocated", "none"], value=r.ref, description="reference",
-                                   style={"button_width": "90px", **st}),
-            "ref_param_offload": W.Checkbox(value=r.ref_param_offload, description="ref.param_offload", indent=False,
-                                            layout=lay("170px")),
-            "host_mem_gib": W.BoundedFloatText(value=r.host_mem_gib or 0, min=0, max=1 << 20,
-                                               description="host RAM per node, GiB (0: unchecked)", style=st,
-                                               layout=lay("320px")),
+            "train_batch_size": W.BoundedIntText(
+                value=r.train_batch_size,
+                min=1,
+                max=1 << 20,
+                description="data.train_batch_size",
+                style=st,
+                layout=lay("240px"),
+            ),
+            "max_model_len": W.BoundedIntText(
+                value=r.max_model_len or 0,
+                min=0,
+                max=1 << 24,
+                description="rollout.max_model_len (0: the model's)",
+                style=st,
+                layout=lay("330px"),
+            ),
+            "ref": W.ToggleButtons(
+                options=["colocated", "none"],
+                value=r.ref,
+                description="reference",
+                style={"button_width": "90px", **st},
+            ),
+            "ref_param_offload": W.Checkbox(
+                value=r.ref_param_offload, description="ref.param_offload", indent=False, layout=lay("170px")
+            ),
+            "host_mem_gib": W.BoundedFloatText(
+                value=r.host_mem_gib or 0,
+                min=0,
+                max=1 << 20,
+                description="host RAM per node, GiB (0: unchecked)",
+                style=st,
+                layout=lay("320px"),
+            ),
         }
         for name, w in c.items():
             w.add_class(f"mlite-rl-{name}")
@@ -184,14 +279,21 @@ class RLView(W.VBox):
         self.cmd.add_class("mlite-rl-command")
         self.invalid = W.HTML()
         self.invalid.add_class("mlite-rl-invalid")
-        row = lambda *ws: W.HBox(list(ws), layout=W.Layout(flex_flow="row wrap", align_items="center",
-                                                            grid_gap="4px 12px"))
+        row = lambda *ws: W.HBox(
+            list(ws), layout=W.Layout(flex_flow="row wrap", align_items="center", grid_gap="4px 12px")
+        )
         self.children = [
             row(c["name"], c["tensor_model_parallel_size"], c["free_cache_engine"], c["sleep_level"]),
             row(c["gpu_memory_utilization"], c["max_model_len"]),
             row(c["prompt_length"], c["response_length"], c["n"], c["train_batch_size"]),
             row(c["ref"], c["ref_param_offload"], c["host_mem_gib"]),
-            self.errors, self.invalid, self.cards, self.chart, self.messages, self.cmd]
+            self.errors,
+            self.invalid,
+            self.cards,
+            self.chart,
+            self.messages,
+            self.cmd,
+        ]
         for w in c.values():
             w.observe(self.errors.guard(lambda _c: self.refresh()), names="value")
         memory.observe(self.errors.guard(lambda _c: self.refresh()), names="estimate")
@@ -202,13 +304,20 @@ class RLView(W.VBox):
         """RolloutOptions of the controls."""
         c = self.controls
         return RolloutOptions(
-            name=c["name"].value, tensor_model_parallel_size=int(c["tensor_model_parallel_size"].value),
+            name=c["name"].value,
+            tensor_model_parallel_size=int(c["tensor_model_parallel_size"].value),
             gpu_memory_utilization=round(float(c["gpu_memory_utilization"].value), 4),
-            free_cache_engine=c["free_cache_engine"].value, sleep_level=c["sleep_level"].value or None,
-            prompt_length=c["prompt_length"].value, response_length=c["response_length"].value, n=c["n"].value,
-            train_batch_size=c["train_batch_size"].value, max_model_len=c["max_model_len"].value or None,
-            ref=c["ref"].value, ref_param_offload=c["ref_param_offload"].value,
-            host_mem_gib=float(c["host_mem_gib"].value) or None)
+            free_cache_engine=c["free_cache_engine"].value,
+            sleep_level=c["sleep_level"].value or None,
+            prompt_length=c["prompt_length"].value,
+            response_length=c["response_length"].value,
+            n=c["n"].value,
+            train_batch_size=c["train_batch_size"].value,
+            max_model_len=c["max_model_len"].value or None,
+            ref=c["ref"].value,
+            ref_param_offload=c["ref_param_offload"].value,
+            host_mem_gib=float(c["host_mem_gib"].value) or None,
+        )
 
     def training_options(self):
         """The memory view's TrainingOptions with ``seq_len`` = P + R."""
@@ -228,13 +337,24 @@ class RLView(W.VBox):
         r = self.rollout_options()
         share = "--mem-fraction-static" if r.name == "sglang" else "--gpu-memory-utilization"
         base = re.sub(r" --seq-len \d+", "", base)  # the actor trains on P + R tokens, rl-memory's default
-        parts = [base.replace("mlite memory", "mlite rl-memory", 1), f"--rollout {r.name}",
-                 f"--rollout-tp {r.tensor_model_parallel_size}", f"{share} {r.gpu_memory_utilization:g}",
-                 f"--prompt-len {r.prompt_length}", f"--response-len {r.response_length}", f"--rollout-n {r.n}",
-                 f"--rollout-batch {r.train_batch_size}"]
-        flags = [("--no-free-cache-engine", not r.free_cache_engine), (f"--sleep-level {r.sleep_level}", r.sleep_level),
-                 (f"--max-model-len {r.max_model_len}", r.max_model_len), ("--ref none", r.ref == "none"),
-                 ("--ref-offload", r.ref_param_offload), (f"--host-mem {r.host_mem_gib or 0:g}", r.host_mem_gib)]
+        parts = [
+            base.replace("mlite memory", "mlite rl-memory", 1),
+            f"--rollout {r.name}",
+            f"--rollout-tp {r.tensor_model_parallel_size}",
+            f"{share} {r.gpu_memory_utilization:g}",
+            f"--prompt-len {r.prompt_length}",
+            f"--response-len {r.response_length}",
+            f"--rollout-n {r.n}",
+            f"--rollout-batch {r.train_batch_size}",
+        ]
+        flags = [
+            ("--no-free-cache-engine", not r.free_cache_engine),
+            (f"--sleep-level {r.sleep_level}", r.sleep_level),
+            (f"--max-model-len {r.max_model_len}", r.max_model_len),
+            ("--ref none", r.ref == "none"),
+            ("--ref-offload", r.ref_param_offload),
+            (f"--host-mem {r.host_mem_gib or 0:g}", r.host_mem_gib),
+        ]
         return " ".join(parts + [f for f, on in flags if on])
 
     # ------------------------------------------------------------------ compute + render
@@ -258,23 +378,47 @@ class RLView(W.VBox):
         peak = est.phases[d["peak_phase"]]
         self.cards.value = (
             '<div style="display:flex;flex-wrap:wrap">'
-            + _card("peak phase", d["peak_phase"], f"{round(peak.gpu_total):,} B", "mlite-rl-peak",
-                    "#222" if est.phase_fits(peak.name) else OOM)
-            + _card("verdict", "fits" if fits else "does NOT fit",
-                    f"usable {gib(est.usable, 1)} per GPU", "mlite-rl-fits", "#1b5e20" if fits else OOM)
-            + _card("KV cache per GPU", f"{kv['tokens']:,} tokens",
-                    f"{kv['max_concurrent_seqs']:,} seqs of {est.rollout.seq_tokens} · {kv['bytes_per_token']:,} B/tok",
-                    "mlite-rl-kv")
-            + _card("host RAM per node", gib(d["host_per_node"], 1), f"{d['host_per_node']:,} B", "mlite-rl-host",
-                    OOM if any("--host-mem" in e for e in d["errors"]) else "#222")
-            + "</div>")
+            + _card(
+                "peak phase",
+                d["peak_phase"],
+                f"{round(peak.gpu_total):,} B",
+                "mlite-rl-peak",
+                "#222" if est.phase_fits(peak.name) else OOM,
+            )
+            + _card(
+                "verdict",
+                "fits" if fits else "does NOT fit",
+                f"usable {gib(est.usable, 1)} per GPU",
+                "mlite-rl-fits",
+                "#1b5e20" if fits else OOM,
+            )
+            + _card(
+                "KV cache per GPU",
+                f"{kv['tokens']:,} tokens",
+                f"{kv['max_concurrent_seqs']:,} seqs of {est.rollout.seq_tokens} · {kv['bytes_per_token']:,} B/tok",
+                "mlite-rl-kv",
+            )
+            + _card(
+                "host RAM per node",
+                gib(d["host_per_node"], 1),
+                f"{d['host_per_node']:,} B",
+                "mlite-rl-host",
+                OOM if any("--host-mem" in e for e in d["errors"]) else "#222",
+            )
+            + "</div>"
+        )
         present = dict.fromkeys(k for p in est.phases.values() for k in p.gpu)
-        legend = "".join(f'<span style="margin-right:12px;white-space:nowrap"><span style="display:inline-block;'
-                         f'width:10px;height:10px;background:{PART_COLORS.get(k, "#999")};vertical-align:middle">'
-                         f"</span> {esc(k)}</span>" for k in present)
-        self.chart.value = (f'<div style="display:flex;flex-wrap:wrap;align-items:flex-start">{rl_svg(est)}</div>'
-                            f'<div style="font-size:85%;max-width:900px">{legend}; a phase that does not fit is '
-                            f'<span style="color:{OOM};font-weight:700">red</span></div>')
+        legend = "".join(
+            f'<span style="margin-right:12px;white-space:nowrap"><span style="display:inline-block;'
+            f'width:10px;height:10px;background:{PART_COLORS.get(k, "#999")};vertical-align:middle">'
+            f"</span> {esc(k)}</span>"
+            for k in present
+        )
+        self.chart.value = (
+            f'<div style="display:flex;flex-wrap:wrap;align-items:flex-start">{rl_svg(est)}</div>'
+            f'<div style="font-size:85%;max-width:900px">{legend}; a phase that does not fit is '
+            f'<span style="color:{OOM};font-weight:700">red</span></div>'
+        )
         items = [f'<li style="color:{OOM}"><b>error</b>: {esc(e)}</li>' for e in d["errors"]]
         items += [f"<li>{esc(w)}</li>" for w in d["warnings"]]
         self.messages.value = f"<ul style='margin:2px 0'>{''.join(items)}</ul>" if items else ""

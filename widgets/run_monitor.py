@@ -34,12 +34,15 @@ def fmt_bytes(n) -> str:
 def peak_note(measured: dict | None) -> str:
     """One sentence on what the measured peak is."""
     kind = (measured or {}).get("peak_kind") or next(
-        (r.get("peak_kind") for r in (measured or {}).get("ranks", []) if r.get("peak_kind")), None)
+        (r.get("peak_kind") for r in (measured or {}).get("ranks", []) if r.get("peak_kind")), None
+    )
     if kind == "cuda_max_memory_allocated":
         return "measured peak: torch.cuda.max_memory_allocated() of the largest rank"
     if kind == "cpu_tensor_peak":
-        return ("measured peak: tensor memory at the peak of one step, tracked by PyTorch's MemTracker (a CPU has "
-                "no allocator statistics); the estimate is the allocator peak of a steady-state step")
+        return (
+            "measured peak: tensor memory at the peak of one step, tracked by PyTorch's MemTracker (a CPU has "
+            "no allocator statistics); the estimate is the allocator peak of a steady-state step"
+        )
     if kind:
         return f"measured peak: {kind}"
     return "measured figures appear after the first step"
@@ -54,8 +57,13 @@ def draw_curves(fig, df, total_steps: int | None = None) -> None:
     right = min(total_steps, max(10, int(last * 1.25) + 1)) if total_steps else None  # grows with the run
     for ax, (col, label) in zip(axes, panels):
         if df is not None and col in getattr(df, "columns", ()):
-            ax.plot(df.index.to_numpy(), df[col].to_numpy(dtype=float), marker="." if len(df) < 40 else None,
-                    lw=1.5, color="#1f77b4" if col == "train/loss" else "#d62728")
+            ax.plot(
+                df.index.to_numpy(),
+                df[col].to_numpy(dtype=float),
+                marker="." if len(df) < 40 else None,
+                lw=1.5,
+                color="#1f77b4" if col == "train/loss" else "#d62728",
+            )
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("step")
         if right:
@@ -96,9 +104,15 @@ class RunMonitor:
             self._df = h.metrics()
         df = self._df
         last = df.iloc[-1] if df is not None and len(df) else None
-        return {"status": status, "reason": h.reason if status in (FAILED, STOPPED) else None,
-                "step": int(df.index[-1]) if last is not None else 0, "total": h.total_steps, "changed": changed,
-                "loss": _num(last, "train/loss"), "grad_norm": _num(last, "train/grad_norm")}
+        return {
+            "status": status,
+            "reason": h.reason if status in (FAILED, STOPPED) else None,
+            "step": int(df.index[-1]) if last is not None else 0,
+            "total": h.total_steps,
+            "changed": changed,
+            "loss": _num(last, "train/loss"),
+            "grad_norm": _num(last, "train/grad_norm"),
+        }
 
     def metrics(self):
         return self._df if self._df is not None else self.handle.metrics()

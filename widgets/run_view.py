@@ -69,43 +69,73 @@ class RunView(W.VBox):
             return widget
 
         lay = W.Layout(width="260px")
-        self._model = field(W.Combobox(value=c.model, options=list(DEBUG_MODELS), description="model",
-                                       ensure_option=False, layout=lay), "model")
-        self._steps = field(W.BoundedIntText(value=c.steps, min=1, max=1_000_000, description="steps", layout=lay),
-                            "steps")
-        self._nproc = field(W.BoundedIntText(value=c.nproc, min=1, max=64, description="processes", layout=lay),
-                            "nproc")
+        self._model = field(
+            W.Combobox(value=c.model, options=list(DEBUG_MODELS), description="model", ensure_option=False, layout=lay),
+            "model",
+        )
+        self._steps = field(
+            W.BoundedIntText(value=c.steps, min=1, max=1_000_000, description="steps", layout=lay), "steps"
+        )
+        self._nproc = field(
+            W.BoundedIntText(value=c.nproc, min=1, max=64, description="processes", layout=lay), "nproc"
+        )
         small = W.Layout(width="130px")
         self._tp, self._cp, self._ep, self._etp = (
             field(W.BoundedIntText(value=getattr(c, n), min=1, max=64, description=n, layout=small), n)
-            for n in ("tp", "cp", "ep", "etp"))
+            for n in ("tp", "cp", "ep", "etp")
+        )
         self._mesh = W.HTML()
         self._mesh.add_class("mlite-run-mesh")
         self._device = field(W.Dropdown(options=DEVICES, value=c.device, description="device", layout=lay), "device")
-        self._launcher = field(W.Dropdown(options=LAUNCHERS, value=c.launcher, description="launcher", layout=lay),
-                               "launcher")
-        self._trainer = field(W.ToggleButtons(options=TRAINER_OPTIONS, value=c.trainer, description="trainer",
-                                              tooltips=["the kit's own loop", "verl's SFT trainer, engine=lite"]),
-                              "trainer")
-        self._optimizer = field(W.Dropdown(options=OPTIMIZERS, value=c.optimizer, description="optimizer",
-                                           layout=lay), "optimizer")
-        self._pao = field(W.Checkbox(value=c.pao, description="precision-aware optimizer (PAO)", indent=False),
-                          "pao")
-        self._moments = field(W.Dropdown(options=MOMENT_DTYPES, value=c.moment_dtype, description="moments",
-                                         layout=lay), "moment-dtype")
-        self._offload = field(W.FloatSlider(value=c.offload_fraction, min=0.0, max=1.0, step=0.05,
-                                            description="offload_fraction", readout_format=".2f",
-                                            style={"description_width": "initial"}, continuous_update=False),
-                              "offload-fraction")
-        self._param_offload = field(W.Checkbox(value=c.param_offload, description="param_offload", indent=False),
-                                    "param-offload")
-        self._opt_offload = field(W.Checkbox(value=c.optimizer_offload, description="optimizer_offload",
-                                             indent=False), "optimizer-offload")
-        self._seed = field(W.BoundedIntText(value=c.seed, min=0, max=2**31 - 1, description="seed", layout=lay),
-                           "seed")
+        self._launcher = field(
+            W.Dropdown(options=LAUNCHERS, value=c.launcher, description="launcher", layout=lay), "launcher"
+        )
+        self._trainer = field(
+            W.ToggleButtons(
+                options=TRAINER_OPTIONS,
+                value=c.trainer,
+                description="trainer",
+                tooltips=["the kit's own loop", "verl's SFT trainer, engine=lite"],
+            ),
+            "trainer",
+        )
+        self._optimizer = field(
+            W.Dropdown(options=OPTIMIZERS, value=c.optimizer, description="optimizer", layout=lay), "optimizer"
+        )
+        self._pao = field(W.Checkbox(value=c.pao, description="precision-aware optimizer (PAO)", indent=False), "pao")
+        self._moments = field(
+            W.Dropdown(options=MOMENT_DTYPES, value=c.moment_dtype, description="moments", layout=lay), "moment-dtype"
+        )
+        self._offload = field(
+            W.FloatSlider(
+                value=c.offload_fraction,
+                min=0.0,
+                max=1.0,
+                step=0.05,
+                description="offload_fraction",
+                readout_format=".2f",
+                style={"description_width": "initial"},
+                continuous_update=False,
+            ),
+            "offload-fraction",
+        )
+        self._param_offload = field(
+            W.Checkbox(value=c.param_offload, description="param_offload", indent=False), "param-offload"
+        )
+        self._opt_offload = field(
+            W.Checkbox(value=c.optimizer_offload, description="optimizer_offload", indent=False), "optimizer-offload"
+        )
+        self._seed = field(W.BoundedIntText(value=c.seed, min=0, max=2**31 - 1, description="seed", layout=lay), "seed")
         self._lr = field(W.FloatText(value=c.lr, description="lr", layout=lay), "lr")
-        self._out = field(W.Text(value=c.out or "", placeholder="runs/<model>-<optimizer>-<time> (automatic)",
-                                 description="run folder", layout=W.Layout(width="520px")), "out")
+        self._out = field(
+            W.Text(
+                value=c.out or "",
+                placeholder="runs/<model>-<optimizer>-<time> (automatic)",
+                description="run folder",
+                layout=W.Layout(width="520px"),
+            ),
+            "out",
+        )
         self._start = W.Button(description="Start", button_style="success", icon="play")
         self._start.add_class("mlite-run-start")
         self._stop = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
@@ -128,38 +158,102 @@ class RunView(W.VBox):
         for w in self._form_widgets():
             w.observe(lambda _: self._form_changed(), "value")
 
-        form = W.HBox([
-            W.VBox([W.HTML("<b>Model and mesh</b>"), self._model, self._steps, self._nproc,
-                    W.HBox([self._tp, self._cp]), W.HBox([self._ep, self._etp]), self._device, self._launcher,
-                    self._trainer]),
-            W.VBox([W.HTML("<b>Optimizer</b>"), self._optimizer, self._pao, self._moments, self._offload,
-                    self._param_offload, self._opt_offload]),
-            W.VBox([W.HTML("<b>Run</b>"), self._seed, self._lr]),
-        ])
-        super().__init__(children=(form, self._out, W.HBox([self._start, self._stop]), self.errors, self._status,
-                                   self._progress, self._plot, W.HTML("<b>Memory per process</b>"), self._mesh,
-                                   self._memory,
-                                   self._dir, self._log), **kwargs)
+        form = W.HBox(
+            [
+                W.VBox(
+                    [
+                        W.HTML("<b>Model and mesh</b>"),
+                        self._model,
+                        self._steps,
+                        self._nproc,
+                        W.HBox([self._tp, self._cp]),
+                        W.HBox([self._ep, self._etp]),
+                        self._device,
+                        self._launcher,
+                        self._trainer,
+                    ]
+                ),
+                W.VBox(
+                    [
+                        W.HTML("<b>Optimizer</b>"),
+                        self._optimizer,
+                        self._pao,
+                        self._moments,
+                        self._offload,
+                        self._param_offload,
+                        self._opt_offload,
+                    ]
+                ),
+                W.VBox([W.HTML("<b>Run</b>"), self._seed, self._lr]),
+            ]
+        )
+        super().__init__(
+            children=(
+                form,
+                self._out,
+                W.HBox([self._start, self._stop]),
+                self.errors,
+                self._status,
+                self._progress,
+                self._plot,
+                W.HTML("<b>Memory per process</b>"),
+                self._mesh,
+                self._memory,
+                self._dir,
+                self._log,
+            ),
+            **kwargs,
+        )
         self.add_class("mlite-run-view")
         self.errors.run(self._show_estimate)
 
     # ------------------------------------------------------------------ form
     def _form_widgets(self):
-        return (self._model, self._steps, self._nproc, self._tp, self._cp, self._ep, self._etp, self._device,
-                self._launcher, self._trainer, self._optimizer, self._pao, self._moments, self._offload,
-                self._param_offload, self._opt_offload, self._seed, self._lr, self._out)
+        return (
+            self._model,
+            self._steps,
+            self._nproc,
+            self._tp,
+            self._cp,
+            self._ep,
+            self._etp,
+            self._device,
+            self._launcher,
+            self._trainer,
+            self._optimizer,
+            self._pao,
+            self._moments,
+            self._offload,
+            self._param_offload,
+            self._opt_offload,
+            self._seed,
+            self._lr,
+            self._out,
+        )
 
     def config(self) -> RunConfig:
         """The form as a RunConfig (raises MliteError for bad values)."""
-        return RunConfig(model=self._model.value.strip(), steps=int(self._steps.value), nproc=int(self._nproc.value),
-                         tp=int(self._tp.value), cp=int(self._cp.value), ep=int(self._ep.value),
-                         etp=int(self._etp.value),
-                         device=self._device.value, launcher=self._launcher.value, optimizer=self._optimizer.value,
-                         pao=bool(self._pao.value), moment_dtype=self._moments.value,
-                         offload_fraction=float(self._offload.value), param_offload=bool(self._param_offload.value),
-                         optimizer_offload=bool(self._opt_offload.value), seed=int(self._seed.value),
-                         lr=float(self._lr.value), out=self._out.value.strip() or None,
-                         trainer=self._trainer.value)
+        return RunConfig(
+            model=self._model.value.strip(),
+            steps=int(self._steps.value),
+            nproc=int(self._nproc.value),
+            tp=int(self._tp.value),
+            cp=int(self._cp.value),
+            ep=int(self._ep.value),
+            etp=int(self._etp.value),
+            device=self._device.value,
+            launcher=self._launcher.value,
+            optimizer=self._optimizer.value,
+            pao=bool(self._pao.value),
+            moment_dtype=self._moments.value,
+            offload_fraction=float(self._offload.value),
+            param_offload=bool(self._param_offload.value),
+            optimizer_offload=bool(self._opt_offload.value),
+            seed=int(self._seed.value),
+            lr=float(self._lr.value),
+            out=self._out.value.strip() or None,
+            trainer=self._trainer.value,
+        )
 
     def _form_changed(self) -> None:
         if self.run is None or self.run.done:
@@ -182,12 +276,27 @@ class RunView(W.VBox):
     def start(self, **overrides):
         """Start a run from the form (``overrides`` also set the form, e.g. ``start(steps=10)``); returns the
         RunHandle. Bad input raises MliteError (the button shows it inline)."""
-        names = {"model": self._model, "steps": self._steps, "nproc": self._nproc, "tp": self._tp, "cp": self._cp,
-                 "ep": self._ep, "etp": self._etp, "device": self._device,
-                 "launcher": self._launcher, "optimizer": self._optimizer, "pao": self._pao,
-                 "moment_dtype": self._moments, "offload_fraction": self._offload,
-                 "param_offload": self._param_offload, "optimizer_offload": self._opt_offload, "seed": self._seed,
-                 "lr": self._lr, "out": self._out, "trainer": self._trainer}
+        names = {
+            "model": self._model,
+            "steps": self._steps,
+            "nproc": self._nproc,
+            "tp": self._tp,
+            "cp": self._cp,
+            "ep": self._ep,
+            "etp": self._etp,
+            "device": self._device,
+            "launcher": self._launcher,
+            "optimizer": self._optimizer,
+            "pao": self._pao,
+            "moment_dtype": self._moments,
+            "offload_fraction": self._offload,
+            "param_offload": self._param_offload,
+            "optimizer_offload": self._opt_offload,
+            "seed": self._seed,
+            "lr": self._lr,
+            "out": self._out,
+            "trainer": self._trainer,
+        }
         unknown = sorted(set(overrides) - set(names))
         if unknown:
             raise MliteError(f"start: unknown field(s) {', '.join(unknown)}; the form has {', '.join(names)}")
@@ -207,13 +316,13 @@ class RunView(W.VBox):
             self._thread.join(timeout=5)
         self.run = run
         self.monitor = RunMonitor(run)
-        self._dir.value = (f"<small>run folder <code>{esc(run.run_dir)}</code><br>command <code>"
-                           f"{esc(run.command)}</code></small>")
+        self._dir.value = (
+            f"<small>run folder <code>{esc(run.run_dir)}</code><br>command <code>{esc(run.command)}</code></small>"
+        )
         self._progress.max = max(1, run.total_steps or 1)
         self._halt = threading.Event()
         self.refresh(force_draw=True)
-        self._thread = threading.Thread(target=self._poll_loop, args=(self._halt,), name="mlite-run-view",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._poll_loop, args=(self._halt,), name="mlite-run-view", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -222,8 +331,9 @@ class RunView(W.VBox):
             raise MliteError("no run to stop: press Start first")
         self.run.stop(wait=False)
         self._stop.disabled = True
-        self._status.value = self._status_html("stopping", self.monitor.poll()["step"] if self.monitor else 0,
-                                               self.run.total_steps)
+        self._status.value = self._status_html(
+            "stopping", self.monitor.poll()["step"] if self.monitor else 0, self.run.total_steps
+        )
 
     def wait(self, timeout: float | None = None) -> str | None:
         """Block until the shown run ended and the view shows its final state; returns the status."""
@@ -296,8 +406,10 @@ class RunView(W.VBox):
     @staticmethod
     def _status_html(status: str, step: int, total, extra=(), reason: str | None = None) -> str:
         color = _COLORS.get(status, "#555")
-        parts = [f'<span class="mlite-run-state" style="color:{color};font-weight:600">{esc(status)}</span>',
-                 f'step <span class="mlite-run-step">{int(step)}</span>/{esc(total or "?")}'] + [esc(e) for e in extra]
+        parts = [
+            f'<span class="mlite-run-state" style="color:{color};font-weight:600">{esc(status)}</span>',
+            f'step <span class="mlite-run-step">{int(step)}</span>/{esc(total or "?")}',
+        ] + [esc(e) for e in extra]
         html = " · ".join(parts)
         if reason:
             html += f'<br><span style="color:{color}">{esc(reason)}</span>'
@@ -305,8 +417,19 @@ class RunView(W.VBox):
 
     @staticmethod
     def _memory_html(rows: list[dict], measured: dict | None) -> str:
-        body = [[r["item"], fmt_bytes(r["measured"]), fmt_bytes(r["estimated"]),
-                 "—" if r["ratio"] is None else f"{r['ratio']:.2f}x"] for r in rows]
-        table = html_table(["", "measured", "estimated (mlite memory, fsdp2)", "measured / estimated"], body,
-                           css="mlite-table mlite-run-memory-table", align_right=(1, 2, 3))
+        body = [
+            [
+                r["item"],
+                fmt_bytes(r["measured"]),
+                fmt_bytes(r["estimated"]),
+                "—" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+            ]
+            for r in rows
+        ]
+        table = html_table(
+            ["", "measured", "estimated (mlite memory, fsdp2)", "measured / estimated"],
+            body,
+            css="mlite-table mlite-run-memory-table",
+            align_right=(1, 2, 3),
+        )
         return table + f"<small>{esc(peak_note(measured))}</small>"

@@ -1,4 +1,5 @@
 """python -m mlite.cli"""
+
 import sys
 
 from . import main

@@ -16,9 +16,12 @@ def add_parser(sub):
     from .memory import add_memory_flags
     from .mesh import add_mesh_flags
 
-    p = sub.add_parser(COMMAND, help="write verl launchers and a Slurm + Ray job for a model, mesh and options",
-                       description="Targets: verl-mlite-sft (torchrun, engine=mlite), verl-mlite-grpo "
-                       "(actor@actor_rollout_ref.actor=mlite_actor), verl-megatron-grpo (verl's Megatron backend).")
+    p = sub.add_parser(
+        COMMAND,
+        help="write verl launchers and a Slurm + Ray job for a model, mesh and options",
+        description="Targets: verl-mlite-sft (torchrun, engine=mlite), verl-mlite-grpo "
+        "(actor@actor_rollout_ref.actor=mlite_actor), verl-megatron-grpo (verl's Megatron backend).",
+    )
     p.add_argument("config", metavar="CONFIG", help="config.json path or a name in data/models/")
     add_mesh_flags(p)
     add_memory_flags(p)
@@ -35,8 +38,13 @@ def run(args) -> int:
     from .memory import options_from_args
     from .mesh import parallel_from_args
 
-    plan = ExportPlan(model=args.config, parallel=parallel_from_args(args), options=options_from_args(args),
-                      gpus_per_node=args.gpus_per_node, **values_from_args(args, EXPORT))
+    plan = ExportPlan(
+        model=args.config,
+        parallel=parallel_from_args(args),
+        options=options_from_args(args),
+        gpus_per_node=args.gpus_per_node,
+        **values_from_args(args, EXPORT),
+    )
     try:
         res = write(plan, args.out)
     except InvalidMesh as e:
@@ -51,8 +59,10 @@ def run(args) -> int:
         print_json(res.to_dict())
         return 0
     m = res.mesh
-    print(f"{args.target}: {plan.nodes} x {plan.gpus_per_node} GPUs, tp={m['tp']} pp={m['pp']} vpp={m['vpp']} "
-          f"cp={m['cp']} ep={m['ep']} etp={m['etp']} -> dp={m['dp']} edp={m['edp']}")
+    print(
+        f"{args.target}: {plan.nodes} x {plan.gpus_per_node} GPUs, tp={m['tp']} pp={m['pp']} vpp={m['vpp']} "
+        f"cp={m['cp']} ep={m['ep']} etp={m['etp']} -> dp={m['dp']} edp={m['edp']}"
+    )
     for path in res.paths:
         print(f"  wrote {path}")
     for w in m["warnings"] + res.notes:

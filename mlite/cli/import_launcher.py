@@ -14,16 +14,25 @@ ORDER = 45
 
 
 def add_parser(sub):
-    p = sub.add_parser(COMMAND, help="read a verl launcher's Hydra overrides back into a mesh plan",
-                       description="Reads tp/pp/vpp/cp/ep/etp (mlite engine or verl Megatron keys), "
-                       "trainer.nnodes x trainer.n_gpus_per_node and the memory options; FILE '-' reads stdin.")
+    p = sub.add_parser(
+        COMMAND,
+        help="read a verl launcher's Hydra overrides back into a mesh plan",
+        description="Reads tp/pp/vpp/cp/ep/etp (mlite engine or verl Megatron keys), "
+        "trainer.nnodes x trainer.n_gpus_per_node and the memory options; FILE '-' reads stdin.",
+    )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--config", default=None, help="model config (data/models name or path); default: from model.path")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="a variable the script reads from the environment (repeatable)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a variable the script reads from the environment (repeatable)",
+    )
     p.add_argument("--estimate", action="store_true", help="add the training memory estimate of the imported plan")
-    p.add_argument("--gpu-mem", default=None, help="device memory for --estimate: GiB or a GPU name (H100, H200, "
-                   "B200); default 80")
+    p.add_argument(
+        "--gpu-mem", default=None, help="device memory for --estimate: GiB or a GPU name (H100, H200, B200); default 80"
+    )
     p.add_argument("--json", action="store_true")
     return p
 
@@ -83,10 +92,14 @@ def run(args) -> int:
     if args.json:
         print_json(doc)
         return 0 if ok else 1
-    print(f"{imp.source}: {doc['target']} ({doc['entry']}), {doc['nnodes']} x {doc['gpus_per_node']} = "
-          f"{doc['ngpu']} GPUs, model {doc['model_config'] or doc['model_path'] or '?'}")
-    print(f"  tp={doc['tp']} pp={doc['pp']} vpp={doc['vpp']} cp={doc['cp']} ep={doc['ep']} etp={doc['etp']} -> "
-          f"dp={doc['dp']} edp={doc['edp']}  [{'valid' if doc['valid'] else 'INVALID'}]")
+    print(
+        f"{imp.source}: {doc['target']} ({doc['entry']}), {doc['nnodes']} x {doc['gpus_per_node']} = "
+        f"{doc['ngpu']} GPUs, model {doc['model_config'] or doc['model_path'] or '?'}"
+    )
+    print(
+        f"  tp={doc['tp']} pp={doc['pp']} vpp={doc['vpp']} cp={doc['cp']} ep={doc['ep']} etp={doc['etp']} -> "
+        f"dp={doc['dp']} edp={doc['edp']}  [{'valid' if doc['valid'] else 'INVALID'}]"
+    )
     if doc["pp_layout"]:
         print(f"  stages: {doc['pp_layout']}  ({doc['layout_source']})")
     if doc["options"]:
@@ -113,8 +126,10 @@ def _print_estimate(est, d) -> None:
         return f"{x / GIB:8.2f} GiB"
 
     pg = d["per_gpu"]
-    print(f"  estimate ({est.options.optimizer}, {'PAO' if est.options.pao else 'no PAO'}), most loaded pipeline rank "
-          f"{d['stage']}:")
+    print(
+        f"  estimate ({est.options.optimizer}, {'PAO' if est.options.pao else 'no PAO'}), most loaded pipeline rank "
+        f"{d['stage']}:"
+    )
     for k in ("params", "grads", "optimizer", "activations", "other", "total"):
         print(f"    {k:12s} {g(pg[k])}")
     print(f"    host         {g(d['host']['per_gpu'])} per GPU, {g(d['host']['per_node'])} per node")
@@ -126,12 +141,13 @@ def _print_rl(rl: dict) -> None:
     """The RL step by phase (GPU per GPU, host per node), as ``mlite rl-memory`` reports it."""
     gib = 2**30
     kv = rl["kv_cache"]
-    print(f"  RL step (rollout settings read from the launcher; verl's defaults for the rest): peak phase "
-          f"{rl['peak_phase']}, {'fits' if rl['fits'] else 'does NOT fit'}; KV cache {kv['bytes'] / gib:.2f} GiB = "
-          f"{kv['tokens']:,} tokens ({kv['max_concurrent_seqs']} sequences of prompt + response); host per node "
-          f"{rl['host_per_node'] / gib:.1f} GiB")
+    print(
+        f"  RL step (rollout settings read from the launcher; verl's defaults for the rest): peak phase "
+        f"{rl['peak_phase']}, {'fits' if rl['fits'] else 'does NOT fit'}; KV cache {kv['bytes'] / gib:.2f} GiB = "
+        f"{kv['tokens']:,} tokens ({kv['max_concurrent_seqs']} sequences of prompt + response); host per node "
+        f"{rl['host_per_node'] / gib:.1f} GiB"
+    )
     for name, ph in rl["phases"].items():
         print(f"    {name:<14} GPU {ph['gpu'] / gib:8.2f} GiB   host/GPU {ph['host_per_gpu'] / gib:7.2f} GiB")
     for e in rl["errors"]:
         print(f"    error: {e}")
-

@@ -28,23 +28,37 @@ ORDER = 40
 def add_parser(sub):
     from ..logs.records import EVENT_KINDS, WARNING_KINDS
 
-    p = sub.add_parser(COMMAND, help="analyse training logs: check for failures, export CSV, plot, compare runs",
-                       description="Read Slurm logs of verl / Megatron-LM runs and the kit's run directories. "
-                                   "FILE may be a log (plain or .gz), a glob, a run directory or a folder of logs.")
+    p = sub.add_parser(
+        COMMAND,
+        help="analyse training logs: check for failures, export CSV, plot, compare runs",
+        description="Read Slurm logs of verl / Megatron-LM runs and the kit's run directories. "
+        "FILE may be a log (plain or .gz), a glob, a run directory or a folder of logs.",
+    )
     ss = p.add_subparsers(dest="logs_command", metavar="SUBCOMMAND", parser_class=type(p))
 
-    c = ss.add_parser("check", help="format, steps, metrics and failure events per run",
-                      description="Event kinds: " + ", ".join(EVENT_KINDS) + ". Exit status: 0 when the "
-                                  "logs were read, whatever they contain (finding failures is the job); 1 with "
-                                  "--strict when a run has an error event (any kind but the warnings "
-                                  + ", ".join(WARNING_KINDS) + ") or with --fail-on when it has a listed kind; 2 "
-                                  "for bad input. A healthy run (no event) is reported in one line.")
+    c = ss.add_parser(
+        "check",
+        help="format, steps, metrics and failure events per run",
+        description="Event kinds: " + ", ".join(EVENT_KINDS) + ". Exit status: 0 when the "
+        "logs were read, whatever they contain (finding failures is the job); 1 with "
+        "--strict when a run has an error event (any kind but the warnings "
+        + ", ".join(WARNING_KINDS)
+        + ") or with --fail-on when it has a listed kind; 2 "
+        "for bad input. A healthy run (no event) is reported in one line.",
+    )
     c.add_argument("files", nargs="+", metavar="FILE")
     c.add_argument("--json", action="store_true", help="print the JSON document")
-    c.add_argument("--strict", action="store_true",
-                   help="exit 1 when a run has an error event (not for " + ", ".join(WARNING_KINDS) + ")")
-    c.add_argument("--fail-on", metavar="KINDS", default=None,
-                   help="exit 1 when a run has one of these comma-separated event kinds")
+    c.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a run has an error event (not for " + ", ".join(WARNING_KINDS) + ")",
+    )
+    c.add_argument(
+        "--fail-on",
+        metavar="KINDS",
+        default=None,
+        help="exit 1 when a run has one of these comma-separated event kinds",
+    )
     _progress_flags(c)
 
     e = ss.add_parser("export", help="write run,step,metric,value CSV (streamed)")
@@ -55,15 +69,23 @@ def add_parser(sub):
     pl = ss.add_parser("plot", help="draw loss / grad norm / KL (+ entropy, reward) to an image")
     pl.add_argument("files", nargs="+", metavar="FILE")
     pl.add_argument("-o", "--output", required=True, metavar="PNG", help="image file (.png, .pdf, .svg)")
-    pl.add_argument("--metrics", nargs="+", metavar="NAME",
-                    help="roles (loss grad_norm kl entropy reward lr throughput) or metric names")
+    pl.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="NAME",
+        help="roles (loss grad_norm kl entropy reward lr throughput) or metric names",
+    )
     pl.add_argument("--smooth", type=float, default=0.0, help="EMA weight on the past in [0, 1) (default 0: raw)")
     y = pl.add_mutually_exclusive_group()
     y.add_argument("--logy", dest="logy", action="store_const", const=True, default="auto", help="log y axes")
     y.add_argument("--linear", dest="logy", action="store_const", const=False, help="linear y axes")
     pl.add_argument("--no-events", action="store_true", help="do not mark events on the curves")
-    pl.add_argument("--baseline", metavar="RUN", default=None,
-                    help="draw each run's difference from this run (a run name or a log path) instead of the curves")
+    pl.add_argument(
+        "--baseline",
+        metavar="RUN",
+        default=None,
+        help="draw each run's difference from this run (a run name or a log path) instead of the curves",
+    )
     _progress_flags(pl)
 
     cm = ss.add_parser("compare", help="max abs / rel difference per metric and a bitwise-equal verdict")
@@ -71,10 +93,15 @@ def add_parser(sub):
     cm.add_argument("b", metavar="B")
     cm.add_argument("--json", action="store_true", help="print the JSON document")
     cm.add_argument("--metrics", nargs="+", metavar="NAME", help="metrics (or roles with --by role) to compare")
-    cm.add_argument("--by", choices=("metric", "role"), default="metric",
-                    help="match by metric name (default) or by role (train/loss vs lm_loss)")
-    cm.add_argument("--all-metrics", action="store_true",
-                    help="count timing / throughput / memory metrics in the verdict too")
+    cm.add_argument(
+        "--by",
+        choices=("metric", "role"),
+        default="metric",
+        help="match by metric name (default) or by role (train/loss vs lm_loss)",
+    )
+    cm.add_argument(
+        "--all-metrics", action="store_true", help="count timing / throughput / memory metrics in the verdict too"
+    )
     cm.add_argument("--strict", action="store_true", help="exit 1 when the runs are not bitwise equal")
     _progress_flags(cm)
     return p
@@ -82,8 +109,14 @@ def add_parser(sub):
 
 def _progress_flags(p) -> None:
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--progress", dest="progress", action="store_const", const=True, default=None,
-                   help="always show a progress bar on stderr")
+    g.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_const",
+        const=True,
+        default=None,
+        help="always show a progress bar on stderr",
+    )
     g.add_argument("--no-progress", dest="progress", action="store_const", const=False, help="never show one")
 
 
@@ -96,8 +129,7 @@ def _progress(args) -> bool | None:
 def run(args) -> int:
     cmd = getattr(args, "logs_command", None)
     if cmd is None:
-        print("mlite logs: give a sub-command: check, export, plot or compare (see mlite logs --help)",
-              file=sys.stderr)
+        print("mlite logs: give a sub-command: check, export, plot or compare (see mlite logs --help)", file=sys.stderr)
         return 2
     return {"check": _check, "export": _export, "plot": _plot, "compare": _compare}[cmd](args)
 
@@ -144,8 +176,7 @@ def _verdict(r) -> str:
 def _print_run(r) -> None:
     span = f"{r.first_step}..{r.last_step}" if r.num_steps else "-"
     print(f"{r.name}  [{r.format}]  {r.path}")
-    print(f"  steps {r.num_steps} ({span}), {len(r.metrics)} metrics, {r.num_lines} lines, "
-          f"{r.skipped_lines} skipped")
+    print(f"  steps {r.num_steps} ({span}), {len(r.metrics)} metrics, {r.num_lines} lines, {r.skipped_lines} skipped")
     roles = r.roles()
     if roles:
         print("  roles: " + ", ".join(f"{k}={v}" for k, v in roles.items()))
@@ -180,8 +211,15 @@ def _plot(args) -> int:
     if args.baseline is not None and not _names_a_run(args.baseline, files):
         files.append(args.baseline)
     runs = read_logs(files, progress=_progress(args))
-    save_plot(runs, args.output, args.metrics, smooth=args.smooth, logy=args.logy, events=not args.no_events,
-              baseline=args.baseline)
+    save_plot(
+        runs,
+        args.output,
+        args.metrics,
+        smooth=args.smooth,
+        logy=args.logy,
+        events=not args.no_events,
+        baseline=args.baseline,
+    )
     what = f"difference from {args.baseline}" if args.baseline is not None else "curves"
     print(f"wrote {args.output} ({len(runs)} run(s), {what})")
     return 0
@@ -201,8 +239,10 @@ def _names_a_run(baseline: str, files: list[str]) -> bool:
     names = [s.name for s in resolve_inputs(files, allow_empty=True)]
     if baseline in names:
         return True
-    raise MliteError(f"--baseline '{baseline}': no run read is called that and no such file exists; give a run "
-                     f"name ({', '.join(names[:4])}) or a log path")
+    raise MliteError(
+        f"--baseline '{baseline}': no run read is called that and no such file exists; give a run "
+        f"name ({', '.join(names[:4])}) or a log path"
+    )
 
 
 def _compare(args) -> int:
@@ -220,10 +260,15 @@ def _compare(args) -> int:
         print(f"common steps: {doc['common_steps']}")
         print(f"  {'metric':<40} {'steps':>6} {'max abs diff':>14} {'max rel diff':>14}  bitwise")
         for m in doc["metrics"]:
-            fmt = (lambda v: "-" if v is None else f"{v:.4g}")
-            eq = "yes" if m["bitwise_equal"] else (f"no (from step {m['first_diff_step']})"
-                                                    if m["first_diff_step"] is not None else "no")
-            print(f"  {m['metric']:<40} {m['steps']:>6} {fmt(m['max_abs_diff']):>14} {fmt(m['max_rel_diff']):>14}  {eq}")
+            fmt = lambda v: "-" if v is None else f"{v:.4g}"
+            eq = (
+                "yes"
+                if m["bitwise_equal"]
+                else (f"no (from step {m['first_diff_step']})" if m["first_diff_step"] is not None else "no")
+            )
+            print(
+                f"  {m['metric']:<40} {m['steps']:>6} {fmt(m['max_abs_diff']):>14} {fmt(m['max_rel_diff']):>14}  {eq}"
+            )
         if doc["ignored"]:
             print(f"  ignored (timing / throughput / memory; --all-metrics to include): {', '.join(doc['ignored'])}")
         for side in ("a", "b"):

@@ -28,8 +28,11 @@ def options_from_args(args):
 def add_parser(sub):
     from .mesh import add_mesh_flags
 
-    p = sub.add_parser(COMMAND, help="estimate per-GPU and host memory for a model, mesh and optimizer settings",
-                       description="Bytes per parameter, optimizer state, activations, offload; fits or not.")
+    p = sub.add_parser(
+        COMMAND,
+        help="estimate per-GPU and host memory for a model, mesh and optimizer settings",
+        description="Bytes per parameter, optimizer state, activations, offload; fits or not.",
+    )
     p.add_argument("config", metavar="CONFIG")
     p.add_argument("--ngpu", type=int, required=True)
     add_mesh_flags(p)
@@ -58,8 +61,10 @@ def run(args) -> int:
         return 0 if est.fits else 1
     g = lambda x: f"{x / GIB:8.2f} GiB"
     pg = doc["per_gpu"]
-    print(f"{spec.name} on {args.ngpu} GPUs ({o.optimizer}, {'PAO' if o.pao else 'no PAO'}), most loaded: "
-          f"pipeline rank {doc['stage']}")
+    print(
+        f"{spec.name} on {args.ngpu} GPUs ({o.optimizer}, {'PAO' if o.pao else 'no PAO'}), most loaded: "
+        f"pipeline rank {doc['stage']}"
+    )
     for k in ("params", "grads", "optimizer", "activations", "other", "total"):
         print(f"  {k:12s} {g(pg[k])}")
     od = doc["optimizer_detail"]

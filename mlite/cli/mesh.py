@@ -27,13 +27,17 @@ def add_mesh_flags(p, *, with_seq_len: bool = True) -> None:
 def parallel_from_args(args):
     from ..mesh import ParallelConfig
 
-    return ParallelConfig(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep, etp=args.etp,
-                          pp_layout=args.pp_layout)
+    return ParallelConfig(
+        tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep, etp=args.etp, pp_layout=args.pp_layout
+    )
 
 
 def add_parser(sub):
-    p = sub.add_parser(COMMAND, help="validate a parallel mesh for a model, list rank groups, enumerate meshes",
-                       description="Dense ranks = TP*CP*DP*PP, expert ranks = ETP*EP*EDP*PP (mlite's rule).")
+    p = sub.add_parser(
+        COMMAND,
+        help="validate a parallel mesh for a model, list rank groups, enumerate meshes",
+        description="Dense ranks = TP*CP*DP*PP, expert ranks = ETP*EP*EDP*PP (mlite's rule).",
+    )
     p.add_argument("config", metavar="CONFIG", help="config.json path or a name in data/models/")
     p.add_argument("--ngpu", type=int, required=True, help="GPU count (world size)")
     add_mesh_flags(p)
@@ -60,11 +64,15 @@ def run(args) -> int:
             print_json({"meshes": [m.to_dict() for m in meshes]})
         else:
             print(f"{len(meshes)} valid meshes for {spec.name} on {args.ngpu} GPUs (best first):")
-            print(f"  {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'etp':>3} {'dp':>5} {'edp':>5} {'score':>7}  layout")
+            print(
+                f"  {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'etp':>3} {'dp':>5} {'edp':>5} {'score':>7}  layout"
+            )
             for m in meshes[: args.limit]:
                 d = m.to_dict()
-                print(f"  {d['tp']:>3} {d['pp']:>3} {d['vpp']:>3} {d['cp']:>3} {d['ep']:>4} {d['etp']:>3} {d['dp']:>5} "
-                      f"{d['edp']:>5} {d['score']:>7.2f}  {d['pp_layout']}")
+                print(
+                    f"  {d['tp']:>3} {d['pp']:>3} {d['vpp']:>3} {d['cp']:>3} {d['ep']:>4} {d['etp']:>3} {d['dp']:>5} "
+                    f"{d['edp']:>5} {d['score']:>7.2f}  {d['pp_layout']}"
+                )
         return 0 if meshes else 1
     plan = resolve(spec, args.ngpu, parallel_from_args(args), seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
     doc = plan.to_dict()
@@ -78,8 +86,10 @@ def run(args) -> int:
         print_json(doc)
     else:
         p = plan.parallel
-        print(f"{spec.name} on {args.ngpu} GPUs: tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} etp={p.etp_size}"
-              f" -> dp={plan.dp} edp={plan.edp}  [{'valid' if plan.valid else 'INVALID'}]")
+        print(
+            f"{spec.name} on {args.ngpu} GPUs: tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} etp={p.etp_size}"
+            f" -> dp={plan.dp} edp={plan.edp}  [{'valid' if plan.valid else 'INVALID'}]"
+        )
         if plan.layout:
             print(f"  stages: {plan.layout}  ({plan.layout_source})")
         for f in plan.findings:

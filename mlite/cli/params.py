@@ -7,8 +7,11 @@ ORDER = 10
 
 
 def add_parser(sub):
-    p = sub.add_parser(COMMAND, help="count parameters of a model config (total, active, MTP, by component)",
-                       description="CONFIG is a path to a config.json or the name of a file in data/models/.")
+    p = sub.add_parser(
+        COMMAND,
+        help="count parameters of a model config (total, active, MTP, by component)",
+        description="CONFIG is a path to a config.json or the name of a file in data/models/.",
+    )
     p.add_argument("config", metavar="CONFIG")
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p

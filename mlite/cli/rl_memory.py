@@ -44,9 +44,12 @@ def _training_options(args):
 
 
 def add_parser(sub):
-    p = sub.add_parser(COMMAND, help="GPU and host memory of a colocated verl RL step, phase by phase",
-                       description="Actor (mlite memory estimate), reference and a vLLM / SGLang rollout engine on "
-                                   "the same GPUs: rollout, old_log_prob, ref, actor_update, weight_sync.")
+    p = sub.add_parser(
+        COMMAND,
+        help="GPU and host memory of a colocated verl RL step, phase by phase",
+        description="Actor (mlite memory estimate), reference and a vLLM / SGLang rollout engine on "
+        "the same GPUs: rollout, old_log_prob, ref, actor_update, weight_sync.",
+    )
     p.add_argument("config", metavar="CONFIG", help="config.json path or a name in data/models/")
     p.add_argument("--ngpu", type=int, required=True, help="GPU count (world size)")
     _add_training_flags(p)
@@ -54,23 +57,49 @@ def add_parser(sub):
     g.add_argument("--rollout", choices=("vllm", "sglang"), required=True, help="rollout.name")
     g.add_argument("--rollout-tp", type=int, required=True, help="rollout.tensor_model_parallel_size")
     share = g.add_mutually_exclusive_group()
-    share.add_argument("--gpu-memory-utilization", type=float, default=None,
-                       help="vLLM: share of total device memory (default 0.5, verl's)")
-    share.add_argument("--mem-fraction-static", type=float, default=None,
-                       help="SGLang: share of the memory free at start for weights + KV")
+    share.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        help="vLLM: share of total device memory (default 0.5, verl's)",
+    )
+    share.add_argument(
+        "--mem-fraction-static",
+        type=float,
+        default=None,
+        help="SGLang: share of the memory free at start for weights + KV",
+    )
     cache = g.add_mutually_exclusive_group()
-    cache.add_argument("--free-cache-engine", dest="free_cache_engine", action="store_true", default=True,
-                       help="sleep the engine after generation (verl's default)")
-    cache.add_argument("--no-free-cache-engine", dest="free_cache_engine", action="store_false",
-                       help="keep weights and KV cache on the GPU through training")
-    g.add_argument("--sleep-level", type=int, choices=(1, 2), default=None,
-                   help="1: weights to host RAM, KV freed; 2: both freed (default: verl's choice, 2 in hybrid mode)")
+    cache.add_argument(
+        "--free-cache-engine",
+        dest="free_cache_engine",
+        action="store_true",
+        default=True,
+        help="sleep the engine after generation (verl's default)",
+    )
+    cache.add_argument(
+        "--no-free-cache-engine",
+        dest="free_cache_engine",
+        action="store_false",
+        help="keep weights and KV cache on the GPU through training",
+    )
+    g.add_argument(
+        "--sleep-level",
+        type=int,
+        choices=(1, 2),
+        default=None,
+        help="1: weights to host RAM, KV freed; 2: both freed (default: verl's choice, 2 in hybrid mode)",
+    )
     g.add_argument("--prompt-len", type=int, required=True, help="data.max_prompt_length (P)")
     g.add_argument("--response-len", type=int, required=True, help="data.max_response_length (R)")
     g.add_argument("--rollout-n", type=int, required=True, help="rollout.n (K responses per prompt)")
     g.add_argument("--rollout-batch", type=int, required=True, help="data.train_batch_size (B prompts per step)")
-    g.add_argument("--max-model-len", type=int, default=None,
-                   help="rollout.max_model_len (default: the model's max_position_embeddings, as verl sets it)")
+    g.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="rollout.max_model_len (default: the model's max_position_embeddings, as verl sets it)",
+    )
     g.add_argument("--ref", choices=("colocated", "none"), default="colocated", help="reference model")
     g.add_argument("--ref-offload", action="store_true", help="actor_rollout_ref.ref.*.param_offload")
     g.add_argument("--host-mem", type=float, default=None, help="host RAM per node in GiB to check against")
@@ -87,11 +116,21 @@ def rollout_from_args(args):
         raise MliteError("--mem-fraction-static is SGLang's; for vLLM give --gpu-memory-utilization")
     u = args.mem_fraction_static if args.mem_fraction_static is not None else args.gpu_memory_utilization
     kw = {} if u is None else {"gpu_memory_utilization": u}
-    return RolloutOptions(name=args.rollout, tensor_model_parallel_size=args.rollout_tp,
-                          free_cache_engine=args.free_cache_engine, sleep_level=args.sleep_level,
-                          prompt_length=args.prompt_len, response_length=args.response_len, n=args.rollout_n,
-                          train_batch_size=args.rollout_batch, max_model_len=args.max_model_len, ref=args.ref,
-                          ref_param_offload=args.ref_offload, host_mem_gib=args.host_mem, **kw)
+    return RolloutOptions(
+        name=args.rollout,
+        tensor_model_parallel_size=args.rollout_tp,
+        free_cache_engine=args.free_cache_engine,
+        sleep_level=args.sleep_level,
+        prompt_length=args.prompt_len,
+        response_length=args.response_len,
+        n=args.rollout_n,
+        train_batch_size=args.rollout_batch,
+        max_model_len=args.max_model_len,
+        ref=args.ref,
+        ref_param_offload=args.ref_offload,
+        host_mem_gib=args.host_mem,
+        **kw,
+    )
 
 
 def _inputs(args):
@@ -146,18 +185,24 @@ def run(args) -> int:
         return 0 if est.fits else 1
     g = lambda x: f"{x / GIB:7.1f} GiB"
     lvl = f"sleep level {r.resolved_sleep_level}" if r.free_cache_engine else "free_cache_engine=False"
-    print(f"{spec.name} on {args.ngpu} GPUs, {r.name} TP {r.tensor_model_parallel_size} "
-          f"(gpu_memory_utilization {r.gpu_memory_utilization}, {lvl}), usable {g(est.usable)} per GPU")
+    print(
+        f"{spec.name} on {args.ngpu} GPUs, {r.name} TP {r.tensor_model_parallel_size} "
+        f"(gpu_memory_utilization {r.gpu_memory_utilization}, {lvl}), usable {g(est.usable)} per GPU"
+    )
     print(f"  {'phase':13s} {'GPU':>11s} {'host/GPU':>11s}  verdict")
     for name, ph in doc["phases"].items():
         mark = "fits" if est.phase_fits(name) else "DOES NOT FIT"
         peak = "  <- peak" if name == doc["peak_phase"] else ""
         print(f"  {name:13s} {g(ph['gpu'])} {g(ph['host_per_gpu'])}  {mark}{peak}")
     kv = doc["kv_cache"]
-    print(f"  KV cache {g(kv['bytes'])} per GPU, {kv['bytes_per_token']:,} B/token: {kv['tokens']:,} tokens, "
-          f"{kv['max_concurrent_seqs']:,} sequences of {r.seq_tokens} tokens at once")
-    print(f"  host RAM per node {g(doc['host_per_node'])}"
-          + (f" of --host-mem {args.host_mem:g} GiB" if args.host_mem else ""))
+    print(
+        f"  KV cache {g(kv['bytes'])} per GPU, {kv['bytes_per_token']:,} B/token: {kv['tokens']:,} tokens, "
+        f"{kv['max_concurrent_seqs']:,} sequences of {r.seq_tokens} tokens at once"
+    )
+    print(
+        f"  host RAM per node {g(doc['host_per_node'])}"
+        + (f" of --host-mem {args.host_mem:g} GiB" if args.host_mem else "")
+    )
     for w in doc["warnings"]:
         if not any(w.startswith(f"{n} does not fit") for n in PHASES):  # the table already says which phase
             print(f"  warning: {w}")

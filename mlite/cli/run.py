@@ -22,18 +22,25 @@ ORDER = 35
 def add_parser(sub):
     from ..options import RUN, add_flags
 
-    p = sub.add_parser(COMMAND, help="start a single-node debug run of the lite runtime and wait for it",
-                       description="Train a model config on this machine with the kit's lite runtime (FSDP2, "
-                                   "mlite's optimizer and offload modes). Writes a run directory (train.log, "
-                                   "metrics.jsonl, config.json, command.txt, status.json) readable by 'mlite logs'. "
-                                   "Exit 0: completed; 1: failed or stopped; 2: bad input.")
+    p = sub.add_parser(
+        COMMAND,
+        help="start a single-node debug run of the lite runtime and wait for it",
+        description="Train a model config on this machine with the kit's lite runtime (FSDP2, "
+        "mlite's optimizer and offload modes). Writes a run directory (train.log, "
+        "metrics.jsonl, config.json, command.txt, status.json) readable by 'mlite logs'. "
+        "Exit 0: completed; 1: failed or stopped; 2: bad input.",
+    )
     groups = add_flags(p, RUN)  # the RunConfig fields (mlite.options.table.RUN)
     for action in p._actions:  # --from-plan gives the model
         if action.dest == "model":
             action.required = False
-    p.add_argument("--from-plan", metavar="PLAN", default=None,
-                   help="debug the plan.json 'mlite export' wrote: its model, mesh, optimizer and offload settings, "
-                        "shrunk to fit --nproc processes (fewer layers, experts, DP); says what was shrunk")
+    p.add_argument(
+        "--from-plan",
+        metavar="PLAN",
+        default=None,
+        help="debug the plan.json 'mlite export' wrote: its model, mesh, optimizer and offload settings, "
+        "shrunk to fit --nproc processes (fewer layers, experts, DP); says what was shrunk",
+    )
     p.add_argument("--json", action="store_true", help="print the JSON document at the end")
     g = groups["training details"]
     g.add_argument("--overwrite", action="store_true", help="replace the run files of an older run in --out")
@@ -75,9 +82,11 @@ def _follow(run, quiet: bool) -> None:
                 for step, d in run.rundir.read_metrics():
                     if step > shown:
                         shown = step
-                        print(f"step {step}/{run.total_steps}  loss {d.get('train/loss', float('nan')):.4f}  "
-                              f"grad_norm {d.get('train/grad_norm', float('nan')):.4f}  lr {d.get('train/lr', 0):.3g}",
-                              flush=True)
+                        print(
+                            f"step {step}/{run.total_steps}  loss {d.get('train/loss', float('nan')):.4f}  "
+                            f"grad_norm {d.get('train/grad_norm', float('nan')):.4f}  lr {d.get('train/lr', 0):.3g}",
+                            flush=True,
+                        )
             if done:
                 run.wait(timeout=120)
                 return
@@ -88,8 +97,9 @@ def _follow(run, quiet: bool) -> None:
                 run.kill()
                 return
             stopping = True
-            print("mlite run: stop requested; the workers finish their step (Ctrl-C again to terminate)",
-                  file=sys.stderr)
+            print(
+                "mlite run: stop requested; the workers finish their step (Ctrl-C again to terminate)", file=sys.stderr
+            )
             run.stop(wait=False)
 
 
@@ -123,6 +133,5 @@ def run(args) -> int:
         tail = f" ({doc['reason']})" if doc["reason"] else ""
         loss = "n/a" if doc["final_loss"] is None else f"{doc['final_loss']:.4f}"
         peak = "n/a" if doc["peak_memory_bytes"] is None else f"{doc['peak_memory_bytes'] / 2**20:.1f} MiB"
-        print(f"{doc['status']}{tail}: {doc['steps']} steps, final loss {loss}, peak memory {peak}\n"
-              f"log: {doc['log']}")
+        print(f"{doc['status']}{tail}: {doc['steps']} steps, final loss {loss}, peak memory {peak}\nlog: {doc['log']}")
     return 0 if doc["status"] == COMPLETED else 1

@@ -11,13 +11,13 @@ from .plan import DEFAULT_LOG_DIR, TARGETS, ExportPlan
 from .writer import ExportResult, InvalidMesh, render, write
 
 __all__ = [
-           "DEFAULT_LOG_DIR",
-           "TARGETS",
-           "ExportPlan",
-           "ExportResult",
-           "ImportedLauncher",
-           "InvalidMesh",
-           "import_launcher",
-           "render",
-           "write",
+    "DEFAULT_LOG_DIR",
+    "TARGETS",
+    "ExportPlan",
+    "ExportResult",
+    "ImportedLauncher",
+    "InvalidMesh",
+    "import_launcher",
+    "render",
+    "write",
 ]

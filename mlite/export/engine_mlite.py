@@ -21,15 +21,23 @@ def build(plan, mp, spec, *, engine: str) -> tuple[list, list[Override], list[st
     ovs = [
         Override.lit(f"{engine}.impl", K.ENGINE_FIELDS["impl"]),
         Override.lit(f"{engine}.model_name", K.ENGINE_FIELDS["model_name"]),
-        e("tp", var("TP")), e("pp", var("PP")), e("vpp", var("VPP")), e("cp", var("CP")), e("ep", var("EP")),
+        e("tp", var("TP")),
+        e("pp", var("PP")),
+        e("vpp", var("VPP")),
+        e("cp", var("CP")),
+        e("ep", var("EP")),
         e("etp", var("ETP")),
     ] + opts
     if mp.parallel.pp_layout:
-        notes.append(f"pp_layout '{mp.parallel.pp_layout}' is not exported: verl's mlite engine config has no "
-                     "pp_layout key, Megatron Lite balances the layers itself (pp_layout=None)")
+        notes.append(
+            f"pp_layout '{mp.parallel.pp_layout}' is not exported: verl's mlite engine config has no "
+            "pp_layout key, Megatron Lite balances the layers itself (pp_layout=None)"
+        )
     elif mp.layout_source == "auto":
-        notes.append(f"{mp.layout} is the planner's uneven layout; verl's mlite engine has no pp_layout key, so "
-                     "Megatron Lite balances the layers itself: compare with the layout it prints at start-up")
+        notes.append(
+            f"{mp.layout} is the planner's uneven layout; verl's mlite engine has no pp_layout key, so "
+            "Megatron Lite balances the layers itself: compare with the layout it prints at start-up"
+        )
     return knobs, ovs, notes, view
 
 
@@ -38,9 +46,9 @@ def check(overrides_: list, *, engine: str, optim: str) -> list[str]:
     problems = []
     for ov in overrides_:
         if ov.key.startswith(engine + "."):
-            p = K.engine_key_problem(ov.key[len(engine) + 1:], ov.add, ov.value)
+            p = K.engine_key_problem(ov.key[len(engine) + 1 :], ov.add, ov.value)
         elif ov.key.startswith(optim + ".override_optimizer_config."):
-            p = K.optim_override_problem(ov.key[len(optim + ".override_optimizer_config."):], ov.add)
+            p = K.optim_override_problem(ov.key[len(optim + ".override_optimizer_config.") :], ov.add)
         else:
             p = None
         if p:

@@ -17,8 +17,13 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SPLIT = "\x00"
 """Marks where an unquoted expansion's whitespace splits a word into several (bash's field splitting)."""
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
-        ast.Pow: operator.pow}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 
 
 def _arith(expr: str) -> int:
@@ -82,7 +87,9 @@ class Shell:
         out = self.expand(raw)
         return [(x, set(self.unresolved), set(self.used)) for x in out]
 
-    def assign(self, name: str, value, taint: list[set] | set | None = None, deps: list[set] | set | None = None) -> None:
+    def assign(
+        self, name: str, value, taint: list[set] | set | None = None, deps: list[set] | set | None = None
+    ) -> None:
         """Set ``name``; what was unresolved / read while computing ``value`` stays attached to it (``taint`` and
         ``deps``: one set per element of an array)."""
         self.vars[name] = value
@@ -115,8 +122,8 @@ class Shell:
         while i < len(s):
             c = s[i]
             if c == "'" and not quoted:
-                j = s.index("'", i + 1) if "'" in s[i + 1:] else len(s)
-                out.append(s[i + 1:j])
+                j = s.index("'", i + 1) if "'" in s[i + 1 :] else len(s)
+                out.append(s[i + 1 : j])
                 i = j + 1
             elif c == '"' and not quoted:
                 j, depth = i + 1, 0
@@ -124,17 +131,17 @@ class Shell:
                     if s[j] == "\\":
                         j += 2
                         continue
-                    if s[j:j + 2] in ("${", "$("):
+                    if s[j : j + 2] in ("${", "$("):
                         depth += 1
                     elif s[j] in "})" and depth:
                         depth -= 1
                     elif s[j] == '"' and not depth:
                         break
                     j += 1
-                out.append(self._expand_text(s[i + 1:j], quoted=True))
+                out.append(self._expand_text(s[i + 1 : j], quoted=True))
                 i = j + 1
             elif c == "\\":
-                nxt = s[i + 1:i + 2]
+                nxt = s[i + 1 : i + 2]
                 if nxt != "\n":  # backslash-newline: a line continuation, quoted or not
                     out.append(nxt if (not quoted or nxt in '$`"\\') else "\\" + nxt)
                 i += 2
@@ -152,7 +159,7 @@ class Shell:
     def _dollar(self, s: str, i: int, quoted: bool = False) -> tuple[str, int]:
         if s.startswith("$((", i):
             j = _match(s, i + 1, "(", ")")
-            inner = s[i + 3:j - 1]
+            inner = s[i + 3 : j - 1]
             try:
                 body = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", self._expand_text(inner, quoted=True))
                 unknown = False
@@ -168,18 +175,18 @@ class Shell:
 
                 body = _NAME.sub(name, body)
                 if unknown:
-                    return s[i:j + 1], j + 1
+                    return s[i : j + 1], j + 1
                 return str(_arith(body.strip())), j + 1
             except (ValueError, SyntaxError, ZeroDivisionError):
                 self.unresolved.add(f"$(({inner}))")
-                return s[i:j + 1], j + 1
+                return s[i : j + 1], j + 1
         if s.startswith("$(", i):
             j = _match(s, i + 1, "(", ")")
-            self.unresolved.add(s[i:j + 1])
-            return s[i:j + 1], j + 1
+            self.unresolved.add(s[i : j + 1])
+            return s[i : j + 1], j + 1
         if s.startswith("${", i):
             j = _match(s, i + 1, "{", "}")
-            return self._brace(s[i + 2:j], quoted), j + 1
+            return self._brace(s[i + 2 : j], quoted), j + 1
         m = _NAME.match(s, i + 1)
         if m:
             v = self._value(m.group(0))
@@ -187,7 +194,7 @@ class Shell:
                 self.unresolved.add(m.group(0))
                 return "${" + m.group(0) + "}", m.end()
             return v, m.end()
-        if s[i + 1:i + 2] in ("@", "*"):
+        if s[i + 1 : i + 2] in ("@", "*"):
             return "", i + 2
         return "$", i + 1
 
@@ -243,7 +250,7 @@ def _mark_fields(text: str) -> str:
     while i < len(text):
         if text.startswith("$(", i):
             j = _match(text, i + 1, "(", ")")
-            out.append(text[i:j + 1])
+            out.append(text[i : j + 1])
             i = j + 1
         elif text[i] in " \t\n":
             out.append(SPLIT)

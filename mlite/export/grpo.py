@@ -23,8 +23,11 @@ def knobs(plan, dp: int) -> list[Knob]:
         Knob(name="PPO_MICRO_BATCH_SIZE_PER_GPU", default=str(o.micro_batch_size)),
         Knob(name="MAX_PROMPT_LENGTH", default=str(plan.prompt_length)),
         Knob(name="MAX_RESPONSE_LENGTH", default=str(plan.response_length)),
-        Knob(name="PPO_MAX_TOKEN_LEN_PER_GPU", default=str(o.seq_len * o.micro_batch_size),
-             comment="dynamic batch: tokens per micro-batch"),
+        Knob(
+            name="PPO_MAX_TOKEN_LEN_PER_GPU",
+            default=str(o.seq_len * o.micro_batch_size),
+            comment="dynamic batch: tokens per micro-batch",
+        ),
         Knob(name="ACTOR_LR", default=f"{plan.learning_rate:g}"),
         Knob(name="ROLLOUT_TP", default=str(plan.rollout_tensor_parallel), comment="vLLM tensor parallel size"),
         Knob(name="ROLLOUT_N", default=str(plan.rollout_n), comment="responses per prompt"),
@@ -117,6 +120,9 @@ def trainer() -> list[Override]:
         Override("trainer.n_gpus_per_node", var("NDEVICES_PER_NODE")),
         Override("trainer.total_epochs", var("TOTAL_EPOCHS")),
         # the TaskRunner actor writes the JSONL: hand it the path even when Ray was started without it
-        Override("ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH",
-                 "'" + var("VERL_FILE_LOGGER_PATH") + "'", add=True),
+        Override(
+            "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH",
+            "'" + var("VERL_FILE_LOGGER_PATH") + "'",
+            add=True,
+        ),
     ]

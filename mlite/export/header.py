@@ -53,8 +53,11 @@ def options_summary(o) -> list[str]:
     """The training options in Megatron / mlite names."""
     rec = o.recompute + (f" (+{','.join(o.recompute_modules)})" if o.recompute_modules else "")
     pao = "on" if o.use_precision_aware_optimizer else "off"
-    dtypes = (f" main_grads={o.main_grads_dtype} exp_avg={o.exp_avg_dtype} exp_avg_sq={o.exp_avg_sq_dtype}"
-              if o.use_precision_aware_optimizer else "")
+    dtypes = (
+        f" main_grads={o.main_grads_dtype} exp_avg={o.exp_avg_dtype} exp_avg_sq={o.exp_avg_sq_dtype}"
+        if o.use_precision_aware_optimizer
+        else ""
+    )
     onoff = lambda b: "on" if b else "off"
     return [
         f"Training options: optimizer={o.optimizer} use_precision_aware_optimizer={pao}{dtypes}",
@@ -75,9 +78,11 @@ def memory_line(spec, mp, options) -> list[str]:
     except MliteError:  # the estimate is a courtesy in a comment; the export does not depend on it
         return []
     verdict = "fits" if est.fits else "does NOT fit"
-    return [f"Memory estimate (mlite memory): {d['per_gpu']['total'] / GIB:.1f} GiB per GPU on the most loaded "
-            f"pipeline rank, {verdict} in {d['gpu_mem'] / GIB:.0f} GiB; host {d['host']['per_node'] / GIB:.0f} GiB "
-            "per node."]
+    return [
+        f"Memory estimate (mlite memory): {d['per_gpu']['total'] / GIB:.1f} GiB per GPU on the most loaded "
+        f"pipeline rank, {verdict} in {d['gpu_mem'] / GIB:.0f} GiB; host {d['host']['per_node'] / GIB:.0f} GiB "
+        "per node."
+    ]
 
 
 def findings(mp, extra: list[str]) -> list[str]:
@@ -89,9 +94,13 @@ def build(plan, spec, mp, title: str, notes: list[str], requires: list[str], opt
     """The full comment header of a launcher (lines without ``# ``); ``options``: what the target really runs
     (default the plan's)."""
     options = options or plan.options
-    lines = [title, f"Written by `mlite export` (mlite-lab) for {spec.name}; edit the knobs below, or override them",
-             "from the environment (TP=2 bash <this file>), or append Hydra overrides as arguments.",
-             "DRY_RUN=1 prints the resolved command on one line and exits.", ""]
+    lines = [
+        title,
+        f"Written by `mlite export` (mlite-lab) for {spec.name}; edit the knobs below, or override them",
+        "from the environment (TP=2 bash <this file>), or append Hydra overrides as arguments.",
+        "DRY_RUN=1 prints the resolved command on one line and exits.",
+        "",
+    ]
     lines += mesh_accounting(plan, mp) + [""] + options_summary(options)
     lines += memory_line(spec, mp, options)
     warn = findings(mp, notes)

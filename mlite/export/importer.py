@@ -34,9 +34,14 @@ if TYPE_CHECKING:
 _MLITE_SIZES = ("tp", "pp", "vpp", "cp", "ep", "etp")
 _MODEL_SUFFIXES = re.compile(r"(-(Base|Instruct|Chat|BF16|FP8|RL|SFT)(-\d+)?)+$", re.IGNORECASE)
 
-_TARGETS = {("mlite", False): "verl-mlite-grpo", ("mlite", True): "verl-mlite-sft",
-            ("megatron", False): "verl-megatron-grpo", ("megatron", True): "verl-megatron-sft",
-            ("fsdp", False): "verl-fsdp-grpo", ("fsdp", True): "verl-fsdp-sft"}
+_TARGETS = {
+    ("mlite", False): "verl-mlite-grpo",
+    ("mlite", True): "verl-mlite-sft",
+    ("megatron", False): "verl-megatron-grpo",
+    ("megatron", True): "verl-megatron-sft",
+    ("fsdp", False): "verl-fsdp-grpo",
+    ("fsdp", True): "verl-fsdp-sft",
+}
 
 
 @dataclass(kw_only=True)
@@ -118,8 +123,16 @@ class ImportedLauncher:
             return None, None
         spec = from_hf_config(ref)
         seq = int(self.options.get("seq_len", 4096))
-        return resolve(spec, self.ngpu, self.parallel, seq_len=seq, gpus_per_node=self.gpus_per_node,
-                       auto_uneven=True, inherited=self.inherited, train_mtp=self.train_mtp), ref
+        return resolve(
+            spec,
+            self.ngpu,
+            self.parallel,
+            seq_len=seq,
+            gpus_per_node=self.gpus_per_node,
+            auto_uneven=True,
+            inherited=self.inherited,
+            train_mtp=self.train_mtp,
+        ), ref
 
     @property
     def rollout(self) -> dict:
@@ -141,8 +154,10 @@ class ImportedLauncher:
         else:
             doc = self._world_only()
             warnings = doc["warnings"] + warnings
-            warnings.append(f"no model config for '{self.model_path or '?'}': only the GPU-count rules were checked "
-                            "(pass --config NAME_OR_PATH for heads, experts, layers)")
+            warnings.append(
+                f"no model config for '{self.model_path or '?'}': only the GPU-count rules were checked "
+                "(pass --config NAME_OR_PATH for heads, experts, layers)"
+            )
         out: dict[str, object] = {"ngpu": self.ngpu}
         for k in ("valid", "errors"):
             out[k] = doc[k]
@@ -151,14 +166,25 @@ class ImportedLauncher:
         for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp", "pp_layout", "layout_source"):
             out[k] = doc[k]
         ldp = self.ngpu / p.pp / (p.tp * p.ep)
-        out.update({
-            "nnodes": self.nnodes, "gpus_per_node": self.gpus_per_node, "target": self.target,
-            "entry": self.entry, "config_name": self.config_name, "model_path": self.model_path,
-            "model_config": ref, "options": self.options, "rollout": self.rollout,
-            "launcher_rule": {"used": self.launcher_rule, "dp": int(ldp) if ldp.is_integer() else round(ldp, 3)},
-            "unresolved": self.unresolved, "ignored": self.ignored, "source": self.source,
-            "inherited": {k: v.why for k, v in self.inherited.items()}, "train_mtp": self.train_mtp,
-        })
+        out.update(
+            {
+                "nnodes": self.nnodes,
+                "gpus_per_node": self.gpus_per_node,
+                "target": self.target,
+                "entry": self.entry,
+                "config_name": self.config_name,
+                "model_path": self.model_path,
+                "model_config": ref,
+                "options": self.options,
+                "rollout": self.rollout,
+                "launcher_rule": {"used": self.launcher_rule, "dp": int(ldp) if ldp.is_integer() else round(ldp, 3)},
+                "unresolved": self.unresolved,
+                "ignored": self.ignored,
+                "source": self.source,
+                "inherited": {k: v.why for k, v in self.inherited.items()},
+                "train_mtp": self.train_mtp,
+            }
+        )
         return out
 
     def _world_only(self) -> dict:
@@ -172,23 +198,48 @@ class ImportedLauncher:
         # any model: experts and widths that every size divides, so only the GPU-count rules speak
         anything = SimpleNamespace(num_experts=1 << 20, moe_ffn_hidden_size=1 << 20, name=self.model_path or "?")
         # a stand-in, not a ModelSpec: the four rules below read only num_experts, moe_ffn_hidden_size and name
-        ctx = MeshContext(spec=cast("ModelSpec", anything), ngpu=self.ngpu, parallel=p, gpus_per_node=self.gpus_per_node,
-                          inherited=self.inherited)
+        ctx = MeshContext(
+            spec=cast("ModelSpec", anything),
+            ngpu=self.ngpu,
+            parallel=p,
+            gpus_per_node=self.gpus_per_node,
+            inherited=self.inherited,
+        )
         found = run_rules(ctx, (C.rule_world_dense, C.rule_world_expert, C.rule_vpp, C.rule_inherited))
         errors = [f.message for f in found if f.level == "error"]
-        return {"valid": not errors, "errors": errors, "warnings": [], "info": [f.message for f in found
-                                                                                if f.level == "info"],
-                "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": p.etp_size, "dp": ctx.dp,
-                "edp": ctx.edp, "pp_layout": p.pp_layout or "",
-                "layout_source": "pp_layout" if p.pp_layout else "unknown"}
+        return {
+            "valid": not errors,
+            "errors": errors,
+            "warnings": [],
+            "info": [f.message for f in found if f.level == "info"],
+            "tp": p.tp,
+            "pp": p.pp,
+            "vpp": p.vpp,
+            "cp": p.cp,
+            "ep": p.ep,
+            "etp": p.etp_size,
+            "dp": ctx.dp,
+            "edp": ctx.edp,
+            "pp_layout": p.pp_layout or "",
+            "layout_source": "pp_layout" if p.pp_layout else "unknown",
+        }
 
     def planner_values(self) -> dict:
         """The mesh and cluster as planner fields: ``ngpu``, ``gpus_per_node``, ``seq_len``, ``tp`` ... ``etp``
         (resolved, e.g. ETP = TP for a Megatron launcher that leaves it unset), ``pp_layout``."""
         p = self.parallel
-        return {"ngpu": self.ngpu, "gpus_per_node": self.gpus_per_node,
-                "seq_len": int(self.options.get("seq_len", 4096)), "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp,
-                "ep": p.ep, "etp": p.etp_size, "pp_layout": p.pp_layout or ""}
+        return {
+            "ngpu": self.ngpu,
+            "gpus_per_node": self.gpus_per_node,
+            "seq_len": int(self.options.get("seq_len", 4096)),
+            "tp": p.tp,
+            "pp": p.pp,
+            "vpp": p.vpp,
+            "cp": p.cp,
+            "ep": p.ep,
+            "etp": p.etp_size,
+            "pp_layout": p.pp_layout or "",
+        }
 
     def estimate(self, config: str | None = None, *, gpu_memory_gib: float | None = None):
         """``(MeshPlan, MemoryEstimate or None)``: the training memory estimate of the imported mesh and options (None
@@ -204,10 +255,14 @@ class ImportedLauncher:
         if mp is None:
             if not self.model_path:
                 need = "; ".join(f"the script requires {k} ({v})" for k, v in self.required.items())
-                raise MliteError(f"--estimate needs the model: model.path is empty{' (' + need + ')' if need else ''}; "
-                                 "pass --env MODEL_PATH=... or --config NAME_OR_PATH")
-            raise MliteError(f"--estimate needs the model: '{self.model_path}' is not a config in data/models/ "
-                             "or a local folder; pass --config NAME_OR_PATH")
+                raise MliteError(
+                    f"--estimate needs the model: model.path is empty{' (' + need + ')' if need else ''}; "
+                    "pass --env MODEL_PATH=... or --config NAME_OR_PATH"
+                )
+            raise MliteError(
+                f"--estimate needs the model: '{self.model_path}' is not a config in data/models/ "
+                "or a local folder; pass --config NAME_OR_PATH"
+            )
         if not mp.valid:
             return mp, None
         o = self.training_options()
@@ -229,19 +284,35 @@ class ImportedLauncher:
         ldp = self.ngpu / p.pp / (p.tp * p.ep)
         r = self.rollout
         if not self.target.endswith("-sft"):
-            kw.setdefault("rollout_knobs", {k: v for k, v in r.items() if k not in ROLLOUT_OWNED
-                                            and k not in ("ref", "ref_param_offload")})
-            for field, name in (("n", "rollout_n"), ("tensor_model_parallel_size", "rollout_tp"),
-                                ("gpu_memory_utilization", "rollout_gpu_memory_utilization"),
-                                ("prompt_length", "max_prompt_length")):
+            kw.setdefault(
+                "rollout_knobs",
+                {k: v for k, v in r.items() if k not in ROLLOUT_OWNED and k not in ("ref", "ref_param_offload")},
+            )
+            for field, name in (
+                ("n", "rollout_n"),
+                ("tensor_model_parallel_size", "rollout_tp"),
+                ("gpu_memory_utilization", "rollout_gpu_memory_utilization"),
+                ("prompt_length", "max_prompt_length"),
+            ):
                 if field in r:
                     kw.setdefault(name, r[field])
-        return ExportPlan(model=ref, target=target or (self.target if self.target in
-                                                       ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
-                                                       else "verl-mlite-grpo"),
-                          parallel=p, options=self.training_options(), nodes=self.nnodes,
-                          gpus_per_node=self.gpus_per_node, model_path=self.model_path or None,
-                          source_launcher=self.source, source_rule_dp=ldp if self.launcher_rule else None, **kw)
+        return ExportPlan(
+            model=ref,
+            target=target
+            or (
+                self.target
+                if self.target in ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
+                else "verl-mlite-grpo"
+            ),
+            parallel=p,
+            options=self.training_options(),
+            nodes=self.nnodes,
+            gpus_per_node=self.gpus_per_node,
+            model_path=self.model_path or None,
+            source_launcher=self.source,
+            source_rule_dp=ldp if self.launcher_rule else None,
+            **kw,
+        )
 
 
 def import_launcher(src: str | Path, *, env: dict | None = None, text: str | None = None) -> ImportedLauncher:
@@ -259,8 +330,9 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     res = run_script(text, env, path=None if source.startswith("<") else Path(source).expanduser())
     if not res.launches:
         raise _no_launch(source, res)
-    warnings = list(res.notes) + [f"the script requires {k} ({v}); it is not set" for k, v in
-                                  res.shell.required.items()]
+    warnings = list(res.notes) + [
+        f"the script requires {k} ({v}); it is not set" for k, v in res.shell.required.items()
+    ]
     outside = [ln for ln in res.launches if not ln.in_block]
     launch = (outside or res.launches)[-1]
     if len(outside or res.launches) > 1:
@@ -269,14 +341,14 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     unresolved: dict[str, list[str]] = {}
     config_name: str | None = None
     torchrun: dict[str, str] = {}
-    for j, w in enumerate(launch.words[:launch.entry]):
+    for j, w in enumerate(launch.words[: launch.entry]):
         if w.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")):
             key, _, val = w.partition("=")
             val = val or (launch.words[j + 1] if j + 1 < launch.entry else "")
             torchrun[key.lstrip("-").replace("-", "_")] = val
-    words = launch.words[launch.entry + 1:]
-    unres = launch.unresolved[launch.entry + 1:]
-    deps = launch.used[launch.entry + 1:]
+    words = launch.words[launch.entry + 1 :]
+    unres = launch.unresolved[launch.entry + 1 :]
+    deps = launch.used[launch.entry + 1 :]
     used_by: dict[str, set] = {}
     i = 0
     while i < len(words):
@@ -301,8 +373,11 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     for name, keys in unresolved.items():
         label = name if name.startswith("$") else "$" + name
         shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-        warnings.append(f"could not resolve {label} (used in {shown}); pass --env {name.strip('$')}=VALUE"
-                        if not name.startswith("$") else f"could not resolve {label} (used in {shown})")
+        warnings.append(
+            f"could not resolve {label} (used in {shown}); pass --env {name.strip('$')}=VALUE"
+            if not name.startswith("$")
+            else f"could not resolve {label} (used in {shown})"
+        )
     is_sft = "sft" in launch.module
     backend, parallel, consumed, mesh_warn = read_parallel(ovs, is_sft=is_sft, config_name=config_name)
     _refuse_unread_mesh(source, ovs, consumed | {"trainer.nnodes", "trainer.n_gpus_per_node"}, unresolved, res)
@@ -318,12 +393,14 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     ignored = [o.key for o in ovs if o.key not in consumed]
     read_vars = set().union(*(used_by.get(k, set()) for k in consumed)) if consumed else set()
     for name in sorted(res.block_assignments & read_vars):
-        warnings.append(f"{name} is also assigned inside an if/loop block that was not evaluated; the value "
-                        "set outside it was used")
+        warnings.append(
+            f"{name} is also assigned inside an if/loop block that was not evaluated; the value set outside it was used"
+        )
     for k in ignored:
         low = k.lower()
-        if any(t in low for t in ("parallel_size", "offload", "recompute", ".engine.", "impl_cfg")) and \
-                not low.startswith(("actor_rollout_ref.rollout.", "actor_rollout_ref.ref.", "critic.")):
+        if any(
+            t in low for t in ("parallel_size", "offload", "recompute", ".engine.", "impl_cfg")
+        ) and not low.startswith(("actor_rollout_ref.rollout.", "actor_rollout_ref.ref.", "critic.")):
             warnings.append(f"{k}: looks like a mesh or memory setting but is not read; ignored")
         elif low.startswith(("actor_rollout_ref.ref.", "critic.")) and "parallel_size" in low:
             warnings.append(f"{k}: the plan is the actor's mesh; the reference/critic setting is ignored")
@@ -333,42 +410,66 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         ldp = nnodes * gpn / p.pp / (p.tp * p.ep)
         rdp = nnodes * gpn / (p.tp * p.cp * p.pp)
         if ldp != rdp:
-            warnings.append(f"this launcher computes DP with verl's rule ngpu/PP = TP*EP*DP = {ldp:g}; the runtime's "
-                            f"rule ngpu = TP*CP*DP*PP gives DP = {rdp:g} (they differ because CP {p.cp} != EP {p.ep})")
+            warnings.append(
+                f"this launcher computes DP with verl's rule ngpu/PP = TP*EP*DP = {ldp:g}; the runtime's "
+                f"rule ngpu = TP*CP*DP*PP gives DP = {rdp:g} (they differ because CP {p.cp} != EP {p.ep})"
+            )
     by = {o.key: o.value for o in ovs}
     mtp = "model.mtp" if is_sft else "actor_rollout_ref.model.mtp"
     train_mtp = by.get(f"{mtp}.enable") is True and by.get(f"{mtp}.enable_train", True) is not False
-    return ImportedLauncher(source=source, target=_TARGETS[(backend, is_sft)], entry=launch.module,
-                            config_name=config_name, overrides=ovs, nnodes=nnodes, gpus_per_node=gpn,
-                            parallel=parallel, options=options, model_path=model_path, warnings=warnings,
-                            unresolved=unresolved, ignored=ignored, launcher_rule=text_rule,
-                            inherited=_inherited(by, backend, is_sft, parallel), train_mtp=train_mtp,
-                            required=dict(res.shell.required))
+    return ImportedLauncher(
+        source=source,
+        target=_TARGETS[(backend, is_sft)],
+        entry=launch.module,
+        config_name=config_name,
+        overrides=ovs,
+        nnodes=nnodes,
+        gpus_per_node=gpn,
+        parallel=parallel,
+        options=options,
+        model_path=model_path,
+        warnings=warnings,
+        unresolved=unresolved,
+        ignored=ignored,
+        launcher_rule=text_rule,
+        inherited=_inherited(by, backend, is_sft, parallel),
+        train_mtp=train_mtp,
+        required=dict(res.shell.required),
+    )
 
 
 def _no_launch(source: str, res) -> MliteError:
     """Why a script has no verl launch line, in one line."""
     if res.unfollowed:
-        return MliteError(f"{source}: no verl launch line found; the script hands over to {res.unfollowed[0]}, which "
-                          "could not be read (pass --env for the variables of its path, or import that file)")
+        return MliteError(
+            f"{source}: no verl launch line found; the script hands over to {res.unfollowed[0]}, which "
+            "could not be read (pass --env for the variables of its path, or import that file)"
+        )
     if res.unset_commands:
         line, name = res.unset_commands[-1]
-        return MliteError(f"{source}: no verl launch line found; line {line} runs ${name}, which the script never sets "
-                          f"(pass --env {name}='torchrun ... -m verl.trainer.sft_trainer' or the command it stands "
-                          "for)")
+        return MliteError(
+            f"{source}: no verl launch line found; line {line} runs ${name}, which the script never sets "
+            f"(pass --env {name}='torchrun ... -m verl.trainer.sft_trainer' or the command it stands "
+            "for)"
+        )
     if res.prints and not res.commands:
         said = next((t for t in res.prints if t.strip()), "")
         return MliteError(f"{source}: launches nothing: it only prints" + (f" '{said[:160]}'" if said else ""))
-    return MliteError(f"{source}: no verl launch line found (expected python3 -m verl.trainer.main_ppo, torchrun ... "
-                      "-m verl.trainer.sft_trainer, a recipe.<name>.main_<name> or verl.experimental... entry point "
-                      "with Hydra overrides)")
+    return MliteError(
+        f"{source}: no verl launch line found (expected python3 -m verl.trainer.main_ppo, torchrun ... "
+        "-m verl.trainer.sft_trainer, a recipe.<name>.main_<name> or verl.experimental... entry point "
+        "with Hydra overrides)"
+    )
 
 
 def _is_mesh_key(key: str) -> bool:
     leaf = key.rsplit(".", 1)[-1]
-    return key in ("trainer.nnodes", "trainer.n_gpus_per_node") or leaf in PARALLEL_KEYS.values() or \
-        leaf == "pipeline_model_parallel_layout" or (key.startswith(("engine.", f"{ACTOR}.engine."))
-                                                     and leaf in _MLITE_SIZES)
+    return (
+        key in ("trainer.nnodes", "trainer.n_gpus_per_node")
+        or leaf in PARALLEL_KEYS.values()
+        or leaf == "pipeline_model_parallel_layout"
+        or (key.startswith(("engine.", f"{ACTOR}.engine.")) and leaf in _MLITE_SIZES)
+    )
 
 
 def _refuse_unread_mesh(source: str, ovs, consumed: set, unresolved: dict, res) -> None:
@@ -380,18 +481,34 @@ def _refuse_unread_mesh(source: str, ovs, consumed: set, unresolved: dict, res) 
         names = [n for n, keys in unresolved.items() if o.key in keys]
         if names:
             n = names[0]
-            how = (f"pass --env {n}=VALUE" if not n.startswith("$") else "it is not run; pass --env for the variable "
-                   "that holds it")
-            raise MliteError(f"{source}: {o.key}={o.raw}: could not expand {n if n.startswith('$') else '$' + n} "
-                             f"({how})")
+            how = (
+                f"pass --env {n}=VALUE"
+                if not n.startswith("$")
+                else "it is not run; pass --env for the variable that holds it"
+            )
+            raise MliteError(
+                f"{source}: {o.key}={o.raw}: could not expand {n if n.startswith('$') else '$' + n} ({how})"
+            )
         leaf = o.key.rsplit(".", 1)[-1]
-        ok = o.value is None if leaf in ("virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size",
-                                         "pipeline_model_parallel_layout", "vpp", "etp") else False
+        ok = (
+            o.value is None
+            if leaf
+            in (
+                "virtual_pipeline_model_parallel_size",
+                "expert_tensor_parallel_size",
+                "pipeline_model_parallel_layout",
+                "vpp",
+                "etp",
+            )
+            else False
+        )
         if leaf == "pipeline_model_parallel_layout":
             continue
         if not ok and not (isinstance(o.value, int) and not isinstance(o.value, bool) and o.value >= 1):
-            raise MliteError(f"{source}: {o.key}={o.raw}: not a positive integer; set it (or pass --env for the "
-                             "variable it comes from)")
+            raise MliteError(
+                f"{source}: {o.key}={o.raw}: not a positive integer; set it (or pass --env for the "
+                "variable it comes from)"
+            )
 
 
 def _inherited(by: dict, backend: str, is_sft: bool, p) -> dict:
@@ -401,6 +518,7 @@ def _inherited(by: dict, backend: str, is_sft: bool, p) -> dict:
     out = {}
     if backend == "megatron":
         root = "engine" if is_sft else f"{ACTOR}.megatron"
+
         def key(k):
             return f"{root}.{PARALLEL_KEYS[k]}"
 
@@ -411,18 +529,21 @@ def _inherited(by: dict, backend: str, is_sft: bool, p) -> dict:
             return "sets it to null" if key(k) in by else f"does not set {PARALLEL_KEYS[k]}"
 
         if unset("etp"):
-            out["etp"] = Inherited(f"ETP inherited from TP = {p.tp} because the launcher {how('etp')} "
-                                   "(Megatron-Core: expert_tensor_parallel_size None means TP)", key("etp"))
+            out["etp"] = Inherited(
+                f"ETP inherited from TP = {p.tp} because the launcher {how('etp')} "
+                "(Megatron-Core: expert_tensor_parallel_size None means TP)",
+                key("etp"),
+            )
         if unset("vpp"):
-            out["vpp"] = Inherited(f"VPP null (no interleaved schedule) because the launcher {how('vpp')}",
-                                   key("vpp"))
+            out["vpp"] = Inherited(f"VPP null (no interleaved schedule) because the launcher {how('vpp')}", key("vpp"))
         if unset("cp"):
             out["cp"] = Inherited(f"CP 1 (Megatron-Core's default) because the launcher {how('cp')}", key("cp"))
     elif backend == "mlite":
         root = "engine" if is_sft else f"{ACTOR}.engine"
         if by.get(f"{root}.etp") is None:
-            out["etp"] = Inherited(f"ETP 1 (Megatron Lite's default) because the launcher does not set {root}.etp",
-                                   f"{root}.etp")
+            out["etp"] = Inherited(
+                f"ETP 1 (Megatron Lite's default) because the launcher does not set {root}.etp", f"{root}.etp"
+            )
     return out
 
 

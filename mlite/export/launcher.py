@@ -55,8 +55,9 @@ def mesh_knobs(plan, mp, *, vpp_null: bool = False) -> list[Knob]:
         Knob(name="NDEVICES_PER_NODE", default=str(plan.gpus_per_node), comment="trainer.n_gpus_per_node"),
         Knob(name="TP", default=str(p.tp)),
         Knob(name="PP", default=str(p.pp)),
-        Knob(name="VPP", default=vpp, comment="null: no interleaving (Megatron-Core rejects 1)" if vpp == "null"
-             else ""),
+        Knob(
+            name="VPP", default=vpp, comment="null: no interleaving (Megatron-Core rejects 1)" if vpp == "null" else ""
+        ),
         Knob(name="CP", default=str(p.cp)),
         Knob(name="EP", default=str(p.ep)),
         Knob(name="ETP", default=str(p.etp_size)),
@@ -91,7 +92,7 @@ def mesh_check(vpp_var: str = "VPP") -> list[str]:
         "fi",
         "DP=$((NGPU / (TP * CP * PP)))",
         "EDP=$((NGPU / (ETP * EP * PP)))",
-        'echo "MLITE_MESH ngpu=${NGPU} tp=${TP} pp=${PP} vpp=${' + vpp_var + '} cp=${CP} ep=${EP} etp=${ETP} '
+        'echo "MLITE_MESH ngpu=${NGPU} tp=${TP} pp=${PP} vpp=${' + vpp_var + "} cp=${CP} ep=${EP} etp=${ETP} "
         'dp=${DP} edp=${EDP}" >&2',
     ]
 

@@ -14,9 +14,12 @@ from .overrides import Override, var
 ACTOR = "actor_rollout_ref.actor"
 
 PARALLEL_KEYS = {
-    "tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
-    "vpp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
-    "ep": "expert_model_parallel_size", "etp": "expert_tensor_parallel_size",
+    "tp": "tensor_model_parallel_size",
+    "pp": "pipeline_model_parallel_size",
+    "vpp": "virtual_pipeline_model_parallel_size",
+    "cp": "context_parallel_size",
+    "ep": "expert_model_parallel_size",
+    "etp": "expert_tensor_parallel_size",
 }
 """mlite mesh name -> verl ``actor_rollout_ref.actor.megatron.*`` key."""
 
@@ -40,18 +43,24 @@ def _roots(ovs, is_sft: bool, config_name: str | None) -> tuple[str, str, str]:
         keys = {o.key for o in ovs}
         if (choice and choice.value == "mlite") or any(k in keys for k in ("engine.tp", "engine.ep", "engine.cp")):
             return "mlite", "engine", "optim"
-        if (choice and choice.value == "megatron") or any(k.startswith("engine.") and k.endswith("_parallel_size")
-                                                          for k in keys):
+        if (choice and choice.value == "megatron") or any(
+            k.startswith("engine.") and k.endswith("_parallel_size") for k in keys
+        ):
             return "megatron", "engine", "optim"
         return "fsdp", "engine", "optim"
     actor = by.get(f"actor@{ACTOR}")
     keys = {o.key for o in ovs}
-    if (actor and actor.value == "mlite_actor") or any(k.startswith(f"{ACTOR}.engine.") and k.split(".")[-1] in
-                                                       ("tp", "pp", "cp", "ep") for k in keys):
+    if (actor and actor.value == "mlite_actor") or any(
+        k.startswith(f"{ACTOR}.engine.") and k.split(".")[-1] in ("tp", "pp", "cp", "ep") for k in keys
+    ):
         return "mlite", f"{ACTOR}.engine", f"{ACTOR}.optim"
     engine = by.get("model_engine")
-    if (config_name or "").startswith("ppo_megatron_trainer") or (engine and engine.value == "megatron") or \
-            (actor and actor.value == "megatron_actor") or any(k.startswith(f"{ACTOR}.megatron.") for k in keys):
+    if (
+        (config_name or "").startswith("ppo_megatron_trainer")
+        or (engine and engine.value == "megatron")
+        or (actor and actor.value == "megatron_actor")
+        or any(k.startswith(f"{ACTOR}.megatron.") for k in keys)
+    ):
         return "megatron", f"{ACTOR}.megatron", f"{ACTOR}.optim"
     return "fsdp", f"{ACTOR}.fsdp_config", f"{ACTOR}.optim"
 
@@ -98,8 +107,10 @@ def read_parallel(ovs, *, is_sft: bool, config_name: str | None):
             consumed.add(layout.key)
             vals["pp_layout"] = None if layout.value is None else str(layout.value)
     else:
-        w.append("no mlite engine or Megatron mesh keys: an FSDP launcher is plain data parallel here "
-                 "(tp = pp = cp = ep = 1)")
+        w.append(
+            "no mlite engine or Megatron mesh keys: an FSDP launcher is plain data parallel here "
+            "(tp = pp = cp = ep = 1)"
+        )
     try:
         return backend, ParallelConfig(**vals), consumed, w
     except MliteError as e:
@@ -115,8 +126,10 @@ def read_options(ovs, *, backend: str, is_sft: bool):
     if backend == "mlite":
         optim = "optim" if is_sft else f"{ACTOR}.optim"
         if any(o.key == f"{optim}.use_precision_aware_optimizer" for o in ovs):
-            w.append(f"{optim}.use_precision_aware_optimizer is not read by verl's mlite engine (it reads "
-                     f"{optim}.override_optimizer_config.use_precision_aware_optimizer)")
+            w.append(
+                f"{optim}.use_precision_aware_optimizer is not read by verl's mlite engine (it reads "
+                f"{optim}.override_optimizer_config.use_precision_aware_optimizer)"
+            )
     try:
         from ..memory import TrainingOptions
 

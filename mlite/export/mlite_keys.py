@@ -72,8 +72,13 @@ IMPL_CFG_ADDED: dict[str, tuple] = {
 """``engine.impl_cfg`` keys that are not in ``engine/mlite.yaml`` (set them WITH ``+``); allowed values (empty: any)."""
 
 OPTIM_OVERRIDE_KEYS: tuple[str, ...] = (
-    "offload_fraction", "optimizer_offload_fraction", "optimizer_cpu_offload", "use_precision_aware_optimizer",
-    "decoupled_weight_decay", "adam_eps", "overlap_cpu_optimizer_d2h_h2d",
+    "offload_fraction",
+    "optimizer_offload_fraction",
+    "optimizer_cpu_offload",
+    "use_precision_aware_optimizer",
+    "decoupled_weight_decay",
+    "adam_eps",
+    "overlap_cpu_optimizer_d2h_h2d",
 )
 """``optim.override_optimizer_config`` children the mlite engine reads (always WITH ``+``: the dict is empty)."""
 
@@ -91,7 +96,7 @@ overrides of a GRPO launcher against verl alone)."""
 def engine_key_problem(key: str, add: bool, value=None) -> str | None:
     """Why ``[+]engine.<key>=value`` is wrong for the mlite engine (``key`` relative to ``engine.``), or None."""
     if key.startswith("impl_cfg."):
-        sub = key[len("impl_cfg."):]
+        sub = key[len("impl_cfg.") :]
         if sub in IMPL_CFG_FIELDS:
             return f"engine.{key} exists in engine/mlite.yaml: drop the '+'" if add else None
         if sub not in IMPL_CFG_ADDED:

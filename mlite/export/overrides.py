@@ -146,6 +146,6 @@ def shell_word(value: str) -> str:
     s = str(value)
     for home in ("~/", "$HOME/", "${HOME}/"):
         if s.startswith(home):
-            rest = s[len(home):]
+            rest = s[len(home) :]
             return '"${HOME}"/' + shlex.quote(rest) if rest else '"${HOME}"'
     return shlex.quote(s)

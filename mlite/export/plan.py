@@ -21,8 +21,14 @@ verl's built-in Megatron backend."""
 LOCAL_TARGETS = ("verl-lite-sft",)
 """Local variants of a cluster target (the keys that differ: :data:`mlite.options.table.ENGINE_SWITCH`)."""
 
-ROLLOUT_OWNED = ("tensor_model_parallel_size", "gpu_memory_utilization", "n", "prompt_length", "response_length",
-                 "train_batch_size")
+ROLLOUT_OWNED = (
+    "tensor_model_parallel_size",
+    "gpu_memory_utilization",
+    "n",
+    "prompt_length",
+    "response_length",
+    "train_batch_size",
+)
 """RolloutOptions fields an ExportPlan owns through fields of its own (the rest are ``rollout_knobs``)."""
 
 DEFAULT_LOG_DIR = "runs/slurm"
@@ -98,8 +104,15 @@ class ExportPlan:
     def __post_init__(self):
         if self.target not in TARGETS + LOCAL_TARGETS:
             raise MliteError(f"--target {self.target!r}: expected one of {', '.join(TARGETS + LOCAL_TARGETS)}")
-        for name in ("nodes", "gpus_per_node", "total_epochs", "rollout_n", "cpus_per_task", "ray_port",
-                     "ray_wait_timeout"):
+        for name in (
+            "nodes",
+            "gpus_per_node",
+            "total_epochs",
+            "rollout_n",
+            "cpus_per_task",
+            "ray_port",
+            "ray_wait_timeout",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise MliteError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
@@ -108,18 +121,23 @@ class ExportPlan:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise MliteError(f"{name} must be a positive integer or None, got {v!r}")
         if not 0 < self.rollout_gpu_memory_utilization < 1:
-            raise MliteError(f"rollout_gpu_memory_utilization must be in (0, 1), got "
-                             f"{self.rollout_gpu_memory_utilization}")
+            raise MliteError(
+                f"rollout_gpu_memory_utilization must be in (0, 1), got {self.rollout_gpu_memory_utilization}"
+            )
         owned = set(ROLLOUT_OWNED)
         for k in self.rollout_knobs:
             if k in owned or k not in RolloutOptions.__dataclass_fields__:
-                raise MliteError(f"rollout_knobs: '{k}' is not a rollout knob of its own (n, TP, the memory share and "
-                                 "the lengths have their own fields; others: "
-                                 f"{', '.join(f for f in RolloutOptions.__dataclass_fields__ if f not in owned)})")
+                raise MliteError(
+                    f"rollout_knobs: '{k}' is not a rollout knob of its own (n, TP, the memory share and "
+                    "the lengths have their own fields; others: "
+                    f"{', '.join(f for f in RolloutOptions.__dataclass_fields__ if f not in owned)})"
+                )
         _ = self.rollout_options  # RolloutOptions validates the knob values
         if self.max_prompt_length is not None and self.max_prompt_length >= self.options.seq_len:
-            raise MliteError(f"max_prompt_length {self.max_prompt_length} leaves no room for responses in seq_len "
-                             f"{self.options.seq_len}: lower it or raise --seq-len")
+            raise MliteError(
+                f"max_prompt_length {self.max_prompt_length} leaves no room for responses in seq_len "
+                f"{self.options.seq_len}: lower it or raise --seq-len"
+            )
         for name in ("model", "train_files", "val_files", "log_dir", "project_name"):
             if not str(getattr(self, name)).strip():
                 raise MliteError(f"{name} must not be empty")
@@ -177,10 +195,14 @@ class ExportPlan:
     @property
     def rollout_options(self) -> RolloutOptions:
         """The rollout engine as :func:`mlite.memory.rl.rl_estimate` sees it: this plan's fields plus its knobs."""
-        return RolloutOptions(tensor_model_parallel_size=self.rollout_tensor_parallel,
-                              gpu_memory_utilization=self.rollout_gpu_memory_utilization, n=self.rollout_n,
-                              prompt_length=self.prompt_length, response_length=self.response_length,
-                              **self.rollout_knobs)
+        return RolloutOptions(
+            tensor_model_parallel_size=self.rollout_tensor_parallel,
+            gpu_memory_utilization=self.rollout_gpu_memory_utilization,
+            n=self.rollout_n,
+            prompt_length=self.prompt_length,
+            response_length=self.response_length,
+            **self.rollout_knobs,
+        )
 
     def batch_size(self, dp: int) -> int:
         """``data.train_batch_size`` for a DP size (see :attr:`train_batch_size`)."""
@@ -194,8 +216,14 @@ class ExportPlan:
         from ..models import from_hf_config
 
         spec = from_hf_config(self.model)
-        plan = resolve(spec, self.ngpu, self.parallel, seq_len=self.options.seq_len,
-                       gpus_per_node=self.gpus_per_node, auto_uneven=True)
+        plan = resolve(
+            spec,
+            self.ngpu,
+            self.parallel,
+            seq_len=self.options.seq_len,
+            gpus_per_node=self.gpus_per_node,
+            auto_uneven=True,
+        )
         return spec, plan
 
 

@@ -34,8 +34,11 @@ def _sbatch_lines(plan) -> list[str]:
         "#SBATCH --exclusive",
         f"#SBATCH --output={plan.log_dir.rstrip('/')}/%x-%j.out",
     ]
-    for opt, value, hint in (("partition", plan.partition, "<partition>"), ("account", plan.account, "<account>"),
-                             ("time", plan.time_limit, "24:00:00")):
+    for opt, value, hint in (
+        ("partition", plan.partition, "<partition>"),
+        ("account", plan.account, "<account>"),
+        ("time", plan.time_limit, "24:00:00"),
+    ):
         lines.append(f"#SBATCH --{opt}={value}" if value else f"##SBATCH --{opt}={hint}")
     return lines
 
@@ -43,45 +46,57 @@ def _sbatch_lines(plan) -> list[str]:
 def render(plan, spec, mp, launcher) -> str:
     """The sbatch script for ``launcher`` (a :class:`mlite.export.launcher.Launcher`)."""
     ray = not plan.is_sft
-    head = [
-        f"Slurm job for {launcher.filename}: {spec.name} on {plan.nodes} node(s) x {plan.gpus_per_node} GPUs, "
-        + ("Ray cluster (head on the first node, workers on the others) for verl's workers." if ray
-           else "one torchrun per node (SFT runs without Ray)."),
-        "Written by `mlite export` (mlite-lab). Submit from the folder holding both files; Slurm does not create",
-        f"the output folder: mkdir -p {plan.log_dir} && sbatch {filename(plan.target)}",
-        "",
-    ] + mesh_accounting(plan, mp) + [""] + options_summary(plan.options) + [""] + NCCL_HINTS
+    head = (
+        [
+            f"Slurm job for {launcher.filename}: {spec.name} on {plan.nodes} node(s) x {plan.gpus_per_node} GPUs, "
+            + (
+                "Ray cluster (head on the first node, workers on the others) for verl's workers."
+                if ray
+                else "one torchrun per node (SFT runs without Ray)."
+            ),
+            "Written by `mlite export` (mlite-lab). Submit from the folder holding both files; Slurm does not create",
+            f"the output folder: mkdir -p {plan.log_dir} && sbatch {filename(plan.target)}",
+            "",
+        ]
+        + mesh_accounting(plan, mp)
+        + [""]
+        + options_summary(plan.options)
+        + [""]
+        + NCCL_HINTS
+    )
     out = ["#!/bin/bash"] + _sbatch_lines(plan) + [f"# {h}".rstrip() for h in head]
     out += [
         "",
         "set -euo pipefail",
         "",
-        f'LAUNCHER=${{LAUNCHER:-${{SLURM_SUBMIT_DIR:-$PWD}}/{launcher.filename}}}',
+        f"LAUNCHER=${{LAUNCHER:-${{SLURM_SUBMIT_DIR:-$PWD}}/{launcher.filename}}}",
         f"GPUS_PER_NODE=${{SLURM_GPUS_ON_NODE:-{plan.gpus_per_node}}}",
         f"RAY_PORT=${{RAY_PORT:-{plan.ray_port}}}" if ray else "MASTER_PORT=${MASTER_PORT:-29500}",
     ]
     if ray:
-        out += [f"RAY_WAIT_TIMEOUT=${{RAY_WAIT_TIMEOUT:-{plan.ray_wait_timeout}}}  # seconds for every GPU to join",
-                "RAY_HEAD_STARTUP=${RAY_HEAD_STARTUP:-10}  # seconds the head gets before workers connect",
-                "RAY_POLL=${RAY_POLL:-5}  # seconds between checks of the GPUs joined"]
+        out += [
+            f"RAY_WAIT_TIMEOUT=${{RAY_WAIT_TIMEOUT:-{plan.ray_wait_timeout}}}  # seconds for every GPU to join",
+            "RAY_HEAD_STARTUP=${RAY_HEAD_STARTUP:-10}  # seconds the head gets before workers connect",
+            "RAY_POLL=${RAY_POLL:-5}  # seconds between checks of the GPUs joined",
+        ]
     out += [""]
     if plan.setup:
         out += ["# setup on every node (inherited by srun steps)"] + list(plan.setup) + [""]
     out += ["# environment: exported before Ray / torchrun start so that every worker inherits it"]
     out += [f'export {n}="${{{n}:-{v}}}"' for n, v in launcher.env]
     out += [
-        f'LOG_DIR=${{LOG_DIR:-{plan.log_dir}}}',
+        f"LOG_DIR=${{LOG_DIR:-{plan.log_dir}}}",
         'mkdir -p "${LOG_DIR}"',
         'LOG_DIR=$(cd "${LOG_DIR}" && pwd)',
         'export VERL_FILE_LOGGER_PATH="${LOG_DIR}/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.jsonl"',
-        'export LOG_DIR',
+        "export LOG_DIR",
         'export NNODES="${SLURM_JOB_NUM_NODES}"',
         'export NDEVICES_PER_NODE="${GPUS_PER_NODE}"',
         "",
         'mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")',
-        'head_node=${nodes[0]}',
+        "head_node=${nodes[0]}",
         'read -ra head_addrs <<< "$(srun --nodes=1 --ntasks=1 -w "${head_node}" hostname --ip-address)"',
-        'head_ip=${head_addrs[0]:-}',
+        "head_ip=${head_addrs[0]:-}",
         'for addr in "${head_addrs[@]}"; do  # prefer an IPv4 address',
         '    if [[ "${addr}" == *.*.*.* ]]; then head_ip=${addr}; break; fi',
         "done",
@@ -116,8 +131,8 @@ def _ray_lines() -> list[str]:
         "deadline=$((SECONDS + RAY_WAIT_TIMEOUT))",
         "have=0",
         "while true; do",
-        "    have=$(python3 -c 'import ray; ray.init(logging_level=\"ERROR\"); "
-        "print(int(ray.cluster_resources().get(\"GPU\", 0)))' 2>/dev/null | tail -n 1 || true)",
+        '    have=$(python3 -c \'import ray; ray.init(logging_level="ERROR"); '
+        'print(int(ray.cluster_resources().get("GPU", 0)))\' 2>/dev/null | tail -n 1 || true)',
         '    if [[ "${have}" =~ ^[0-9]+$ ]] && (( have >= want )); then',
         "        break",
         "    fi",

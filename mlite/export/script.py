@@ -14,8 +14,13 @@ from pathlib import Path
 from .expand import SPLIT, Shell, case_matches
 from .shell import _ASSIGN, _BLOCK_OPEN, Command, lex
 
-ENTRY_MODULES = ("verl.trainer.main_ppo", "verl.trainer.sft_trainer", "verl.trainer.sft_trainer_ray",
-                 "verl.trainer.fsdp_sft_trainer", "verl.trainer.main_ppo_v0")
+ENTRY_MODULES = (
+    "verl.trainer.main_ppo",
+    "verl.trainer.sft_trainer",
+    "verl.trainer.sft_trainer_ray",
+    "verl.trainer.fsdp_sft_trainer",
+    "verl.trainer.main_ppo_v0",
+)
 """verl entry points whose arguments are Hydra overrides (more are recognised by :data:`ENTRY_PATTERN` after ``-m``)."""
 ENTRY_PATTERN = re.compile(r"(verl\.trainer\.[\w.]+|verl\.experimental\.[\w.]+|recipe\.\w+(\.\w+)*\.main_\w+)")
 """Other verl entry points launched with ``-m``: trainers, ``verl.experimental...`` mains, recipes'
@@ -101,6 +106,7 @@ def _assign(sh: Shell, w) -> str:
             old = sh.vars.get(name)
             old = old if isinstance(old, list) else ([old] if old else [])
             n = len(old)
+
             def pad(store):
                 return (store.get(name) if isinstance(store.get(name), list) else [set()] * n)[:n]
 
@@ -109,7 +115,7 @@ def _assign(sh: Shell, w) -> str:
         return name
     m = _ASSIGN.match(w)
     assert m is not None, w  # only assignment words come here (_is_assign)
-    name, append, raw = m.group(1), m.group(2), w[m.end():]
+    name, append, raw = m.group(1), m.group(2), w[m.end() :]
     val = sh._expand_text(raw, quoted=False).replace(SPLIT, " ")
     if append and isinstance(sh.vars.get(name), list):
         sh.assign(name, sh.vars[name] + [val])
@@ -145,8 +151,11 @@ def run_script(text: str, env: dict | None = None, *, path: str | Path | None = 
     _run(res, text, Path(path) if path else None, 0)
     if not res.launches:
         for cmd in res.skipped:
-            launch = _find_launch(res.shell, Command([w for w in cmd.words if not _is_assign(w)] or cmd.words,
-                                                    line=cmd.line), in_block=True)
+            launch = _find_launch(
+                res.shell,
+                Command([w for w in cmd.words if not _is_assign(w)] or cmd.words, line=cmd.line),
+                in_block=True,
+            )
             if launch:
                 res.launches.append(launch)
     return res
@@ -202,8 +211,10 @@ def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
                 r = _condition(sh, words, cmds, k)
                 if r is None:
                     top.update(done=True, unknown=True)
-                    res.notes.append(f"line {cmd.line}: the elif condition could not be read; its branch and the "
-                                     "ones after it were not read")
+                    res.notes.append(
+                        f"line {cmd.line}: the elif condition could not be read; its branch and the "
+                        "ones after it were not read"
+                    )
                 else:
                     top.update(taken=r, done=r, then=True)
             elif kw == "else" and not top["done"]:
@@ -254,8 +265,9 @@ def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
             if cases:
                 cs = cases.pop()
                 if cs.get("guess") and not cs["matched"]:
-                    res.notes.append(f"line {cs['line']}: no '{GPU_BRANCH}' branch in the case on {cs['raw']}; "
-                                     "no branch was read")
+                    res.notes.append(
+                        f"line {cs['line']}: no '{GPU_BRANCH}' branch in the case on {cs['raw']}; no branch was read"
+                    )
             continue
         inactive = any(not cs["active"] for cs in cases)
         if depth or inactive:
@@ -351,12 +363,15 @@ def _case(res: ScriptResult, words: list, line: int) -> dict:
         m = re.fullmatch(r'"?\$\{?([A-Za-z_]\w*)\}?"?', raw)
         if m:  # later tests of the same variable agree with the branch taken
             sh.assign(m.group(1), GPU_BRANCH, taint=set(), deps=set())
-        res.notes.append(f"line {line}: case on {raw} depends on {subs[0]}, which is not run: took the "
-                         f"'{GPU_BRANCH}' branch" + (f" (pass --env {m.group(1)}=... for another)" if m else ""))
+        res.notes.append(
+            f"line {line}: case on {raw} depends on {subs[0]}, which is not run: took the "
+            f"'{GPU_BRANCH}' branch" + (f" (pass --env {m.group(1)}=... for another)" if m else "")
+        )
         cs.update(word=GPU_BRANCH, guess=True)
         return cs
-    res.notes.append(f"line {line}: case on {raw} could not be resolved ({', '.join(sorted(sh.unresolved))}); no "
-                     "branch was read")
+    res.notes.append(
+        f"line {line}: case on {raw} could not be resolved ({', '.join(sorted(sh.unresolved))}); no branch was read"
+    )
     cs["word"] = None
     return cs
 
@@ -392,8 +407,14 @@ def uses_launcher_rule(text: str) -> bool:
     return False
 
 
-_INT_OPS = {"-gt": lambda a, b: a > b, "-ge": lambda a, b: a >= b, "-lt": lambda a, b: a < b,
-            "-le": lambda a, b: a <= b, "-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b}
+_INT_OPS = {
+    "-gt": lambda a, b: a > b,
+    "-ge": lambda a, b: a >= b,
+    "-lt": lambda a, b: a < b,
+    "-le": lambda a, b: a <= b,
+    "-eq": lambda a, b: a == b,
+    "-ne": lambda a, b: a != b,
+}
 
 
 def _test(sh: Shell, words: list, line: int) -> bool | None:

@@ -42,7 +42,7 @@ class _Lexer:
         return self.s[j] if j < len(self.s) else ""
 
     def adv(self, n: int = 1) -> str:
-        out = self.s[self.i:self.i + n]
+        out = self.s[self.i : self.i + n]
         self.line += out.count("\n")
         self.i += n
         return out
@@ -198,8 +198,7 @@ class _Lexer:
                     self.skip_ws(newlines=False)
                     self.read_word()
                 continue
-            if (not words and self.case_depth and self.expect_pattern
-                    and not re.match(r"esac\b", self.s[self.i:])):
+            if not words and self.case_depth and self.expect_pattern and not re.match(r"esac\b", self.s[self.i :]):
                 pat = []
                 while self.i < len(self.s) and self.peek() != ")":
                     ch = self.peek()

@@ -102,7 +102,7 @@ def split_command(argv: list[str]) -> tuple[str, str, list[str]]:
     entry = next((w for w in argv if w in DEFAULT_CONFIG), None)
     if entry is None:
         raise MliteError("no verl entry point (verl.trainer.main_ppo / verl.trainer.sft_trainer) in the command")
-    rest = argv[argv.index(entry) + 1:]
+    rest = argv[argv.index(entry) + 1 :]
     name, ovs, i = DEFAULT_CONFIG[entry], [], 0
     while i < len(rest):
         w = rest[i]
@@ -142,8 +142,10 @@ def validate_command(argv: list[str]) -> Validation:
         if p is not None and key == f"actor@{engine.rsplit('.', 1)[0]}" and p.value == K.ACTOR_GROUP_OPTION:
             o = f"{key}={K.STAND_IN_ACTOR}"
         plain.append(o)
-    v.checks.append(f"composed {name} with the {len(plain)} overrides that are not mlite-specific"
-                    + ("" if sft else f" ({K.ACTOR_GROUP_OPTION} stood in by {K.STAND_IN_ACTOR})"))
+    v.checks.append(
+        f"composed {name} with the {len(plain)} overrides that are not mlite-specific"
+        + ("" if sft else f" ({K.ACTOR_GROUP_OPTION} stood in by {K.STAND_IN_ACTOR})")
+    )
     try:
         compose(name, plain)
     except MliteError as e:

@@ -40,8 +40,13 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
     knobs = mesh_knobs(plan, mp, vpp_null=True) + opt_knobs
     layout = mp.layout if (p.pp_layout or mp.layout_source == "auto") else ""
     if layout:
-        knobs.append(Knob(name="PP_LAYOUT", default=layout,
-                          comment="Megatron-Core pipeline_model_parallel_layout; change it with PP"))
+        knobs.append(
+            Knob(
+                name="PP_LAYOUT",
+                default=layout,
+                comment="Megatron-Core pipeline_model_parallel_layout; change it with PP",
+            )
+        )
     actor = grpo.actor_common()
     actor += [Override(f"{MEGATRON}.{PARALLEL_KEYS[k]}", var(k.upper())) for k in PARALLEL_KEYS]
     if layout:
@@ -49,14 +54,31 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
     actor += opt_ovs
     lc = Launcher(
         filename=FILENAME,
-        header=build(plan, spec, mp, f"verl GRPO | Megatron backend (Megatron-Core) | vLLM rollout | {spec.name} | "
-                     f"{plan.nodes}x{plan.gpus_per_node} GPUs", notes, REQUIRES, options=view),
-        knob_groups=[("mesh (verl Megatron backend)", knobs), ("paths and names", path_knobs(plan)),
-                     ("training", grpo.knobs(plan, mp.dp))],
+        header=build(
+            plan,
+            spec,
+            mp,
+            f"verl GRPO | Megatron backend (Megatron-Core) | vLLM rollout | {spec.name} | "
+            f"{plan.nodes}x{plan.gpus_per_node} GPUs",
+            notes,
+            REQUIRES,
+            options=view,
+        ),
+        knob_groups=[
+            ("mesh (verl Megatron backend)", knobs),
+            ("paths and names", path_knobs(plan)),
+            ("training", grpo.knobs(plan, mp.dp)),
+        ],
         derived=mesh_check() + log_path_lines(),
         env=grpo.env(spec),
-        sections=[("ALGORITHM", grpo.algorithm()), ("DATA", grpo.data()), ("MODEL", grpo.model(spec)),
-                  ("ACTOR", actor), ("ROLLOUT", grpo.rollout(plan)), ("TRAINER", grpo.trainer())],
+        sections=[
+            ("ALGORITHM", grpo.algorithm()),
+            ("DATA", grpo.data()),
+            ("MODEL", grpo.model(spec)),
+            ("ACTOR", actor),
+            ("ROLLOUT", grpo.rollout(plan)),
+            ("TRAINER", grpo.trainer()),
+        ],
         command=grpo.ENTRY + [f"--config-name={CONFIG_NAME}"],
     )
     return lc, notes

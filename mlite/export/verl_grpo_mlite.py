@@ -13,8 +13,10 @@ from .overrides import Override
 FILENAME = "run_verl_mlite_grpo.sh"
 ENGINE = f"{grpo.ACTOR}.engine"
 OPTIM = f"{grpo.ACTOR}.optim"
-REQUIRES = ["Requires verl >= 0.9 with verl_mlite importable (pip install -e mlite/experimental/lite/examples/verl)",
-            "and Megatron Lite (megatron.lite) on every node."]
+REQUIRES = [
+    "Requires verl >= 0.9 with verl_mlite importable (pip install -e mlite/experimental/lite/examples/verl)",
+    "and Megatron Lite (megatron.lite) on every node.",
+]
 
 
 def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
@@ -23,16 +25,32 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
     actor = [Override(f"actor@{grpo.ACTOR}", K.ACTOR_GROUP_OPTION)] + grpo.actor_common() + engine_ovs
     lc = Launcher(
         filename=FILENAME,
-        header=build(plan, spec, mp, f"verl GRPO | mlite actor (Megatron Lite) | vLLM rollout | {spec.name} | "
-                     f"{plan.nodes}x{plan.gpus_per_node} GPUs", notes, REQUIRES, options=view),
-        knob_groups=[("mesh (mlite engine)", mesh_knobs(plan, mp) + knobs),
-                     ("paths and names", path_knobs(plan)),
-                     ("training", grpo.knobs(plan, mp.dp))],
+        header=build(
+            plan,
+            spec,
+            mp,
+            f"verl GRPO | mlite actor (Megatron Lite) | vLLM rollout | {spec.name} | "
+            f"{plan.nodes}x{plan.gpus_per_node} GPUs",
+            notes,
+            REQUIRES,
+            options=view,
+        ),
+        knob_groups=[
+            ("mesh (mlite engine)", mesh_knobs(plan, mp) + knobs),
+            ("paths and names", path_knobs(plan)),
+            ("training", grpo.knobs(plan, mp.dp)),
+        ],
         derived=mesh_check() + log_path_lines(),
         env=grpo.env(spec),
-        sections=[("EXTRA", [Override("hydra.searchpath", f"[{K.SEARCHPATH}]")]),
-                  ("ALGORITHM", grpo.algorithm()), ("DATA", grpo.data()), ("MODEL", grpo.model(spec)),
-                  ("ACTOR", actor), ("ROLLOUT", grpo.rollout(plan)), ("TRAINER", grpo.trainer())],
+        sections=[
+            ("EXTRA", [Override("hydra.searchpath", f"[{K.SEARCHPATH}]")]),
+            ("ALGORITHM", grpo.algorithm()),
+            ("DATA", grpo.data()),
+            ("MODEL", grpo.model(spec)),
+            ("ACTOR", actor),
+            ("ROLLOUT", grpo.rollout(plan)),
+            ("TRAINER", grpo.trainer()),
+        ],
         command=list(grpo.ENTRY),
     )
     return lc, notes

@@ -31,13 +31,16 @@ def switch(ov: Override, *, to_local: bool = True) -> Override:
 
 def build_launcher(plan, spec, mp):
     if plan.options.optimizer == "dist_opt":
-        raise MliteError("--target verl-lite-sft: optimizer dist_opt is not implemented by the lite engine yet; "
-                         "use --optimizer fsdp2")
+        raise MliteError(
+            "--target verl-lite-sft: optimizer dist_opt is not implemented by the lite engine yet; "
+            "use --optimizer fsdp2"
+        )
     cluster = ENGINE_SWITCH[TARGET][0]
     lc, notes = verl_sft.build_launcher(replace(plan, target=cluster), spec, mp)
     sections = [(title, [switch(o) for o in ovs]) for title, ovs in lc.sections]
     command = [ENTRY if w == "verl_mlite.launch" else w for w in lc.command]
-    header = [f"Local variant of {verl_sft.FILENAME}: the same keys with engine=lite (the kit's lite runtime); "
-              "set MLITE_VERL_CPU=1 to run on a CPU (gloo)."] + [
-        h for h in lc.header if "verl_mlite" not in h and "Megatron Lite (megatron.lite)" not in h]
+    header = [
+        f"Local variant of {verl_sft.FILENAME}: the same keys with engine=lite (the kit's lite runtime); "
+        "set MLITE_VERL_CPU=1 to run on a CPU (gloo)."
+    ] + [h for h in lc.header if "verl_mlite" not in h and "Megatron Lite (megatron.lite)" not in h]
     return replace(lc, filename=FILENAME, sections=sections, command=command, header=header), notes

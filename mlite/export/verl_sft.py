@@ -13,8 +13,10 @@ from .overrides import Override, var
 
 FILENAME = "run_verl_mlite_sft.sh"
 ENTRY_MODULE = "verl.trainer.sft_trainer"
-REQUIRES = ["Requires verl >= 0.9 with verl_mlite importable (pip install -e mlite/experimental/lite/examples/verl)",
-            "and Megatron Lite (megatron.lite) on every node. Data: parquet with a 'messages' column."]
+REQUIRES = [
+    "Requires verl >= 0.9 with verl_mlite importable (pip install -e mlite/experimental/lite/examples/verl)",
+    "and Megatron Lite (megatron.lite) on every node. Data: parquet with a 'messages' column.",
+]
 
 
 def _knobs(plan, dp: int) -> list[Knob]:
@@ -23,8 +25,11 @@ def _knobs(plan, dp: int) -> list[Knob]:
         Knob(name="TRAIN_BATCH_SIZE", default=str(plan.batch_size(dp)), comment="sequences per step"),
         Knob(name="MICRO_BATCH_SIZE_PER_GPU", default=str(o.micro_batch_size)),
         Knob(name="MAX_LENGTH", default=str(o.seq_len), comment="tokens per sequence"),
-        Knob(name="MAX_TOKEN_LEN_PER_GPU", default=str(o.seq_len * o.micro_batch_size),
-             comment="dynamic batch: tokens per micro-batch"),
+        Knob(
+            name="MAX_TOKEN_LEN_PER_GPU",
+            default=str(o.seq_len * o.micro_batch_size),
+            comment="dynamic batch: tokens per micro-batch",
+        ),
         Knob(name="LR", default=f"{plan.learning_rate:g}"),
         Knob(name="TOTAL_EPOCHS", default=str(plan.total_epochs)),
         Knob(name="NODE_RANK", default="${SLURM_NODEID:-0}", comment="torchrun node rank", raw=True),
@@ -47,10 +52,16 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
         Override.lit("data.truncation", "error"),
         Override.lit("data.messages_key", "messages"),
     ]
-    model = [Override("model.path", var("MODEL_PATH")), Override.lit("model.trust_remote_code", True),
-             *mtp_overrides("model", spec)]
-    optim = [Override.lit("optim", "megatron"), Override("optim.lr", var("LR")),
-             Override.lit("optim.lr_decay_style", "constant")]
+    model = [
+        Override("model.path", var("MODEL_PATH")),
+        Override.lit("model.trust_remote_code", True),
+        *mtp_overrides("model", spec),
+    ]
+    optim = [
+        Override.lit("optim", "megatron"),
+        Override("optim.lr", var("LR")),
+        Override.lit("optim.lr_decay_style", "constant"),
+    ]
     optim += [o for o in engine_ovs if o.key.startswith("optim.")]
     engine = [Override("hydra.searchpath", f"[{K.SEARCHPATH}]"), Override("engine", K.ENGINE_GROUP_OPTION)]
     engine += [o for o in engine_ovs if not o.key.startswith("optim.")]
@@ -65,16 +76,33 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
     knobs = _knobs(plan, mp.dp)
     lc = Launcher(
         filename=FILENAME,
-        header=build(plan, spec, mp, f"verl SFT | mlite engine (Megatron Lite) | {spec.name} | "
-                     f"{plan.nodes}x{plan.gpus_per_node} GPUs", notes, REQUIRES, options=view),
-        knob_groups=[("mesh (mlite engine)", mesh_knobs(plan, mp) + knobs_o),
-                     ("paths and names", path_knobs(plan)),
-                     ("training", knobs)],
+        header=build(
+            plan,
+            spec,
+            mp,
+            f"verl SFT | mlite engine (Megatron Lite) | {spec.name} | {plan.nodes}x{plan.gpus_per_node} GPUs",
+            notes,
+            REQUIRES,
+            options=view,
+        ),
+        knob_groups=[
+            ("mesh (mlite engine)", mesh_knobs(plan, mp) + knobs_o),
+            ("paths and names", path_knobs(plan)),
+            ("training", knobs),
+        ],
         derived=mesh_check() + log_path_lines(),
         env=list(COMMON_ENV),
         sections=[("DATA", data), ("MODEL", model), ("OPTIM", optim), ("ENGINE", engine), ("TRAINER", trainer)],
-        command=['torchrun', '--nnodes="${NNODES}"', '--nproc_per_node="${NDEVICES_PER_NODE}"',
-                 '--node_rank="${NODE_RANK}"', '--master_addr="${MASTER_ADDR}"', '--master_port="${MASTER_PORT}"',
-                 "-m", "verl_mlite.launch", ENTRY_MODULE],
+        command=[
+            "torchrun",
+            '--nnodes="${NNODES}"',
+            '--nproc_per_node="${NDEVICES_PER_NODE}"',
+            '--node_rank="${NODE_RANK}"',
+            '--master_addr="${MASTER_ADDR}"',
+            '--master_port="${MASTER_PORT}"',
+            "-m",
+            "verl_mlite.launch",
+            ENTRY_MODULE,
+        ],
     )
     return lc, notes

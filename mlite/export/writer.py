@@ -50,8 +50,13 @@ class ExportResult:
         return list(self.files)[1]
 
     def to_dict(self) -> dict:
-        return {"files": self.paths or list(self.files), "launcher": self.launcher, "sbatch": self.job,
-                "mesh": self.mesh, "notes": self.notes}
+        return {
+            "files": self.paths or list(self.files),
+            "launcher": self.launcher,
+            "sbatch": self.job,
+            "mesh": self.mesh,
+            "notes": self.notes,
+        }
 
 
 def render(plan) -> ExportResult:
@@ -62,10 +67,18 @@ def render(plan) -> ExportResult:
     lc, notes = BUILDERS[plan.target](plan, spec, mp)
     files = {lc.filename: L.render(lc), sbatch.filename(plan.target): sbatch.render(plan, spec, mp, lc)}
     doc = {
-        "model": plan.model, "target": plan.target, "nodes": plan.nodes, "gpus_per_node": plan.gpus_per_node,
-        "ngpu": plan.ngpu, "mesh": mp.to_dict(), "options": _jsonable(asdict(plan.options)),
-        "launcher": lc.filename, "sbatch": sbatch.filename(plan.target), "notes": notes,
-        "experiment_name": plan.name, "log_dir": plan.log_dir,
+        "model": plan.model,
+        "target": plan.target,
+        "nodes": plan.nodes,
+        "gpus_per_node": plan.gpus_per_node,
+        "ngpu": plan.ngpu,
+        "mesh": mp.to_dict(),
+        "options": _jsonable(asdict(plan.options)),
+        "launcher": lc.filename,
+        "sbatch": sbatch.filename(plan.target),
+        "notes": notes,
+        "experiment_name": plan.name,
+        "log_dir": plan.log_dir,
     }
     if not plan.is_sft:
         doc["rollout"] = _jsonable(asdict(plan.rollout_options))

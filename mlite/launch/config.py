@@ -31,8 +31,18 @@ from ..paths import REPO_ROOT
 DIST_OPT_IN_LITE = False
 """Whether the lite runtime runs ``--optimizer dist_opt`` (refused before start until it does)."""
 
-__all__ = ["DEBUG_MODELS", "DEVICES", "DIST_OPT_IN_LITE", "LAUNCHERS", "MOMENT_DTYPES", "OPTIMIZERS", "PARAM_DTYPES",
-           "RECOMPUTE", "RunConfig", "runs_root"]
+__all__ = [
+    "DEBUG_MODELS",
+    "DEVICES",
+    "DIST_OPT_IN_LITE",
+    "LAUNCHERS",
+    "MOMENT_DTYPES",
+    "OPTIMIZERS",
+    "PARAM_DTYPES",
+    "RECOMPUTE",
+    "RunConfig",
+    "runs_root",
+]
 
 
 def runs_root() -> Path:
@@ -135,14 +145,29 @@ class RunConfig:
                 raise MliteError(f"{name}: {v!r} must be a positive integer (or None to keep the model's)")
         if self.hf_checkpoint is not None:
             self.hf_checkpoint = str(self.hf_checkpoint)
-        for name, lo in (("steps", 1), ("nproc", 1), ("tokens_per_microbatch", 16), ("num_microbatches", 1),
-                         ("lr_warmup_steps", 0), ("seed", 0), ("tp", 1), ("cp", 1), ("ep", 1), ("etp", 1)):
+        for name, lo in (
+            ("steps", 1),
+            ("nproc", 1),
+            ("tokens_per_microbatch", 16),
+            ("num_microbatches", 1),
+            ("lr_warmup_steps", 0),
+            ("seed", 0),
+            ("tp", 1),
+            ("cp", 1),
+            ("ep", 1),
+            ("etp", 1),
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise MliteError(f"{name}: {v!r} must be an integer >= {lo}")
-        for name, allowed in (("device", DEVICES), ("optimizer", OPTIMIZERS), ("launcher", LAUNCHERS),
-                              ("moment_dtype", MOMENT_DTYPES), ("recompute", RECOMPUTE),
-                              ("param_dtype", PARAM_DTYPES)):
+        for name, allowed in (
+            ("device", DEVICES),
+            ("optimizer", OPTIMIZERS),
+            ("launcher", LAUNCHERS),
+            ("moment_dtype", MOMENT_DTYPES),
+            ("recompute", RECOMPUTE),
+            ("param_dtype", PARAM_DTYPES),
+        ):
             v = getattr(self, name)
             if v not in allowed:
                 raise MliteError(f"{name}: {v!r} is not one of {', '.join(allowed)}")
@@ -156,11 +181,13 @@ class RunConfig:
             raise MliteError(f"offload_fraction: {self.offload_fraction} must be in [0, 1] (mlite's fsdp2 uses 1.0)")
         if self.moment_dtype == "bf16" and not self.pao:
             raise MliteError("moment_dtype: bf16 moments need the precision-aware optimizer; add --pao (pao=True)")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
             raise MliteError(f"threads: {self.threads!r} must be a positive integer (or None for cores // nproc)")
-        if self.crash_at_step is not None and (isinstance(self.crash_at_step, bool)
-                                               or not isinstance(self.crash_at_step, int) or self.crash_at_step < 1):
+        if self.crash_at_step is not None and (
+            isinstance(self.crash_at_step, bool) or not isinstance(self.crash_at_step, int) or self.crash_at_step < 1
+        ):
             raise MliteError(f"crash_at_step: {self.crash_at_step!r} must be a step number >= 1 (or None)")
         if self.lr_warmup_steps >= self.steps and self.steps > 2:  # 1- and 2-step smoke runs stay in warmup
             raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must be smaller than steps={self.steps}")
@@ -188,16 +215,19 @@ class RunConfig:
         from ..runtime.parallel.state import check_mesh
 
         if self.etp != 1:  # a valid config (it round-trips), refused before a run starts
-            raise MliteError(f"etp: {self.etp} is not run by the lite runtime (experts stay whole on each EP rank); "
-                             "use --etp 1")
+            raise MliteError(
+                f"etp: {self.etp} is not run by the lite runtime (experts stay whole on each EP rank); use --etp 1"
+            )
         spec = spec or self.model_spec()
         p = self.parallel_config()
         check_mesh(p)
         plan = resolve(spec, self.nproc, p, seq_len=2 * p.cp, gpus_per_node=self.nproc)
         if not plan.valid:
             reasons = "; ".join(f.message for f in plan.errors)
-            raise MliteError(f"mesh: --nproc {self.nproc} --tp {self.tp} --cp {self.cp} --ep {self.ep} --etp "
-                             f"{self.etp} is not a valid mesh for {spec.name}: {reasons}")
+            raise MliteError(
+                f"mesh: --nproc {self.nproc} --tp {self.tp} --cp {self.cp} --ep {self.ep} --etp "
+                f"{self.etp} is not a valid mesh for {spec.name}: {reasons}"
+            )
 
     def model_spec(self):
         """The ModelSpec the run trains: ``model`` cut to ``layers`` / ``experts`` / ``vocab`` when given."""
@@ -231,8 +261,11 @@ class RunConfig:
     def default_name(self) -> str:
         """``<model>-<optimizer>[-pao][-offload]-<YYYYmmdd-HHMMSS>-<hex>`` (unique enough for one user)."""
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(self.model).stem if os.sep in self.model else self.model)
-        tags = [base, self.optimizer] + (["pao"] if self.pao else []) + (
-            ["offload"] if self.offload_fraction or self.param_offload or self.optimizer_offload else [])
+        tags = (
+            [base, self.optimizer]
+            + (["pao"] if self.pao else [])
+            + (["offload"] if self.offload_fraction or self.param_offload or self.optimizer_offload else [])
+        )
         return "-".join(tags + [time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)])
 
     def resolved_out(self) -> Path:
@@ -245,11 +278,18 @@ class RunConfig:
 
         decay = "cosine" if self.steps > self.lr_warmup_steps + 1 else "constant"
         opt = OptimizerConfig(
-            optimizer=self.optimizer, lr=float(self.lr), min_lr=float(self.lr) / 10, clip_grad=float(self.clip_grad),
-            lr_warmup_steps=self.lr_warmup_steps, lr_decay_style=decay,
+            optimizer=self.optimizer,
+            lr=float(self.lr),
+            min_lr=float(self.lr) / 10,
+            clip_grad=float(self.clip_grad),
+            lr_warmup_steps=self.lr_warmup_steps,
+            lr_decay_style=decay,
             lr_decay_steps=self.steps if decay != "constant" else None,
-            use_precision_aware_optimizer=self.pao or None, exp_avg_dtype=self.moment_dtype,
-            exp_avg_sq_dtype=self.moment_dtype, offload_fraction=float(self.offload_fraction) or None)
+            use_precision_aware_optimizer=self.pao or None,
+            exp_avg_dtype=self.moment_dtype,
+            exp_avg_sq_dtype=self.moment_dtype,
+            offload_fraction=float(self.offload_fraction) or None,
+        )
         extra: dict[str, Any] = {}
         if self.compile:
             if "compile" not in {f.name for f in fields(RuntimeConfig)}:
@@ -260,26 +300,41 @@ class RunConfig:
         if self.hf_checkpoint is not None:
             extra["model_factory"] = checkpoint_factory(self, self.recompute)
         model = self.model_dict() if is_cut(self) else self.model
-        return RuntimeConfig(hf_path=model, device=self.device, seed=self.seed, param_dtype=self.param_dtype,
-                             backend_cfg=MegatronLiteConfig(optimizer=opt, impl_cfg={"recompute": self.recompute},
-                                                            parallel=self.parallel_config()),
-                             **extra)
+        return RuntimeConfig(
+            hf_path=model,
+            device=self.device,
+            seed=self.seed,
+            param_dtype=self.param_dtype,
+            backend_cfg=MegatronLiteConfig(
+                optimizer=opt, impl_cfg={"recompute": self.recompute}, parallel=self.parallel_config()
+            ),
+            **extra,
+        )
 
     def training_options(self):
         """The memory estimator's ``TrainingOptions`` for the same run (fsdp2, this run's dtypes and offload)."""
         from ..memory import TrainingOptions
 
         return TrainingOptions(
-            optimizer="fsdp2", use_precision_aware_optimizer=self.pao, exp_avg_dtype=self.moment_dtype,
-            exp_avg_sq_dtype=self.moment_dtype, offload_fraction=float(self.offload_fraction),
-            param_offload=self.param_offload, optimizer_offload=self.optimizer_offload,
+            optimizer="fsdp2",
+            use_precision_aware_optimizer=self.pao,
+            exp_avg_dtype=self.moment_dtype,
+            exp_avg_sq_dtype=self.moment_dtype,
+            offload_fraction=float(self.offload_fraction),
+            param_offload=self.param_offload,
+            optimizer_offload=self.optimizer_offload,
             param_dtype=self.resolved_param_dtype(),
-            seq_len=self.tokens_per_microbatch, micro_batch_size=1, num_microbatches=self.num_microbatches,
-            recompute=self.recompute, fused_cross_entropy=True,
+            seq_len=self.tokens_per_microbatch,
+            micro_batch_size=1,
+            num_microbatches=self.num_microbatches,
+            recompute=self.recompute,
+            fused_cross_entropy=True,
             # the lite activation model describes tp = cp = ep = 1; a mesh run is estimated the Megatron way
             activation_model="lite" if self.tp * self.cp * self.ep == 1 else "megatron",
             lite_device="cpu" if self.device == "cpu" else "cuda",
-            framework_overhead_gib=0.0 if self.device == "cpu" else 2.0, gpus_per_node=self.nproc)
+            framework_overhead_gib=0.0 if self.device == "cpu" else 2.0,
+            gpus_per_node=self.nproc,
+        )
 
     def check_environment(self) -> None:
         """What can be checked before starting anything: the model config reads, the runtime accepts the
@@ -297,14 +352,17 @@ class RunConfig:
             if not torch.cuda.is_available():
                 raise MliteError("device: cuda asked for but CUDA is not available here; use --device cpu")
             if self.nproc > torch.cuda.device_count():
-                raise MliteError(f"nproc: {self.nproc} processes but {torch.cuda.device_count()} GPU(s) visible; "
-                                 f"use --nproc {torch.cuda.device_count()} or fewer")
+                raise MliteError(
+                    f"nproc: {self.nproc} processes but {torch.cuda.device_count()} GPU(s) visible; "
+                    f"use --nproc {torch.cuda.device_count()} or fewer"
+                )
         if self.launcher == "ray":
             import importlib.util
 
             if importlib.util.find_spec("ray") is None:
-                raise MliteError("launcher: ray is not installed (pip install 'mlite-lab[verl]'); "
-                                 "use --launcher torchrun")
+                raise MliteError(
+                    "launcher: ray is not installed (pip install 'mlite-lab[verl]'); use --launcher torchrun"
+                )
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict:

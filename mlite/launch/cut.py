@@ -50,12 +50,16 @@ def check_cut(config) -> None:
     name, raw, _cfg, _cut = model_config(config)  # --layers / --experts / --vocab out of range raise here
     spec = model_spec(config)
     if spec.source != "native" or spec.architecture not in SUPPORTED_ARCHITECTURES:
-        raise MliteError(f"model: {name} is a {spec.architecture} model, which the lite runtime does not build "
-                         f"(it builds {', '.join(SUPPORTED_ARCHITECTURES)}); plan it with 'mlite memory' instead")
+        raise MliteError(
+            f"model: {name} is a {spec.architecture} model, which the lite runtime does not build "
+            f"(it builds {', '.join(SUPPORTED_ARCHITECTURES)}); plan it with 'mlite memory' instead"
+        )
     if config.hf_checkpoint is not None:
         if config.vocab is not None:
-            raise MliteError("vocab: --vocab cuts the embedding for a randomly initialised run; drop it with "
-                             "--hf-checkpoint (the checkpoint's vocabulary is loaded)")
+            raise MliteError(
+                "vocab: --vocab cuts the embedding for a randomly initialised run; drop it with "
+                "--hf-checkpoint (the checkpoint's vocabulary is loaded)"
+            )
         d = Path(config.hf_checkpoint)
         if not d.is_dir():
             raise MliteError(f"hf_checkpoint: {d} is not a directory; give a Hugging Face model directory")
@@ -75,17 +79,33 @@ def checkpoint_factory(config, recompute: str = "none", moe_aux_loss_coeff: floa
     def factory(param_dtype, device, seed):
         import torch
 
-        model = build_lite_model(spec, param_dtype=torch.float32, device="cpu", seed=seed, recompute=recompute,
-                                 moe_aux_loss_coeff=moe_aux_loss_coeff)
+        model = build_lite_model(
+            spec,
+            param_dtype=torch.float32,
+            device="cpu",
+            seed=seed,
+            recompute=recompute,
+            moe_aux_loss_coeff=moe_aux_loss_coeff,
+        )
         wanted = {k: tuple(v.shape) for k, v in model.hf_state_dict().items()}
-        state = load_hf_checkpoint(config.hf_checkpoint, wanted, config=raw,
-                                   source_layers=cut.source_layers if cut is not None else None,
-                                   num_experts=cut.num_experts if cut is not None else None)
+        state = load_hf_checkpoint(
+            config.hf_checkpoint,
+            wanted,
+            config=raw,
+            source_layers=cut.source_layers if cut is not None else None,
+            num_experts=cut.num_experts if cut is not None else None,
+        )
         model.load_hf_state_dict(state)
         if param_dtype != torch.float32 or torch.device(device).type != "cpu":
             # packed-attention / expert paths depend on device and dtype: rebuild the shell there, copy in
-            target = build_lite_model(spec, param_dtype=param_dtype, device=device, seed=seed, recompute=recompute,
-                                      moe_aux_loss_coeff=moe_aux_loss_coeff)
+            target = build_lite_model(
+                spec,
+                param_dtype=param_dtype,
+                device=device,
+                seed=seed,
+                recompute=recompute,
+                moe_aux_loss_coeff=moe_aux_loss_coeff,
+            )
             target.load_hf_state_dict(model.hf_state_dict())
             model = target
         return model

@@ -64,15 +64,19 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
     except ConfigError as e:  # the message names the file and the key
         raise MliteError(f"from_plan: model {model!r} of the plan does not read here ({e.message})") from None
     if spec.source != "native" or spec.architecture not in SUPPORTED_ARCHITECTURES:
-        raise MliteError(f"from_plan: {model} is a {spec.architecture} model, which the lite runtime does not build "
-                         f"(it builds {', '.join(SUPPORTED_ARCHITECTURES)}); this plan cannot be debugged here")
+        raise MliteError(
+            f"from_plan: {model} is a {spec.architecture} model, which the lite runtime does not build "
+            f"(it builds {', '.join(SUPPORTED_ARCHITECTURES)}); this plan cannot be debugged here"
+        )
     out = dict(values, model=model)
     said: list[str] = []
     tp, cp, ep = (int(mesh.get(k, 1)) for k in ("tp", "cp", "ep"))
     limit = int(values["nproc"])
     if tp * cp > limit:
-        raise MliteError(f"from_plan: the plan's TP {tp} x CP {cp} = {tp * cp} ranks per model replica do not fit "
-                         f"--nproc {limit}; give --nproc {tp * cp} or more")
+        raise MliteError(
+            f"from_plan: the plan's TP {tp} x CP {cp} = {tp * cp} ranks per model replica do not fit "
+            f"--nproc {limit}; give --nproc {tp * cp} or more"
+        )
     if ep > limit:
         raise MliteError(f"from_plan: the plan's EP {ep} does not fit --nproc {limit}; give --nproc {ep} or more")
     n = _fit_nproc(limit, tp, cp, ep)
@@ -81,8 +85,10 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
     said.append(f"data parallel {dp_plan} -> {n // (tp * cp)} (nproc {mesh.get('ngpu', doc.get('ngpu'))} -> {n})")
     for axis in ("pp", "vpp"):
         if int(mesh.get(axis, 1)) > 1:
-            said.append(f"{axis} {mesh[axis]} -> 1 (the lite runtime has no pipeline parallelism; every rank runs "
-                        "the cut model's layers)")
+            said.append(
+                f"{axis} {mesh[axis]} -> 1 (the lite runtime has no pipeline parallelism; every rank runs "
+                "the cut model's layers)"
+            )
     if int(mesh.get("etp", 1)) > 1:
         said.append(f"etp {mesh['etp']} -> 1 (the lite runtime keeps each expert whole on its EP rank)")
 
@@ -97,8 +103,10 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
     opt = opts.get("optimizer", "fsdp2")
     if opt == "dist_opt" and not DIST_OPT_IN_LITE:
         out["optimizer"] = "fsdp2"
-        said.append("optimizer dist_opt -> fsdp2 (the lite runtime has no distributed optimizer yet; PAO, moments "
-                    "and offload kept)")
+        said.append(
+            "optimizer dist_opt -> fsdp2 (the lite runtime has no distributed optimizer yet; PAO, moments "
+            "and offload kept)"
+        )
     else:
         out["optimizer"] = opt
     out["pao"] = bool(opts.get("use_precision_aware_optimizer", False))
@@ -107,8 +115,10 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
     if moments != {out["moment_dtype"]}:
         said.append(f"moments {'/'.join(sorted(moments))} -> {out['moment_dtype']}")
     if opts.get("main_grads_dtype", "fp32") != "fp32":
-        said.append(f"main_grads_dtype {opts['main_grads_dtype']} not modelled by the lite runtime's fsdp2 "
-                    "(gradients in the parameter dtype)")
+        said.append(
+            f"main_grads_dtype {opts['main_grads_dtype']} not modelled by the lite runtime's fsdp2 "
+            "(gradients in the parameter dtype)"
+        )
     for k in ("offload_fraction", "param_offload", "optimizer_offload"):
         out[k] = opts.get(k, out.get(k))
     if opts.get("grad_offload"):

@@ -100,9 +100,12 @@ class RunHandle:
         if doc is None:
             line = self.rundir.log_status_line()
             if line is None:
-                return {"status": RUNNING if self._proc is not None and self._proc.poll() is None else FAILED,
-                        "reason": None if self._proc is not None and self._proc.poll() is None
-                        else "no status.json and no status line in train.log"}
+                return {
+                    "status": RUNNING if self._proc is not None and self._proc.poll() is None else FAILED,
+                    "reason": None
+                    if self._proc is not None and self._proc.poll() is None
+                    else "no status.json and no status line in train.log",
+                }
             return {"status": line[0], "reason": line[1] or None}
         if doc.get("status") in FINAL:
             return doc
@@ -134,8 +137,9 @@ class RunHandle:
             reason += f" (exit code {code})"
         self.rundir.log_final_status(FAILED, reason)
         recs = self.rundir.read_metrics()
-        return self.rundir.write_status(status=FAILED, reason=reason, ended_at=now_iso(), exit_code=code,
-                                        steps=recs[-1][0] if recs else 0)
+        return self.rundir.write_status(
+            status=FAILED, reason=reason, ended_at=now_iso(), exit_code=code, steps=recs[-1][0] if recs else 0
+        )
 
     @property
     def pid(self) -> int | None:
@@ -198,8 +202,11 @@ class RunHandle:
             peaks = [r.get("peak") for r in mem.get("ranks", []) if r.get("peak") is not None]
             if mem.get("peak") is not None or peaks:
                 return int(max([mem.get("peak") or 0] + peaks))
-        vals = [d["perf/max_memory_allocated_gb"] for _, d in self.rundir.read_metrics()
-                if "perf/max_memory_allocated_gb" in d]
+        vals = [
+            d["perf/max_memory_allocated_gb"]
+            for _, d in self.rundir.read_metrics()
+            if "perf/max_memory_allocated_gb" in d
+        ]
         return round(max(vals) * GIB) if vals else None
 
     @property
@@ -210,10 +217,16 @@ class RunHandle:
     def summary(self) -> dict:
         """The ``mlite run --json`` document."""
         doc = self._status_doc()
-        summary = {"status": doc.get("status"), "steps": self.steps_done, "final_loss": self.final_loss,
-                   "log": str(self.log), "metrics_jsonl": str(self.metrics_jsonl),
-                   "peak_memory_bytes": self.peak_memory_bytes, "reason": doc.get("reason") or None,
-                   "run_dir": str(self.run_dir)}
+        summary = {
+            "status": doc.get("status"),
+            "steps": self.steps_done,
+            "final_loss": self.final_loss,
+            "log": str(self.log),
+            "metrics_jsonl": str(self.metrics_jsonl),
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "reason": doc.get("reason") or None,
+            "run_dir": str(self.run_dir),
+        }
         return {k: summary[k] for k in SUMMARY_KEYS}
 
     # ------------------------------------------------------------------ control
@@ -225,8 +238,9 @@ class RunHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.status not in FINAL:
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"run {self.run_dir.name} still running after {timeout:.0f} s "
-                                   f"(step {self.steps_done})")
+                raise TimeoutError(
+                    f"run {self.run_dir.name} still running after {timeout:.0f} s (step {self.steps_done})"
+                )
             time.sleep(poll)
         if self._proc is not None:
             try:
@@ -275,5 +289,7 @@ class RunHandle:
 
     def __repr__(self) -> str:
         total = self.total_steps
-        return (f"RunHandle('{self.run_dir}', status={self.status!r}, step={self.steps_done}"
-                f"{'/' + str(total) if total else ''})")
+        return (
+            f"RunHandle('{self.run_dir}', status={self.status!r}, step={self.steps_done}"
+            f"{'/' + str(total) if total else ''})"
+        )

@@ -18,6 +18,7 @@ def estimate_for(config: RunConfig):
     """The memory estimate (``MemoryEstimate``) of ``config``'s run."""
     from ..memory import estimate
     from ..mesh import resolve
+
     spec = config.model_spec()
     opts = config.training_options()
     p = config.parallel_config()
@@ -37,16 +38,24 @@ def memory_rows(config: RunConfig, measured: dict | None, est=None) -> list[dict
     est = est if est is not None else estimate_for(config)
     w = est.worst
     host_opt = w.host.get("offloaded_optimizer", 0.0)
-    estimated = {"parameters": w.params, "gradients": w.grads, "optimizer state": w.optimizer + host_opt,
-                 "peak": w.peak}
+    estimated = {
+        "parameters": w.params,
+        "gradients": w.grads,
+        "optimizer state": w.optimizer + host_opt,
+        "peak": w.peak,
+    }
     ranks = (measured or {}).get("ranks") or []
 
     def largest(key):
         vals = [r.get(key) for r in ranks if r.get(key) is not None]
         return max(vals) if vals else None
 
-    got = {"parameters": largest("params"), "gradients": largest("grads"), "optimizer state": largest("optimizer"),
-           "peak": (measured or {}).get("peak", largest("peak"))}
+    got = {
+        "parameters": largest("params"),
+        "gradients": largest("grads"),
+        "optimizer state": largest("optimizer"),
+        "peak": (measured or {}).get("peak", largest("peak")),
+    }
     rows = []
     for item, e in estimated.items():
         m = got[item]

@@ -38,8 +38,15 @@ class RayWorker:
     """The actor class: one training process of the run."""
 
     def run(self, run_dir: str, rank: int, world: int, port: int, threads: int) -> dict:
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads))
+        os.environ.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS=str(threads),
+        )
         from .worker import run_worker
 
         return run_worker(run_dir)
@@ -68,9 +75,16 @@ def main(argv: list[str] | None = None) -> int:
 
     cuda = cfg.device == "cuda"
     try:
-        ray.init(address="local", num_cpus=cfg.nproc, num_gpus=cfg.nproc if cuda else 0, include_dashboard=False,
-                 object_store_memory=OBJECT_STORE_BYTES, log_to_driver=True, namespace="mlite-lab",
-                 configure_logging=False)
+        ray.init(
+            address="local",
+            num_cpus=cfg.nproc,
+            num_gpus=cfg.nproc if cuda else 0,
+            include_dashboard=False,
+            object_store_memory=OBJECT_STORE_BYTES,
+            log_to_driver=True,
+            namespace="mlite-lab",
+            configure_logging=False,
+        )
         # Any: ray's stubs type the decorated class as a union of the class and its handle
         actor_cls: Any = ray.remote(num_cpus=1, num_gpus=1 if cuda else 0, max_restarts=0)(RayWorker)
         actors = [actor_cls.remote() for _ in range(cfg.nproc)]

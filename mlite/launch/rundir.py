@@ -94,8 +94,9 @@ class RunDir:
         taken = [n for n in RUN_FILES if (self.path / n).exists()]
         taken += [p.name for p in self.path.glob(schema.ERROR_GLOB)]
         if taken and not overwrite:
-            raise MliteError(f"out: '{self.path}' already holds a run ({taken[0]}); give a new folder "
-                             "(or --overwrite to replace it)")
+            raise MliteError(
+                f"out: '{self.path}' already holds a run ({taken[0]}); give a new folder (or --overwrite to replace it)"
+            )
         parent = self.path
         while not parent.exists():
             parent = parent.parent

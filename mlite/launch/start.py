@@ -32,8 +32,7 @@ def launcher_module(config: RunConfig):
     return ray_launcher if config.launcher == "ray" else torchrun
 
 
-def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: bool = False,
-          **overrides) -> RunHandle:
+def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: bool = False, **overrides) -> RunHandle:
     """Start a debug run (``overrides`` replace fields of ``config``, e.g. ``start(steps=10)``).
 
     ``dry_run``: validate and return a handle with ``command`` set, without writing or starting anything.
@@ -57,12 +56,26 @@ def start(config: RunConfig | None = None, *, dry_run: bool = False, overwrite: 
         return RunHandle(out, config=cfg, command=command, started=False)
     rd = RunDir(out)
     rd.create(cfg.to_dict(), command, cli, overwrite=overwrite)
-    rd.write_status(status=RUNNING, reason=None, launcher=cfg.launcher, started_at=now_iso(), pid=None,
-                    ended_at=None, exit_code=None, steps=0)
+    rd.write_status(
+        status=RUNNING,
+        reason=None,
+        launcher=cfg.launcher,
+        started_at=now_iso(),
+        pid=None,
+        ended_at=None,
+        exit_code=None,
+        steps=0,
+    )
     from .supervisor import worker_env
 
     with open(rd.console, "ab") as con:
-        proc = subprocess.Popen(mod.launcher_argv(out), stdout=con, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=worker_env(cfg.worker_threads()), cwd=str(out))
+        proc = subprocess.Popen(
+            mod.launcher_argv(out),
+            stdout=con,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=worker_env(cfg.worker_threads()),
+            cwd=str(out),
+        )
     return RunHandle(out, config=cfg, command=command, proc=proc)

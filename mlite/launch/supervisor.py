@@ -88,8 +88,14 @@ def last_step(rd: RunDir) -> int:
     return recs[-1][0] if recs else 0
 
 
-def finalize(rd: RunDir, *, exit_code: int | None, launcher_output: str = "", terminated: bool = False,
-             launcher: str = "torchrun") -> dict:
+def finalize(
+    rd: RunDir,
+    *,
+    exit_code: int | None,
+    launcher_output: str = "",
+    terminated: bool = False,
+    launcher: str = "torchrun",
+) -> dict:
     """Decide the final status from what the workers left, log it and write ``status.json``."""
     result = rd.read_result()
     if exit_code == 0 and result and result.get("outcome") in OUTCOMES:
@@ -102,8 +108,9 @@ def finalize(rd: RunDir, *, exit_code: int | None, launcher_output: str = "", te
     else:
         status, reason = FAILED, failure_reason(rd, exit_code, launcher_output, launcher=launcher)
     rd.log_final_status(status, reason)
-    return rd.write_status(status=status, reason=reason or None, ended_at=now_iso(), exit_code=exit_code,
-                           steps=last_step(rd))
+    return rd.write_status(
+        status=status, reason=reason or None, ended_at=now_iso(), exit_code=exit_code, steps=last_step(rd)
+    )
 
 
 class Terminator:
@@ -126,8 +133,9 @@ def supervise_subprocess(rd: RunDir, argv: list[str], env: dict, *, launcher: st
     """Run ``argv`` (torchrun), wait, finalize; returns 0 for completed/stopped, 1 otherwise."""
     rd.write_status(pid=os.getpid())
     with open(rd.console, "ab") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                 cwd=str(rd.path))
+        child = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(rd.path)
+        )
 
     def forward(signum):
         if child.poll() is None:

@@ -18,15 +18,42 @@ from .supervisor import main_usage, supervise_subprocess, worker_env
 
 def torchrun_argv(run_dir, nproc: int) -> list[str]:
     """The argv the launcher process runs."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", str(nproc), "--max-restarts", "0", "--monitor-interval", "0.5",
-            "-m", "mlite.launch.worker", str(run_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.5",
+        "-m",
+        "mlite.launch.worker",
+        str(run_dir),
+    ]
 
 
 def command(run_dir, nproc: int) -> str:
     """The worker command as a user would type it (``command.txt``, ``RunHandle.command``)."""
-    return shlex.join(["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", str(nproc),
-                       "--max-restarts", "0", "-m", "mlite.launch.worker", str(run_dir)])
+    return shlex.join(
+        [
+            "torchrun",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(nproc),
+            "--max-restarts",
+            "0",
+            "-m",
+            "mlite.launch.worker",
+            str(run_dir),
+        ]
+    )
 
 
 def launcher_argv(run_dir) -> list[str]:
@@ -40,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         return main_usage("torchrun")
     rd = RunDir(Path(argv[0]).resolve())
     cfg = rd.read_config()
-    return supervise_subprocess(rd, torchrun_argv(rd.path, cfg.nproc), worker_env(cfg.worker_threads()),
-                                launcher="torchrun")
+    return supervise_subprocess(
+        rd, torchrun_argv(rd.path, cfg.nproc), worker_env(cfg.worker_threads()), launcher="torchrun"
+    )
 
 
 if __name__ == "__main__":

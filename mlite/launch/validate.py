@@ -55,19 +55,25 @@ def check_dataset(ref: str, nproc: int) -> int:
 
     path = dataset_file(ref, "train")
     if not path.is_file():
-        raise MliteError(f"dataset: {path} not found; give a dataset name under data/datasets/ (tiny_sft) or a "
-                         f"verl-format .parquet path")
+        raise MliteError(
+            f"dataset: {path} not found; give a dataset name under data/datasets/ (tiny_sft) or a "
+            f"verl-format .parquet path"
+        )
     try:
         meta = pq.ParquetFile(path)
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise MliteError(f"dataset: {path} is not a readable parquet file ({str(e).splitlines()[0][:160]})") from None
     if MESSAGES_COLUMN not in meta.schema_arrow.names:
-        raise MliteError(f"dataset: {path} has no '{MESSAGES_COLUMN}' column (columns: "
-                         f"{', '.join(meta.schema_arrow.names)}); give a verl-format SFT parquet file")
+        raise MliteError(
+            f"dataset: {path} has no '{MESSAGES_COLUMN}' column (columns: "
+            f"{', '.join(meta.schema_arrow.names)}); give a verl-format SFT parquet file"
+        )
     rows = meta.metadata.num_rows
     if rows < nproc:
-        raise MliteError(f"nproc: {nproc} data-parallel processes but the dataset {path} has {rows} row(s); use "
-                         f"--nproc {max(1, rows)} or fewer")
+        raise MliteError(
+            f"nproc: {nproc} data-parallel processes but the dataset {path} has {rows} row(s); use "
+            f"--nproc {max(1, rows)} or fewer"
+        )
     return rows
 
 
@@ -81,12 +87,19 @@ def check_mesh(config: RunConfig):
         spec = config.model_spec()
     except ConfigError as e:  # name the field: the message itself names the file and the key
         raise MliteError(f"model: {e.message}") from None
-    plan = resolve(spec, config.nproc, ParallelConfig(), seq_len=config.tokens_per_microbatch,
-                   gpus_per_node=config.nproc, auto_uneven=True)
+    plan = resolve(
+        spec,
+        config.nproc,
+        ParallelConfig(),
+        seq_len=config.tokens_per_microbatch,
+        gpus_per_node=config.nproc,
+        auto_uneven=True,
+    )
     if not plan.valid:
         first = plan.errors[0]
-        raise MliteError(f"nproc: {config.nproc} processes do not make a valid mesh for {spec.name}: [{first.rule}] "
-                         f"{first.message}")
+        raise MliteError(
+            f"nproc: {config.nproc} processes do not make a valid mesh for {spec.name}: [{first.rule}] {first.message}"
+        )
     return plan
 
 
@@ -98,8 +111,10 @@ def validate_run(config: RunConfig, *, overwrite: bool = False, cwd: str | os.Pa
     base = Path(cwd).resolve() if cwd is not None else Path.cwd()
     config.validate()
     if config.crash_at_step is not None and config.crash_at_step > config.steps:
-        raise MliteError(f"crash_at_step: {config.crash_at_step} is after the last step ({config.steps}): the run "
-                         f"would not crash; give --crash-at-step {config.steps} or less")
+        raise MliteError(
+            f"crash_at_step: {config.crash_at_step} is after the last step ({config.steps}): the run "
+            f"would not crash; give --crash-at-step {config.steps} or less"
+        )
     cfg = replace(config, model=resolve_model(config.model, base), dataset=resolve_dataset(config.dataset, base))
     if cfg.hf_checkpoint is not None:
         cfg = replace(cfg, hf_checkpoint=str(_under(base, cfg.hf_checkpoint).resolve()))
@@ -112,8 +127,10 @@ def validate_run(config: RunConfig, *, overwrite: bool = False, cwd: str | os.Pa
     check_cut(cfg)  # an architecture the runtime does not build, a checkpoint that does not match
     check_dataset(cfg.dataset, cfg.nproc)
     if not tokenizer_file().is_file():
-        raise MliteError(f"tokenizer: {tokenizer_file()} not found; reinstall mlite-lab or set MLITE_DATA to a "
-                         f"folder holding tokenizer/tokenizer.json")
+        raise MliteError(
+            f"tokenizer: {tokenizer_file()} not found; reinstall mlite-lab or set MLITE_DATA to a "
+            f"folder holding tokenizer/tokenizer.json"
+        )
     cfg.check_environment()
     RunDir(cfg.out).check_new(overwrite=overwrite)
     return cfg

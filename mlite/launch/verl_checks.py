@@ -50,15 +50,19 @@ def check_override(ov: str) -> None:
         flag = rows_by_field(RUN)[flags[key]].flag
         raise MliteError(f"verl_overrides: {key} is written from the run flag {flag}; give {flag} instead")
     if key.startswith("engine."):
-        sub = key[len("engine."):]
+        sub = key[len("engine.") :]
         if sub not in LITE_ENGINE_KEYS:
-            raise MliteError(f"verl_overrides: engine.{sub} is not a key of the lite engine (engine=lite); known: "
-                             f"{', '.join(sorted(LITE_ENGINE_KEYS))}")
+            raise MliteError(
+                f"verl_overrides: engine.{sub} is not a key of the lite engine (engine=lite); known: "
+                f"{', '.join(sorted(LITE_ENGINE_KEYS))}"
+            )
     elif key.startswith("optim.override_optimizer_config."):
-        sub = key[len("optim.override_optimizer_config."):]
+        sub = key[len("optim.override_optimizer_config.") :]
         if sub not in LITE_OPTIM_OVERRIDES:
-            raise MliteError(f"verl_overrides: optim.override_optimizer_config.{sub} is not read by the lite engine; "
-                             f"known: {', '.join(sorted(LITE_OPTIM_OVERRIDES))}")
+            raise MliteError(
+                f"verl_overrides: optim.override_optimizer_config.{sub} is not read by the lite engine; "
+                f"known: {', '.join(sorted(LITE_OPTIM_OVERRIDES))}"
+            )
     elif key in ("engine", "hydra.searchpath"):
         raise MliteError(f"verl_overrides: {key} is set by --trainer verl-sft (engine={LITE_ENGINE}); drop it")
 

@@ -43,23 +43,54 @@ def hydra_overrides(cfg, run_dir) -> list[str]:
     run_dir = Path(run_dir)
     dtype = {"auto": "auto", "fp32": "float32", "bf16": "bfloat16"}[cfg.param_dtype]
     values = {
-        "tp": cfg.tp, "cp": cfg.cp, "ep": cfg.ep, "etp": cfg.etp, "optimizer": cfg.optimizer,
-        "recompute": cfg.recompute, "pao": cfg.pao, "offload_fraction": cfg.offload_fraction,
-        "moment_dtype": cfg.moment_dtype, "param_offload": cfg.param_offload,
-        "optimizer_offload": cfg.optimizer_offload, "param_dtype": dtype, "seed": cfg.seed, "lr": cfg.lr,
-        "lr_warmup_steps": cfg.lr_warmup_steps, "clip_grad": cfg.clip_grad, "steps": cfg.steps,
-        "tokens_per_microbatch": cfg.tokens_per_microbatch, "train_batch_size": cfg.train_batch_size,
+        "tp": cfg.tp,
+        "cp": cfg.cp,
+        "ep": cfg.ep,
+        "etp": cfg.etp,
+        "optimizer": cfg.optimizer,
+        "recompute": cfg.recompute,
+        "pao": cfg.pao,
+        "offload_fraction": cfg.offload_fraction,
+        "moment_dtype": cfg.moment_dtype,
+        "param_offload": cfg.param_offload,
+        "optimizer_offload": cfg.optimizer_offload,
+        "param_dtype": dtype,
+        "seed": cfg.seed,
+        "lr": cfg.lr,
+        "lr_warmup_steps": cfg.lr_warmup_steps,
+        "clip_grad": cfg.clip_grad,
+        "steps": cfg.steps,
+        "tokens_per_microbatch": cfg.tokens_per_microbatch,
+        "train_batch_size": cfg.train_batch_size,
         "dataset": _train_file(cfg.dataset),
     }
-    ovs = [f"hydra.searchpath=[{LITE_SEARCHPATH}]", f"engine={LITE_ENGINE}", "optim=megatron",
-           f"model.path={run_dir / MODEL_DIR}", "data.val_files=null", "data.use_dynamic_bsz=true",
-           "data.pad_mode=no_padding", "data.truncation=error", "data.messages_key=messages",
-           f"data.max_length={cfg.tokens_per_microbatch}", "data.num_workers=0",
-           "optim.lr_decay_style=cosine", f"optim.min_lr={cfg.lr / 10!r}", f"optim.lr_decay_steps={cfg.steps}",
-           "optim.weight_decay=0.01", "trainer.logger=[console,file]", "trainer.project_name=mlite-run",
-           f"trainer.experiment_name={run_dir.name}", "trainer.total_epochs=1000", "trainer.resume_mode=disable",
-           f"trainer.default_local_dir={run_dir / 'checkpoints'}", f"trainer.device={cfg.device}",
-           f"trainer.n_gpus_per_node={cfg.nproc}", "trainer.nnodes=1", f"hydra.run.dir={run_dir / 'hydra'}"]
+    ovs = [
+        f"hydra.searchpath=[{LITE_SEARCHPATH}]",
+        f"engine={LITE_ENGINE}",
+        "optim=megatron",
+        f"model.path={run_dir / MODEL_DIR}",
+        "data.val_files=null",
+        "data.use_dynamic_bsz=true",
+        "data.pad_mode=no_padding",
+        "data.truncation=error",
+        "data.messages_key=messages",
+        f"data.max_length={cfg.tokens_per_microbatch}",
+        "data.num_workers=0",
+        "optim.lr_decay_style=cosine",
+        f"optim.min_lr={cfg.lr / 10!r}",
+        f"optim.lr_decay_steps={cfg.steps}",
+        "optim.weight_decay=0.01",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=mlite-run",
+        f"trainer.experiment_name={run_dir.name}",
+        "trainer.total_epochs=1000",
+        "trainer.resume_mode=disable",
+        f"trainer.default_local_dir={run_dir / 'checkpoints'}",
+        f"trainer.device={cfg.device}",
+        f"trainer.n_gpus_per_node={cfg.nproc}",
+        "trainer.nnodes=1",
+        f"hydra.run.dir={run_dir / 'hydra'}",
+    ]
     ovs += [f"{RUN_VERL_KEYS[k]}={_v(v)}" for k, v in values.items()]
     return ovs + list(cfg.verl_overrides)
 
@@ -97,15 +128,38 @@ def write_model_dir(cfg, run_dir) -> Path:
 
 
 def torchrun_argv(cfg, run_dir) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node",
-            str(cfg.nproc), "--max-restarts", "0", "--monitor-interval", "0.5", *ENTRY,
-            *hydra_overrides(cfg, run_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(cfg.nproc),
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.5",
+        *ENTRY,
+        *hydra_overrides(cfg, run_dir),
+    ]
 
 
 def command(run_dir, cfg) -> str:
     """The command as a user would type it (``command.txt``)."""
-    return shlex.join(["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", str(cfg.nproc), *ENTRY,
-                       *hydra_overrides(cfg, run_dir)])
+    return shlex.join(
+        [
+            "torchrun",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(cfg.nproc),
+            *ENTRY,
+            *hydra_overrides(cfg, run_dir),
+        ]
+    )
 
 
 def launcher_argv(run_dir) -> list[str]:

@@ -70,8 +70,9 @@ class MemoryProbe:
 
     def note_static(self, stats: dict) -> None:
         """Tally of the tensors a step leaves (before ``zero_grad``): a lower bound of the step's peak."""
-        self.static_peak = max(self.static_peak, stats["params"]["bytes"] + stats["grads"]["bytes"]
-                               + stats["optimizer_bytes"])
+        self.static_peak = max(
+            self.static_peak, stats["params"]["bytes"] + stats["grads"]["bytes"] + stats["optimizer_bytes"]
+        )
 
     def track(self, step: int, handle):
         """A context manager around ``step``: MemTracker on CPU for the tracked step, else nothing."""
@@ -100,8 +101,12 @@ class MemoryProbe:
                 if exc[0] is None:
                     snap = self.mt.get_tracker_snapshot("peak")
                     probe.tracked_peak = int(sum(v.get("Total", 0) for v in snap.values()))
-                    probe.detail = {str(getattr(k, "value", k)): int(b) for v in snap.values() for k, b in v.items()
-                                    if str(getattr(k, "value", k)) != "Total"}
+                    probe.detail = {
+                        str(getattr(k, "value", k)): int(b)
+                        for v in snap.values()
+                        for k, b in v.items()
+                        if str(getattr(k, "value", k)) != "Total"
+                    }
                 return False
 
         return _Tracked()
@@ -141,10 +146,19 @@ def _gather(obj) -> list:
 def _memory_record(stats: dict, probe: MemoryProbe, step: int) -> dict:
     """What ``memory.json`` keeps per rank (bytes)."""
     opt = {k: stats[k]["bytes"] for k in ("master", "remainder", "exp_avg", "exp_avg_sq") if k in stats}
-    return {"step": step, "params": stats["params"]["bytes"], "grads": stats["grads"]["bytes"],
-            "optimizer": stats["optimizer_bytes"], "optimizer_detail": opt,
-            "params_by_device": stats["params"]["by_device"], "peak": probe.peak_bytes(), "peak_kind": probe.kind,
-            "param_dtype": stats["param_dtype"], "device": stats["device"], "mesh": stats.get("mesh")}
+    return {
+        "step": step,
+        "params": stats["params"]["bytes"],
+        "grads": stats["grads"]["bytes"],
+        "optimizer": stats["optimizer_bytes"],
+        "optimizer_detail": opt,
+        "params_by_device": stats["params"]["by_device"],
+        "peak": probe.peak_bytes(),
+        "peak_kind": probe.kind,
+        "param_dtype": stats["param_dtype"],
+        "device": stats["device"],
+        "mesh": stats.get("mesh"),
+    }
 
 
 def train(rd: RunDir) -> dict:
@@ -174,8 +188,14 @@ def train(rd: RunDir) -> dict:
     # data rank = DP rank: the TP and CP ranks of one DP replica read the same micro-batches (the runtime splits
     # them over CP), so the global batch is tokens_per_microbatch x num_microbatches x DP whatever the mesh
     ps = rt.pstate
-    data = sft_iterator(dataset=cfg.dataset, tokens_per_microbatch=cfg.tokens_per_microbatch,
-                        num_microbatches=cfg.num_microbatches, rank=ps.dp_rank, world=ps.dp, seed=cfg.seed)
+    data = sft_iterator(
+        dataset=cfg.dataset,
+        tokens_per_microbatch=cfg.tokens_per_microbatch,
+        num_microbatches=cfg.num_microbatches,
+        rank=ps.dp_rank,
+        world=ps.dp,
+        seed=cfg.seed,
+    )
     probe = MemoryProbe(dev, cfg.steps)
     if rank == 0:
         for change in cfg.cut_changes():
@@ -185,11 +205,13 @@ def train(rd: RunDir) -> dict:
     h = rt.build_model()
     if rank == 0:
         n = sum(p.numel() for p in h.model.parameters())
-        rd.lifecycle(f"world: {world} process(es), {rt.info.backend} on {dev.type}, {threads} thread(s) each; "
-                     f"model {cfg.model}: {n:,} parameters in {rt.param_dtype_name}; optimizer {cfg.optimizer}"
-                     f"{' + PAO' if cfg.pao else ''}, moments {cfg.moment_dtype}, offload_fraction "
-                     f"{cfg.offload_fraction:g}, param_offload {cfg.param_offload}, optimizer_offload "
-                     f"{cfg.optimizer_offload}")
+        rd.lifecycle(
+            f"world: {world} process(es), {rt.info.backend} on {dev.type}, {threads} thread(s) each; "
+            f"model {cfg.model}: {n:,} parameters in {rt.param_dtype_name}; optimizer {cfg.optimizer}"
+            f"{' + PAO' if cfg.pao else ''}, moments {cfg.moment_dtype}, offload_fraction "
+            f"{cfg.offload_fraction:g}, param_offload {cfg.param_offload}, optimizer_offload "
+            f"{cfg.optimizer_offload}"
+        )
         rd.lifecycle(f"mesh: tp {ps.tp}, cp {ps.cp}, ep {ps.ep}, etp 1, dp {ps.dp}, edp {ps.edp}")
     offload = cfg.param_offload or cfg.optimizer_offload
     moves = dict(model=cfg.param_offload, optimizer=cfg.optimizer_offload, grad=cfg.param_offload)
@@ -221,10 +243,18 @@ def train(rd: RunDir) -> dict:
         dt = time.perf_counter() - t0
         stop = _agree(rd.stop_requested(), dev)
         if rank == 0:
-            rd.log_step(step, {"train/loss": out["loss"], "train/grad_norm": float(grad_norm), "train/lr": float(lr),
-                               "perf/max_memory_allocated_gb": probe.peak_bytes() / GIB,
-                               "perf/cpu_memory_used_gb": psutil.virtual_memory().used / GIB,
-                               "perf/throughput": sum(mb.num_tokens for mb in micro) / dt, "timing_s/step": dt})
+            rd.log_step(
+                step,
+                {
+                    "train/loss": out["loss"],
+                    "train/grad_norm": float(grad_norm),
+                    "train/lr": float(lr),
+                    "perf/max_memory_allocated_gb": probe.peak_bytes() / GIB,
+                    "perf/cpu_memory_used_gb": psutil.virtual_memory().used / GIB,
+                    "perf/throughput": sum(mb.num_tokens for mb in micro) / dt,
+                    "timing_s/step": dt,
+                },
+            )
         if rank == 0 and not ok:
             rd.lifecycle(f"step {step}: update skipped (grad norm {float(grad_norm)!r})")
         if step == 1:
@@ -261,8 +291,7 @@ def report_failure(rd: RunDir, rank: int, exc: BaseException) -> None:
             line = traceback.format_exception_only(exc)[-1].strip()
             earlier = [e for e in rd.read_errors() if e.get("rank") != rank]
             if earlier:  # a peer failed first; this one only lost its connection: one line, no second traceback
-                text = (f"[mlite] worker {rank} ended after worker {earlier[0].get('rank')} failed: "
-                        f"{line[:200]}\n")
+                text = f"[mlite] worker {rank} ended after worker {earlier[0].get('rank')} failed: {line[:200]}\n"
             else:
                 text = f"[mlite] worker {rank} raised:\n{tb}"
         rd.append_log(text)

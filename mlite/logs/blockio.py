@@ -12,6 +12,7 @@ BLOCK_BYTES = 4 << 20
 MAX_LINE_BYTES = 64 << 20
 """A 'line' longer than this (binary junk without newlines) is cut, so memory stays bounded."""
 
+
 def read_some(f, n: int) -> tuple[bytes, BaseException | None]:
     """Up to ``n`` bytes; on a corrupt or truncated gzip stream, what was decompressed before the error."""
     if not isinstance(f, gzip.GzipFile):
@@ -38,8 +39,10 @@ def blocks(f, raw, progress, notes: list | None):
     while True:
         data, err = read_some(f, BLOCK_BYTES)
         if err is not None and notes is not None:
-            notes.append(f"stopped reading at a corrupt or truncated gzip stream ({type(err).__name__}); "
-                             f"everything before it was read")
+            notes.append(
+                f"stopped reading at a corrupt or truncated gzip stream ({type(err).__name__}); "
+                f"everything before it was read"
+            )
         if progress is not None:
             pos = raw.tell()
             progress.update(pos - last)
@@ -54,7 +57,7 @@ def blocks(f, raw, progress, notes: list | None):
                 carry = b""
         else:
             yield carry + data[: nl + 1] if carry else data[: nl + 1]
-            carry = data[nl + 1:]
+            carry = data[nl + 1 :]
         if err is not None:
             break
     if carry:
@@ -92,5 +95,5 @@ def _plain_blocks(f, raw, progress):
         with memoryview(buf) as view:
             yield bytes(view[: nl + 1])
             rest = end - nl - 1
-            view[:rest] = view[nl + 1:end]
+            view[:rest] = view[nl + 1 : end]
         have = rest

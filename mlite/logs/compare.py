@@ -14,8 +14,10 @@ import re
 from ..errors import MliteError
 from .roles import ROLES
 
-MACHINE_RE = re.compile(r"^(timing_s|timing_per_token_ms|timing|perf)/|throughput|mfu|elapsed_time|memory|_gb$"
-                        r"|time_per|tokens_per_sec")
+MACHINE_RE = re.compile(
+    r"^(timing_s|timing_per_token_ms|timing|perf)/|throughput|mfu|elapsed_time|memory|_gb$"
+    r"|time_per|tokens_per_sec"
+)
 """Metric names excluded from the verdict by default."""
 
 
@@ -77,8 +79,10 @@ def compare_runs(a, b, *, metrics=None, by: str = "metric", include_machine: boo
         wanted = list(metrics) if metrics else [m for m in ma if m in mb]
         for m in wanted:
             if m not in mb or m not in a.metrics:
-                raise MliteError(f"metric '{m}' is not in both runs ({a.name}: {m in a.metrics}, "
-                                 f"{b.name}: {m in mb}); see `mlite logs check` for the metric names")
+                raise MliteError(
+                    f"metric '{m}' is not in both runs ({a.name}: {m in a.metrics}, "
+                    f"{b.name}: {m in mb}); see `mlite logs check` for the metric names"
+                )
         ignored = [] if (include_machine or metrics) else [m for m in wanted if is_machine_metric(m)]
         pairs = [(m, m, m) for m in wanted if m not in ignored]
         only_a = [m for m in ma if m not in mb]

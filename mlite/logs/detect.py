@@ -159,9 +159,13 @@ def _source(path: Path) -> LogSource:
     if path.is_dir():
         metrics = path / schema.METRICS_FILE
         log = path / schema.LOG_FILE
-        return LogSource(path=path, name=path.name, fmt="mlite",
-                         metrics_path=metrics if metrics.is_file() else (log if log.is_file() else None),
-                         events_path=log if log.is_file() else None)
+        return LogSource(
+            path=path,
+            name=path.name,
+            fmt="mlite",
+            metrics_path=metrics if metrics.is_file() else (log if log.is_file() else None),
+            events_path=log if log.is_file() else None,
+        )
     fmt = sniff_format(path)
     parent = path.parent
     if path.name in schema.METRIC_SOURCES and is_run_dir(parent):
@@ -198,8 +202,10 @@ def resolve_inputs(items, *, allow_empty: bool = False) -> list[LogSource]:
         if p.is_dir() and not is_run_dir(p) and not is_tensorboard_dir(p):
             inner = sorted(c for c in p.iterdir() if _is_log_file(c) or is_run_dir(c) or is_tensorboard_dir(c))
             if not inner and not allow_empty:
-                raise MliteError(f"directory '{item}' holds no log file ({', '.join(LOG_SUFFIXES)}, optionally .gz, "
-                                 f"or TensorBoard events.out.tfevents.*) and no run directory")
+                raise MliteError(
+                    f"directory '{item}' holds no log file ({', '.join(LOG_SUFFIXES)}, optionally .gz, "
+                    f"or TensorBoard events.out.tfevents.*) and no run directory"
+                )
             paths.extend(inner)
         else:
             paths.append(p)
@@ -254,7 +260,7 @@ def final_format(source: LogSource, first_kind: str | None, run_dir: bool) -> st
 def no_metrics_event(source: LogSource, fmt: str, evs: list[Event], notes: list[str]) -> Event:
     """The ``no_metrics`` event, saying what the log suggests instead (a crash, a wandb-only run...)."""
     if fmt == "verl_jsonl":
-        msg = "no JSON object with a \"step\" in the file"
+        msg = 'no JSON object with a "step" in the file'
     elif fmt == "tensorboard":
         msg = "no scalar in the TensorBoard event file(s) (only images, histograms or text, or nothing written yet)"
     elif fmt == "megatron":
@@ -263,8 +269,10 @@ def no_metrics_event(source: LogSource, fmt: str, evs: list[Event], notes: list[
         msg = "no 'step:N - key:value' metric line: the run ended before its first step"
         progress = last_progress(source.events_path or source.metrics_path)
         if progress:
-            msg = (f"no 'step:N - key:value' metric line although training progressed to {progress}: "
-                   f"trainer.logger probably lacks 'console' (a wandb-only run?)")
+            msg = (
+                f"no 'step:N - key:value' metric line although training progressed to {progress}: "
+                f"trainer.logger probably lacks 'console' (a wandb-only run?)"
+            )
     else:
         msg = "no metric line of a known format (verl console or JSONL, Megatron-LM, mlite-lab run log)"
     failures = sorted({e.kind for e in evs if e.kind in ERROR_KINDS})

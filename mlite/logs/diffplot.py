@@ -41,8 +41,10 @@ def draw_differences(fig, runs, baseline, panels, *, ncols: int = 2, smooth_fn=N
         raise MliteError(f"--baseline {baseline.name}: give at least one other run to compare with it")
     missing = [p for p in panels if _resolve(baseline, p) is None]
     if missing:
-        raise MliteError(f"baseline run '{baseline.name}' has no metric or role {', '.join(map(repr, missing))}; "
-                         f"it has {', '.join(baseline.metrics[:6])}")
+        raise MliteError(
+            f"baseline run '{baseline.name}' has no metric or role {', '.join(map(repr, missing))}; "
+            f"it has {', '.join(baseline.metrics[:6])}"
+        )
     ncols = max(1, min(ncols, len(panels)))
     nrows = math.ceil(len(panels) / ncols)
     axes = fig.subplots(nrows, ncols, squeeze=False)
@@ -54,8 +56,13 @@ def draw_differences(fig, runs, baseline, panels, *, ncols: int = 2, smooth_fn=N
             if d is None or d.empty:
                 continue
             y = smooth_fn(d) if smooth_fn is not None else d
-            ax.plot(d.index.to_numpy(), y.to_numpy(dtype=float), color=f"C{(i + 1) % 10}", linewidth=1.2,
-                    label=f"{run.name} - {baseline.name}")
+            ax.plot(
+                d.index.to_numpy(),
+                y.to_numpy(dtype=float),
+                color=f"C{(i + 1) % 10}",
+                linewidth=1.2,
+                label=f"{run.name} - {baseline.name}",
+            )
             drawn += 1
         ax.axhline(0.0, color="black", linewidth=0.8, alpha=0.6)
         ax.set_title(f"{ROLE_LABELS.get(item, item)}: difference from {baseline.name}", fontsize=9)

@@ -18,34 +18,64 @@ import re
 from .records import Event
 from .text import clean, split_prefix
 
-LINE_KEYWORDS = (b"Traceback (most recent call last)", b"RayTaskError", b"of memory", b"OfMemory", b"oom_kill",
-                 b"oom-kill", b"OOMKilled", b"atchdog", b"timed out", b"Timeout at NCCL", b"CANCELLED",
-                 b"STEPD TERMINATED", b"xit code", b"exitcode", b"srun: error", b"Node failure", b"Requeued job",
-                 b"job is preempted",
-                 b"[mlite] ")
+LINE_KEYWORDS = (
+    b"Traceback (most recent call last)",
+    b"RayTaskError",
+    b"of memory",
+    b"OfMemory",
+    b"oom_kill",
+    b"oom-kill",
+    b"OOMKilled",
+    b"atchdog",
+    b"timed out",
+    b"Timeout at NCCL",
+    b"CANCELLED",
+    b"STEPD TERMINATED",
+    b"xit code",
+    b"exitcode",
+    b"srun: error",
+    b"Node failure",
+    b"Requeued job",
+    b"job is preempted",
+    b"[mlite] ",
+)
 """Byte strings whose lines may hold a text event (searched with ``bytes.find`` before any regex)."""
 
-_OOM_RE = re.compile(r"OutOfMemoryError|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|oom[-_]kill|OOMKilled"
-                     r"|Out of memory: Kill|[Ee]rror\b.*out of memory|out of memory.*Tried to allocate")
-_NCCL_RE = re.compile(r"Watchdog caught collective operation timeout|Timeout at NCCL work"
-                      r"|NCCL operations have failed or timed out|Heartbeat monitor timed out"
-                      r"|(?:NCCL|collective|ProcessGroup\w*|all_?reduce|all_?gather|reduce_?scatter|barrier)\b.*timed out"
-                      r"|[Ww]atchdog.*[Tt]imeout", re.IGNORECASE)
+_OOM_RE = re.compile(
+    r"OutOfMemoryError|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|oom[-_]kill|OOMKilled"
+    r"|Out of memory: Kill|[Ee]rror\b.*out of memory|out of memory.*Tried to allocate"
+)
+_NCCL_RE = re.compile(
+    r"Watchdog caught collective operation timeout|Timeout at NCCL work"
+    r"|NCCL operations have failed or timed out|Heartbeat monitor timed out"
+    r"|(?:NCCL|collective|ProcessGroup\w*|all_?reduce|all_?gather|reduce_?scatter|barrier)\b.*timed out"
+    r"|[Ww]atchdog.*[Tt]imeout",
+    re.IGNORECASE,
+)
 SLURM_RE = re.compile(
     r"\b(JOB|STEP)(?: (\d[\w.+\[\]-]*))?(?: ON (\S+))? (CANCELLED|STEPD TERMINATED)(?: ON (\S+))?(?: AT (\S+))?"
-    r"(?: DUE TO ([A-Z][A-Za-z ,_]*?))?(?: on (\S+))?(?: \*\*\*(?: on (\S+))?|\s*$)")
+    r"(?: DUE TO ([A-Z][A-Za-z ,_]*?))?(?: on (\S+))?(?: \*\*\*(?: on (\S+))?|\s*$)"
+)
 """slurmstepd's ending line in the wordings of real logs: ``*** JOB 524549 ON ault43 CANCELLED AT <t> ***``,
 ``... DUE TO TIME LIMIT ***`` / ``PREEMPTION`` / ``NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS`` / ``JOB REQUEUE``,
 ``*** STEP 32233190.0 ON nid01934 CANCELLED AT ...``, older Slurm's ``*** JOB 830329 CANCELLED AT <t> DUE TO TIME
 LIMIT on n447 ***`` and ``*** JOB 1479012 CANCELLED AT <t> *** on sh-2-3``, and without a time
 (``*** JOB 454600 CANCELLED DUE TO TIME LIMIT ***``, ``JOB CANCELLED DUE TO TIME LIMIT``)."""
-_DUE_KINDS = (("TIME LIMIT", "time_limit"), ("PREEMPT", "preempted"), ("NODE FAIL", "node_failure"),
-              ("REQUEUE", "requeued"))
+_DUE_KINDS = (
+    ("TIME LIMIT", "time_limit"),
+    ("PREEMPT", "preempted"),
+    ("NODE FAIL", "node_failure"),
+    ("REQUEUE", "requeued"),
+)
 _NODE_FAIL_RE = re.compile(r"srun: error: Node failure on (\S+)|\bNODE_FAIL\b")
-_SUBMITIT_RE = re.compile(r"(Requeued job (\S+)(?: \(([^)]*)\))?)|(Caught signal (\w+) on (\S+): this job is preempted)"
-                          r"|(Job has timed out\. Ran [^.]*)")
-_SRUN_RE = re.compile(r"srun: error: (\S+): tasks? ([\d,\-\[\]]+): (Exited with exit code (\d+)|Killed|Terminated"
-                      r"|Segmentation fault.*|Aborted.*|Bus error.*)")
+_SUBMITIT_RE = re.compile(
+    r"(Requeued job (\S+)(?: \(([^)]*)\))?)|(Caught signal (\w+) on (\S+): this job is preempted)"
+    r"|(Job has timed out\. Ran [^.]*)"
+)
+_SRUN_RE = re.compile(
+    r"srun: error: (\S+): tasks? ([\d,\-\[\]]+): (Exited with exit code (\d+)|Killed|Terminated"
+    r"|Segmentation fault.*|Aborted.*|Bus error.*)"
+)
 _EXIT_RE = re.compile(r"\b(?:[Ee]xit(?:ed)? (?:with )?(?:exit )?code|exitcode)\s*[:=]?\s*(-?\d+)")
 _MLITE_RE = re.compile(r"\[mlite\] status: (\w+)(.*)")
 _MAX_MSG = 300
@@ -53,7 +83,7 @@ _MAX_MSG = 300
 
 def _msg(text: str) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= _MAX_MSG else text[:_MAX_MSG - 3] + "..."
+    return text if len(text) <= _MAX_MSG else text[: _MAX_MSG - 3] + "..."
 
 
 def classify_line(raw: str, line: int, step: int | None) -> list[Event]:
@@ -79,8 +109,12 @@ def classify_line(raw: str, line: int, step: int | None) -> list[Event]:
         due = (m.group(7) or "").strip(" ,")
         kind = next((k for word, k in _DUE_KINDS if word in due.upper()), "cancelled")
         verb = "cancelled" if m.group(4) == "CANCELLED" else "terminated by slurmstepd"
-        add(kind, f"Slurm {what}{' ' + ident if ident else ''}{' on ' + node if node else ''} {verb}"
-                  + (f" at {m.group(6)}" if m.group(6) else "") + (f" due to {due.lower()}" if due else ""))
+        add(
+            kind,
+            f"Slurm {what}{' ' + ident if ident else ''}{' on ' + node if node else ''} {verb}"
+            + (f" at {m.group(6)}" if m.group(6) else "")
+            + (f" due to {due.lower()}" if due else ""),
+        )
         return out
     m = _NODE_FAIL_RE.search(text)
     if m:

@@ -56,8 +56,10 @@ class RunLog:
         """``[step, metric]``: the step printed the metric (computed with :attr:`wide`)."""
 
     def __repr__(self) -> str:
-        return (f"RunLog({self.name!r}, format={self.format!r}, steps={self.num_steps} "
-                f"[{self.first_step}..{self.last_step}], metrics={len(self.metrics)}, events={len(self.events)})")
+        return (
+            f"RunLog({self.name!r}, format={self.format!r}, steps={self.num_steps} "
+            f"[{self.first_step}..{self.last_step}], metrics={len(self.metrics)}, events={len(self.events)})"
+        )
 
     @property
     def has_values(self) -> bool:
@@ -75,13 +77,17 @@ class RunLog:
                 raise MliteError(f"run '{self.name}' was read without its values: use read_logs() for DataFrames")
             st = self._store
             n = len(st)
-            self._tidy = pd.DataFrame({
-                "run": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[self.name]),
-                "step": np.frombuffer(st.steps, dtype=np.int64).copy() if n else np.zeros(0, np.int64),
-                "metric": pd.Categorical.from_codes(np.frombuffer(st.ids, dtype=np.int32).copy()
-                                                    if n else np.zeros(0, np.int32), categories=st.names),
-                "value": np.frombuffer(st.values, dtype=np.float64).copy() if n else np.zeros(0),
-            })
+            self._tidy = pd.DataFrame(
+                {
+                    "run": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[self.name]),
+                    "step": np.frombuffer(st.steps, dtype=np.int64).copy() if n else np.zeros(0, np.int64),
+                    "metric": pd.Categorical.from_codes(
+                        np.frombuffer(st.ids, dtype=np.int32).copy() if n else np.zeros(0, np.int32),
+                        categories=st.names,
+                    ),
+                    "value": np.frombuffer(st.values, dtype=np.float64).copy() if n else np.zeros(0),
+                }
+            )
         return self._tidy
 
     @property
@@ -124,8 +130,10 @@ class RunLog:
         """A metric (or role) as a float Series indexed by step: the steps that printed it (NaN kept)."""
         metric = name if name in self.metrics else self.role(name)
         if metric is None:
-            raise MliteError(f"run '{self.name}' has no metric or role '{name}' "
-                             f"(it has {len(self.metrics)} metrics, e.g. {', '.join(self.metrics[:4])})")
+            raise MliteError(
+                f"run '{self.name}' has no metric or role '{name}' "
+                f"(it has {len(self.metrics)} metrics, e.g. {', '.join(self.metrics[:4])})"
+            )
         w = self.wide
         assert self._printed is not None  # computed with wide
         j = w.columns.get_loc(metric)

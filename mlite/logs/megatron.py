@@ -48,8 +48,10 @@ FIELD_NAMES = {
 """Megatron's printed field -> metric name (lower-cased keys); other fields become lower_snake generically."""
 
 _ITER_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
-_VAL_RE = re.compile(r"\bvalidation loss at (?:iteration\s+(\d+)|the end of training for (\w+) data)"
-                     r"(?:\s+on\s+(\w+)\s+set)?\s*\|")
+_VAL_RE = re.compile(
+    r"\bvalidation loss at (?:iteration\s+(\d+)|the end of training for (\w+) data)"
+    r"(?:\s+on\s+(\w+)\s+set)?\s*\|"
+)
 _SNAKE_RE = re.compile(r"[^0-9a-z]+")
 _FULL_SEG_RE = re.compile(r"\s*[A-Za-z][\w ()/.,\-]*:\s*[-+]?(?:\d[\w.+\-]*|\.\d[\w.+\-]*|nan|inf|NAN|INF|NaN)\s*")
 _PART_SEG_RE = re.compile(r"\s*(?:[A-Za-z][\w ()/.,\-]*(?::\s*[-+]?[\w.+\-]*)?)?\s*")
@@ -95,7 +97,7 @@ def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | Non
     m = _ITER_RE.search(text)
     if not m:
         return None
-    labels, vals, bad = parse_fields(text[m.end():])
+    labels, vals, bad = parse_fields(text[m.end() :])
     return int(m.group(1)), [field_name(k) for k in labels], vals, bad
 
 
@@ -111,7 +113,7 @@ def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], 
     step = int(m.group(1)) if m.group(1) is not None else (last_step or 0)
     split = (m.group(2) or m.group(3) or "validation").lower()
     prefix = "test/" if split.startswith("test") else "val/"
-    labels, vals, bad = parse_fields(text[m.end():])
+    labels, vals, bad = parse_fields(text[m.end() :])
     names = []
     for label in labels:
         low = " ".join(label.lower().split())
@@ -126,7 +128,7 @@ def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], 
 
 def _rest(text: str) -> str | None:
     m = _ITER_RE.search(text) or _VAL_RE.search(text)
-    return text[m.end():] if m else None
+    return text[m.end() :] if m else None
 
 
 def _segments_ok(rest: str) -> bool:
@@ -178,7 +180,7 @@ def join_continuation(text: str, nxt: str) -> str | None:
         m = _ITER_RE.search(joined) or _VAL_RE.search(joined)
         if m is None or m.end() <= len(base):
             return None
-        return joined if _segments_ok(joined[m.end():]) else None
+        return joined if _segments_ok(joined[m.end() :]) else None
     head = _label_at_end(base)
     if head and nxt[:1].isalpha() and not base.endswith(" "):
         tail = nxt.split(":", 1)[0] if ":" in nxt.split("|", 1)[0] else ""

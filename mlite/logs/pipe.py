@@ -27,7 +27,7 @@ def parse_line(text: str) -> tuple[int, list[str], list[float], bool] | None:
     m = _HEAD_RE.search(text)
     if not m:
         return None
-    labels, vals, bad = parse_fields(text[m.end():])
+    labels, vals, bad = parse_fields(text[m.end() :])
     return int(m.group(1)), [field_name(k) for k in labels], vals, bad
 
 

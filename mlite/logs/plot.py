@@ -16,8 +16,16 @@ DEFAULT_PANEL = ("loss", "grad_norm", "kl")
 """Always drawn (when any run has the role)."""
 OPTIONAL_PANEL = ("entropy", "reward")
 """Drawn when a run has them."""
-_LINE_EVENTS = {"oom": "OOM", "nccl_timeout": "NCCL", "cancelled": "cancel", "time_limit": "time limit",
-                "preempted": "preempt", "exit_code": "exit", "traceback": "traceback", "restart": "restart"}
+_LINE_EVENTS = {
+    "oom": "OOM",
+    "nccl_timeout": "NCCL",
+    "cancelled": "cancel",
+    "time_limit": "time limit",
+    "preempted": "preempt",
+    "exit_code": "exit",
+    "traceback": "traceback",
+    "restart": "restart",
+}
 
 
 def ema(series, smooth: float):
@@ -67,8 +75,7 @@ def draw(fig, runs, panels=None, *, smooth: float = 0.0, logy="auto", events: bo
         raise MliteError("nothing to plot: the runs have no metric values (see `mlite logs check`)")
     unknown = [p for p in panels if not any(_resolve(r, p) for r in runs)]
     if unknown:
-        raise MliteError(f"no run has metric or role {', '.join(repr(u) for u in unknown)}; roles: "
-                         f"{', '.join(ROLES)}")
+        raise MliteError(f"no run has metric or role {', '.join(repr(u) for u in unknown)}; roles: {', '.join(ROLES)}")
     ncols = max(1, min(ncols, len(panels)))
     nrows = math.ceil(len(panels) / ncols)
     colors = [f"C{i % 10}" for i in range(len(runs))]
@@ -97,8 +104,15 @@ def draw(fig, runs, panels=None, *, smooth: float = 0.0, logy="auto", events: bo
                 val = run.role("val_loss")
                 if val is not None:
                     vs = run.series(val)
-                    ax.plot(vs.index, vs.to_numpy(), "o--", color=color, markersize=3, linewidth=0.8,
-                            label=f"{run.name} ({val})")
+                    ax.plot(
+                        vs.index,
+                        vs.to_numpy(),
+                        "o--",
+                        color=color,
+                        markersize=3,
+                        linewidth=0.8,
+                        label=f"{run.name} ({val})",
+                    )
             if events:
                 _mark_events(ax, run, metric, s, labelled)
         title = ROLE_LABELS.get(item, item)
@@ -130,12 +144,24 @@ def _mark_events(ax, run, metric: str, s, labelled: set) -> None:
         if ev.step is None:
             continue
         if ev.metric == metric and ev.kind == "spike" and ev.step in s.index:
-            ax.plot([ev.step], [s.loc[ev.step]], "v", color="red", markersize=7, markeredgecolor="black",
-                    label="spike" if "spike" not in labelled else None)
+            ax.plot(
+                [ev.step],
+                [s.loc[ev.step]],
+                "v",
+                color="red",
+                markersize=7,
+                markeredgecolor="black",
+                label="spike" if "spike" not in labelled else None,
+            )
             labelled.add("spike")
         elif ev.metric == metric and ev.kind in ("nan", "inf"):
-            ax.axvline(ev.step, color="red", linestyle=":", linewidth=1.2,
-                       label=ev.kind.upper() if ev.kind not in labelled else None)
+            ax.axvline(
+                ev.step,
+                color="red",
+                linestyle=":",
+                linewidth=1.2,
+                label=ev.kind.upper() if ev.kind not in labelled else None,
+            )
             labelled.add(ev.kind)
         elif ev.kind in _LINE_EVENTS:
             kinds = at_step.setdefault(ev.step, [])
@@ -147,14 +173,34 @@ def _mark_events(ax, run, metric: str, s, labelled: set) -> None:
     top = np.nanmax(finite) if np.isfinite(finite).any() else 0.0
     for step, kinds in at_step.items():
         restart = kinds == ["restart"]
-        ax.axvline(step, color="gray" if restart else "darkred", linestyle="--" if restart else "-.", linewidth=0.9,
-                   alpha=0.8)
-        ax.annotate(", ".join(kinds), (step, top), fontsize=6, rotation=90, va="top", color="darkred",
-                    xytext=(2, 0), textcoords="offset points")
+        ax.axvline(
+            step, color="gray" if restart else "darkred", linestyle="--" if restart else "-.", linewidth=0.9, alpha=0.8
+        )
+        ax.annotate(
+            ", ".join(kinds),
+            (step, top),
+            fontsize=6,
+            rotation=90,
+            va="top",
+            color="darkred",
+            xytext=(2, 0),
+            textcoords="offset points",
+        )
 
 
-def plot_runs(runs, panels=None, *, smooth: float = 0.0, logy="auto", events: bool = True, ncols: int = 2,
-              width: float = 10.0, row_height: float = 3.0, dpi: int = 100, baseline=None):
+def plot_runs(
+    runs,
+    panels=None,
+    *,
+    smooth: float = 0.0,
+    logy="auto",
+    events: bool = True,
+    ncols: int = 2,
+    width: float = 10.0,
+    row_height: float = 3.0,
+    dpi: int = 100,
+    baseline=None,
+):
     """A new matplotlib Figure with the panel (see :func:`draw`). ``baseline``: one of ``runs`` (or its name);
     then each panel shows every other run's difference from it (:mod:`diffplot`) instead of the curves."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -173,8 +219,9 @@ def plot_runs(runs, panels=None, *, smooth: float = 0.0, logy="auto", events: bo
 
         if not 0 <= smooth < 1:
             raise MliteError(f"smoothing {smooth}: use a value in [0, 1) (0 = raw, 0.9 = strong)")
-        return draw_differences(fig, runs, base, list(panels), ncols=ncols,
-                                smooth_fn=(lambda s: ema(s, smooth)) if smooth else None)
+        return draw_differences(
+            fig, runs, base, list(panels), ncols=ncols, smooth_fn=(lambda s: ema(s, smooth)) if smooth else None
+        )
     return draw(fig, runs, panels, smooth=smooth, logy=logy, events=events, ncols=ncols)
 
 
@@ -187,8 +234,10 @@ def _baseline(runs, baseline):
     for r in runs:
         if baseline in (r.name, r.path) or r.path.rstrip("/") == baseline.rstrip("/"):
             return r
-    raise MliteError(f"baseline '{baseline}' is none of the runs read ({', '.join(r.name for r in runs)}): give "
-                     f"its run name or the path it was read from")
+    raise MliteError(
+        f"baseline '{baseline}' is none of the runs read ({', '.join(r.name for r in runs)}): give "
+        f"its run name or the path it was read from"
+    )
 
 
 def figure_png(fig, **savefig_kwargs) -> bytes:

@@ -35,8 +35,9 @@ def keyword_offsets(path: Path, keywords) -> tuple[array, array] | None:
     cmd += ["--", str(path)]
     offsets, which = array("q"), array("b")
     try:
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "LC_ALL": "C"}) as p:
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, "LC_ALL": "C"}
+        ) as p:
             assert p.stdout is not None  # stdout=PIPE
             for line in p.stdout:
                 pos, _, kw = line.rstrip(b"\n").partition(b":")

@@ -30,8 +30,17 @@ class _Bar(_Silent):
     def __init__(self, total: int, desc: str, file):
         from tqdm.auto import tqdm
 
-        self._bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=file,
-                         leave=False, mininterval=0.5, dynamic_ncols=True)
+        self._bar = tqdm(
+            total=total,
+            desc=desc,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            file=file,
+            leave=False,
+            mininterval=0.5,
+            dynamic_ncols=True,
+        )
 
     def update(self, n: int) -> None:
         if n > 0:
@@ -46,8 +55,9 @@ def wants_bar(total_bytes: int, num_files: int) -> bool:
     return total_bytes >= MIN_BYTES or (num_files >= MIN_FILES and total_bytes >= MIN_FILES_BYTES)
 
 
-def progress_for(total_bytes: int, num_files: int, enabled: bool | None = None, *, desc: str = "reading logs",
-                 file=None):
+def progress_for(
+    total_bytes: int, num_files: int, enabled: bool | None = None, *, desc: str = "reading logs", file=None
+):
     """A context manager with ``update(nbytes)``: a tqdm bar when ``enabled`` (None: :func:`wants_bar`), else
     a silent one. ``file`` defaults to stderr."""
     if enabled is None:

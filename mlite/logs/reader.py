@@ -31,8 +31,18 @@ _METRIC_KW = {_VERL: (b"step:",), _ITER: (b"iteration",), _VAL: (b"validation lo
 
 
 class _Scanner:
-    def __init__(self, res: ScanResult, *, keep: bool, events: bool, series: bool, sink, progress, metrics=True,
-                 pipe: bool = False):
+    def __init__(
+        self,
+        res: ScanResult,
+        *,
+        keep: bool,
+        events: bool,
+        series: bool,
+        sink,
+        progress,
+        metrics=True,
+        pipe: bool = False,
+    ):
         self.res = res
         self.pipe = pipe
         """Search ``Step: N |`` records too (the file was sniffed as :mod:`pipe`)."""
@@ -309,7 +319,7 @@ class _Scanner:
             if joined is None:
                 break
             text, end, p = joined, e, e + 1
-        for rec in (verl_console.parse_clean_line(text) if head >= 0 else verl_console.parse_line(text)):
+        for rec in verl_console.parse_clean_line(text) if head >= 0 else verl_console.parse_line(text):
             self.emit(*rec, line_no, "verl")
         return end
 
@@ -413,11 +423,16 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
     if mpath is None and epath is None:
         res.format = "mlite"
         if events:
-            res.events = [Event(kind="no_metrics", line=None, step=None,
-                                message="run directory has neither metrics.jsonl nor train.log yet")]
+            res.events = [
+                Event(
+                    kind="no_metrics",
+                    line=None,
+                    step=None,
+                    message="run directory has neither metrics.jsonl nor train.log yet",
+                )
+            ]
         return res
-    sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress,
-                  pipe=source.fmt == "pipe")
+    sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress, pipe=source.fmt == "pipe")
     if source.fmt == "tensorboard":
         yield from sc.tensorboard(tensorboard.files_of(source.path))
     elif mpath is not None:
@@ -451,7 +466,7 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
         if sc.watch is not None and sc.watch.loss_span is not None:
             res.loss_span = tuple(sc.watch.loss_span)
         text = fold(sorted(sc.text_events, key=lambda e: e.line or 0))
-        evs = sorted(series + text, key=lambda e: (e.line or 0))
+        evs = sorted(series + text, key=lambda e: e.line or 0)
         if not res.steps:
             evs.insert(0, no_metrics_event(source, res.format, evs, res.notes))
         res.events = evs
@@ -478,13 +493,14 @@ def iter_records(source: LogSource, *, progress=None):
 def _export_mode(path: Path, fmt: str) -> str:
     """For the export fast path: search only the markers of the format the head of the file shows."""
     text = head_text(path)
-    if fmt == "megatron" and "iteration" in text and any(megatron.parse_iteration(ln) for ln in text.splitlines()
-                                                         if "iteration" in ln):
+    if (
+        fmt == "megatron"
+        and "iteration" in text
+        and any(megatron.parse_iteration(ln) for ln in text.splitlines() if "iteration" in ln)
+    ):
         return "megatron"
     if fmt in ("verl", "mlite") and "step:" in text and verl_console.has_marker(text.replace("\r", "\n")):
         return "verl"
     if fmt == "pipe":
         return "pipe"
     return "console"
-
-

@@ -9,12 +9,42 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-EVENT_KINDS = ("nan", "inf", "spike", "change_point", "kl_zero", "restart", "oom", "nccl_timeout", "cancelled",
-               "time_limit", "preempted", "node_failure", "requeued", "exit_code", "traceback", "no_metrics")
+EVENT_KINDS = (
+    "nan",
+    "inf",
+    "spike",
+    "change_point",
+    "kl_zero",
+    "restart",
+    "oom",
+    "nccl_timeout",
+    "cancelled",
+    "time_limit",
+    "preempted",
+    "node_failure",
+    "requeued",
+    "exit_code",
+    "traceback",
+    "no_metrics",
+)
 """Every event kind, in the order the CLI documents them (public contract: ``mlite logs check --json``)."""
 
-ERROR_KINDS = frozenset({"nan", "inf", "oom", "nccl_timeout", "cancelled", "time_limit", "preempted", "node_failure",
-                         "requeued", "exit_code", "traceback", "no_metrics"})
+ERROR_KINDS = frozenset(
+    {
+        "nan",
+        "inf",
+        "oom",
+        "nccl_timeout",
+        "cancelled",
+        "time_limit",
+        "preempted",
+        "node_failure",
+        "requeued",
+        "exit_code",
+        "traceback",
+        "no_metrics",
+    }
+)
 """Kinds that mean the run failed or produced nothing usable; ``check --strict`` exits 1 on them.
 The others (``spike``, ``change_point``, ``kl_zero``, ``restart``) are warnings: worth a look, often explained by
 the config. A job that was cancelled, preempted or requeued and then resumed in the same log reports a

@@ -50,8 +50,16 @@ ROLE_CANDIDATES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 """Format -> role -> metric names in order of preference."""
 
-ROLE_LABELS = {"loss": "loss", "val_loss": "validation loss", "grad_norm": "grad norm", "kl": "KL",
-               "entropy": "entropy", "reward": "reward", "lr": "learning rate", "throughput": "throughput"}
+ROLE_LABELS = {
+    "loss": "loss",
+    "val_loss": "validation loss",
+    "grad_norm": "grad norm",
+    "kl": "KL",
+    "entropy": "entropy",
+    "reward": "reward",
+    "lr": "learning rate",
+    "throughput": "throughput",
+}
 """Axis titles."""
 
 SPIKE_ROLES = ("loss", "grad_norm")

@@ -56,9 +56,17 @@ class SeriesWatch:
         """One record (a metric line); ``resumed``: the first record after a requeue the reader already reported
         as a restart (no second restart event when the step goes back)."""
         if self.last_step is not None and step < self.last_step and not resumed:
-            self.events.append(Event(kind="restart", line=line, step=step, message=(
-                f"step goes back from {self.last_step} to {step}: the run restarted (resumed from an earlier "
-                f"checkpoint?); the wide view keeps the later value of a repeated step")))
+            self.events.append(
+                Event(
+                    kind="restart",
+                    line=line,
+                    step=step,
+                    message=(
+                        f"step goes back from {self.last_step} to {step}: the run restarted (resumed from an earlier "
+                        f"checkpoint?); the wide view keeps the later value of a repeated step"
+                    ),
+                )
+            )
         self.last_step = step
         if not self._known.issuperset(keys):
             self._new_metrics(keys)
@@ -97,8 +105,15 @@ class SeriesWatch:
             self._pg_range[1] = max(self._pg_range[1], v)
         v = d.get("nan_iterations")
         if v and v == v and v > 0:
-            self.events.append(Event(kind="nan", line=line, step=step, metric="nan_iterations", message=(
-                f"Megatron counted {int(v)} NaN iteration(s) in the interval ending at iteration {step}")))
+            self.events.append(
+                Event(
+                    kind="nan",
+                    line=line,
+                    step=step,
+                    metric="nan_iterations",
+                    message=(f"Megatron counted {int(v)} NaN iteration(s) in the interval ending at iteration {step}"),
+                )
+            )
 
     def _new_metrics(self, keys: list[str]) -> None:
         new = set(keys) - self._known
@@ -137,8 +152,11 @@ class SeriesWatch:
     def _close_nonfinite(self, name: str) -> None:
         ev, n, last = self._open_nonfinite.pop(name)
         what = "NaN" if ev.kind == "nan" else "inf"
-        ev.message = (f"{name} is {what} at step {ev.step}" if n == 1 else
-                      f"{name} is {what} at {n} consecutive records, steps {ev.step}..{last}")
+        ev.message = (
+            f"{name} is {what} at step {ev.step}"
+            if n == 1
+            else f"{name} is {what} at {n} consecutive records, steps {ev.step}..{last}"
+        )
 
     def _spike(self, sp: _Spike, name: str, step: int, v: float, line: int) -> None:
         z = sp.push(v)
@@ -149,17 +167,30 @@ class SeriesWatch:
             sp.event.count += 1
             sp.event.message = sp.event.message.split(" [")[0] + f" [{sp.event.count} consecutive records]"
         else:
-            sp.event = Event(kind="spike", line=line, step=step, metric=name,
-                             message=f"{name} = {v:.6g} at step {step}: {sp.describe(v, z)}")
+            sp.event = Event(
+                kind="spike",
+                line=line,
+                step=step,
+                metric=name,
+                message=f"{name} = {v:.6g} at step {step}: {sp.describe(v, z)}",
+            )
             self.events.append(sp.event)
         sp.last_step = step
 
     def _change_point(self, name: str, step: int, start: tuple, base: float, level: float) -> None:
         s0, l0 = start
         rel = f" ({level / base:.3g}x)" if base > 0 and level > 0 else ""
-        self.events.append(Event(kind="change_point", line=l0, step=s0, metric=name, message=(
-            f"{name} drifts upward from step {s0}: baseline {base:.6g}, {level:.6g} at step {step}{rel} "
-            f"(CUSUM)")))
+        self.events.append(
+            Event(
+                kind="change_point",
+                line=l0,
+                step=s0,
+                metric=name,
+                message=(
+                    f"{name} drifts upward from step {s0}: baseline {base:.6g}, {level:.6g} at step {step}{rel} (CUSUM)"
+                ),
+            )
+        )
 
     def finish(self) -> list[Event]:
         """Close open stretches, add ``kl_zero`` events; the series events in line order."""
@@ -175,22 +206,28 @@ class SeriesWatch:
             if not (n and all_zero):
                 continue
             if name == "actor/kl_loss":
-                msg = (f"{name} is exactly 0 at all {n} records: with use_kl_loss the actor never moved away "
-                       f"from the reference policy (or the reference is the actor itself)")
+                msg = (
+                    f"{name} is exactly 0 at all {n} records: with use_kl_loss the actor never moved away "
+                    f"from the reference policy (or the reference is the actor itself)"
+                )
             elif clip_zero:
-                msg = (f"{name} is exactly 0 at all {n} records and {CLIPFRAC_METRIC} is 0 too: the policy ratio "
-                       f"is 1 everywhere, as in a fully on-policy configuration (one PPO epoch, mini-batch = "
-                       f"batch); a red flag only if the run is off-policy or actor/pg_loss is flat")
+                msg = (
+                    f"{name} is exactly 0 at all {n} records and {CLIPFRAC_METRIC} is 0 too: the policy ratio "
+                    f"is 1 everywhere, as in a fully on-policy configuration (one PPO epoch, mini-batch = "
+                    f"batch); a red flag only if the run is off-policy or actor/pg_loss is flat"
+                )
             elif clip[1]:
-                msg = (f"{name} is exactly 0 at all {n} records while {CLIPFRAC_METRIC} is not: the ratio moves "
-                       f"but the KL does not; check how it is computed and logged")
+                msg = (
+                    f"{name} is exactly 0 at all {n} records while {CLIPFRAC_METRIC} is not: the ratio moves "
+                    f"but the KL does not; check how it is computed and logged"
+                )
             else:
                 msg = f"{name} is exactly 0 at all {n} records"
             lo, hi = self._pg_range
             if lo == hi and lo != math.inf and n > 1:
                 msg += f"; actor/pg_loss is flat ({lo:g}): the policy is not learning"
             self.events.append(Event(kind="kl_zero", line=line, step=step, metric=name, message=msg))
-        self.events.sort(key=lambda e: (e.line or 0))
+        self.events.sort(key=lambda e: e.line or 0)
         return self.events
 
 

@@ -89,8 +89,9 @@ class CurveSession:
         runs = self.select(names)
         return default_panels(runs) if runs else []
 
-    def figure_png(self, names, metrics=None, *, smooth: float = 0.0, logy="auto", events: bool = True,
-                   width: float = 10.0) -> bytes:
+    def figure_png(
+        self, names, metrics=None, *, smooth: float = 0.0, logy="auto", events: bool = True, width: float = 10.0
+    ) -> bytes:
         """PNG of the panel for the selected runs."""
         runs = [r for r in self.select(names) if r.num_steps]
         if not runs:
@@ -103,14 +104,32 @@ class CurveSession:
         rows = []
         for r in self.select(names):
             for e in r.events:
-                rows.append([r.name, "" if e.line is None else e.line, "" if e.step is None else e.step, e.kind,
-                             e.metric or "", e.message])
+                rows.append(
+                    [
+                        r.name,
+                        "" if e.line is None else e.line,
+                        "" if e.step is None else e.step,
+                        e.kind,
+                        e.metric or "",
+                        e.message,
+                    ]
+                )
         return rows
 
     def summary_rows(self) -> list[list]:
         """``[run, format, steps, first..last, metrics, events, skipped]`` per loaded run."""
-        return [[r.name, r.format, r.num_steps, f"{r.first_step}..{r.last_step}" if r.num_steps else "-",
-                 len(r.metrics), len(r.events), r.skipped_lines] for r in self.runs]
+        return [
+            [
+                r.name,
+                r.format,
+                r.num_steps,
+                f"{r.first_step}..{r.last_step}" if r.num_steps else "-",
+                len(r.metrics),
+                len(r.events),
+                r.skipped_lines,
+            ]
+            for r in self.runs
+        ]
 
     def compare(self, a: str, b: str, *, by: str = "metric") -> dict:
         """:func:`compare.compare_runs` of two loaded runs."""
@@ -122,6 +141,14 @@ class CurveSession:
     @staticmethod
     def compare_rows(doc: dict) -> list[list]:
         """Table rows of a comparison: metric, steps, max abs diff, max rel diff, bitwise."""
-        fmt = (lambda v: "-" if v is None else f"{v:.4g}")
-        return [[m["metric"], m["steps"], fmt(m["max_abs_diff"]), fmt(m["max_rel_diff"]),
-                 "yes" if m["bitwise_equal"] else "no"] for m in doc["metrics"]]
+        fmt = lambda v: "-" if v is None else f"{v:.4g}"
+        return [
+            [
+                m["metric"],
+                m["steps"],
+                fmt(m["max_abs_diff"]),
+                fmt(m["max_rel_diff"]),
+                "yes" if m["bitwise_equal"] else "no",
+            ]
+            for m in doc["metrics"]
+        ]

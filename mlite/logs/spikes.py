@@ -90,6 +90,8 @@ class SpikeDetector:
         prev = len(self.hist) - 1
         ratio = f"{x / self.med:.3g}x" if self.med > 0 else "far above"
         if self.rule == "short":
-            return (f"{ratio} the median {self.med:.6g} of the {prev} previous value(s), {z:.1f} times their range "
-                    f"{self.scale:.3g}")
+            return (
+                f"{ratio} the median {self.med:.6g} of the {prev} previous value(s), {z:.1f} times their range "
+                f"{self.scale:.3g}"
+            )
         return f"{z:.1f} robust sigmas above the rolling median {self.med:.6g} of the previous {prev} values"

@@ -49,8 +49,10 @@ def _loader():
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
         from tensorboard.util import tensor_util
     except ImportError:
-        raise MliteError("reading TensorBoard event files needs the tensorboard package "
-                         "(pip install tensorboard); console and JSONL logs read without it") from None
+        raise MliteError(
+            "reading TensorBoard event files needs the tensorboard package "
+            "(pip install tensorboard); console and JSONL logs read without it"
+        ) from None
     return EventFileLoader, tensor_util
 
 
@@ -80,6 +82,7 @@ def records(paths: list[Path], notes: list[str]):
     the 1-based number of the record's first event (the 'line' of events found in it)."""
     loader_cls, tensor_util = _loader()
     from google.protobuf.message import DecodeError
+
     ordinal = 0
     for path in paths:
         step: int | None = None
@@ -103,7 +106,9 @@ def records(paths: list[Path], notes: list[str]):
                     keys.append(k)
                     vals.append(x)
         except (DecodeError, OSError) as e:
-            notes.append(f"{path.name}: stopped reading at an unreadable record ({type(e).__name__}); everything "
-                         f"before it was read")
+            notes.append(
+                f"{path.name}: stopped reading at an unreadable record ({type(e).__name__}); everything "
+                f"before it was read"
+            )
         if keys:
             yield step, keys, vals, first

@@ -15,10 +15,11 @@ REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
 PREFIX_RE = re.compile(
     r"^(?:"
     r"\((?:[\w.:<>-]+(?: [\w.:<>-]+)*)?(?:,? ?pid=\d+)?(?:, ip=[\w.:-]+)?\) ?"  # Ray: (TaskRunner pid=1, ip=..) (raylet)
-    r"|\[default\d+\]:"                                                        # torchrun --tee: [default3]:
-    r"|\[[\w.-]+:\d+\]: ?"                                                     # [host:rank]:
-    r"|\s*\d+: "                                                               # srun --label: 3:
-    r")+")
+    r"|\[default\d+\]:"  # torchrun --tee: [default3]:
+    r"|\[[\w.-]+:\d+\]: ?"  # [host:rank]:
+    r"|\s*\d+: "  # srun --label: 3:
+    r")+"
+)
 """Prefixes that Ray and the launchers put in front of a process's line (one or several stacked)."""
 
 _WRAPPED_RE = re.compile(r"^(?:np|numpy)\.(?:float|int|uint|longlong|double|half|single)\w*\((.*)\)$")
@@ -47,7 +48,7 @@ def split_prefix(text: str) -> tuple[str, str]:
     m = PREFIX_RE.match(text)
     if not m:
         return "", text
-    return m.group(0).strip(), text[m.end():]
+    return m.group(0).strip(), text[m.end() :]
 
 
 def parse_value(token: str) -> float | None:

@@ -108,7 +108,7 @@ def parse_line(text: str) -> list[tuple[int, list[str], list[float], bool]]:
     out = []
     for j, m in enumerate(heads):
         end = heads[j + 1].start() if j + 1 < len(heads) else len(text)
-        keys, vals, bad = parse_body(text[m.end():end])
+        keys, vals, bad = parse_body(text[m.end() : end])
         out.append((int(m.group(1)), keys, vals, bad))
     return out
 
@@ -126,7 +126,7 @@ def parse_clean_line(text: str) -> list[tuple[int, list[str], list[float], bool]
         if text[i - 1] not in _WORD_BEFORE:
             return parse_line(text)  # a second head on the line (or prose): the general path splits it
         i = text.find(MARKER, i + 5)
-    keys, vals, bad = parse_body(text[m.end():])
+    keys, vals, bad = parse_body(text[m.end() :])
     return [(int(m.group(1)), keys, vals, bad)]
 
 
@@ -147,8 +147,10 @@ def has_marker(text: str) -> bool:
     return bool(_markers(text)) or ("mstep:" in text and "\x1b" in text and bool(_markers(clean(text))))
 
 
-_PARTIAL_RE = re.compile(r"[^\s:]+(?::(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d*)?|\.\d*)?"
-                         r"|np?(?:\.[\w.]*(?:\([-+0-9.eEnaif]*\)?)?)?|[-+]?(?:na?n?|in?f?|Na?N?)))?")
+_PARTIAL_RE = re.compile(
+    r"[^\s:]+(?::(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d*)?|\.\d*)?"
+    r"|np?(?:\.[\w.]*(?:\([-+0-9.eEnaif]*\)?)?)?|[-+]?(?:na?n?|in?f?|Na?N?)))?"
+)
 
 
 _CUT_HEAD_RE = re.compile(r"(?<![\w/.])step:\d+(?: -)?\s*$")
@@ -197,7 +199,7 @@ def join_continuation(line: str, nxt: str) -> str | None:
     heads = _markers(base)
     if MARKER in nxt:
         own = _markers(nxt)
-        tail = base[base.rfind(" - ") + 3:] if " - " in base else base
+        tail = base[base.rfind(" - ") + 3 :] if " - " in base else base
         glued_key = bool(base) and base[-1] in _WORD_BEFORE and ":" not in tail and heads
         if own and not (glued_key and own[0].start() == 0):
             return None
@@ -211,7 +213,7 @@ def join_continuation(line: str, nxt: str) -> str | None:
     if not m:
         return None
     joined = base + nxt
-    own = _markers(joined[m.start():])
+    own = _markers(joined[m.start() :])
     if not own or own[0].start() != 0:
         return None
-    return joined if _segments_ok(joined[m.start() + own[0].end():]) else None
+    return joined if _segments_ok(joined[m.start() + own[0].end() :]) else None

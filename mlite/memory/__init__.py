@@ -10,16 +10,16 @@ from .options import GPU_MEMORY_GIB, RECOMPUTE, TrainingOptions
 from .sweep import fits_callback, mesh_table, sweep
 
 __all__ = [
-           "GIB",
-           "GPU_MEMORY_GIB",
-           "RECOMPUTE",
-           "MemoryEstimate",
-           "RankMemory",
-           "StateBytes",
-           "TrainingOptions",
-           "estimate",
-           "fits_callback",
-           "mesh_table",
-           "state_bytes",
-           "sweep",
+    "GIB",
+    "GPU_MEMORY_GIB",
+    "RECOMPUTE",
+    "MemoryEstimate",
+    "RankMemory",
+    "StateBytes",
+    "TrainingOptions",
+    "estimate",
+    "fits_callback",
+    "mesh_table",
+    "state_bytes",
+    "sweep",
 ]

@@ -105,7 +105,10 @@ def attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
             qlr = spec.q_lora_rank or 0
             cfg = spec.config
             og, olr = cfg.get("o_groups", 1), cfg.get("o_lora_rank", 0)
-            lin = _split(2 * D * h + 4 * D * qlr + 4 * D * dqk, d) + (2 * D * a * dqk + 2 * D * a * dv + 2 * D * og * olr) / t
+            lin = (
+                _split(2 * D * h + 4 * D * qlr + 4 * D * dqk, d)
+                + (2 * D * a * dqk + 2 * D * a * dv + 2 * D * og * olr) / t
+            )
             lin += _split(8 * D * spec.hc_mult * h, d)
         heads_core = a
     else:  # full / gated_full GQA
@@ -175,8 +178,11 @@ def layer_bytes(spec, layer, d: ActDims) -> dict[str, float]:
         out = mcore_attention_bytes(spec, layer.attention, d)
     else:
         out = attention_bytes(spec, layer.attention, d)
-    out.update(mcore_mlp_bytes(spec, layer.mlp, d) if mcore and layer.mlp in ("dense", "moe") else
-               mlp_bytes(spec, layer.mlp, d))
+    out.update(
+        mcore_mlp_bytes(spec, layer.mlp, d)
+        if mcore and layer.mlp in ("dense", "moe")
+        else mlp_bytes(spec, layer.mlp, d)
+    )
     norms = 2 * _split(norm_bytes(spec.hidden_size, d) * D, d) if mcore else _split(4 * D * spec.hidden_size, d)
     out["norms"] = 0.0 if "layernorm" in d.modules else norms
     return out
@@ -195,8 +201,16 @@ def gpt_layer_bytes(s: int, b: int, h: int, a: int, t: int, *, sp: bool, recompu
     from ..models.spec import LayerSpec, ParamGroup
 
     layer = LayerSpec(0, "full", "dense", False, (ParamGroup("x", 1, "attention", "tp"),))
-    spec = SimpleNamespace(hidden_size=h, num_attention_heads=a, num_key_value_heads=a, head_dim=h // a,
-                           v_head_dim=h // a, ffn_hidden_size=4 * h, hc_mult=1, main_layers=(layer,))
+    spec = SimpleNamespace(
+        hidden_size=h,
+        num_attention_heads=a,
+        num_key_value_heads=a,
+        head_dim=h // a,
+        v_head_dim=h // a,
+        ffn_hidden_size=4 * h,
+        hc_mult=1,
+        main_layers=(layer,),
+    )
     d = ActDims(s, b, t, 1, sp, False, True, recompute, frozenset(), mcore=False)
     if recompute == "full":
         return sum(layer_bytes(spec, layer, d).values())

@@ -99,15 +99,22 @@ class RankMemory:
         t = self.transients
         if self.lite:
             self.transient_peak = t.get("root_params_unsharded", 0) + max(
-                t.get("ce_forward", 0), t.get("loss_backward", 0), t.get("fsdp2_unit", 0) + t.get("recompute_layer", 0))
+                t.get("ce_forward", 0), t.get("loss_backward", 0), t.get("fsdp2_unit", 0) + t.get("recompute_layer", 0)
+            )
         else:
-            backward = (t.get("fsdp2_all_gather", 0) + t.get("fsdp2_reduce_scatter", 0) + t.get("recompute_layer", 0)
-                        + t.get("attention_scores", 0))
+            backward = (
+                t.get("fsdp2_all_gather", 0)
+                + t.get("fsdp2_reduce_scatter", 0)
+                + t.get("recompute_layer", 0)
+                + t.get("attention_scores", 0)
+            )
             self.transient_peak = max(backward, t.get("logits_grad", 0))
         grads_off = 0.0 if self.grads_at_peak is None else self.grads - self.grads_at_peak
         # forward/backward (the step's fp32 grad copies are freed by then), or the optimizer step itself
-        self.peak = max(self.static - self.step_grads - grads_off + self.activation_total + self.transient_peak,
-                        self.static + self.transients.get("optimizer_step", 0))
+        self.peak = max(
+            self.static - self.step_grads - grads_off + self.activation_total + self.transient_peak,
+            self.static + self.transients.get("optimizer_step", 0),
+        )
         self.total = self.peak + sum(self.other.values())
         self.host_total = sum(self.host.values())
 
@@ -162,11 +169,19 @@ class MemoryEstimate:
         other = sum(w.other.values()) + w.transient_peak + persistent
         grads = w.grads + w.step_grads
         return {
-            "per_gpu": {"params": round(w.params), "grads": round(grads), "optimizer": round(w.optimizer),
-                        "activations": round(act), "other": round(other),
-                        "total": round(w.params) + round(grads) + round(w.optimizer) + round(act) + round(other)},
-            "optimizer_detail": {"master": round(w.master), "exp_avg": round(w.exp_avg),
-                                 "exp_avg_sq": round(w.exp_avg_sq)},
+            "per_gpu": {
+                "params": round(w.params),
+                "grads": round(grads),
+                "optimizer": round(w.optimizer),
+                "activations": round(act),
+                "other": round(other),
+                "total": round(w.params) + round(grads) + round(w.optimizer) + round(act) + round(other),
+            },
+            "optimizer_detail": {
+                "master": round(w.master),
+                "exp_avg": round(w.exp_avg),
+                "exp_avg_sq": round(w.exp_avg_sq),
+            },
             "host": {"per_gpu": round(w.host_total), "per_node": round(per_node)},
             "bytes_per_param": self.bytes_per_param,
             "local_params": round(w.local_params),
@@ -182,13 +197,26 @@ class MemoryEstimate:
             "step_grads": round(w.step_grads),
             "other_detail": {k: round(v) for k, v in w.other.items()},
             "host_detail": {k: round(v) for k, v in w.host.items()},
-            "phases": {"training": {"gpu": round(w.peak + sum(w.other.values()))},
-                       "idle": {"gpu": round(w.idle_gpu), "host": round(w.host_total)}},
-            "stages": [{"pp_rank": r.pp_rank, "local_params": round(r.local_params), "static": round(r.static),
-                        "activations": round(r.activation_total), "peak": round(r.peak), "total": round(r.total)}
-                       for r in self.ranks],
-            "mesh": {k: v for k, v in self.plan.to_dict().items() if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp",
-                                                                            "edp", "ngpu", "pp_layout")},
+            "phases": {
+                "training": {"gpu": round(w.peak + sum(w.other.values()))},
+                "idle": {"gpu": round(w.idle_gpu), "host": round(w.host_total)},
+            },
+            "stages": [
+                {
+                    "pp_rank": r.pp_rank,
+                    "local_params": round(r.local_params),
+                    "static": round(r.static),
+                    "activations": round(r.activation_total),
+                    "peak": round(r.peak),
+                    "total": round(r.total),
+                }
+                for r in self.ranks
+            ],
+            "mesh": {
+                k: v
+                for k, v in self.plan.to_dict().items()
+                if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp", "ngpu", "pp_layout")
+            },
             "formulas": self.formulas,
             "validated_against": validated_against(self.options),
         }
@@ -199,21 +227,36 @@ def validated_against(o: TrainingOptions) -> str:
     if o.activation_model == "lite":
         return "the kit's lite runtime on an H200 (bench/results/gpu_memory.csv)"
     if o.attention == "unfused":
-        where = ("Megatron-Core 0.19.2, local spec (DotProductAttention), on an H200 (bench/results/mcore_memory.csv) "
-                 "and Megatron-Core 0.16.1 on the CPU (tests/test_mcore_oracle.py)")
+        where = (
+            "Megatron-Core 0.19.2, local spec (DotProductAttention), on an H200 (bench/results/mcore_memory.csv) "
+            "and Megatron-Core 0.16.1 on the CPU (tests/test_mcore_oracle.py)"
+        )
     else:
-        where = ("Megatron-Core 0.19.2 with PyTorch SDPA flash core attention on an H200 (bench/results/"
-                 "mcore_memory.csv), standing in for Transformer Engine (not installed there)")
-    return (where + "; GQA/MHA attention, dense SwiGLU and MoE layers at TP = PP = CP = 1; MLA, DSA, Gated DeltaNet "
-            "and recompute_modules follow Korthikanti-style components, not validated against Megatron-Core")
+        where = (
+            "Megatron-Core 0.19.2 with PyTorch SDPA flash core attention on an H200 (bench/results/"
+            "mcore_memory.csv), standing in for Transformer Engine (not installed there)"
+        )
+    return (
+        where + "; GQA/MHA attention, dense SwiGLU and MoE layers at TP = PP = CP = 1; MLA, DSA, Gated DeltaNet "
+        "and recompute_modules follow Korthikanti-style components, not validated against Megatron-Core"
+    )
 
 
 def _act_dims(spec, plan: MeshPlan, o: TrainingOptions) -> ActDims:
     p = plan.parallel
     sp = o.sequence_parallel or (spec.num_experts > 0 and p.tp > 1)
-    return ActDims(s=o.seq_len // p.cp, b=o.micro_batch_size, t=p.tp, etp=p.etp_size, sp=sp and p.tp > 1,
-                   flash=o.attention == "flash", dropout=o.dropout, recompute=o.recompute,
-                   modules=frozenset(o.recompute_modules), device=o.lite_device)
+    return ActDims(
+        s=o.seq_len // p.cp,
+        b=o.micro_batch_size,
+        t=p.tp,
+        etp=p.etp_size,
+        sp=sp and p.tp > 1,
+        flash=o.attention == "flash",
+        dropout=o.dropout,
+        recompute=o.recompute,
+        modules=frozenset(o.recompute_modules),
+        device=o.lite_device,
+    )
 
 
 def _in_flight(plan: MeshPlan, o: TrainingOptions, pp_rank: int) -> float:
@@ -238,8 +281,10 @@ def _layer_cache(spec, d: ActDims) -> dict:
     for layer in {(x.attention, x.mlp): x for x in spec.layers}.values():
         key = (layer.attention, layer.mlp)
         if key not in cache:
-            cache[key] = (layer_bytes(spec, layer, d), layer_bytes_no_recompute(spec, layer, d) if d.recompute == "full"
-                          else 0.0)
+            cache[key] = (
+                layer_bytes(spec, layer, d),
+                layer_bytes_no_recompute(spec, layer, d) if d.recompute == "full" else 0.0,
+            )
     _LAYER_CACHE[ckey] = (spec, cache)
     return cache
 
@@ -259,15 +304,22 @@ def _padding(sp: StageParams, spec, plan: MeshPlan, o: TrainingOptions, pb: int,
     return pad_elems * (pb + gb)
 
 
-def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: TrainingOptions | None = None, *,
-             ngpu: int | None = None, explain: bool = True) -> MemoryEstimate:
+def estimate(
+    spec,
+    mesh: MeshPlan | ParallelConfig | None = None,
+    training: TrainingOptions | None = None,
+    *,
+    ngpu: int | None = None,
+    explain: bool = True,
+) -> MemoryEstimate:
     """Estimate memory for ``spec`` on a resolved ``mesh`` (or a ParallelConfig + ``ngpu``)."""
     o = training or TrainingOptions()
     if not isinstance(mesh, MeshPlan):
         if ngpu is None:
             raise MliteError("estimate() needs a resolved MeshPlan, or a ParallelConfig and ngpu")
-        mesh = resolve(spec, ngpu, mesh or ParallelConfig(), seq_len=o.seq_len, gpus_per_node=o.gpus_per_node,
-                       auto_uneven=True)
+        mesh = resolve(
+            spec, ngpu, mesh or ParallelConfig(), seq_len=o.seq_len, gpus_per_node=o.gpus_per_node, auto_uneven=True
+        )
     plan = mesh
     if not plan.valid:
         raise MliteError("invalid mesh: " + plan.errors[0].message)
@@ -318,19 +370,35 @@ def estimate(spec, mesh: MeshPlan | ParallelConfig | None = None, training: Trai
             idle -= grads
         elif o.optimizer == "fsdp2":
             idle -= grads  # fsdp2 frees gradients after the step (zero_grad sets them to None)
-        ranks.append(RankMemory(pp_rank=sp.pp_rank, local_params=local, params=params, grads=grads, master=master,
-                                exp_avg=m, exp_avg_sq=v, activations=acts, transients=transients, other=other,
-                                host=host, idle_gpu=idle, lite=o.activation_model == "lite", persistent=persistent,
-                                step_grads=(1 - f) * shard * sb.step_grad_copy,
-                                grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads))
+        ranks.append(
+            RankMemory(
+                pp_rank=sp.pp_rank,
+                local_params=local,
+                params=params,
+                grads=grads,
+                master=master,
+                exp_avg=m,
+                exp_avg_sq=v,
+                activations=acts,
+                transients=transients,
+                other=other,
+                host=host,
+                idle_gpu=idle,
+                lite=o.activation_model == "lite",
+                persistent=persistent,
+                step_grads=(1 - f) * shard * sb.step_grad_copy,
+                grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads,
+            )
+        )
     est = MemoryEstimate(model=spec.name, plan=plan, options=o, ranks=ranks)
     if explain:
         est.formulas = _formulas(est, stages, sb, d_dense, d_exp, f, dims)
     return est
 
 
-def _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb
-                    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+def _megatron_parts(
+    spec, plan, o, sp, cache, dims, vocab_local, sb
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Megatron-Core activations (per component, all micro-batches in flight), transients and persistent buffers
     of one rank (the local spec's modules; see :mod:`mlite.memory.activations`)."""
     D = dims.s * dims.b
@@ -393,8 +461,9 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
 
     p = plan.parallel
     if o.optimizer != "fsdp2" or p.tp * p.pp * p.cp * p.ep * p.etp_size != 1:
-        raise MliteError("activation_model='lite' describes the kit's lite runtime: optimizer fsdp2 with "
-                         "tp = pp = cp = ep = etp = 1")
+        raise MliteError(
+            "activation_model='lite' describes the kit's lite runtime: optimizer fsdp2 with tp = pp = cp = ep = etp = 1"
+        )
     tokens = o.seq_len * o.micro_batch_size
     ab = sb.param
     dims = lite.LiteDims(tokens=tokens, recompute=o.recompute, device=o.lite_device, act_bytes=ab)
@@ -411,10 +480,12 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
     root_numel = sum(g.numel for g in spec.pre + spec.post)
     multi = tokens > lite.ce_chunk(spec.vocab_size)
     dw = spec.vocab_size * spec.hidden_size * (4 if multi else ab)
-    transients = {"root_params_unsharded": root_numel * sb.param,
-                  "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation
-                  "loss_backward": root_t["loss_backward"],
-                  "fsdp2_unit": lite.unit_transient(sp.max_layer, d_dense)}
+    transients = {
+        "root_params_unsharded": root_numel * sb.param,
+        "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation
+        "loss_backward": root_t["loss_backward"],
+        "fsdp2_unit": lite.unit_transient(sp.max_layer, d_dense),
+    }
     if full_layer:
         transients["recompute_layer"] = full_layer
     return acts, transients, (1.0 if o.num_microbatches > 1 else 0.0)
@@ -429,27 +500,67 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
     held = "shard" if sb.params_sharded else "local"
     rows = [
         ("local_params", "dense_local + expert_local", f"{sp.dense:,.0f} + {sp.expert:,.0f}", sp.total),
-        ("shard", "dense_local / d_dense + expert_local / d_expert",
-         f"{sp.dense:,.0f} / {d_dense} + {sp.expert:,.0f} / {d_exp}", shard),
-        ("params", f"{held} x {sb.param} B", f"{(shard if sb.params_sharded else sp.total):,.0f} x {sb.param}",
-         w.params),
+        (
+            "shard",
+            "dense_local / d_dense + expert_local / d_expert",
+            f"{sp.dense:,.0f} / {d_dense} + {sp.expert:,.0f} / {d_exp}",
+            shard,
+        ),
+        (
+            "params",
+            f"{held} x {sb.param} B",
+            f"{(shard if sb.params_sharded else sp.total):,.0f} x {sb.param}",
+            w.params,
+        ),
         ("grads", f"{held} x {sb.grad} B", f"{(shard if sb.params_sharded else sp.total):,.0f} x {sb.grad}", w.grads),
-        ("master", "(1 - offload_fraction) x shard x master_bytes", f"(1 - {f}) x {shard:,.0f} x {sb.master}",
-         w.master),
-        ("exp_avg", "(1 - offload_fraction) x shard x exp_avg_bytes", f"(1 - {f}) x {shard:,.0f} x {sb.exp_avg}",
-         w.exp_avg),
-        ("exp_avg_sq", "(1 - offload_fraction) x shard x exp_avg_sq_bytes",
-         f"(1 - {f}) x {shard:,.0f} x {sb.exp_avg_sq}", w.exp_avg_sq),
-        ("activations", "sum over layers of per-layer bytes x micro-batches in flight (+ logits)",
-         f"s={dims.s}, b={dims.b}, t={dims.t}, sp={dims.sp}, recompute={dims.recompute}, "
-         f"in flight={_in_flight(est.plan, o, w.pp_rank):g}", w.activation_total),
-        ("transient", "max(FSDP2 all-gather + reduce-scatter + recompute layer + attention scores, logits)",
-         ", ".join(f"{k}={g(v)}" for k, v in w.transients.items()) or "none", w.transient_peak),
-        ("other", "framework overhead + buffer padding", ", ".join(f"{k}={g(v)}" for k, v in w.other.items()),
-         sum(w.other.values())),
-        ("host", "offload_fraction x shard x host_bytes (+ runtime-offloaded state)",
-         f"{f} x {shard:,.0f} x {sb.host_per_offloaded}", w.host_total),
-        ("fits", "total <= gpu_mem x (1 - headroom)", f"{g(w.total)} <= {o.gpu_memory_gib} GiB x (1 - {o.headroom})",
-         w.total),
+        (
+            "master",
+            "(1 - offload_fraction) x shard x master_bytes",
+            f"(1 - {f}) x {shard:,.0f} x {sb.master}",
+            w.master,
+        ),
+        (
+            "exp_avg",
+            "(1 - offload_fraction) x shard x exp_avg_bytes",
+            f"(1 - {f}) x {shard:,.0f} x {sb.exp_avg}",
+            w.exp_avg,
+        ),
+        (
+            "exp_avg_sq",
+            "(1 - offload_fraction) x shard x exp_avg_sq_bytes",
+            f"(1 - {f}) x {shard:,.0f} x {sb.exp_avg_sq}",
+            w.exp_avg_sq,
+        ),
+        (
+            "activations",
+            "sum over layers of per-layer bytes x micro-batches in flight (+ logits)",
+            f"s={dims.s}, b={dims.b}, t={dims.t}, sp={dims.sp}, recompute={dims.recompute}, "
+            f"in flight={_in_flight(est.plan, o, w.pp_rank):g}",
+            w.activation_total,
+        ),
+        (
+            "transient",
+            "max(FSDP2 all-gather + reduce-scatter + recompute layer + attention scores, logits)",
+            ", ".join(f"{k}={g(v)}" for k, v in w.transients.items()) or "none",
+            w.transient_peak,
+        ),
+        (
+            "other",
+            "framework overhead + buffer padding",
+            ", ".join(f"{k}={g(v)}" for k, v in w.other.items()),
+            sum(w.other.values()),
+        ),
+        (
+            "host",
+            "offload_fraction x shard x host_bytes (+ runtime-offloaded state)",
+            f"{f} x {shard:,.0f} x {sb.host_per_offloaded}",
+            w.host_total,
+        ),
+        (
+            "fits",
+            "total <= gpu_mem x (1 - headroom)",
+            f"{g(w.total)} <= {o.gpu_memory_gib} GiB x (1 - {o.headroom})",
+            w.total,
+        ),
     ]
     return [{"name": n, "formula": fm, "values": v, "bytes": round(b)} for n, fm, v, b in rows]

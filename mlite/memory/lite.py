@@ -140,12 +140,10 @@ def root_parts(spec, dims: LiteDims) -> tuple[dict, dict]:
     rot = int(spec.head_dim * float(spec.config.get("partial_rotary_factor", 1.0)))
     multi = ce_chunk(V) < T
     dw = V * h * (4 if multi else ab)
-    acts = {"root_norm_rope": T * (_norm(h, _zero_centered(spec), dims) + 2 * ab * rot),
-            "loss": T * ab * h + dw}
+    acts = {"root_norm_rope": T * (_norm(h, _zero_centered(spec), dims) + 2 * ab * rot), "loss": T * ab * h + dw}
     chunk = min(T, ce_chunk(V))
     logits = 4 + (ab if ab < 4 else 0)  # fp32 logits and, for bf16 runs, their bf16 copy
-    transients = {"ce_forward": chunk * V * logits + (2 * dw if multi else dw),
-                  "loss_backward": dw + V * h * ab}
+    transients = {"ce_forward": chunk * V * logits + (2 * dw if multi else dw), "loss_backward": dw + V * h * ab}
     return acts, transients
 
 

@@ -66,18 +66,38 @@ class OracleCase:
     def hf_config(self) -> dict:
         """The same model as a Hugging Face config, for :func:`mlite.models.from_hf_config`."""
         c: dict[str, object] = {
-            "hidden_size": self.hidden, "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
-            "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim, "intermediate_size": self.ffn,
-            "vocab_size": self.vocab, "tie_word_embeddings": False, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-            "max_position_embeddings": 4 * self.seq}
+            "hidden_size": self.hidden,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.ffn,
+            "vocab_size": self.vocab,
+            "tie_word_embeddings": False,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0,
+            "max_position_embeddings": 4 * self.seq,
+        }
         if self.experts:
             if self.qk_norm:
-                c.update(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], num_experts=self.experts,
-                         num_experts_per_tok=self.topk, moe_intermediate_size=self.moe_ffn, norm_topk_prob=True,
-                         decoder_sparse_step=1, mlp_only_layers=[])
+                c.update(
+                    model_type="qwen3_moe",
+                    architectures=["Qwen3MoeForCausalLM"],
+                    num_experts=self.experts,
+                    num_experts_per_tok=self.topk,
+                    moe_intermediate_size=self.moe_ffn,
+                    norm_topk_prob=True,
+                    decoder_sparse_step=1,
+                    mlp_only_layers=[],
+                )
             else:
-                c.update(model_type="mixtral", architectures=["MixtralForCausalLM"], num_local_experts=self.experts,
-                         num_experts_per_tok=self.topk, intermediate_size=self.moe_ffn)
+                c.update(
+                    model_type="mixtral",
+                    architectures=["MixtralForCausalLM"],
+                    num_local_experts=self.experts,
+                    num_experts_per_tok=self.topk,
+                    intermediate_size=self.moe_ffn,
+                )
         elif self.qk_norm:
             c.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"])
         else:
@@ -168,23 +188,45 @@ def transformer_config(case: OracleCase, **overrides):
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    cfg = {"num_layers": case.layers, "hidden_size": case.hidden, "num_attention_heads": case.heads,
-           "num_query_groups": case.kv_heads, "ffn_hidden_size": case.ffn, "kv_channels": case.head_dim,
-           "bf16": True,
-           "params_dtype": torch.bfloat16, "hidden_dropout": 0.0, "attention_dropout": 0.0,
-           "normalization": "RMSNorm", "gated_linear_unit": True, "activation_func": F.silu, "add_bias_linear": False,
-           "qk_layernorm": case.qk_norm, "use_cpu_initialization": not torch.cuda.is_available(),
-           "gradient_accumulation_fusion": False, "masked_softmax_fusion": False, "bias_activation_fusion": True,
-           "apply_rope_fusion": False, "bias_dropout_fusion": False, "persist_layer_norm": False,
-           "cross_entropy_loss_fusion": False}
+    cfg = {
+        "num_layers": case.layers,
+        "hidden_size": case.hidden,
+        "num_attention_heads": case.heads,
+        "num_query_groups": case.kv_heads,
+        "ffn_hidden_size": case.ffn,
+        "kv_channels": case.head_dim,
+        "bf16": True,
+        "params_dtype": torch.bfloat16,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "normalization": "RMSNorm",
+        "gated_linear_unit": True,
+        "activation_func": F.silu,
+        "add_bias_linear": False,
+        "qk_layernorm": case.qk_norm,
+        "use_cpu_initialization": not torch.cuda.is_available(),
+        "gradient_accumulation_fusion": False,
+        "masked_softmax_fusion": False,
+        "bias_activation_fusion": True,
+        "apply_rope_fusion": False,
+        "bias_dropout_fusion": False,
+        "persist_layer_norm": False,
+        "cross_entropy_loss_fusion": False,
+    }
     if case.recompute == "selective":
         cfg.update(recompute_granularity="selective")
     elif case.recompute == "full":
         cfg.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     if case.experts:
-        cfg.update(num_moe_experts=case.experts, moe_router_topk=case.topk, moe_ffn_hidden_size=case.moe_ffn,
-                   moe_token_dispatcher_type="allgather", moe_router_load_balancing_type="aux_loss",
-                   moe_aux_loss_coeff=1e-2, moe_grouped_gemm=False)
+        cfg.update(
+            num_moe_experts=case.experts,
+            moe_router_topk=case.topk,
+            moe_ffn_hidden_size=case.moe_ffn,
+            moe_token_dispatcher_type="allgather",
+            moe_router_load_balancing_type="aux_loss",
+            moe_aux_loss_coeff=1e-2,
+            moe_grouped_gemm=False,
+        )
     cfg.update(overrides)
     return TransformerConfig(**cfg)
 
@@ -197,11 +239,17 @@ def build_gpt(case: OracleCase, layer_spec=None, **overrides):
 
     init_single_process()
     config = transformer_config(case, **overrides)
-    spec = layer_spec or get_gpt_layer_local_spec(num_experts=case.experts or None, moe_grouped_gemm=False,
-                                                  qk_layernorm=case.qk_norm, normalization="RMSNorm")
-    model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=case.vocab,
-                     max_sequence_length=max(4 * case.seq, 64), position_embedding_type="rope",
-                     share_embeddings_and_output_weights=False)
+    spec = layer_spec or get_gpt_layer_local_spec(
+        num_experts=case.experts or None, moe_grouped_gemm=False, qk_layernorm=case.qk_norm, normalization="RMSNorm"
+    )
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=case.vocab,
+        max_sequence_length=max(4 * case.seq, 64),
+        position_embedding_type="rope",
+        share_embeddings_and_output_weights=False,
+    )
     model = model.bfloat16()
     if torch.cuda.is_available():
         model = model.cuda()
@@ -219,23 +267,42 @@ def sdpa_layer_spec(case):
     class SDPAttention(MegatronModule):
         """Core attention through ``F.scaled_dot_product_attention`` (flash kernel on CUDA for bf16)."""
 
-        def __init__(self, config, layer_number, attn_mask_type, attention_type=None, attention_dropout=None,
-                     softmax_scale=None, **kwargs):
+        def __init__(
+            self,
+            config,
+            layer_number,
+            attn_mask_type,
+            attention_type=None,
+            attention_dropout=None,
+            softmax_scale=None,
+            **kwargs,
+        ):
             super().__init__(config=config)
             self.heads, self.groups = config.num_attention_heads, config.num_query_groups
             self.scale = softmax_scale
 
-        def forward(self, query, key, value, attention_mask=None, attn_mask_type=None, attention_bias=None,
-                    packed_seq_params=None, **kwargs):
+        def forward(
+            self,
+            query,
+            key,
+            value,
+            attention_mask=None,
+            attn_mask_type=None,
+            attention_bias=None,
+            packed_seq_params=None,
+            **kwargs,
+        ):
             s, b = query.shape[0], query.shape[1]
             q, k, v = (x.permute(1, 2, 0, 3) for x in (query, key, value))  # [b, heads, s, d]
             with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
-                                                     enable_gqa=self.heads != self.groups)
+                out = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, scale=self.scale, enable_gqa=self.heads != self.groups
+                )
             return out.permute(2, 0, 1, 3).reshape(s, b, -1)
 
-    spec = get_gpt_layer_local_spec(num_experts=case.experts or None, moe_grouped_gemm=False,
-                                    qk_layernorm=case.qk_norm, normalization="RMSNorm")
+    spec = get_gpt_layer_local_spec(
+        num_experts=case.experts or None, moe_grouped_gemm=False, qk_layernorm=case.qk_norm, normalization="RMSNorm"
+    )
     spec.submodules.self_attention.submodules.core_attention = SDPAttention
     return spec
 
@@ -249,17 +316,27 @@ def predict_row(row: dict) -> dict:
 
     case = OracleCase(seq=row["seq"], micro_batch=row["micro_batch"], recompute=row["recompute"], **row["model"])
     spec = from_hf_config(case.hf_config())
-    o = TrainingOptions(seq_len=row["seq"], micro_batch_size=row["micro_batch"],
-                        num_microbatches=row["num_microbatches"], recompute=row["recompute"],
-                        attention=row["attention"], use_distributed_optimizer=row["dist_opt"],
-                        main_grads_dtype=row["grad"], lite_device="cuda", gpu_memory_gib=141)
+    o = TrainingOptions(
+        seq_len=row["seq"],
+        micro_batch_size=row["micro_batch"],
+        num_microbatches=row["num_microbatches"],
+        recompute=row["recompute"],
+        attention=row["attention"],
+        use_distributed_optimizer=row["dist_opt"],
+        main_grads_dtype=row["grad"],
+        lite_device="cuda",
+        gpu_memory_gib=141,
+    )
     e = estimate(spec, resolve(spec, 1, ParallelConfig(), seq_len=row["seq"]), o, explain=False)
     w = e.worst
-    return {"predicted_static_bytes": round(w.static), "predicted_peak_bytes": round(w.peak),
-            "predicted_activations": {k: round(v) for k, v in w.activations.items()},
-            "predicted_transients": {k: round(v) for k, v in w.transients.items()},
-            "predicted_persistent": {k: round(v) for k, v in w.persistent.items()},
-            "params": round(w.local_params)}
+    return {
+        "predicted_static_bytes": round(w.static),
+        "predicted_peak_bytes": round(w.peak),
+        "predicted_activations": {k: round(v) for k, v in w.activations.items()},
+        "predicted_transients": {k: round(v) for k, v in w.transients.items()},
+        "predicted_persistent": {k: round(v) for k, v in w.persistent.items()},
+        "params": round(w.local_params),
+    }
 
 
 def component(name: str) -> tuple[int | None, str]:
@@ -363,8 +440,14 @@ def predicted(case: OracleCase, device: str = "cpu", attention: str = "unfused")
     from .options import TrainingOptions
 
     spec = from_hf_config(case.hf_config())
-    o = TrainingOptions(seq_len=case.seq, micro_batch_size=case.micro_batch, num_microbatches=1,
-                        recompute=case.recompute, attention=attention, lite_device=device)
+    o = TrainingOptions(
+        seq_len=case.seq,
+        micro_batch_size=case.micro_batch,
+        num_microbatches=1,
+        recompute=case.recompute,
+        attention=attention,
+        lite_device=device,
+    )
     plan = resolve(spec, 1, ParallelConfig(), seq_len=case.seq)
     d = _act_dims(spec, plan, o)
     layers = [{k: v for k, v in layer_bytes(spec, layer, d).items() if v} for layer in spec.layers]

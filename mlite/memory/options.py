@@ -6,8 +6,17 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import MliteError
 
-GPU_MEMORY_GIB = {"H100": 80.0, "H200": 141.0, "B200": 180.0, "B300": 288.0, "A100": 80.0, "A100-40": 40.0,
-                  "GB200": 186.0, "MI300X": 192.0, "L40S": 48.0}
+GPU_MEMORY_GIB = {
+    "H100": 80.0,
+    "H200": 141.0,
+    "B200": 180.0,
+    "B300": 288.0,
+    "A100": 80.0,
+    "A100-40": 40.0,
+    "GB200": 186.0,
+    "MI300X": 192.0,
+    "L40S": 48.0,
+}
 """Nominal device memory (GiB, as vendors state them) of common training GPUs."""
 
 RECOMPUTE = ("none", "selective", "full")
@@ -94,8 +103,9 @@ class TrainingOptions:
             if bf16:
                 raise MliteError(f"{bf16[0]}=bf16 needs the precision-aware optimizer (--pao), as in Megatron-Core")
         if self.use_precision_aware_optimizer and self.optimizer == "dist_opt" and not self.use_distributed_optimizer:
-            raise MliteError("the precision-aware optimizer needs the distributed optimizer (drop "
-                             "--no-distributed-optimizer)")
+            raise MliteError(
+                "the precision-aware optimizer needs the distributed optimizer (drop --no-distributed-optimizer)"
+            )
         if not 0.0 <= float(self.offload_fraction) <= 1.0:
             raise MliteError(f"offload_fraction must be in [0, 1], got {self.offload_fraction}")
         if self.recompute not in RECOMPUTE:

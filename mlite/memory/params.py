@@ -86,8 +86,13 @@ def model_counts(spec) -> ModelCounts:
             acc += s == k
             row.append(acc)
         prefix.append(tuple(row))
-    out = ModelCounts(tuple(kinds), tuple(prefix), tuple((_counts(x.groups), x) for x in spec.mtp_layers),
-                      _counts(spec.pre), _counts(spec.post))
+    out = ModelCounts(
+        tuple(kinds),
+        tuple(prefix),
+        tuple((_counts(x.groups), x) for x in spec.mtp_layers),
+        _counts(spec.pre),
+        _counts(spec.post),
+    )
     _CACHE[id(spec)] = (spec, out)
     return out
 
@@ -189,6 +194,7 @@ def _stage_params(spec, plan) -> list[StageParams]:
         if copy:
             dense += emb_local
             tensors += 1
-        out.append(StageParams(r, dense, expert, n_layers, n_mtp, emb, head, max_layer, list(kinds.values()),
-                               tensors, copy))
+        out.append(
+            StageParams(r, dense, expert, n_layers, n_mtp, emb, head, max_layer, list(kinds.values()), tensors, copy)
+        )
     return out

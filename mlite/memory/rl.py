@@ -110,17 +110,34 @@ class RLEstimate:
         per_seq = e.layout.seq_bytes(r.seq_tokens)
         seqs = int(kv // per_seq) if per_seq else 0
         tokens = int(kv * r.seq_tokens // per_seq) if per_seq else 0
-        return {"bytes_per_token": e.layout.bytes_per_token, "bytes": round(kv), "tokens": tokens,
-                "max_concurrent_seqs": seqs, "state_bytes_per_seq": e.layout.state_bytes_per_seq}
+        return {
+            "bytes_per_token": e.layout.bytes_per_token,
+            "bytes": round(kv),
+            "tokens": tokens,
+            "max_concurrent_seqs": seqs,
+            "state_bytes_per_seq": e.layout.state_bytes_per_seq,
+        }
 
     def to_dict(self) -> dict:
         """The ``mlite rl-memory --json`` document (bytes as integers)."""
-        phases = {n: {"gpu": round(p.gpu_total), "host_per_gpu": round(p.host_total),
-                      "parts": {k: round(v) for k, v in p.gpu.items()}} for n, p in self.phases.items()}
+        phases = {
+            n: {
+                "gpu": round(p.gpu_total),
+                "host_per_gpu": round(p.host_total),
+                "parts": {k: round(v) for k, v in p.gpu.items()},
+            }
+            for n, p in self.phases.items()
+        }
         kv = {k: v for k, v in self.kv_cache().items() if k != "state_bytes_per_seq"}
-        return {"phases": phases, "peak_phase": self.peak_phase, "fits": self.fits, "kv_cache": kv,
-                "host_per_node": round(self.host_per_node), "warnings": list(self.warnings),
-                "errors": list(self.errors)}
+        return {
+            "phases": phases,
+            "peak_phase": self.peak_phase,
+            "fits": self.fits,
+            "kv_cache": kv,
+            "host_per_node": round(self.host_per_node),
+            "warnings": list(self.warnings),
+            "errors": list(self.errors),
+        }
 
 
 def _check_mesh(spec, plan, r: RolloutOptions) -> None:
@@ -128,8 +145,10 @@ def _check_mesh(spec, plan, r: RolloutOptions) -> None:
     if plan.ngpu % tp:
         raise MliteError(f"--rollout-tp {tp} must divide --ngpu {plan.ngpu} (each engine instance takes {tp} GPUs)")
     if spec.num_attention_heads % tp:
-        raise MliteError(f"--rollout-tp {tp} must divide the {spec.num_attention_heads} attention heads of "
-                         f"{spec.name} (vLLM and SGLang split heads over TP)")
+        raise MliteError(
+            f"--rollout-tp {tp} must divide the {spec.num_attention_heads} attention heads of "
+            f"{spec.name} (vLLM and SGLang split heads over TP)"
+        )
 
 
 def _forward_bytes(spec, plan, o: TrainingOptions) -> float:
@@ -145,8 +164,9 @@ def _largest_tensor(spec, bytes_per: int) -> float:
     return max((g.numel for g in groups), default=0) * bytes_per
 
 
-def rl_estimate(spec, plan, training: TrainingOptions | None = None, rollout: RolloutOptions | None = None) \
-        -> RLEstimate:
+def rl_estimate(
+    spec, plan, training: TrainingOptions | None = None, rollout: RolloutOptions | None = None
+) -> RLEstimate:
     """Phase-by-phase memory of one colocated verl step for ``spec`` on ``plan`` (the actor's mesh)."""
     o = training or TrainingOptions()
     r = rollout or RolloutOptions()
@@ -171,16 +191,23 @@ def rl_estimate(spec, plan, training: TrainingOptions | None = None, rollout: Ro
 
     # what the sleeping engine keeps between generation and the next weight sync
     level = r.resolved_sleep_level
-    awake = {"engine_weights": eng.weights, "kv_cache": max(0.0, eng.kv), "engine_activations": eng.activations,
-             "engine_overhead": eng.overhead, "cuda_graphs": eng.cuda_graphs}
+    awake = {
+        "engine_weights": eng.weights,
+        "kv_cache": max(0.0, eng.kv),
+        "engine_activations": eng.activations,
+        "engine_overhead": eng.overhead,
+        "cuda_graphs": eng.cuda_graphs,
+    }
     if eng.kv <= 0:  # would not start: count its claim
         awake = {"engine_share": eng.share, "cuda_graphs": eng.cuda_graphs}
     stays = {"engine_overhead": eng.overhead, "cuda_graphs": eng.cuda_graphs}
     engine_host = 0.0
     if not r.free_cache_engine:
         kept = dict(awake)
-        warnings.append("free_cache_engine=False: the engine keeps its weights and KV cache on the GPU through "
-                        "old_log_prob, ref, the update and the weight sync")
+        warnings.append(
+            "free_cache_engine=False: the engine keeps its weights and KV cache on the GPU through "
+            "old_log_prob, ref, the update and the weight sync"
+        )
     elif r.name == "sglang" and (r.lora_as_adapter or r.sleep_level == 1):
         kept = {"engine_weights": eng.weights, **stays}
     else:
@@ -200,48 +227,106 @@ def rl_estimate(spec, plan, training: TrainingOptions | None = None, rollout: Ro
     sleeping_host = {"engine_weights_offloaded": engine_host} if engine_host else {}
     fwd = _forward_bytes(spec, plan, o)
     ph = {
-        "rollout": phase("rollout", {**awake, "actor_resident": act.idle_gpu, "ref_params": ref_gpu,
-                                     "framework": framework}),
-        "old_log_prob": phase("old_log_prob", {**kept, "actor_params": act.params, "actor_resident": idle_other,
-                                               "forward_activations": fwd, "ref_params": ref_gpu,
-                                               "framework": framework}, sleeping_host),
+        "rollout": phase(
+            "rollout", {**awake, "actor_resident": act.idle_gpu, "ref_params": ref_gpu, "framework": framework}
+        ),
+        "old_log_prob": phase(
+            "old_log_prob",
+            {
+                **kept,
+                "actor_params": act.params,
+                "actor_resident": idle_other,
+                "forward_activations": fwd,
+                "ref_params": ref_gpu,
+                "framework": framework,
+            },
+            sleeping_host,
+        ),
     }
     if ref_on:
-        ph["ref"] = phase("ref", {**kept, "actor_resident": act.idle_gpu, "ref_params": ref_w,
-                                  "forward_activations": fwd, "framework": framework}, sleeping_host)
-    ph["actor_update"] = phase("actor_update", {**kept, "actor_training_peak": act.peak, "ref_params": ref_gpu,
-                                                "framework": framework}, sleeping_host)
+        ph["ref"] = phase(
+            "ref",
+            {
+                **kept,
+                "actor_resident": act.idle_gpu,
+                "ref_params": ref_w,
+                "forward_activations": fwd,
+                "framework": framework,
+            },
+            sleeping_host,
+        )
+    ph["actor_update"] = phase(
+        "actor_update",
+        {**kept, "actor_training_peak": act.peak, "ref_params": ref_gpu, "framework": framework},
+        sleeping_host,
+    )
     bucket = min(r.update_weights_bucket_megabytes * 1024**2, spec.total * 2)  # a small model fills less than one
     sync_kv = {"kv_cache": max(0.0, eng.kv)} if not r.free_cache_engine and eng.kv > 0 else {}
     sync_engine = {"engine_weights": eng.weights, **stays, **sync_kv} if eng.kv > 0 else dict(awake)
-    ph["weight_sync"] = phase("weight_sync", {**sync_engine, "actor_params": act.params, "actor_resident": idle_other,
-                                              "sync_bucket": bucket, "gathered_tensor": _largest_tensor(spec, 2),
-                                              "ref_params": ref_gpu, "framework": framework})
+    ph["weight_sync"] = phase(
+        "weight_sync",
+        {
+            **sync_engine,
+            "actor_params": act.params,
+            "actor_resident": idle_other,
+            "sync_bucket": bucket,
+            "gathered_tensor": _largest_tensor(spec, 2),
+            "ref_params": ref_gpu,
+            "framework": framework,
+        },
+    )
     g = lambda x: f"{x / GIB:.1f} GiB"
     per_node = min(o.gpus_per_node, plan.ngpu)
     host_per_node = max(p.host_total for p in ph.values()) * per_node
     if r.host_mem_gib is not None and host_per_node > r.host_mem_gib * GIB:
         worst = max(ph.values(), key=lambda p: p.host_total).name
-        errors.append(f"host RAM per node {g(host_per_node)} ({worst} phase, {per_node} GPU processes) exceeds "
-                      f"--host-mem {r.host_mem_gib:g} GiB: the Ray node would be OOM-killed; offload less or use "
-                      f"sleep level 2")
+        errors.append(
+            f"host RAM per node {g(host_per_node)} ({worst} phase, {per_node} GPU processes) exceeds "
+            f"--host-mem {r.host_mem_gib:g} GiB: the Ray node would be OOM-killed; offload less or use "
+            f"sleep level 2"
+        )
     instances = plan.ngpu // r.tensor_model_parallel_size
     demand = math.ceil(r.train_batch_size * r.n / instances)
-    kvd = RLEstimate(model=spec.name, training=o, rollout=r, engine=eng, phases=ph, usable=usable,
-                     host_per_node=host_per_node, gpus_per_node=per_node).kv_cache()
+    kvd = RLEstimate(
+        model=spec.name,
+        training=o,
+        rollout=r,
+        engine=eng,
+        phases=ph,
+        usable=usable,
+        host_per_node=host_per_node,
+        gpus_per_node=per_node,
+    ).kv_cache()
     if eng.kv > 0:
         cap = min(kvd["max_concurrent_seqs"], r.max_num_seqs)
         if demand > cap:
-            warnings.append(f"each of the {instances} engine instances gets {demand} sequences of P + R = "
-                            f"{r.seq_tokens} tokens but runs at most {cap} at once (KV holds "
-                            f"{kvd['max_concurrent_seqs']}, max_num_seqs {r.max_num_seqs}): generation runs in waves"
-                            + (f" and {r.name} preempts or queues requests"
-                               if kvd["max_concurrent_seqs"] < min(demand, r.max_num_seqs) else ""))
+            warnings.append(
+                f"each of the {instances} engine instances gets {demand} sequences of P + R = "
+                f"{r.seq_tokens} tokens but runs at most {cap} at once (KV holds "
+                f"{kvd['max_concurrent_seqs']}, max_num_seqs {r.max_num_seqs}): generation runs in waves"
+                + (
+                    f" and {r.name} preempts or queues requests"
+                    if kvd["max_concurrent_seqs"] < min(demand, r.max_num_seqs)
+                    else ""
+                )
+            )
     if r.tensor_model_parallel_size > o.gpus_per_node:
         warnings.append(f"rollout TP {r.tensor_model_parallel_size} spans nodes ({o.gpus_per_node} GPUs per node)")
     for name, p in ph.items():
         if p.gpu_total > usable:
-            warnings.append(f"{name} does not fit: {g(p.gpu_total)} per GPU, usable {g(usable)} "
-                            f"({o.gpu_memory_gib:g} GiB less {o.headroom:.0%} headroom)")
-    return RLEstimate(model=spec.name, training=o, rollout=r, engine=eng, phases=ph, usable=usable,
-                      host_per_node=host_per_node, gpus_per_node=per_node, errors=errors, warnings=warnings)
+            warnings.append(
+                f"{name} does not fit: {g(p.gpu_total)} per GPU, usable {g(usable)} "
+                f"({o.gpu_memory_gib:g} GiB less {o.headroom:.0%} headroom)"
+            )
+    return RLEstimate(
+        model=spec.name,
+        training=o,
+        rollout=r,
+        engine=eng,
+        phases=ph,
+        usable=usable,
+        host_per_node=host_per_node,
+        gpus_per_node=per_node,
+        errors=errors,
+        warnings=warnings,
+    )

@@ -26,8 +26,15 @@ from .rl_options import RolloutOptions
 _PREFIX = re.compile(r"^\((?:TaskRunner|main_task)[^)]*\)\s?")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"step:\d+ - ")
-ACTOR_PARTS = ("actor_params", "actor_resident", "actor_training_peak", "forward_activations", "ref_params",
-               "sync_bucket", "gathered_tensor")
+ACTOR_PARTS = (
+    "actor_params",
+    "actor_resident",
+    "actor_training_peak",
+    "forward_activations",
+    "ref_params",
+    "sync_bucket",
+    "gathered_tensor",
+)
 """Phase parts the actor process allocates through PyTorch (framework, NCCL and CUDA-graph memory are outside)."""
 
 
@@ -63,11 +70,18 @@ def training_from_verl(cfg: dict, gpu_memory_gib: float) -> TrainingOptions:
         seq = int(data["max_prompt_length"]) + int(data["max_response_length"])
         mbs = int(actor.get("ppo_micro_batch_size_per_gpu") or 1)
     dtype = {"bf16": "bf16", "bfloat16": "bf16"}.get(str(fsdp.get("model_dtype", "fp32")), "fp32")
-    return TrainingOptions(optimizer="fsdp2", param_dtype=dtype, seq_len=seq, micro_batch_size=mbs,
-                           num_microbatches=2, recompute="full" if model.get("enable_gradient_checkpointing") else "none",
-                           param_offload=bool(fsdp.get("param_offload")),
-                           optimizer_offload=bool(fsdp.get("optimizer_offload")), gpu_memory_gib=gpu_memory_gib,
-                           gpus_per_node=int(cfg["trainer"]["n_gpus_per_node"]))
+    return TrainingOptions(
+        optimizer="fsdp2",
+        param_dtype=dtype,
+        seq_len=seq,
+        micro_batch_size=mbs,
+        num_microbatches=2,
+        recompute="full" if model.get("enable_gradient_checkpointing") else "none",
+        param_offload=bool(fsdp.get("param_offload")),
+        optimizer_offload=bool(fsdp.get("optimizer_offload")),
+        gpu_memory_gib=gpu_memory_gib,
+        gpus_per_node=int(cfg["trainer"]["n_gpus_per_node"]),
+    )
 
 
 def logged_metrics(path) -> dict:
@@ -113,8 +127,10 @@ def torch_peaks(est, critic: float = 0.0) -> dict:
       the engine's weights + KV stay counted through training: the actor's peak plus that pool.
 
     ``critic``: bytes a critic fused into the same process keeps resident (not modelled by rl_estimate)."""
+
     def part_sum(p, keys):
         return sum(v for k, v in p.gpu.items() if k in keys)
+
     actor = max(part_sum(p, ACTOR_PARTS) for n, p in est.phases.items() if n != "rollout") + critic
     frees = max(part_sum(p, ACTOR_PARTS + ENGINE_PARTS) for p in est.phases.values()) + critic
     rollout_actor = part_sum(est.phases["rollout"], ACTOR_PARTS) + critic
@@ -135,25 +151,43 @@ def compare_runs(root) -> list[dict]:
 
             critic = estimate(spec, plan, o, explain=False).worst.idle_gpu
         peaks = {k: v / GIB for k, v in torch_peaks(est, critic).items()}
-        rows.append({
-            "run": run["id"], "logged": logged_metrics(root / run["log"]), "accounting": run["engine_accounting"],
-            "predicted": {**peaks, "applies": peaks[run["engine_accounting"]],
-                          "rollout_gpu": est.phases["rollout"].gpu_total / GIB, "peak_phase": est.peak_phase,
-                          "host_per_node": est.host_per_node / GIB, "kv_tokens": est.kv_cache()["tokens"]},
-            "gpu_memory_gib": run["gpu_memory_gib"], "not_modelled": run["not_modelled"]})
+        rows.append(
+            {
+                "run": run["id"],
+                "logged": logged_metrics(root / run["log"]),
+                "accounting": run["engine_accounting"],
+                "predicted": {
+                    **peaks,
+                    "applies": peaks[run["engine_accounting"]],
+                    "rollout_gpu": est.phases["rollout"].gpu_total / GIB,
+                    "peak_phase": est.peak_phase,
+                    "host_per_node": est.host_per_node / GIB,
+                    "kv_tokens": est.kv_cache()["tokens"],
+                },
+                "gpu_memory_gib": run["gpu_memory_gib"],
+                "not_modelled": run["not_modelled"],
+            }
+        )
     return rows
 
 
 def markdown_table(rows: list[dict]) -> str:
     """The README table of :func:`compare_runs` rows (GiB; the logged figures are verl's "GB", i.e. GiB)."""
-    out = [("| run | device (GiB) | logged max_allocated | predicted: engine outside torch | engine frees via torch "
-           "| CuMem pool kept | which applies | error | logged max_reserved | predicted rollout phase (device) | "
-           "logged cpu_used (node) | predicted host per node |"), "|" + "---|" * 12]
+    out = [
+        (
+            "| run | device (GiB) | logged max_allocated | predicted: engine outside torch | engine frees via torch "
+            "| CuMem pool kept | which applies | error | logged max_reserved | predicted rollout phase (device) | "
+            "logged cpu_used (node) | predicted host per node |"
+        ),
+        "|" + "---|" * 12,
+    ]
     for row in rows:
         lg, pr = row["logged"], row["predicted"]
         err = (pr["applies"] - lg["max_memory_allocated_gb"]) / lg["max_memory_allocated_gb"]
-        out.append(f"| {row['run']} | {row['gpu_memory_gib']:g} | {lg['max_memory_allocated_gb']:.1f} | "
-                   f"{pr['outside']:.1f} | {pr['torch_frees']:.1f} | {pr['cumem']:.1f} | {row['accounting']} | "
-                   f"{err:+.0%} | {lg['max_memory_reserved_gb']:.1f} | {pr['rollout_gpu']:.1f} | "
-                   f"{lg['cpu_memory_used_gb']:.1f} | {pr['host_per_node']:.1f} |")
+        out.append(
+            f"| {row['run']} | {row['gpu_memory_gib']:g} | {lg['max_memory_allocated_gb']:.1f} | "
+            f"{pr['outside']:.1f} | {pr['torch_frees']:.1f} | {pr['cumem']:.1f} | {row['accounting']} | "
+            f"{err:+.0%} | {lg['max_memory_reserved_gb']:.1f} | {pr['rollout_gpu']:.1f} | "
+            f"{lg['cpu_memory_used_gb']:.1f} | {pr['host_per_node']:.1f} |"
+        )
     return "\n".join(out)

@@ -78,8 +78,9 @@ def profile_activations(spec, r: RolloutOptions) -> float:
     h = spec.hidden_size
     q = spec.num_attention_heads * spec.head_dim
     kv = 2 * spec.num_key_value_heads * spec.head_dim
-    ffn = max(spec.ffn_hidden_size, spec.moe_router_topk * spec.moe_ffn_hidden_size
-              + spec.shared_expert_ffn_hidden_size)
+    ffn = max(
+        spec.ffn_hidden_size, spec.moe_router_topk * spec.moe_ffn_hidden_size + spec.shared_expert_ffn_hidden_size
+    )
     layer = t * ab * (4 * h + (q + kv) / tp + 3 * ffn / tp)
     sampler = min(r.max_num_seqs, t) * spec.vocab_size * 4 * 3
     return layer + sampler
@@ -101,32 +102,53 @@ def start_engine(spec, r: RolloutOptions, device: float, resident: float) -> Eng
         share = u * device
         kv = share - weights - acts - over
         if share > free:
-            errors.append(f"vLLM would not start: gpu_memory_utilization {u} asks {g(share)} of {g(device)} but "
-                          f"only {g(free)} are free when the rollout starts (actor/ref leave {g(resident)} "
-                          f"resident); lower gpu_memory_utilization or offload the actor (param_offload, "
-                          f"optimizer_offload)")
+            errors.append(
+                f"vLLM would not start: gpu_memory_utilization {u} asks {g(share)} of {g(device)} but "
+                f"only {g(free)} are free when the rollout starts (actor/ref leave {g(resident)} "
+                f"resident); lower gpu_memory_utilization or offload the actor (param_offload, "
+                f"optimizer_offload)"
+            )
         if free - min(share, free) < graphs:
-            warnings.append(f"CUDA graphs ({g(graphs)}) are captured after the KV cache, outside "
-                            f"gpu_memory_utilization; only {g(max(0.0, free - share))} are left for them")
+            warnings.append(
+                f"CUDA graphs ({g(graphs)}) are captured after the KV cache, outside "
+                f"gpu_memory_utilization; only {g(max(0.0, free - share))} are left for them"
+            )
     else:
         share = u * max(free, 0.0)
         kv = share - weights
         reserve = max(free, 0.0) - share
         if reserve < acts + graphs + over:
-            warnings.append(f"SGLang leaves (1 - mem_fraction_static) x free = {g(reserve)} for activations and "
-                            f"CUDA graphs, the estimate needs {g(acts + graphs + over)}: OOM risk while decoding")
+            warnings.append(
+                f"SGLang leaves (1 - mem_fraction_static) x free = {g(reserve)} for activations and "
+                f"CUDA graphs, the estimate needs {g(acts + graphs + over)}: OOM risk while decoding"
+            )
     if kv <= 0:
         what = "gpu_memory_utilization" if r.name == "vllm" else "mem_fraction_static"
-        errors.append(f"{r.name} would not start: its share {g(share)} is smaller than its weights {g(weights)}"
-                      + (f" plus profile activations {g(acts)} and overhead {g(over)}" if r.name == "vllm" else "")
-                      + f" (no KV cache left); raise {what}, raise the rollout TP or lower max_num_batched_tokens")
+        errors.append(
+            f"{r.name} would not start: its share {g(share)} is smaller than its weights {g(weights)}"
+            + (f" plus profile activations {g(acts)} and overhead {g(over)}" if r.name == "vllm" else "")
+            + f" (no KV cache left); raise {what}, raise the rollout TP or lower max_num_batched_tokens"
+        )
     else:
         mml = r.max_model_len or spec.max_position_embeddings or r.seq_tokens
         need = layout.seq_bytes(mml)
         if need > kv:
-            msg = (f"the KV cache ({g(kv)}) cannot hold one max_model_len={mml} request ({g(need)}); lower "
-                   f"max_model_len (P + R = {r.seq_tokens}) or raise {'gpu_memory_utilization' if r.name == 'vllm' else 'mem_fraction_static'}")
-            (errors if r.name == "vllm" else warnings).append(("vLLM would not start: " if r.name == "vllm"
-                                                               else "SGLang: ") + msg)
-    return EngineMemory(weights=weights, activations=acts, overhead=over, cuda_graphs=graphs, share=share, kv=kv,
-                        layout=layout, free_at_start=free, errors=errors, warnings=warnings)
+            msg = (
+                f"the KV cache ({g(kv)}) cannot hold one max_model_len={mml} request ({g(need)}); lower "
+                f"max_model_len (P + R = {r.seq_tokens}) or raise {'gpu_memory_utilization' if r.name == 'vllm' else 'mem_fraction_static'}"
+            )
+            (errors if r.name == "vllm" else warnings).append(
+                ("vLLM would not start: " if r.name == "vllm" else "SGLang: ") + msg
+            )
+    return EngineMemory(
+        weights=weights,
+        activations=acts,
+        overhead=over,
+        cuda_graphs=graphs,
+        share=share,
+        kv=kv,
+        layout=layout,
+        free_at_start=free,
+        errors=errors,
+        warnings=warnings,
+    )

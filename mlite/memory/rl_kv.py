@@ -25,8 +25,17 @@ from dataclasses import dataclass
 
 from ..errors import MliteError
 
-DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float32": 4, "fp32": 4, "fp8": 1,
-               "fp8_e4m3": 1, "fp8_e5m2": 1}
+DTYPE_BYTES = {
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "float32": 4,
+    "fp32": 4,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
 FULL_KINDS = ("full", "gated_full")
 MLA_KINDS = ("mla", "dsa")
 LINEAR_KINDS = ("gdn",)
@@ -72,8 +81,10 @@ def kv_layout(spec, tp: int = 1, kv_dtype: str = "bfloat16", model_dtype: str = 
     kinds = {layer.attention for layer in layers}
     unknown = kinds - set(FULL_KINDS) - set(MLA_KINDS) - set(LINEAR_KINDS)
     if unknown:
-        raise MliteError(f"{spec.name}: the KV layout of attention kind {min(unknown)!r} (DeepSeek-V4 "
-                         "compressed / sliding attention) is not modelled by rl-memory")
+        raise MliteError(
+            f"{spec.name}: the KV layout of attention kind {min(unknown)!r} (DeepSeek-V4 "
+            "compressed / sliding attention) is not modelled by rl-memory"
+        )
     n_full = sum(layer.attention in FULL_KINDS for layer in layers)
     n_mla = sum(layer.attention in MLA_KINDS for layer in layers)
     n_dsa = sum(layer.attention == "dsa" for layer in layers)
@@ -101,5 +112,11 @@ def kv_layout(spec, tp: int = 1, kv_dtype: str = "bfloat16", model_dtype: str = 
         conv = (2 * key_dim + value_dim) // tp * max(0, spec.linear_conv_kernel_dim - 1) * mb
         rec = (spec.linear_num_value_heads // tp) * spec.linear_key_head_dim * spec.linear_value_head_dim * ssm
         state = (conv + rec) * n_lin
-    return KVLayout(bytes_per_token=int(per_token), state_bytes_per_seq=int(state), kv_layers=n_full + n_mla,
-                    linear_layers=n_lin, kind=kind, kv_heads_per_gpu=heads)
+    return KVLayout(
+        bytes_per_token=int(per_token),
+        state_bytes_per_seq=int(state),
+        kv_layers=n_full + n_mla,
+        linear_layers=n_lin,
+        kind=kind,
+        kv_heads_per_gpu=heads,
+    )

@@ -87,8 +87,16 @@ class RolloutOptions:
             raise MliteError(f"rollout mode must be hybrid or colocated, got {self.mode!r}")
         if self.ref not in REF_MODES:
             raise MliteError(f"ref must be colocated or none, got {self.ref!r}")
-        for f in ("tensor_model_parallel_size", "prompt_length", "response_length", "n", "train_batch_size",
-                  "max_num_batched_tokens", "max_num_seqs", "update_weights_bucket_megabytes"):
+        for f in (
+            "tensor_model_parallel_size",
+            "prompt_length",
+            "response_length",
+            "n",
+            "train_batch_size",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "update_weights_bucket_megabytes",
+        ):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise MliteError(f"{f} must be a positive integer, got {v!r}")

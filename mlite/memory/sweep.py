@@ -13,15 +13,40 @@ from .options import TrainingOptions
 def _row(est) -> dict:
     w = est.worst
     p = est.plan.parallel
-    return {"tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": p.etp_size, "dp": est.plan.dp,
-            "edp": est.plan.edp, "params": w.params, "grads": w.grads, "optimizer": w.optimizer,
-            "activations": w.activation_total, "other": sum(w.other.values()) + w.transient_peak,
-            "static": w.static, "peak": w.peak, "total": w.total, "host_per_gpu": w.host_total,
-            "bytes_per_param": est.bytes_per_param, "fits": est.fits, "stage": w.pp_rank}
+    return {
+        "tp": p.tp,
+        "pp": p.pp,
+        "vpp": p.vpp,
+        "cp": p.cp,
+        "ep": p.ep,
+        "etp": p.etp_size,
+        "dp": est.plan.dp,
+        "edp": est.plan.edp,
+        "params": w.params,
+        "grads": w.grads,
+        "optimizer": w.optimizer,
+        "activations": w.activation_total,
+        "other": sum(w.other.values()) + w.transient_peak,
+        "static": w.static,
+        "peak": w.peak,
+        "total": w.total,
+        "host_per_gpu": w.host_total,
+        "bytes_per_param": est.bytes_per_param,
+        "fits": est.fits,
+        "stage": w.pp_rank,
+    }
 
 
-def sweep(spec, *, training: TrainingOptions | None = None, meshes: Iterable[MeshPlan] | None = None,
-          ngpu: int | None = None, parallel=None, option: str | None = None, values: Iterable | None = None):
+def sweep(
+    spec,
+    *,
+    training: TrainingOptions | None = None,
+    meshes: Iterable[MeshPlan] | None = None,
+    ngpu: int | None = None,
+    parallel=None,
+    option: str | None = None,
+    values: Iterable | None = None,
+):
     """Estimates over ``option`` = each of ``values`` (one mesh), or over ``meshes``; one row each."""
     import pandas as pd
 
@@ -49,8 +74,12 @@ def fits_callback(spec, training: TrainingOptions):
     def fits(plan):
         est = estimate(spec, plan, training, explain=False)
         w = est.worst
-        return est.fits, {"total_bytes": round(w.total), "peak_bytes": round(w.peak), "static_bytes": round(w.static),
-                          "host_bytes": round(w.host_total)}
+        return est.fits, {
+            "total_bytes": round(w.total),
+            "peak_bytes": round(w.peak),
+            "static_bytes": round(w.static),
+            "host_bytes": round(w.host_total),
+        }
 
     return fits
 
@@ -58,5 +87,12 @@ def fits_callback(spec, training: TrainingOptions):
 def mesh_table(spec, ngpu: int, training: TrainingOptions | None = None, **kw):
     """Every valid mesh with its estimate, those that fit first (then by the planner's score)."""
     o = training or TrainingOptions()
-    return enumerate_meshes(spec, ngpu, seq_len=o.seq_len, gpus_per_node=o.gpus_per_node,
-                            num_microbatches=o.num_microbatches, fits=fits_callback(spec, o), **kw)
+    return enumerate_meshes(
+        spec,
+        ngpu,
+        seq_len=o.seq_len,
+        gpus_per_node=o.gpus_per_node,
+        num_microbatches=o.num_microbatches,
+        fits=fits_callback(spec, o),
+        **kw,
+    )

@@ -7,8 +7,16 @@ from pathlib import Path
 from ..errors import MliteError
 from ..paths import results_dir
 
-COLUMNS = ("config", "predicted_static_bytes", "measured_static_bytes", "predicted_peak_bytes", "measured_peak_bytes",
-           "gpu", "torch_version", "command")
+COLUMNS = (
+    "config",
+    "predicted_static_bytes",
+    "measured_static_bytes",
+    "predicted_peak_bytes",
+    "measured_peak_bytes",
+    "gpu",
+    "torch_version",
+    "command",
+)
 """The columns of ``gpu_memory.csv`` (the file's contract)."""
 BOUNDS = {"static": 0.03, "peak": 0.10}
 """Acceptance bounds of the relative error."""

@@ -104,8 +104,15 @@ def rule_world_dense(ctx: MeshContext) -> list[Finding]:
     if ctx.dp:
         return []
     p, n, dmp, emp = ctx.p, ctx.ngpu, ctx.dense_mp, ctx.expert_mp
-    return [finding("world", "error", f"ngpu {n} is not divisible by TP*CP*PP = {p.tp}*{p.cp}*{p.pp} = {dmp}",
-                    "ngpu", nearest(n, lambda k: k % dmp == 0 and k % emp == 0))]
+    return [
+        finding(
+            "world",
+            "error",
+            f"ngpu {n} is not divisible by TP*CP*PP = {p.tp}*{p.cp}*{p.pp} = {dmp}",
+            "ngpu",
+            nearest(n, lambda k: k % dmp == 0 and k % emp == 0),
+        )
+    ]
 
 
 def rule_world_expert(ctx: MeshContext) -> list[Finding]:
@@ -116,13 +123,27 @@ def rule_world_expert(ctx: MeshContext) -> list[Finding]:
     near = nearest(p.ep, lambda e: n % (etp * e * p.pp) == 0 and _experts_ok(ctx.spec, e))
     fixes = [{"ep": e} for e in near]
     if "etp" in ctx.inherited or not ctx.spec.num_experts:
-        near_etp = nearest(etp, lambda t: n % (t * p.ep * p.pp) == 0 and ctx.spec.moe_ffn_hidden_size % t == 0
-                           if ctx.spec.num_experts else n % (t * p.ep * p.pp) == 0)
+        near_etp = nearest(
+            etp,
+            lambda t: (
+                n % (t * p.ep * p.pp) == 0 and ctx.spec.moe_ffn_hidden_size % t == 0
+                if ctx.spec.num_experts
+                else n % (t * p.ep * p.pp) == 0
+            ),
+        )
         if n % (p.ep * p.pp) == 0:
             near_etp = tuple(dict.fromkeys((*near_etp, 1)))  # ETP 1: what most launchers that set it choose
         fixes = [{"etp": t} for t in near_etp] + fixes  # the size nobody chose goes first
-    return [finding("world", "error", f"ngpu {n} is not divisible by ETP*EP*PP = {etp}*{p.ep}*{p.pp} = "
-                    f"{ctx.expert_mp}", "ep", near, fixes=fixes)]
+    return [
+        finding(
+            "world",
+            "error",
+            f"ngpu {n} is not divisible by ETP*EP*PP = {etp}*{p.ep}*{p.pp} = {ctx.expert_mp}",
+            "ep",
+            near,
+            fixes=fixes,
+        )
+    ]
 
 
 def rule_heads(ctx: MeshContext) -> list[Finding]:
@@ -134,8 +155,15 @@ def rule_heads(ctx: MeshContext) -> list[Finding]:
         what = f"num_key_value_heads (query groups) {kv}"
     else:
         return []
-    return [finding("heads", "error", f"{what} is not divisible by TP {tp}", "tp",
-                    nearest(tp, lambda t: heads % t == 0 and kv % t == 0))]
+    return [
+        finding(
+            "heads",
+            "error",
+            f"{what} is not divisible by TP {tp}",
+            "tp",
+            nearest(tp, lambda t: heads % t == 0 and kv % t == 0),
+        )
+    ]
 
 
 def rule_gdn_heads(ctx: MeshContext) -> list[Finding]:
@@ -144,9 +172,15 @@ def rule_gdn_heads(ctx: MeshContext) -> list[Finding]:
     nk, nv = s.linear_num_key_heads, s.linear_num_value_heads
     if not nv or (nk % tp == 0 and nv % tp == 0):
         return []
-    return [finding("gdn_heads", "error", f"Gated DeltaNet key heads {nk} and value heads {nv} must be divisible by "
-                    f"TP {tp}", "tp", nearest(tp, lambda t: nk % t == 0 and nv % t == 0
-                                               and s.num_attention_heads % t == 0))]
+    return [
+        finding(
+            "gdn_heads",
+            "error",
+            f"Gated DeltaNet key heads {nk} and value heads {nv} must be divisible by TP {tp}",
+            "tp",
+            nearest(tp, lambda t: nk % t == 0 and nv % t == 0 and s.num_attention_heads % t == 0),
+        )
+    ]
 
 
 def rule_experts(ctx: MeshContext) -> list[Finding]:
@@ -155,12 +189,27 @@ def rule_experts(ctx: MeshContext) -> list[Finding]:
     s, ep = ctx.spec, ctx.p.ep
     if s.num_experts:
         if s.num_experts % ep:
-            return [finding("experts", "error", f"routed experts {s.num_experts} are not divisible by EP {ep}", "ep",
-                            nearest(ep, lambda e: s.num_experts % e == 0))]
+            return [
+                finding(
+                    "experts",
+                    "error",
+                    f"routed experts {s.num_experts} are not divisible by EP {ep}",
+                    "ep",
+                    nearest(ep, lambda e: s.num_experts % e == 0),
+                )
+            ]
         return []
     if ep > 1:
-        return [finding("experts", "error", f"{s.name} has no routed experts: EP must be 1 (got EP {ep}, "
-                        f"ETP {ctx.etp})", "ep", (1,), fixes=[{"ep": 1, "etp": 1}])]
+        return [
+            finding(
+                "experts",
+                "error",
+                f"{s.name} has no routed experts: EP must be 1 (got EP {ep}, ETP {ctx.etp})",
+                "ep",
+                (1,),
+                fixes=[{"ep": 1, "etp": 1}],
+            )
+        ]
     return []
 
 
@@ -169,13 +218,29 @@ def rule_ffn(ctx: MeshContext) -> list[Finding]:
     s, tp, etp = ctx.spec, ctx.p.tp, ctx.etp
     out = []
     if s.num_experts and s.moe_ffn_hidden_size % etp:
-        out.append(finding("ffn", "error", f"expert FFN width {s.moe_ffn_hidden_size} is not divisible by ETP {etp}",
-                           "etp", nearest(etp, lambda e: s.moe_ffn_hidden_size % e == 0)))
-    for what, width in (("dense FFN width", s.ffn_hidden_size),
-                        ("shared-expert FFN width", s.shared_expert_ffn_hidden_size)):
+        out.append(
+            finding(
+                "ffn",
+                "error",
+                f"expert FFN width {s.moe_ffn_hidden_size} is not divisible by ETP {etp}",
+                "etp",
+                nearest(etp, lambda e: s.moe_ffn_hidden_size % e == 0),
+            )
+        )
+    for what, width in (
+        ("dense FFN width", s.ffn_hidden_size),
+        ("shared-expert FFN width", s.shared_expert_ffn_hidden_size),
+    ):
         if width and width % tp:
-            out.append(finding("ffn", "error", f"{what} {width} is not divisible by TP {tp}", "tp",
-                               nearest(tp, lambda t, w=width: w % t == 0 and s.num_attention_heads % t == 0)))
+            out.append(
+                finding(
+                    "ffn",
+                    "error",
+                    f"{what} {width} is not divisible by TP {tp}",
+                    "tp",
+                    nearest(tp, lambda t, w=width: w % t == 0 and s.num_attention_heads % t == 0),
+                )
+            )
     return out
 
 
@@ -184,15 +249,26 @@ def rule_deepseek_v4(ctx: MeshContext) -> list[Finding]:
     tp, etp = ctx.p.tp, ctx.etp
     if ctx.spec.architecture != "deepseek_v4" or (tp == 1 and etp == 1):
         return []
-    return [finding("deepseek_v4", "error", f"DeepSeek-V4 runs with TP = ETP = 1 in mlite (got TP {tp}, ETP {etp})",
-                    "tp", (1,), fixes=[{"tp": 1, "etp": 1}])]
+    return [
+        finding(
+            "deepseek_v4",
+            "error",
+            f"DeepSeek-V4 runs with TP = ETP = 1 in mlite (got TP {tp}, ETP {etp})",
+            "tp",
+            (1,),
+            fixes=[{"tp": 1, "etp": 1}],
+        )
+    ]
 
 
 def rule_vpp(ctx: MeshContext) -> list[Finding]:
     """VPP > 1 needs PP > 1 (``initialize_model_parallel``: interleaved schedule)."""
     if ctx.p.vpp > 1 and ctx.p.pp == 1:
-        return [finding("vpp", "error", f"VPP {ctx.p.vpp} needs PP > 1 (virtual stages interleave pipeline ranks)",
-                        "vpp", (1,))]
+        return [
+            finding(
+                "vpp", "error", f"VPP {ctx.p.vpp} needs PP > 1 (virtual stages interleave pipeline ranks)", "vpp", (1,)
+            )
+        ]
     return []
 
 
@@ -209,28 +285,62 @@ def _layout(ctx: MeshContext) -> tuple[list[Stage], str, list[Finding]]:
         try:
             stages = parse_layout(p.pp_layout, n_layers, n_mtp)
         except MliteError as e:
-            return [], "pp_layout", [finding("layers", "error", e.message, "pp_layout",
-                                             fixes=[{"pp_layout": ""}])]
+            return [], "pp_layout", [finding("layers", "error", e.message, "pp_layout", fixes=[{"pp_layout": ""}])]
         if len(stages) != n_stages:
-            return [], "pp_layout", [finding("layers", "error", f"pp_layout has {len(stages)} stages but PP*VPP = "
-                                             f"{pp}*{vpp} = {n_stages}", "pp_layout", fixes=[{"pp_layout": ""}])]
+            return (
+                [],
+                "pp_layout",
+                [
+                    finding(
+                        "layers",
+                        "error",
+                        f"pp_layout has {len(stages)} stages but PP*VPP = {pp}*{vpp} = {n_stages}",
+                        "pp_layout",
+                        fixes=[{"pp_layout": ""}],
+                    )
+                ],
+            )
         return stages, "pp_layout", []
     if n_stages > n_layers:
-        return [], "even", [finding("layers", "error", f"{n_layers} layers cannot fill PP*VPP = {n_stages} stages",
-                                    "pp", nearest(pp, lambda q: q * vpp <= n_layers and n_layers % (q * vpp) == 0))]
+        return (
+            [],
+            "even",
+            [
+                finding(
+                    "layers",
+                    "error",
+                    f"{n_layers} layers cannot fill PP*VPP = {n_stages} stages",
+                    "pp",
+                    nearest(pp, lambda q: q * vpp <= n_layers and n_layers % (q * vpp) == 0),
+                )
+            ],
+        )
     even = even_layout(n_layers, n_mtp, n_stages)
     if even:
         return even, "even", []
     auto = auto_layout(n_layers, n_mtp, n_stages) or []
     if ctx.auto_uneven and auto:
-        F.append(finding("layers", "warning", f"{n_layers} layers do not split evenly into PP*VPP = {n_stages} "
-                         f"stages; using the uneven layout '{layout_text(auto)}'", "pp_layout"))
+        F.append(
+            finding(
+                "layers",
+                "warning",
+                f"{n_layers} layers do not split evenly into PP*VPP = {n_stages} "
+                f"stages; using the uneven layout '{layout_text(auto)}'",
+                "pp_layout",
+            )
+        )
         return auto, "auto", F
     near = nearest(pp, lambda q: n_layers % (q * vpp) == 0)
     fixes = [{"pp": q} for q in near] + ([{"pp_layout": layout_text(auto)}] if auto and vpp == 1 else [])
     hint = f"; an uneven layout would work: --pp-layout '{layout_text(auto)}'" if auto else ""
-    f = finding("layers", "error", f"{n_layers} layers do not split evenly into PP*VPP = {pp}*{vpp} = {n_stages} "
-                "stages", "pp", near, fixes=fixes)
+    f = finding(
+        "layers",
+        "error",
+        f"{n_layers} layers do not split evenly into PP*VPP = {pp}*{vpp} = {n_stages} stages",
+        "pp",
+        near,
+        fixes=fixes,
+    )
     return [], "even", [Finding(f.rule, f.level, f.message + hint, f.field, f.nearest, f.fixes)]
 
 
@@ -238,8 +348,15 @@ def rule_seq_len(ctx: MeshContext) -> list[Finding]:
     """Sequence length divisible by 2*CP (load-balanced causal context parallelism)."""
     cp = ctx.p.cp
     if cp > 1 and ctx.seq_len % (2 * cp):
-        return [finding("seq_len", "error", f"sequence length {ctx.seq_len} is not divisible by 2*CP = {2 * cp}",
-                        "seq_len", nearest(ctx.seq_len, lambda s: s % (2 * cp) == 0))]
+        return [
+            finding(
+                "seq_len",
+                "error",
+                f"sequence length {ctx.seq_len} is not divisible by 2*CP = {2 * cp}",
+                "seq_len",
+                nearest(ctx.seq_len, lambda s: s % (2 * cp) == 0),
+            )
+        ]
     return []
 
 
@@ -248,8 +365,15 @@ def rule_tp_span(ctx: MeshContext) -> list[Finding]:
     """TP groups that span nodes."""
     tp, g = ctx.p.tp, ctx.gpus_per_node
     if tp > 1 and (tp > g or g % tp):
-        return [finding("tp_span", "warning", f"TP {tp} groups span nodes ({g} GPUs per node): tensor parallel "
-                        "traffic crosses the inter-node network", "tp")]
+        return [
+            finding(
+                "tp_span",
+                "warning",
+                f"TP {tp} groups span nodes ({g} GPUs per node): tensor parallel "
+                "traffic crosses the inter-node network",
+                "tp",
+            )
+        ]
     return []
 
 
@@ -257,8 +381,14 @@ def rule_ep_span(ctx: MeshContext) -> list[Finding]:
     """EP*ETP groups that span nodes (MoE only)."""
     e, g = ctx.p.ep * ctx.etp, ctx.gpus_per_node
     if ctx.spec.num_experts and e > 1 and (e > g or g % e):
-        return [finding("ep_span", "warning", f"EP*ETP = {e} expert groups span nodes ({g} GPUs per node): "
-                        "all-to-all crosses the inter-node network", "ep")]
+        return [
+            finding(
+                "ep_span",
+                "warning",
+                f"EP*ETP = {e} expert groups span nodes ({g} GPUs per node): all-to-all crosses the inter-node network",
+                "ep",
+            )
+        ]
     return []
 
 
@@ -271,24 +401,43 @@ def rule_launcher_rule(ctx: MeshContext) -> list[Finding]:
     if launcher_dp == dp:
         return []
     shown = int(launcher_dp) if float(launcher_dp).is_integer() else round(launcher_dp, 3)
-    return [finding("launcher_rule", "warning", f"verl's launcher rule ngpu/PP = TP*EP*DP gives DP {shown}, the "
-                    f"runtime's rule ngpu = TP*CP*DP*PP gives DP {dp} (they agree only when CP = EP; here CP {p.cp}, "
-                    f"EP {p.ep})", "cp")]
+    return [
+        finding(
+            "launcher_rule",
+            "warning",
+            f"verl's launcher rule ngpu/PP = TP*EP*DP gives DP {shown}, the "
+            f"runtime's rule ngpu = TP*CP*DP*PP gives DP {dp} (they agree only when CP = EP; here CP {p.cp}, "
+            f"EP {p.ep})",
+            "cp",
+        )
+    ]
 
 
 def rule_sequence_parallel(ctx: MeshContext) -> list[Finding]:
     """MoE with TP > 1 needs sequence parallelism (Megatron-Core warns)."""
     if ctx.spec.num_experts and ctx.p.tp > 1:
-        return [finding("sequence_parallel", "warning", "MoE with TP > 1: Megatron requires sequence parallelism "
-                        "(--sequence-parallel); the plan assumes it on", "tp")]
+        return [
+            finding(
+                "sequence_parallel",
+                "warning",
+                "MoE with TP > 1: Megatron requires sequence parallelism (--sequence-parallel); the plan assumes it on",
+                "tp",
+            )
+        ]
     return []
 
 
 def rule_gdn_cp(ctx: MeshContext) -> list[Finding]:
     """Gated DeltaNet with CP > 1 needs flash-linear-attention >= 0.5."""
     if ctx.spec.linear_num_value_heads and ctx.p.cp > 1:
-        return [finding("gdn_cp", "warning", "Gated DeltaNet with CP > 1 needs flash-linear-attention >= 0.5 (the "
-                        "all-gather CP path)", "cp")]
+        return [
+            finding(
+                "gdn_cp",
+                "warning",
+                "Gated DeltaNet with CP > 1 needs flash-linear-attention >= 0.5 (the all-gather CP path)",
+                "cp",
+            )
+        ]
     return []
 
 
@@ -298,15 +447,28 @@ def rule_vocab(ctx: MeshContext) -> list[Finding]:
     padded = pad_vocab(v, tp)
     if padded == v:
         return []
-    return [finding("vocab", "info", f"vocabulary padded from {v} to {padded} (+{padded - v} rows) to a multiple of "
-                    f"128*TP = {128 * tp}", "tp")]
+    return [
+        finding(
+            "vocab",
+            "info",
+            f"vocabulary padded from {v} to {padded} (+{padded - v} rows) to a multiple of 128*TP = {128 * tp}",
+            "tp",
+        )
+    ]
 
 
 def rule_mtp(ctx: MeshContext) -> list[Finding]:
     """MTP layers the model has but the run does not train (so no stage holds them)."""
     if ctx.train_mtp is False and ctx.spec.num_mtp_layers:
-        return [finding("mtp", "info", f"{ctx.spec.num_mtp_layers} MTP layer(s) of the model are not trained (the "
-                        "launcher does not enable MTP): the pipeline holds none", None)]
+        return [
+            finding(
+                "mtp",
+                "info",
+                f"{ctx.spec.num_mtp_layers} MTP layer(s) of the model are not trained (the "
+                "launcher does not enable MTP): the pipeline holds none",
+                None,
+            )
+        ]
     return []
 
 
@@ -315,9 +477,26 @@ def rule_inherited(ctx: MeshContext) -> list[Finding]:
     return [finding("inherited", "info", inh.why, fld) for fld, inh in ctx.inherited.items()]
 
 
-RULES = (rule_world_dense, rule_world_expert, rule_heads, rule_gdn_heads, rule_experts, rule_ffn, rule_deepseek_v4,
-         rule_vpp, rule_layers, rule_seq_len, rule_tp_span, rule_ep_span, rule_launcher_rule, rule_sequence_parallel,
-         rule_gdn_cp, rule_vocab, rule_mtp, rule_inherited)
+RULES = (
+    rule_world_dense,
+    rule_world_expert,
+    rule_heads,
+    rule_gdn_heads,
+    rule_experts,
+    rule_ffn,
+    rule_deepseek_v4,
+    rule_vpp,
+    rule_layers,
+    rule_seq_len,
+    rule_tp_span,
+    rule_ep_span,
+    rule_launcher_rule,
+    rule_sequence_parallel,
+    rule_gdn_cp,
+    rule_vocab,
+    rule_mtp,
+    rule_inherited,
+)
 """Every mesh rule, in the order findings are reported."""
 
 

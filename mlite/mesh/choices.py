@@ -59,13 +59,34 @@ def planner_rows(meshes) -> list[dict]:
     for i, m in enumerate(meshes, 1):
         plan, p = m.plan, m.plan.parallel
         auto = plan.layout_source == "auto"
-        rows.append({
-            "rank": i, "key": mesh_key(p), "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep,
-            "etp": p.etp_size, "dp": plan.dp, "edp": plan.edp, "score": m.score,
-            "stages": "uneven" if auto else "even", "layout": plan.layout, "warnings": len(plan.warnings),
-            "warning_text": "\n".join(f.message for f in plan.warnings),
-            "cfg": ParallelConfig(tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, etp=p.etp_size,
-                                  pp_layout=plan.layout if auto else None)})
+        rows.append(
+            {
+                "rank": i,
+                "key": mesh_key(p),
+                "tp": p.tp,
+                "pp": p.pp,
+                "vpp": p.vpp,
+                "cp": p.cp,
+                "ep": p.ep,
+                "etp": p.etp_size,
+                "dp": plan.dp,
+                "edp": plan.edp,
+                "score": m.score,
+                "stages": "uneven" if auto else "even",
+                "layout": plan.layout,
+                "warnings": len(plan.warnings),
+                "warning_text": "\n".join(f.message for f in plan.warnings),
+                "cfg": ParallelConfig(
+                    tp=p.tp,
+                    pp=p.pp,
+                    vpp=p.vpp,
+                    cp=p.cp,
+                    ep=p.ep,
+                    etp=p.etp_size,
+                    pp_layout=plan.layout if auto else None,
+                ),
+            }
+        )
     return rows
 
 

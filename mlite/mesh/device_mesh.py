@@ -38,8 +38,10 @@ def build_device_mesh(parallel: ParallelConfig, world_size: int, device_type: st
 
     p = parallel
     if world_size % (p.tp * p.cp * p.pp) or world_size % (p.etp_size * p.ep * p.pp):
-        raise MliteError(f"world size {world_size} is not divisible by TP*CP*PP = {p.tp * p.cp * p.pp} and "
-                         f"ETP*EP*PP = {p.etp_size * p.ep * p.pp}")
+        raise MliteError(
+            f"world size {world_size} is not divisible by TP*CP*PP = {p.tp * p.cp * p.pp} and "
+            f"ETP*EP*PP = {p.etp_size * p.ep * p.pp}"
+        )
     dp = world_size // (p.tp * p.cp * p.pp)
     edp = world_size // (p.etp_size * p.ep * p.pp)
     dense = init_device_mesh(device_type, (p.pp, dp, p.cp, p.tp), mesh_dim_names=("pp", "dp", "cp", "tp"))

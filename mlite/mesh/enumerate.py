@@ -54,8 +54,15 @@ def mesh_score(plan: MeshPlan, num_microbatches: int = 8) -> float:
     epx = p.ep * p.etp_size
     ep_span = epx > 1 and (epx > gpn or gpn % epx != 0)
     bubble = (p.pp - 1) / (p.vpp * num_microbatches + p.pp - 1) if p.pp > 1 else 0.0
-    return (100 * tp_span + 30 * ep_span + 50 * bubble + 4 * math.log2(p.cp) + 2 * math.log2(p.tp)
-            + math.log2(p.etp_size) + 0.5 * (plan.layout_source == "auto"))
+    return (
+        100 * tp_span
+        + 30 * ep_span
+        + 50 * bubble
+        + 4 * math.log2(p.cp)
+        + 2 * math.log2(p.tp)
+        + math.log2(p.etp_size)
+        + 0.5 * (plan.layout_source == "auto")
+    )
 
 
 def candidate_configs(spec, ngpu: int, *, seq_len: int = DEFAULT_SEQ_LEN, max_vpp: int = 8):
@@ -78,10 +85,10 @@ def candidate_configs(spec, ngpu: int, *, seq_len: int = DEFAULT_SEQ_LEN, max_vp
             for cp in divisors(ngpu // (pp * tp)):
                 if cp > 1 and seq_len % (2 * cp):
                     continue
-                for ep in (divisors(ngpu // pp) if E else [1]):
+                for ep in divisors(ngpu // pp) if E else [1]:
                     if E and E % ep:
                         continue
-                    for etp in (divisors(ngpu // (pp * ep)) if E else [1]):
+                    for etp in divisors(ngpu // (pp * ep)) if E else [1]:
                         if E and moe_ffn % etp:
                             continue
                         if v4 and etp > 1:

@@ -67,8 +67,10 @@ def parse_layout(text: str, num_layers: int, num_mtp: int) -> list[Stage]:
         items: list[str] = []
         for tok in tokens:
             if not _TOKEN_RUN.fullmatch(tok):
-                raise MliteError(f"pp_layout: cannot read '{tok}' in stage {i} ('{raw}'); "
-                                 "use E, t, m, L with optional *N, separated by ',' and stages by '|'")
+                raise MliteError(
+                    f"pp_layout: cannot read '{tok}' in stage {i} ('{raw}'); "
+                    "use E, t, m, L with optional *N, separated by ',' and stages by '|'"
+                )
             for kind, count in _TOKEN.findall(tok):
                 items.extend(kind * int(count or 1))
         emb = "E" in items
@@ -104,9 +106,16 @@ def even_layout_uncached(num_layers: int, num_mtp: int, num_stages: int) -> tupl
     if num_layers % num_stages:
         return None
     per = num_layers // num_stages
-    return tuple(Stage(i, i == 0, tuple(range(i * per, (i + 1) * per)),
-                  tuple(range(num_mtp)) if i == num_stages - 1 else (), i == num_stages - 1)
-                 for i in range(num_stages))
+    return tuple(
+        Stage(
+            i,
+            i == 0,
+            tuple(range(i * per, (i + 1) * per)),
+            tuple(range(num_mtp)) if i == num_stages - 1 else (),
+            i == num_stages - 1,
+        )
+        for i in range(num_stages)
+    )
 
 
 def auto_layout(num_layers: int, num_mtp: int, num_stages: int) -> list[Stage] | None:

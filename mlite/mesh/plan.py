@@ -86,21 +86,45 @@ class MeshPlan:
             "valid": self.valid,
             "errors": [f.message for f in self.errors],
             "warnings": [f.message for f in self.warnings],
-            "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep, "etp": p.etp_size,
-            "dp": self.dp, "edp": self.edp,
+            "tp": p.tp,
+            "pp": p.pp,
+            "vpp": p.vpp,
+            "cp": p.cp,
+            "ep": p.ep,
+            "etp": p.etp_size,
+            "dp": self.dp,
+            "edp": self.edp,
             "ngpu": self.ngpu,
             "info": [f.message for f in self.infos],
             "padded_vocab": self.padded_vocab,
             "pp_layout": self.layout,
             "layout_source": self.layout_source,
-            "rules": [{"rule": f.rule, "level": f.level, "field": f.field, "nearest": list(f.nearest),
-                       "fixes": [dict(x) for x in f.fixes], "message": f.message} for f in self.findings],
+            "rules": [
+                {
+                    "rule": f.rule,
+                    "level": f.level,
+                    "field": f.field,
+                    "nearest": list(f.nearest),
+                    "fixes": [dict(x) for x in f.fixes],
+                    "message": f.message,
+                }
+                for f in self.findings
+            ],
         }
 
 
-def resolve(spec, ngpu: int, parallel: ParallelConfig | None = None, *, seq_len: int = DEFAULT_SEQ_LEN,
-            gpus_per_node: int = DEFAULT_GPUS_PER_NODE, auto_uneven: bool = False, inherited: dict | None = None,
-            train_mtp: bool | None = None, rules=RULES) -> MeshPlan:
+def resolve(
+    spec,
+    ngpu: int,
+    parallel: ParallelConfig | None = None,
+    *,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    auto_uneven: bool = False,
+    inherited: dict | None = None,
+    train_mtp: bool | None = None,
+    rules=RULES,
+) -> MeshPlan:
     """Resolve and validate ``parallel`` for ``spec`` on ``ngpu`` GPUs. Never raises for an invalid mesh:
     the plan carries the findings of every rule of :data:`mlite.mesh.checks.RULES`. ``auto_uneven`` lets the planner
     choose an uneven layout when layers do not split evenly (reported as a warning) instead of failing the layers
@@ -111,10 +135,27 @@ def resolve(spec, ngpu: int, parallel: ParallelConfig | None = None, *, seq_len:
         raise MliteError(f"--ngpu must be a positive integer, got {ngpu!r}")
     if seq_len < 1 or gpus_per_node < 1:
         raise MliteError("--seq-len and --gpus-per-node must be positive")
-    ctx = MeshContext(spec=spec, ngpu=ngpu, parallel=p, seq_len=seq_len, gpus_per_node=gpus_per_node,
-                      auto_uneven=auto_uneven, inherited=dict(inherited or {}), train_mtp=train_mtp)
+    ctx = MeshContext(
+        spec=spec,
+        ngpu=ngpu,
+        parallel=p,
+        seq_len=seq_len,
+        gpus_per_node=gpus_per_node,
+        auto_uneven=auto_uneven,
+        inherited=dict(inherited or {}),
+        train_mtp=train_mtp,
+    )
     findings = run_rules(ctx, rules)
     stages, source, _ = ctx.layout
-    return MeshPlan(parallel=p, ngpu=ngpu, dp=ctx.dp, edp=ctx.edp, gpus_per_node=gpus_per_node, seq_len=seq_len,
-                    padded_vocab=pad_vocab(spec.vocab_size, p.tp), stages=list(stages), layout_source=source,
-                    findings=findings)
+    return MeshPlan(
+        parallel=p,
+        ngpu=ngpu,
+        dp=ctx.dp,
+        edp=ctx.edp,
+        gpus_per_node=gpus_per_node,
+        seq_len=seq_len,
+        padded_vocab=pad_vocab(spec.vocab_size, p.tp),
+        stages=list(stages),
+        layout_source=source,
+        findings=findings,
+    )

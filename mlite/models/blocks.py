@@ -109,8 +109,15 @@ def dsa_indexer(inv: Inventory, h: int, q_lora_rank: int, index_heads: int, inde
 
 
 def gated_deltanet(
-    inv: Inventory, h: int, key_heads: int, value_heads: int, key_dim: int, value_dim: int, conv_kernel: int,
-    *, fused_names: bool = True,
+    inv: Inventory,
+    h: int,
+    key_heads: int,
+    value_heads: int,
+    key_dim: int,
+    value_dim: int,
+    conv_kernel: int,
+    *,
+    fused_names: bool = True,
 ) -> None:
     """Gated DeltaNet linear attention (Qwen3-Next ``in_proj_qkvz/ba``; Qwen3.5 split projections)."""
     c = "linear_attention"

@@ -102,15 +102,31 @@ def dense_family(model_type: str) -> Callable[[Fields], dict]:
         layers = []
         for i in range(c["num_layers"]):
             inv = Inventory()
-            gqa_attention(inv, h, c["num_attention_heads"], c["num_key_value_heads"], hd,
-                          qkv_bias=qkv_bias, o_bias=o_bias, qk_norm=qk_norm)
+            gqa_attention(
+                inv,
+                h,
+                c["num_attention_heads"],
+                c["num_key_value_heads"],
+                hd,
+                qkv_bias=qkv_bias,
+                o_bias=o_bias,
+                qk_norm=qk_norm,
+            )
             swiglu_mlp(inv, "mlp", h, ffn, "dense_mlp", bias=mlp_bias)
             layer_norms(inv, h)
             layers.append(_layer(i, "full", "dense", inv))
         tie = f.bool("tie_word_embeddings", False)
         pre, post = _pre_post(f, h, c["vocab_size"], tie)
-        return dict(c, head_dim=hd, v_head_dim=hd, ffn_hidden_size=ffn, tie_word_embeddings=tie,
-                    layers=layers, pre=pre, post=post)
+        return dict(
+            c,
+            head_dim=hd,
+            v_head_dim=hd,
+            ffn_hidden_size=ffn,
+            tie_word_embeddings=tie,
+            layers=layers,
+            pre=pre,
+            post=post,
+        )
 
     return build
 
@@ -131,8 +147,9 @@ def qwen3_moe(f: Fields) -> dict:
     layers = []
     for i in range(c["num_layers"]):
         inv = Inventory()
-        gqa_attention(inv, h, c["num_attention_heads"], c["num_key_value_heads"], hd,
-                      qkv_bias=bias, o_bias=bias, qk_norm=True)
+        gqa_attention(
+            inv, h, c["num_attention_heads"], c["num_key_value_heads"], hd, qkv_bias=bias, o_bias=bias, qk_norm=True
+        )
         if _qwen_is_moe(f, i, E):
             moe_block(inv, h, E, moe_ffn)
             mlp = "moe"
@@ -143,9 +160,19 @@ def qwen3_moe(f: Fields) -> dict:
         layers.append(_layer(i, "full", mlp, inv))
     tie = f.bool("tie_word_embeddings", False)
     pre, post = _pre_post(f, h, c["vocab_size"], tie)
-    return dict(c, head_dim=hd, v_head_dim=hd, ffn_hidden_size=ffn if any(layer.mlp == "dense" for layer in layers) else 0,
-                moe_ffn_hidden_size=moe_ffn, num_experts=E, moe_router_topk=k, tie_word_embeddings=tie,
-                layers=layers, pre=pre, post=post)
+    return dict(
+        c,
+        head_dim=hd,
+        v_head_dim=hd,
+        ffn_hidden_size=ffn if any(layer.mlp == "dense" for layer in layers) else 0,
+        moe_ffn_hidden_size=moe_ffn,
+        num_experts=E,
+        moe_router_topk=k,
+        tie_word_embeddings=tie,
+        layers=layers,
+        pre=pre,
+        post=post,
+    )
 
 
 def mixtral(f: Fields) -> dict:
@@ -161,8 +188,19 @@ def mixtral(f: Fields) -> dict:
         layers.append(_layer(i, "full", "moe", inv))
     tie = f.bool("tie_word_embeddings", False)
     pre, post = _pre_post(f, h, c["vocab_size"], tie)
-    return dict(c, head_dim=hd, v_head_dim=hd, ffn_hidden_size=0, moe_ffn_hidden_size=ffn, num_experts=E,
-                moe_router_topk=k, tie_word_embeddings=tie, layers=layers, pre=pre, post=post)
+    return dict(
+        c,
+        head_dim=hd,
+        v_head_dim=hd,
+        ffn_hidden_size=0,
+        moe_ffn_hidden_size=ffn,
+        num_experts=E,
+        moe_router_topk=k,
+        tie_word_embeddings=tie,
+        layers=layers,
+        pre=pre,
+        post=post,
+    )
 
 
 # ---------------------------------------------------------------------- hybrid Gated DeltaNet
@@ -188,8 +226,17 @@ def _hybrid(f: Fields, fused_names: bool, default_mtp: int, mtp_key: str | None)
     bias = f.bool("attention_bias", False)
 
     def full_attention(inv):
-        gqa_attention(inv, h, c["num_attention_heads"], c["num_key_value_heads"], hd,
-                      qkv_bias=bias, o_bias=bias, qk_norm=True, output_gate=True)
+        gqa_attention(
+            inv,
+            h,
+            c["num_attention_heads"],
+            c["num_key_value_heads"],
+            hd,
+            qkv_bias=bias,
+            o_bias=bias,
+            qk_norm=True,
+            output_gate=True,
+        )
 
     def mlp(inv, i) -> str:
         if _qwen_is_moe(f, i, E):
@@ -224,17 +271,33 @@ def _hybrid(f: Fields, fused_names: bool, default_mtp: int, mtp_key: str | None)
     tie = f.bool("tie_word_embeddings", False)
     pre, post = _pre_post(f, h, c["vocab_size"], tie)
     dense_ffn = f.int("intermediate_size", 0, min_value=0) if any(layer.mlp == "dense" for layer in layers) else 0
-    return dict(c, head_dim=hd, v_head_dim=hd, ffn_hidden_size=dense_ffn, moe_ffn_hidden_size=moe_ffn,
-                num_experts=E, moe_router_topk=k, shared_expert_ffn_hidden_size=shared, tie_word_embeddings=tie,
-                linear_num_key_heads=gdn["key_heads"], linear_num_value_heads=gdn["value_heads"],
-                linear_key_head_dim=gdn["key_dim"], linear_value_head_dim=gdn["value_dim"],
-                linear_conv_kernel_dim=gdn["conv_kernel"], layers=layers, pre=pre, post=post)
+    return dict(
+        c,
+        head_dim=hd,
+        v_head_dim=hd,
+        ffn_hidden_size=dense_ffn,
+        moe_ffn_hidden_size=moe_ffn,
+        num_experts=E,
+        moe_router_topk=k,
+        shared_expert_ffn_hidden_size=shared,
+        tie_word_embeddings=tie,
+        linear_num_key_heads=gdn["key_heads"],
+        linear_num_value_heads=gdn["value_heads"],
+        linear_key_head_dim=gdn["key_dim"],
+        linear_value_head_dim=gdn["value_dim"],
+        linear_conv_kernel_dim=gdn["conv_kernel"],
+        layers=layers,
+        pre=pre,
+        post=post,
+    )
 
 
 def qwen3_next(f: Fields) -> dict:
     # Qwen3-Next checkpoints carry one MTP layer (mtp.*) although config.json has no field for it.
     out = _hybrid(f, fused_names=True, default_mtp=f.int("num_nextn_predict_layers", 1, min_value=0), mtp_key=None)
-    out["notes"] = ["Qwen3-Next: one MTP layer assumed (the released checkpoints carry mtp.*; config.json has no field)"]
+    out["notes"] = [
+        "Qwen3-Next: one MTP layer assumed (the released checkpoints carry mtp.*; config.json has no field)"
+    ]
     return out
 
 
@@ -269,8 +332,17 @@ def _mla_family(f: Fields, *, dsa: bool, moe_rule: Callable[[int], bool]) -> dic
     expert_bias = f.cfg.get("topk_method", "noaux_tc") == "noaux_tc"
 
     def attention(inv):
-        mla_attention(inv, h, c["num_attention_heads"], m["q_lora_rank"], m["kv_lora_rank"], m["qk_nope"],
-                      m["qk_rope"], m["v_head_dim"], bias=bias)
+        mla_attention(
+            inv,
+            h,
+            c["num_attention_heads"],
+            m["q_lora_rank"],
+            m["kv_lora_rank"],
+            m["qk_nope"],
+            m["qk_rope"],
+            m["v_head_dim"],
+            bias=bias,
+        )
         if dsa:
             dsa_indexer(inv, h, m["q_lora_rank"] or h, f.int("index_n_heads"), f.int("index_head_dim"))
         return "dsa" if dsa else "mla"
@@ -300,12 +372,24 @@ def _mla_family(f: Fields, *, dsa: bool, moe_rule: Callable[[int], bool]) -> dic
     pre, post = _pre_post(f, h, c["vocab_size"], tie)
     n_shared = f.int("n_shared_experts", 0, min_value=0)
     moe_ffn = f.int("moe_intermediate_size", 0, min_value=0)
-    return dict(c, num_key_value_heads=c["num_attention_heads"], head_dim=m["qk_nope"] + m["qk_rope"],
-                v_head_dim=m["v_head_dim"], ffn_hidden_size=ffn if any(layer.mlp == "dense" for layer in layers) else 0,
-                moe_ffn_hidden_size=moe_ffn, num_experts=E, moe_router_topk=f.int("num_experts_per_tok", 0, min_value=0),
-                shared_expert_ffn_hidden_size=n_shared * moe_ffn, tie_word_embeddings=tie,
-                q_lora_rank=m["q_lora_rank"], kv_lora_rank=m["kv_lora_rank"], qk_pos_emb_head_dim=m["qk_rope"],
-                layers=layers, pre=pre, post=post)
+    return dict(
+        c,
+        num_key_value_heads=c["num_attention_heads"],
+        head_dim=m["qk_nope"] + m["qk_rope"],
+        v_head_dim=m["v_head_dim"],
+        ffn_hidden_size=ffn if any(layer.mlp == "dense" for layer in layers) else 0,
+        moe_ffn_hidden_size=moe_ffn,
+        num_experts=E,
+        moe_router_topk=f.int("num_experts_per_tok", 0, min_value=0),
+        shared_expert_ffn_hidden_size=n_shared * moe_ffn,
+        tie_word_embeddings=tie,
+        q_lora_rank=m["q_lora_rank"],
+        kv_lora_rank=m["kv_lora_rank"],
+        qk_pos_emb_head_dim=m["qk_rope"],
+        layers=layers,
+        pre=pre,
+        post=post,
+    )
 
 
 def deepseek_v3(f: Fields) -> dict:
@@ -359,14 +443,28 @@ def glm4_moe(f: Fields) -> dict:
     tie = f.bool("tie_word_embeddings", False)
     pre, post = _pre_post(f, h, c["vocab_size"], tie)
     n_shared, moe_ffn = f.int("n_shared_experts", 0, min_value=0), f.int("moe_intermediate_size")
-    return dict(c, head_dim=hd, v_head_dim=hd, ffn_hidden_size=ffn, moe_ffn_hidden_size=moe_ffn,
-                num_experts=f.int("n_routed_experts"), moe_router_topk=f.int("num_experts_per_tok"),
-                shared_expert_ffn_hidden_size=n_shared * moe_ffn, tie_word_embeddings=tie,
-                layers=layers, pre=pre, post=post)
+    return dict(
+        c,
+        head_dim=hd,
+        v_head_dim=hd,
+        ffn_hidden_size=ffn,
+        moe_ffn_hidden_size=moe_ffn,
+        num_experts=f.int("n_routed_experts"),
+        moe_router_topk=f.int("num_experts_per_tok"),
+        shared_expert_ffn_hidden_size=n_shared * moe_ffn,
+        tie_word_embeddings=tie,
+        layers=layers,
+        pre=pre,
+        post=post,
+    )
 
 
 # ---------------------------------------------------------------------- DeepSeek-V4
-_V4_ATTENTION = {"sliding_attention": "swa", "compressed_sparse_attention": "csa", "heavily_compressed_attention": "hca"}
+_V4_ATTENTION = {
+    "sliding_attention": "swa",
+    "compressed_sparse_attention": "csa",
+    "heavily_compressed_attention": "hca",
+}
 
 
 def deepseek_v4(f: Fields) -> dict:
@@ -385,13 +483,17 @@ def deepseek_v4(f: Fields) -> dict:
     if f.has("layer_types"):
         types = f.list("layer_types", length=L, allowed=set(_V4_ATTENTION))[:L]
     elif f.has("compress_ratios"):
-        by_ratio = {0: "sliding_attention", rates["compressed_sparse_attention"]: "compressed_sparse_attention",
-                    rates["heavily_compressed_attention"]: "heavily_compressed_attention"}
+        by_ratio = {
+            0: "sliding_attention",
+            rates["compressed_sparse_attention"]: "compressed_sparse_attention",
+            rates["heavily_compressed_attention"]: "heavily_compressed_attention",
+        }
         ratios = f.list("compress_ratios", length=L, allowed=set(by_ratio))
         types = [by_ratio[r] for r in ratios[:L]]
     else:
         types = ["heavily_compressed_attention"] * min(L, 2) + [
-            "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention" for i in range(max(L - 2, 0))]
+            "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention" for i in range(max(L - 2, 0))
+        ]
     if f.has("mlp_layer_types"):
         mlp_types = f.list("mlp_layer_types", length=L, allowed={"hash_moe", "moe"})[:L]
     else:
@@ -460,14 +562,30 @@ def deepseek_v4(f: Fields) -> dict:
         hc_head(inv, "hc_head.")
         layers.append(_layer(L + j, _V4_ATTENTION[types[-1]], "moe", inv, mtp=True))
     if n_mtp:
-        notes.append("DeepSeek-V4: MTP layer structure is not published in transformers; counted as e_proj + h_proj "
-                     "+ enorm/hnorm + one block of the last layer's kind + norm + hc head (an estimate)")
+        notes.append(
+            "DeepSeek-V4: MTP layer structure is not published in transformers; counted as e_proj + h_proj "
+            "+ enorm/hnorm + one block of the last layer's kind + norm + hc head (an estimate)"
+        )
     tie = f.bool("tie_word_embeddings", False)
     pre, post = _pre_post(f, h, c["vocab_size"], tie, extra_post=hc_head)
-    return dict(c, num_key_value_heads=1, head_dim=hd, v_head_dim=hd, ffn_hidden_size=0, moe_ffn_hidden_size=moe_ffn,
-                num_experts=E, moe_router_topk=f.int("num_experts_per_tok"),
-                shared_expert_ffn_hidden_size=n_shared * moe_ffn, tie_word_embeddings=tie, q_lora_rank=q_lora,
-                hc_mult=hc, layers=layers, pre=pre, post=post, notes=notes)
+    return dict(
+        c,
+        num_key_value_heads=1,
+        head_dim=hd,
+        v_head_dim=hd,
+        ffn_hidden_size=0,
+        moe_ffn_hidden_size=moe_ffn,
+        num_experts=E,
+        moe_router_topk=f.int("num_experts_per_tok"),
+        shared_expert_ffn_hidden_size=n_shared * moe_ffn,
+        tie_word_embeddings=tie,
+        q_lora_rank=q_lora,
+        hc_mult=hc,
+        layers=layers,
+        pre=pre,
+        post=post,
+        notes=notes,
+    )
 
 
 NATIVE: dict[str, Callable[[Fields], dict]] = {

@@ -10,8 +10,16 @@ index_topk entries) plus a sliding window. Training = 3 x forward (backward is t
 
 from __future__ import annotations
 
-_MATRIX_COMPONENTS = ("attention", "linear_attention", "dense_mlp", "routed_experts", "shared_experts", "lm_head",
-                      "hyper_connections", "other")
+_MATRIX_COMPONENTS = (
+    "attention",
+    "linear_attention",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "lm_head",
+    "hyper_connections",
+    "other",
+)
 
 
 def _attention_flops(spec, layer, seq_len: int, causal: bool) -> float:
@@ -23,8 +31,14 @@ def _attention_flops(spec, layer, seq_len: int, causal: bool) -> float:
         return 2 * nv * (2 * dk * dv + 64 * (dk + dv))
     cfg = spec.config
     window = cfg.get("sliding_window", 128)
-    rates = {"csa": 4, "hca": 128, **{ {"compressed_sparse_attention": "csa",
-             "heavily_compressed_attention": "hca"}[k]: v for k, v in (cfg.get("compress_rates") or {}).items()}}
+    rates = {
+        "csa": 4,
+        "hca": 128,
+        **{
+            {"compressed_sparse_attention": "csa", "heavily_compressed_attention": "hca"}[k]: v
+            for k, v in (cfg.get("compress_rates") or {}).items()
+        },
+    }
     entries = min(ctx, window)
     if layer.attention == "csa":
         entries += min(ctx / rates["csa"], cfg.get("index_topk", 512))

@@ -101,19 +101,21 @@ def spec_from_meta(config: dict, *, name: str, model_type: str, where: str) -> M
             seen_layers = True
             idx = int(m.group(1))
             inv = per_layer.setdefault(idx, Inventory())
-            inv.add(n[m.end():], numel, comp, par)
+            inv.add(n[m.end() :], numel, comp, par)
         else:
             (post if seen_layers else pre).add(n, numel, comp, par)
     layers = []
     for idx in sorted(per_layer):
         comps = {g.component for g in per_layer[idx].groups}
-        layers.append(LayerSpec(
-            index=idx,
-            attention="linear" if "linear_attention" in comps and "attention" not in comps else "full",
-            mlp="moe" if "routed_experts" in comps else "dense",
-            mtp=False,
-            groups=tuple(per_layer[idx].groups),
-        ))
+        layers.append(
+            LayerSpec(
+                index=idx,
+                attention="linear" if "linear_attention" in comps and "attention" not in comps else "full",
+                mlp="moe" if "routed_experts" in comps else "dense",
+                mtp=False,
+                groups=tuple(per_layer[idx].groups),
+            )
+        )
 
     def attr(*names, default=0):
         for nm in names:
@@ -127,17 +129,29 @@ def spec_from_meta(config: dict, *, name: str, model_type: str, where: str) -> M
     head_dim = attr("head_dim", default=(h // heads if heads else 0))
     cls = type(model).__name__
     return ModelSpec(
-        name=name, model_type=model_type, architecture=model_type, source="transformers-meta",
-        hidden_size=h, vocab_size=attr("vocab_size"), num_layers=len(layers) or attr("num_hidden_layers"),
-        num_attention_heads=heads, num_key_value_heads=attr("num_key_value_heads", default=heads),
-        head_dim=head_dim, v_head_dim=head_dim, ffn_hidden_size=attr("intermediate_size", "ffn_dim", "n_inner"),
+        name=name,
+        model_type=model_type,
+        architecture=model_type,
+        source="transformers-meta",
+        hidden_size=h,
+        vocab_size=attr("vocab_size"),
+        num_layers=len(layers) or attr("num_hidden_layers"),
+        num_attention_heads=heads,
+        num_key_value_heads=attr("num_key_value_heads", default=heads),
+        head_dim=head_dim,
+        v_head_dim=head_dim,
+        ffn_hidden_size=attr("intermediate_size", "ffn_dim", "n_inner"),
         moe_ffn_hidden_size=attr("moe_intermediate_size"),
         num_experts=attr("num_experts", "n_routed_experts", "num_local_experts"),
         moe_router_topk=attr("num_experts_per_tok", "moe_topk", "top_k"),
         tie_word_embeddings=bool(getattr(hf_cfg, "tie_word_embeddings", False)),
         max_position_embeddings=attr("max_position_embeddings"),
-        pre=tuple(pre.groups), post=tuple(post.groups), layers=tuple(layers),
-        notes=(f"parameter inventory built from transformers' {cls} on the meta device; "
-               "components classified by parameter name, MTP layers (if any) not included",),
+        pre=tuple(pre.groups),
+        post=tuple(post.groups),
+        layers=tuple(layers),
+        notes=(
+            f"parameter inventory built from transformers' {cls} on the meta device; "
+            "components classified by parameter name, MTP layers (if any) not included",
+        ),
         config=config,
     )

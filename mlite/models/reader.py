@@ -31,8 +31,10 @@ def from_hf_config(ref: str | Path | dict, *, name: str | None = None) -> ModelS
     model_type = cfg.get("model_type")
     supported = ", ".join(SUPPORTED_MODEL_TYPES)
     if not isinstance(model_type, str) or not model_type:
-        raise ConfigError(f"{where}: field 'model_type' is missing; supported: {supported} "
-                          "(or any type the installed transformers ships)")
+        raise ConfigError(
+            f"{where}: field 'model_type' is missing; supported: {supported} "
+            "(or any type the installed transformers ships)"
+        )
     text, vision = _split_text(cfg)
     arch: str | None = ALIASES.get(model_type, model_type)
     if arch not in NATIVE and text is not cfg:
@@ -48,9 +50,17 @@ def from_hf_config(ref: str | Path | dict, *, name: str | None = None) -> ModelS
                 vision_params = qwen3_5_vision_params(Fields(vision, where + ":vision_config", model_type))
             else:
                 notes.append("vision tower present but not counted (excluded from total by convention)")
-        return build_native(arch, Fields(text, where, model_type), name=name or nm, model_type=model_type,
-                            vision_params=vision_params, notes=notes)
+        return build_native(
+            arch,
+            Fields(text, where, model_type),
+            name=name or nm,
+            model_type=model_type,
+            vision_params=vision_params,
+            notes=notes,
+        )
     if transformers_knows(model_type):
         return spec_from_meta(cfg, name=name or nm, model_type=model_type, where=where)
-    raise ConfigError(f"{where}: unknown model_type '{model_type}'; supported: {supported} "
-                      "(or any type the installed transformers ships)")
+    raise ConfigError(
+        f"{where}: unknown model_type '{model_type}'; supported: {supported} "
+        "(or any type the installed transformers ships)"
+    )

@@ -60,8 +60,7 @@ def _choose_layers(kinds: list[tuple[str, str]], n: int) -> list[int]:
     return sorted(picked + rest[: n - len(picked)])
 
 
-def shrink_config(ref, *, layers: int | None = None, experts: int | None = None,
-                  vocab: int | None = None) -> Shrunk:
+def shrink_config(ref, *, layers: int | None = None, experts: int | None = None, vocab: int | None = None) -> Shrunk:
     """Cut ``ref`` (a catalog name, a path or a config dict) to ``layers`` / ``experts`` / ``vocab``."""
     name, raw = load_config(ref)
     spec = from_hf_config(raw, name=name)
@@ -93,8 +92,11 @@ def shrink_config(ref, *, layers: int | None = None, experts: int | None = None,
                 t[key] = [val[i] for i in src]
             elif n_mtp and len(val) == n_old + n_mtp:  # per-layer lists that also cover the MTP layers
                 t[key] = [val[i] for i in src] + val[n_old:]
-        if "full_attention_interval" in t and "layer_types" not in t and spec.architecture in ("qwen3_next",
-                                                                                              "qwen3_5_moe"):
+        if (
+            "full_attention_interval" in t
+            and "layer_types" not in t
+            and spec.architecture in ("qwen3_next", "qwen3_5_moe")
+        ):
             t["layer_types"] = ["linear_attention" if kinds[i][0] == "gdn" else "full_attention" for i in src]
             changes.append("layer_types written out (the interval rule would not give the chosen pattern)")
         if isinstance(t.get("mlp_only_layers"), list) and t["mlp_only_layers"]:
@@ -151,8 +153,9 @@ def shrink_config(ref, *, layers: int | None = None, experts: int | None = None,
                         d[k] = None
                         changes.append(f"{k} dropped (outside the new vocabulary)")
     from_hf_config(cfg, name=f"{name}-cut")  # the cut config must still read as the same family
-    return Shrunk(config=cfg, source_layers=tuple(src), changes=changes,
-                  num_experts=kept_experts if spec.is_moe else None)
+    return Shrunk(
+        config=cfg, source_layers=tuple(src), changes=changes, num_experts=kept_experts if spec.is_moe else None
+    )
 
 
 __all__ = ["Shrunk", "shrink_config"]

@@ -5,5 +5,17 @@ from .cli import add_flags, command_args, values_from_args
 from .schema import ByMode, Codec, Key, NotExpressible, Option
 from .table import EXPORT, NOT_OPTIONS, RUN, TRAINING
 
-__all__ = ["EXPORT", "NOT_OPTIONS", "RUN", "TRAINING", "ByMode", "Codec", "Key", "NotExpressible", "Option", "add_flags",
-           "command_args", "values_from_args"]
+__all__ = [
+    "EXPORT",
+    "NOT_OPTIONS",
+    "RUN",
+    "TRAINING",
+    "ByMode",
+    "Codec",
+    "Key",
+    "NotExpressible",
+    "Option",
+    "add_flags",
+    "command_args",
+    "values_from_args",
+]

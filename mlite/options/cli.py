@@ -97,8 +97,10 @@ def command_args(values, rows, *, skip_groups=(), exclude=()) -> list[str]:
         r, v = same[0], values[same[0].field]
         for other in same[1:]:
             if values[other.field] != v:
-                raise MliteError(f"{other.field}={values[other.field]!r} differs from {r.field}={v!r}: {flag} sets "
-                                 "both, the command line cannot say this")
+                raise MliteError(
+                    f"{other.field}={values[other.field]!r} differs from {r.field}={v!r}: {flag} sets "
+                    "both, the command line cannot say this"
+                )
         if not r.required and v == r.default:
             continue
         if r.cli in ("switch", "negate"):

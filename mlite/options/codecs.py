@@ -66,8 +66,7 @@ def _recompute_view(o, allowed=None):
     if allowed is not None:
         for m in mods:
             if m not in allowed:
-                notes.append(f"recompute module '{m}' has no Megatron-Core counterpart ({', '.join(allowed)}); "
-                             "dropped")
+                notes.append(f"recompute module '{m}' has no Megatron-Core counterpart ({', '.join(allowed)}); dropped")
         mods = tuple(m for m in mods if m in allowed)
     rec, rest = split_recompute(recompute_list({"recompute": o["recompute"], "recompute_modules": mods}))
     return {"recompute": rec, "recompute_modules": rest}, notes
@@ -117,8 +116,10 @@ def _fraction(v, key, warn):
 
 def _mlite_offload_view(o, ctx):
     if o["optimizer_offload"] and not o["offload_fraction"]:
-        note = ("optimizer_offload=True without offload_fraction: verl's mlite engine then offloads the whole "
-                "optimizer state (offload_fraction 1.0)")
+        note = (
+            "optimizer_offload=True without offload_fraction: verl's mlite engine then offloads the whole "
+            "optimizer state (offload_fraction 1.0)"
+        )
         return {"offload_fraction": 1.0}, [note]
     return {}, []
 
@@ -191,8 +192,9 @@ def _grads_write(o, ctx, k):
 
 def _grads_read(get, o, ctx, k, warn):
     dtype, fp32_reduce = get(k[0]), get(k[1])
-    if fp32_reduce is False or (fp32_reduce is None and o.get("use_precision_aware_optimizer")
-                                and str(dtype) in ("bf16", "bfloat16")):
+    if fp32_reduce is False or (
+        fp32_reduce is None and o.get("use_precision_aware_optimizer") and str(dtype) in ("bf16", "bfloat16")
+    ):
         return {"main_grads_dtype": "bf16"}
     return {}
 
@@ -208,8 +210,11 @@ def _grpo_seq_read(get, o, ctx, k, warn):
 
 CODECS = {
     "mlite_recompute": (lambda o, ctx: _recompute_view(o), _mlite_recompute_write, _mlite_recompute_read),
-    "megatron_recompute": (lambda o, ctx: _recompute_view(o, MEGATRON_RECOMPUTE_MODULES), _megatron_recompute_write,
-                           _megatron_recompute_read),
+    "megatron_recompute": (
+        lambda o, ctx: _recompute_view(o, MEGATRON_RECOMPUTE_MODULES),
+        _megatron_recompute_write,
+        _megatron_recompute_read,
+    ),
     "mlite_offload_fraction": (_mlite_offload_view, _mlite_offload_write, _mlite_offload_read),
     "megatron_cpu_offload": (_none, _megatron_offload_write, _megatron_offload_read),
     "megatron_sequence_parallel": (_sp_view, _sp_write, _sp_read),

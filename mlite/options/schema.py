@@ -111,6 +111,7 @@ class Option:
     option (run options)."""
     megatron: object = None
     """Mapping for verl's Megatron backend target (``verl-megatron-grpo``; a Megatron SFT launcher when read)."""
+
     @property
     def dest(self) -> str:
         """The argparse destination of :attr:`flag` (``--micro-batch`` -> ``micro_batch``)."""

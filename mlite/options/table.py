@@ -54,8 +54,11 @@ RUN_PARAM_DTYPES = ("auto", "fp32", "bf16")
 """Parameter storage dtypes of a run (auto: bf16 on CUDA or with PAO, else fp32)."""
 
 # ---------------------------------------------------------------------------------------------- verl targets
-TARGETS = {"verl-mlite-sft": ("mlite", True), "verl-mlite-grpo": ("mlite", False),
-           "verl-megatron-grpo": ("megatron", False)}
+TARGETS = {
+    "verl-mlite-sft": ("mlite", True),
+    "verl-mlite-grpo": ("mlite", False),
+    "verl-megatron-grpo": ("megatron", False),
+}
 """Export target -> ``(backend, is_sft)``: which row mapping (``mlite`` / ``megatron``) and which :class:`ByMode`
 branch applies."""
 
@@ -65,23 +68,38 @@ LITE_ENGINE = "lite"
 LITE_SEARCHPATH = "pkg://mlite.verl_engine.conf"
 """Hydra search path holding ``engine/lite.yaml``."""
 
-ENGINE_SWITCH = {"verl-lite-sft": ("verl-mlite-sft", (("engine", "mlite", LITE_ENGINE),
-                                                       ("hydra.searchpath", "[pkg://verl_mlite.config]",
-                                                        f"[{LITE_SEARCHPATH}]")))}
+ENGINE_SWITCH = {
+    "verl-lite-sft": (
+        "verl-mlite-sft",
+        (("engine", "mlite", LITE_ENGINE), ("hydra.searchpath", "[pkg://verl_mlite.config]", f"[{LITE_SEARCHPATH}]")),
+    )
+}
 """Local export target -> ``(cluster target, ((key, cluster value, local value), ...))``: the only keys that differ
 between a ``verl-mlite-sft`` launcher and its local ``verl-lite-sft`` variant (every other key is the same)."""
 
 _ACTOR = "actor_rollout_ref.actor"
 ROOTS = {
     ("mlite", True): {"engine": "engine", "optim": "optim", "actor": _ACTOR, "megatron": "engine"},
-    ("mlite", False): {"engine": f"{_ACTOR}.engine", "optim": f"{_ACTOR}.optim", "actor": _ACTOR,
-                       "megatron": f"{_ACTOR}.megatron"},
+    ("mlite", False): {
+        "engine": f"{_ACTOR}.engine",
+        "optim": f"{_ACTOR}.optim",
+        "actor": _ACTOR,
+        "megatron": f"{_ACTOR}.megatron",
+    },
     ("megatron", True): {"engine": "engine", "optim": "optim", "actor": _ACTOR, "megatron": "engine"},
-    ("megatron", False): {"engine": f"{_ACTOR}.engine", "optim": f"{_ACTOR}.optim", "actor": _ACTOR,
-                          "megatron": f"{_ACTOR}.megatron"},
+    ("megatron", False): {
+        "engine": f"{_ACTOR}.engine",
+        "optim": f"{_ACTOR}.optim",
+        "actor": _ACTOR,
+        "megatron": f"{_ACTOR}.megatron",
+    },
     ("fsdp", True): {"engine": "engine", "optim": "optim", "actor": _ACTOR, "megatron": "engine"},
-    ("fsdp", False): {"engine": f"{_ACTOR}.fsdp_config", "optim": f"{_ACTOR}.optim", "actor": _ACTOR,
-                      "megatron": f"{_ACTOR}.megatron"},
+    ("fsdp", False): {
+        "engine": f"{_ACTOR}.fsdp_config",
+        "optim": f"{_ACTOR}.optim",
+        "actor": _ACTOR,
+        "megatron": f"{_ACTOR}.megatron",
+    },
 }
 """``(backend, is_sft)`` -> the values of the key templates' ``{engine}``, ``{optim}``, ``{actor}``, ``{megatron}``."""
 
@@ -90,113 +108,368 @@ _TC = "{megatron}.override_transformer_config"
 
 ESTIMATOR = NotExpressible("an assumption of the memory estimator, not a training setting", KEEP)
 """Estimator-only options: no launcher key on any target."""
-_MLITE_OPTIM = ("verl's mlite engine passes only offload_fraction, use_precision_aware_optimizer, "
-                "decoupled_weight_decay and adam_eps to the mlite optimizer")
-_BATCH = NotExpressible("verl sizes a step with data.train_batch_size and packs micro-batches by token budget "
-                        "(use_dynamic_bsz)", KEEP)
-_SEQ = ByMode(sft=Key("data.max_length", write="launcher", verl_default=1024),
-              grpo=Codec("grpo_seq_len", ("data.max_prompt_length", "data.max_response_length")))
-_MICRO = ByMode(sft=Key("data.micro_batch_size_per_gpu", write="launcher", verl_default=4),
-                grpo=Key("{actor}.ppo_micro_batch_size_per_gpu", write="launcher", verl_default=1))
+_MLITE_OPTIM = (
+    "verl's mlite engine passes only offload_fraction, use_precision_aware_optimizer, "
+    "decoupled_weight_decay and adam_eps to the mlite optimizer"
+)
+_BATCH = NotExpressible(
+    "verl sizes a step with data.train_batch_size and packs micro-batches by token budget (use_dynamic_bsz)", KEEP
+)
+_SEQ = ByMode(
+    sft=Key("data.max_length", write="launcher", verl_default=1024),
+    grpo=Codec("grpo_seq_len", ("data.max_prompt_length", "data.max_response_length")),
+)
+_MICRO = ByMode(
+    sft=Key("data.micro_batch_size_per_gpu", write="launcher", verl_default=4),
+    grpo=Key("{actor}.ppo_micro_batch_size_per_gpu", write="launcher", verl_default=1),
+)
 _MLITE_RECOMPUTE = Codec("mlite_recompute", ("{engine}.impl_cfg.recompute",))
-_MEGATRON_RECOMPUTE = Codec("megatron_recompute", (f"{_TC}.recompute_granularity", f"{_TC}.recompute_method",
-                                                   f"{_TC}.recompute_num_layers", f"{_TC}.recompute_modules"))
+_MEGATRON_RECOMPUTE = Codec(
+    "megatron_recompute",
+    (
+        f"{_TC}.recompute_granularity",
+        f"{_TC}.recompute_method",
+        f"{_TC}.recompute_num_layers",
+        f"{_TC}.recompute_modules",
+    ),
+)
 _G = "training / memory"
 
 # ---------------------------------------------------------------------------------------------- TrainingOptions
 TRAINING: tuple[Option, ...] = (
-    Option("optimizer", str, "dist_opt", "--optimizer", "dist_opt (Megatron-Core DDP + distributed optimizer) or "
-           "fsdp2 (PyTorch fully_shard)", label="optimizer", choices=OPTIMIZERS, group=_G,
-           mlite=Key("{engine}.impl_cfg.optimizer", add=True, knob="OPTIMIZER", write="always"),
-           megatron=NotExpressible("fsdp2 has no counterpart in verl's Megatron backend: Megatron-Core's "
-                                   "distributed optimizer (dist_opt) is written", "dist_opt")),
-    Option("use_distributed_optimizer", bool, True, "--no-distributed-optimizer", "dist_opt without state sharding",
-           label="distributed optimizer", cli="negate", group=_G,
-           mlite=NotExpressible("mlite's dist_opt always shards the state", DEFAULT),
-           megatron=Key("{megatron}.use_distributed_optimizer", verl_default=True)),
-    Option("use_precision_aware_optimizer", bool, False, "--pao", "use_precision_aware_optimizer (PAO): bf16 "
-           "main grads and moments allowed, param remainders", label="precision-aware optimizer (PAO)", cli="switch",
-           group=_G,
-           mlite=Key(f"{_OC}.use_precision_aware_optimizer", add=True),
-           megatron=Key("{optim}.use_precision_aware_optimizer",
-                        aliases=(f"{_OC}.use_precision_aware_optimizer",))),
-    Option("main_grads_dtype", str, "fp32", "--grad-dtype", "main_grads_dtype: the gradient buffer (bf16 with "
-           "--pao: PAO's bf16 main grads; without: Megatron-Core's grad_reduce_in_fp32=False, fp32 copies in the "
-           "optimizer)", label="grads", choices=DTYPES, group=_G,
-           mlite=NotExpressible(_MLITE_OPTIM, DEFAULT),
-           megatron=Codec("megatron_grads_dtype", ("{optim}.main_grads_dtype",
-                                                   "{megatron}.override_ddp_config.grad_reduce_in_fp32"))),
-    Option("exp_avg_dtype", str, "fp32", "--moment-dtype", "exp_avg(_sq)_dtype: both Adam moments (bf16 needs "
-           "--pao)", label="moments", choices=DTYPES, group=_G,
-           mlite=NotExpressible(_MLITE_OPTIM, DEFAULT),
-           megatron=Key("{optim}.exp_avg_dtype", requires="use_precision_aware_optimizer")),
-    Option("exp_avg_sq_dtype", str, "fp32", "--moment-dtype", "exp_avg(_sq)_dtype: both Adam moments (bf16 needs "
-           "--pao)", choices=DTYPES, group=_G,
-           mlite=NotExpressible(_MLITE_OPTIM, DEFAULT),
-           megatron=Key("{optim}.exp_avg_sq_dtype", requires="use_precision_aware_optimizer")),
-    Option("store_param_remainders", bool, True, "--no-param-remainders", "store_param_remainders=False (PAO "
-           "keeps a full fp32 master)", label="param remainders", cli="negate", group=_G,
-           mlite=NotExpressible("the mlite engine has no such key", DEFAULT),
-           megatron=Key(f"{_OC}.store_param_remainders", add=True, verl_default=True,
-                        requires="use_precision_aware_optimizer")),
-    Option("offload_fraction", float, 0.0, "--offload-fraction", "optimizer offload_fraction (0..1): share of "
-           "the optimizer state kept and updated on the CPU", label="offload_fraction", group=_G, metavar="F",
-           mlite=Codec("mlite_offload_fraction", (f"{_OC}.offload_fraction", f"{_OC}.optimizer_offload_fraction",
-                                                  f"{_OC}.optimizer_cpu_offload"), knob="OFFLOAD_FRACTION"),
-           megatron=Codec("megatron_cpu_offload", (f"{_OC}.optimizer_cpu_offload", f"{_OC}.optimizer_offload_fraction",
-                                                   f"{_OC}.overlap_cpu_optimizer_d2h_h2d"), knob="OFFLOAD_FRACTION")),
-    Option("param_offload", bool, False, "--param-offload", "runtime context offload of parameters",
-           label="param_offload", cli="switch", group=_G,
-           mlite=Key("{engine}.param_offload", knob="PARAM_OFFLOAD", write="always"),
-           megatron=Key("{megatron}.param_offload", knob="PARAM_OFFLOAD", write="always")),
-    Option("optimizer_offload", bool, False, "--optimizer-offload", "runtime context offload of optimizer state",
-           label="optimizer_offload", cli="switch", group=_G,
-           mlite=Key("{engine}.optimizer_offload", knob="OPTIMIZER_OFFLOAD", write="always"),
-           megatron=Key("{megatron}.optimizer_offload", knob="OPTIMIZER_OFFLOAD", write="always")),
-    Option("grad_offload", bool, False, "--grad-offload", "runtime context offload of gradients", cli="switch",
-           group=_G,
-           mlite=Key("{engine}.grad_offload", knob="GRAD_OFFLOAD", write="always"),
-           megatron=NotExpressible("verl's Megatron backend has no grad_offload key; param_offload=True (which "
-                                   "also releases the gradient buffers) is written instead", DEFAULT,
-                                   folds=(("param_offload", True),))),
-    Option("param_dtype", str, "bf16", "--param-dtype", "parameter (compute) dtype", choices=PARAM_DTYPES, group=_G,
-           mlite=Key("{engine}.dtype", values=TORCH_DTYPE_NAMES, verl_default="bf16"),
-           megatron=Key("{megatron}.dtype", values=TORCH_DTYPE_NAMES, verl_default="bf16")),
-    Option("seq_len", int, 4096, "--seq-len", "sequence length (default 4096)", group="mesh",
-           mlite=_SEQ, megatron=_SEQ),
-    Option("micro_batch_size", int, 1, "--micro-batch", "micro_batch_size", label="micro-batch", group=_G, metavar="N",
-           mlite=_MICRO, megatron=_MICRO),
-    Option("num_microbatches", int, 8, "--num-microbatches", "micro-batches per optimizer step",
-           label="micro-batches", group=_G, metavar="N", mlite=_BATCH, megatron=_BATCH),
-    Option("recompute", str, "none", "--recompute", "activation recompute granularity", label="recompute",
-           choices=RECOMPUTE, group=_G, mlite=_MLITE_RECOMPUTE, megatron=_MEGATRON_RECOMPUTE),
-    Option("recompute_modules", tuple, (), "--recompute-modules", "comma-separated mlite modules, e.g. "
-           "mlp,core_attn", group=_G, metavar="LIST", mlite=_MLITE_RECOMPUTE, megatron=_MEGATRON_RECOMPUTE),
-    Option("sequence_parallel", bool, False, "--sequence-parallel", "Megatron sequence parallelism (forced on for "
-           "MoE with TP > 1)", label="sequence_parallel", cli="switch", group=_G,
-           mlite=NotExpressible("verl's mlite engine config has no sequence_parallel key (Megatron Lite decides)",
-                                KEEP),
-           megatron=Codec("megatron_sequence_parallel", ("{megatron}.sequence_parallel",
-                                                         "{megatron}.tensor_model_parallel_size"))),
-    Option("attention", str, "flash", "--attention", "attention kernel whose memory is counted", label="attention",
-           choices=ATTENTION, group=_G, mlite=ESTIMATOR, megatron=ESTIMATOR),
-    Option("dropout", bool, False, "--dropout", "count dropout masks (LLM fine-tuning runs without)", cli="switch",
-           group=_G, mlite=ESTIMATOR, megatron=ESTIMATOR),
-    Option("fused_cross_entropy", bool, False, "--fused-cross-entropy", "cross-entropy fused with the output layer "
-           "(no fp32 logits kept)", cli="switch", group=_G, mlite=ESTIMATOR, megatron=ESTIMATOR),
-    Option("activation_model", str, "megatron", "--activation-model", "activation accounting: megatron layers or "
-           "the lite runtime's modules", choices=ACTIVATION_MODELS, group=_G, mlite=ESTIMATOR, megatron=ESTIMATOR),
-    Option("lite_device", str, "cuda", "--lite-device", "device of a lite-runtime run (with --activation-model "
-           "lite)", choices=LITE_DEVICES, group=_G, mlite=ESTIMATOR, megatron=ESTIMATOR),
-    Option("gpu_memory_gib", float, 80.0, "--gpu-mem", "device memory in GiB, or a GPU name (H100, H200, B200)",
-           label="GiB", cli="gpu", group=_G, metavar="GIB|GPU", mlite=ESTIMATOR, megatron=ESTIMATOR),
-    Option("headroom", float, 0.05, "--headroom", "share of device memory kept free in the fits verdict", group=_G, metavar="F",
-           mlite=ESTIMATOR, megatron=ESTIMATOR),
-    Option("framework_overhead_gib", float, 2.0, "--framework-overhead-gib", "CUDA context, NCCL buffers and "
-           "workspace outside PyTorch's allocator (GiB)", group=_G, metavar="GIB", mlite=ESTIMATOR, megatron=ESTIMATOR),
-    Option("gpus_per_node", int, 8, "--gpus-per-node", "GPUs per node (default 8)", group="mesh",
-           mlite=Key("trainer.n_gpus_per_node", write="cluster"),
-           megatron=Key("trainer.n_gpus_per_node", write="cluster")),
+    Option(
+        "optimizer",
+        str,
+        "dist_opt",
+        "--optimizer",
+        "dist_opt (Megatron-Core DDP + distributed optimizer) or fsdp2 (PyTorch fully_shard)",
+        label="optimizer",
+        choices=OPTIMIZERS,
+        group=_G,
+        mlite=Key("{engine}.impl_cfg.optimizer", add=True, knob="OPTIMIZER", write="always"),
+        megatron=NotExpressible(
+            "fsdp2 has no counterpart in verl's Megatron backend: Megatron-Core's "
+            "distributed optimizer (dist_opt) is written",
+            "dist_opt",
+        ),
+    ),
+    Option(
+        "use_distributed_optimizer",
+        bool,
+        True,
+        "--no-distributed-optimizer",
+        "dist_opt without state sharding",
+        label="distributed optimizer",
+        cli="negate",
+        group=_G,
+        mlite=NotExpressible("mlite's dist_opt always shards the state", DEFAULT),
+        megatron=Key("{megatron}.use_distributed_optimizer", verl_default=True),
+    ),
+    Option(
+        "use_precision_aware_optimizer",
+        bool,
+        False,
+        "--pao",
+        "use_precision_aware_optimizer (PAO): bf16 main grads and moments allowed, param remainders",
+        label="precision-aware optimizer (PAO)",
+        cli="switch",
+        group=_G,
+        mlite=Key(f"{_OC}.use_precision_aware_optimizer", add=True),
+        megatron=Key("{optim}.use_precision_aware_optimizer", aliases=(f"{_OC}.use_precision_aware_optimizer",)),
+    ),
+    Option(
+        "main_grads_dtype",
+        str,
+        "fp32",
+        "--grad-dtype",
+        "main_grads_dtype: the gradient buffer (bf16 with "
+        "--pao: PAO's bf16 main grads; without: Megatron-Core's grad_reduce_in_fp32=False, fp32 copies in the "
+        "optimizer)",
+        label="grads",
+        choices=DTYPES,
+        group=_G,
+        mlite=NotExpressible(_MLITE_OPTIM, DEFAULT),
+        megatron=Codec(
+            "megatron_grads_dtype", ("{optim}.main_grads_dtype", "{megatron}.override_ddp_config.grad_reduce_in_fp32")
+        ),
+    ),
+    Option(
+        "exp_avg_dtype",
+        str,
+        "fp32",
+        "--moment-dtype",
+        "exp_avg(_sq)_dtype: both Adam moments (bf16 needs --pao)",
+        label="moments",
+        choices=DTYPES,
+        group=_G,
+        mlite=NotExpressible(_MLITE_OPTIM, DEFAULT),
+        megatron=Key("{optim}.exp_avg_dtype", requires="use_precision_aware_optimizer"),
+    ),
+    Option(
+        "exp_avg_sq_dtype",
+        str,
+        "fp32",
+        "--moment-dtype",
+        "exp_avg(_sq)_dtype: both Adam moments (bf16 needs --pao)",
+        choices=DTYPES,
+        group=_G,
+        mlite=NotExpressible(_MLITE_OPTIM, DEFAULT),
+        megatron=Key("{optim}.exp_avg_sq_dtype", requires="use_precision_aware_optimizer"),
+    ),
+    Option(
+        "store_param_remainders",
+        bool,
+        True,
+        "--no-param-remainders",
+        "store_param_remainders=False (PAO keeps a full fp32 master)",
+        label="param remainders",
+        cli="negate",
+        group=_G,
+        mlite=NotExpressible("the mlite engine has no such key", DEFAULT),
+        megatron=Key(
+            f"{_OC}.store_param_remainders", add=True, verl_default=True, requires="use_precision_aware_optimizer"
+        ),
+    ),
+    Option(
+        "offload_fraction",
+        float,
+        0.0,
+        "--offload-fraction",
+        "optimizer offload_fraction (0..1): share of the optimizer state kept and updated on the CPU",
+        label="offload_fraction",
+        group=_G,
+        metavar="F",
+        mlite=Codec(
+            "mlite_offload_fraction",
+            (f"{_OC}.offload_fraction", f"{_OC}.optimizer_offload_fraction", f"{_OC}.optimizer_cpu_offload"),
+            knob="OFFLOAD_FRACTION",
+        ),
+        megatron=Codec(
+            "megatron_cpu_offload",
+            (
+                f"{_OC}.optimizer_cpu_offload",
+                f"{_OC}.optimizer_offload_fraction",
+                f"{_OC}.overlap_cpu_optimizer_d2h_h2d",
+            ),
+            knob="OFFLOAD_FRACTION",
+        ),
+    ),
+    Option(
+        "param_offload",
+        bool,
+        False,
+        "--param-offload",
+        "runtime context offload of parameters",
+        label="param_offload",
+        cli="switch",
+        group=_G,
+        mlite=Key("{engine}.param_offload", knob="PARAM_OFFLOAD", write="always"),
+        megatron=Key("{megatron}.param_offload", knob="PARAM_OFFLOAD", write="always"),
+    ),
+    Option(
+        "optimizer_offload",
+        bool,
+        False,
+        "--optimizer-offload",
+        "runtime context offload of optimizer state",
+        label="optimizer_offload",
+        cli="switch",
+        group=_G,
+        mlite=Key("{engine}.optimizer_offload", knob="OPTIMIZER_OFFLOAD", write="always"),
+        megatron=Key("{megatron}.optimizer_offload", knob="OPTIMIZER_OFFLOAD", write="always"),
+    ),
+    Option(
+        "grad_offload",
+        bool,
+        False,
+        "--grad-offload",
+        "runtime context offload of gradients",
+        cli="switch",
+        group=_G,
+        mlite=Key("{engine}.grad_offload", knob="GRAD_OFFLOAD", write="always"),
+        megatron=NotExpressible(
+            "verl's Megatron backend has no grad_offload key; param_offload=True (which "
+            "also releases the gradient buffers) is written instead",
+            DEFAULT,
+            folds=(("param_offload", True),),
+        ),
+    ),
+    Option(
+        "param_dtype",
+        str,
+        "bf16",
+        "--param-dtype",
+        "parameter (compute) dtype",
+        choices=PARAM_DTYPES,
+        group=_G,
+        mlite=Key("{engine}.dtype", values=TORCH_DTYPE_NAMES, verl_default="bf16"),
+        megatron=Key("{megatron}.dtype", values=TORCH_DTYPE_NAMES, verl_default="bf16"),
+    ),
+    Option(
+        "seq_len", int, 4096, "--seq-len", "sequence length (default 4096)", group="mesh", mlite=_SEQ, megatron=_SEQ
+    ),
+    Option(
+        "micro_batch_size",
+        int,
+        1,
+        "--micro-batch",
+        "micro_batch_size",
+        label="micro-batch",
+        group=_G,
+        metavar="N",
+        mlite=_MICRO,
+        megatron=_MICRO,
+    ),
+    Option(
+        "num_microbatches",
+        int,
+        8,
+        "--num-microbatches",
+        "micro-batches per optimizer step",
+        label="micro-batches",
+        group=_G,
+        metavar="N",
+        mlite=_BATCH,
+        megatron=_BATCH,
+    ),
+    Option(
+        "recompute",
+        str,
+        "none",
+        "--recompute",
+        "activation recompute granularity",
+        label="recompute",
+        choices=RECOMPUTE,
+        group=_G,
+        mlite=_MLITE_RECOMPUTE,
+        megatron=_MEGATRON_RECOMPUTE,
+    ),
+    Option(
+        "recompute_modules",
+        tuple,
+        (),
+        "--recompute-modules",
+        "comma-separated mlite modules, e.g. mlp,core_attn",
+        group=_G,
+        metavar="LIST",
+        mlite=_MLITE_RECOMPUTE,
+        megatron=_MEGATRON_RECOMPUTE,
+    ),
+    Option(
+        "sequence_parallel",
+        bool,
+        False,
+        "--sequence-parallel",
+        "Megatron sequence parallelism (forced on for MoE with TP > 1)",
+        label="sequence_parallel",
+        cli="switch",
+        group=_G,
+        mlite=NotExpressible("verl's mlite engine config has no sequence_parallel key (Megatron Lite decides)", KEEP),
+        megatron=Codec(
+            "megatron_sequence_parallel", ("{megatron}.sequence_parallel", "{megatron}.tensor_model_parallel_size")
+        ),
+    ),
+    Option(
+        "attention",
+        str,
+        "flash",
+        "--attention",
+        "attention kernel whose memory is counted",
+        label="attention",
+        choices=ATTENTION,
+        group=_G,
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
+    Option(
+        "dropout",
+        bool,
+        False,
+        "--dropout",
+        "count dropout masks (LLM fine-tuning runs without)",
+        cli="switch",
+        group=_G,
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
+    Option(
+        "fused_cross_entropy",
+        bool,
+        False,
+        "--fused-cross-entropy",
+        "cross-entropy fused with the output layer (no fp32 logits kept)",
+        cli="switch",
+        group=_G,
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
+    Option(
+        "activation_model",
+        str,
+        "megatron",
+        "--activation-model",
+        "activation accounting: megatron layers or the lite runtime's modules",
+        choices=ACTIVATION_MODELS,
+        group=_G,
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
+    Option(
+        "lite_device",
+        str,
+        "cuda",
+        "--lite-device",
+        "device of a lite-runtime run (with --activation-model lite)",
+        choices=LITE_DEVICES,
+        group=_G,
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
+    Option(
+        "gpu_memory_gib",
+        float,
+        80.0,
+        "--gpu-mem",
+        "device memory in GiB, or a GPU name (H100, H200, B200)",
+        label="GiB",
+        cli="gpu",
+        group=_G,
+        metavar="GIB|GPU",
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
+    Option(
+        "headroom",
+        float,
+        0.05,
+        "--headroom",
+        "share of device memory kept free in the fits verdict",
+        group=_G,
+        metavar="F",
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
+    Option(
+        "framework_overhead_gib",
+        float,
+        2.0,
+        "--framework-overhead-gib",
+        "CUDA context, NCCL buffers and workspace outside PyTorch's allocator (GiB)",
+        group=_G,
+        metavar="GIB",
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
+    Option(
+        "gpus_per_node",
+        int,
+        8,
+        "--gpus-per-node",
+        "GPUs per node (default 8)",
+        group="mesh",
+        mlite=Key("trainer.n_gpus_per_node", write="cluster"),
+        megatron=Key("trainer.n_gpus_per_node", write="cluster"),
+    ),
 )
 """The :class:`~mlite.memory.TrainingOptions` rows, in the order flags are listed."""
 
@@ -206,75 +479,172 @@ NOT_OPTIONS = ("extra",)
 # ---------------------------------------------------------------------------------------------- RunConfig
 _D = "training details"
 RUN: tuple[Option, ...] = (
-    Option("model", str, "tiny-moe", "--model", f"data/models name ({', '.join(RUN_DEBUG_MODELS)}) or a "
-           "config.json path", required=True, metavar="CONFIG"),
-    Option("layers", int, None, "--layers", "cut the model to N decoder layers (one of each layer kind first)",
-           metavar="N"),
+    Option(
+        "model",
+        str,
+        "tiny-moe",
+        "--model",
+        f"data/models name ({', '.join(RUN_DEBUG_MODELS)}) or a config.json path",
+        required=True,
+        metavar="CONFIG",
+    ),
+    Option(
+        "layers", int, None, "--layers", "cut the model to N decoder layers (one of each layer kind first)", metavar="N"
+    ),
     Option("experts", int, None, "--experts", "cut every MoE layer to its first E routed experts", metavar="E"),
     Option("vocab", int, None, "--vocab", "cut the vocabulary to V tokens (random init only)", metavar="V"),
-    Option("hf_checkpoint", str, None, "--hf-checkpoint", "start from the weights of this local Hugging Face "
-           "safetensors directory", metavar="DIR"),
+    Option(
+        "hf_checkpoint",
+        str,
+        None,
+        "--hf-checkpoint",
+        "start from the weights of this local Hugging Face safetensors directory",
+        metavar="DIR",
+    ),
     Option("steps", int, 30, "--steps", "optimizer steps", required=True),
     Option("nproc", int, 2, "--nproc", "worker processes: TP*CP*DP (= EP*EDP)", required=True),
     Option("tp", int, 1, "--tp", "tensor parallel size (sequence parallel); --nproc = TP*CP*DP"),
     Option("cp", int, 1, "--cp", "context parallel size; --nproc = TP*CP*DP"),
     Option("ep", int, 1, "--ep", "expert parallel size; --nproc = EP*EDP (with ETP 1)"),
     Option("etp", int, 1, "--etp", "expert tensor parallel size (the lite runtime runs 1 only)"),
-    Option("device", str, "cpu", "--device", "cpu (gloo) or cuda (nccl, one GPU per process)", choices=RUN_DEVICES,
-           required=True),
-    Option("optimizer", str, "fsdp2", "--optimizer", "mlite optimizer backend (default fsdp2)",
-           choices=RUN_OPTIMIZERS),
-    Option("pao", bool, False, "--pao", "use_precision_aware_optimizer (bf16 params + int16 remainders)",
-           cli="switch"),
-    Option("moment_dtype", str, "fp32", "--moment-dtype", "Adam moment dtype (bf16 needs --pao)",
-           choices=RUN_MOMENT_DTYPES),
-    Option("offload_fraction", float, 0.0, "--offload-fraction", "share of optimizer state kept and updated on the "
-           "CPU (mlite's fsdp2 uses 1.0)", metavar="F"),
+    Option(
+        "device",
+        str,
+        "cpu",
+        "--device",
+        "cpu (gloo) or cuda (nccl, one GPU per process)",
+        choices=RUN_DEVICES,
+        required=True,
+    ),
+    Option("optimizer", str, "fsdp2", "--optimizer", "mlite optimizer backend (default fsdp2)", choices=RUN_OPTIMIZERS),
+    Option("pao", bool, False, "--pao", "use_precision_aware_optimizer (bf16 params + int16 remainders)", cli="switch"),
+    Option(
+        "moment_dtype", str, "fp32", "--moment-dtype", "Adam moment dtype (bf16 needs --pao)", choices=RUN_MOMENT_DTYPES
+    ),
+    Option(
+        "offload_fraction",
+        float,
+        0.0,
+        "--offload-fraction",
+        "share of optimizer state kept and updated on the CPU (mlite's fsdp2 uses 1.0)",
+        metavar="F",
+    ),
     Option("param_offload", bool, False, "--param-offload", "move parameters to the CPU between steps", cli="switch"),
-    Option("optimizer_offload", bool, False, "--optimizer-offload", "move optimizer state to the CPU between steps",
-           cli="switch"),
+    Option(
+        "optimizer_offload",
+        bool,
+        False,
+        "--optimizer-offload",
+        "move optimizer state to the CPU between steps",
+        cli="switch",
+    ),
     Option("launcher", str, "torchrun", "--launcher", "torchrun (default) or ray actors", choices=RUN_LAUNCHERS),
     Option("seed", int, 0, "--seed", "weight init and data order seed"),
     Option("out", str, None, "--out", "run directory to create", required=True, metavar="DIR"),
     Option("lr", float, 3e-3, "--lr", "peak learning rate (cosine decay to lr/10)", group=_D),
     Option("lr_warmup_steps", int, 2, "--lr-warmup-steps", "linear warmup steps", group=_D),
     Option("clip_grad", float, 1.0, "--clip-grad", "global grad-norm clip (0: off)", group=_D),
-    Option("tokens_per_microbatch", int, 512, "--tokens-per-microbatch", "packed tokens per micro-batch and process",
-           group=_D),
+    Option(
+        "tokens_per_microbatch",
+        int,
+        512,
+        "--tokens-per-microbatch",
+        "packed tokens per micro-batch and process",
+        group=_D,
+    ),
     Option("num_microbatches", int, 1, "--num-microbatches", "micro-batches per step", group=_D),
     Option("recompute", str, "none", "--recompute", "activation recompute", choices=RUN_RECOMPUTE, group=_D),
-    Option("param_dtype", str, "auto", "--param-dtype", "parameter dtype (auto: bf16 on CUDA or with --pao, else "
-           "fp32)", choices=RUN_PARAM_DTYPES, group=_D),
+    Option(
+        "param_dtype",
+        str,
+        "auto",
+        "--param-dtype",
+        "parameter dtype (auto: bf16 on CUDA or with --pao, else fp32)",
+        choices=RUN_PARAM_DTYPES,
+        group=_D,
+    ),
     Option("dataset", str, "tiny_sft", "--dataset", "data/datasets name or verl-format parquet path", group=_D),
     Option("threads", int, None, "--threads", "CPU threads per worker (default cores // nproc)", group=_D),
-    Option("crash_at_step", int, None, "--crash-at-step", "testing: the last worker raises at step N (the run ends "
-           "failed)", group=_D, metavar="N"),
+    Option(
+        "crash_at_step",
+        int,
+        None,
+        "--crash-at-step",
+        "testing: the last worker raises at step N (the run ends failed)",
+        group=_D,
+        metavar="N",
+    ),
     Option("compile", bool, False, "--compile", "torch.compile each decoder block", cli="switch", group=_D),
-    Option("trainer", str, "lite", "--trainer", "lite (the kit's loop) or verl-sft (verl's SFT trainer, engine=lite)",
-           choices=TRAINERS, label="trainer"),
-    Option("train_batch_size", int, 8, "--train-batch-size", "verl-sft: data.train_batch_size (sequences per step)",
-           group=_D),
-    Option("verl_overrides", tuple, (), "--verl-overrides", "verl-sft: extra Hydra overrides, comma-separated "
-           "(engine.* keys checked)", group=_D, metavar="K=V,..."),
+    Option(
+        "trainer",
+        str,
+        "lite",
+        "--trainer",
+        "lite (the kit's loop) or verl-sft (verl's SFT trainer, engine=lite)",
+        choices=TRAINERS,
+        label="trainer",
+    ),
+    Option(
+        "train_batch_size",
+        int,
+        8,
+        "--train-batch-size",
+        "verl-sft: data.train_batch_size (sequences per step)",
+        group=_D,
+    ),
+    Option(
+        "verl_overrides",
+        tuple,
+        (),
+        "--verl-overrides",
+        "verl-sft: extra Hydra overrides, comma-separated (engine.* keys checked)",
+        group=_D,
+        metavar="K=V,...",
+    ),
 )
 """The :class:`~mlite.launch.RunConfig` rows (``mlite run``); they have no launcher mapping."""
 
 # ---------------------------------------------------------------------------------------------- ExportPlan
 _E = "export"
 EXPORT: tuple[Option, ...] = (
-    Option("target", str, "verl-mlite-grpo", "--target", "verl-mlite-sft (torchrun, engine=mlite), verl-mlite-grpo "
-           "(the mlite actor), verl-megatron-grpo (verl's Megatron backend) or verl-lite-sft (the local variant of "
-           "verl-mlite-sft, engine=lite)", choices=(*TARGETS, *ENGINE_SWITCH), group=_E,
-           required=True),
+    Option(
+        "target",
+        str,
+        "verl-mlite-grpo",
+        "--target",
+        "verl-mlite-sft (torchrun, engine=mlite), verl-mlite-grpo "
+        "(the mlite actor), verl-megatron-grpo (verl's Megatron backend) or verl-lite-sft (the local variant of "
+        "verl-mlite-sft, engine=lite)",
+        choices=(*TARGETS, *ENGINE_SWITCH),
+        group=_E,
+        required=True,
+    ),
     Option("nodes", int, 1, "--nodes", "Slurm nodes", required=True),
-    Option("model_path", str, None, "--model-path", "checkpoint directory on the cluster (default: the model name)",
-           group=_E),
-    Option("train_files", str, "~/data/gsm8k/train.parquet", "--train-files", "training parquet (default "
-           "~/data/gsm8k/train.parquet)", group=_E),
-    Option("val_files", str, "~/data/gsm8k/test.parquet", "--val-files", "validation parquet (default "
-           "~/data/gsm8k/test.parquet)", group=_E),
-    Option("log_dir", str, "runs/slurm", "--log-dir", "Slurm output and JSONL metrics (default runs/slurm)",
-           group=_E),
+    Option(
+        "model_path",
+        str,
+        None,
+        "--model-path",
+        "checkpoint directory on the cluster (default: the model name)",
+        group=_E,
+    ),
+    Option(
+        "train_files",
+        str,
+        "~/data/gsm8k/train.parquet",
+        "--train-files",
+        "training parquet (default ~/data/gsm8k/train.parquet)",
+        group=_E,
+    ),
+    Option(
+        "val_files",
+        str,
+        "~/data/gsm8k/test.parquet",
+        "--val-files",
+        "validation parquet (default ~/data/gsm8k/test.parquet)",
+        group=_E,
+    ),
+    Option("log_dir", str, "runs/slurm", "--log-dir", "Slurm output and JSONL metrics (default runs/slurm)", group=_E),
     Option("project_name", str, "mlite-lab", "--project", "trainer.project_name", group=_E),
     Option("experiment_name", str, None, "--experiment", "trainer.experiment_name and Slurm job name", group=_E),
     Option("partition", str, None, "--partition", "#SBATCH --partition", group=_E),
@@ -294,20 +664,30 @@ def rows_by_field(rows: tuple[Option, ...]) -> dict[str, Option]:
 # ---------------------------------------------------------------------------------------------- the lite engine
 
 LITE_ENGINE_KEYS: dict[str, str] = {
-    "tp": "ParallelConfig.tp", "cp": "ParallelConfig.cp", "ep": "ParallelConfig.ep",
-    "etp": "ParallelConfig.etp (1 only)", "pp": "ParallelConfig.pp (1 only)", "vpp": "ParallelConfig.vpp (1 only)",
-    "dtype": "RuntimeConfig.param_dtype (auto, bfloat16, float32)", "seed": "RuntimeConfig.seed (weight init)",
+    "tp": "ParallelConfig.tp",
+    "cp": "ParallelConfig.cp",
+    "ep": "ParallelConfig.ep",
+    "etp": "ParallelConfig.etp (1 only)",
+    "pp": "ParallelConfig.pp (1 only)",
+    "vpp": "ParallelConfig.vpp (1 only)",
+    "dtype": "RuntimeConfig.param_dtype (auto, bfloat16, float32)",
+    "seed": "RuntimeConfig.seed (weight init)",
     "param_offload": "verl's mode switch -> to(device, model=True)",
     "optimizer_offload": "verl's mode switch -> to(device, optimizer=True)",
     "grad_offload": "gradients move with their parameters (needs param_offload)",
-    "impl": "MegatronLiteConfig.impl (lite)", "model_name": "MegatronLiteConfig.model_name (auto)",
+    "impl": "MegatronLiteConfig.impl (lite)",
+    "model_name": "MegatronLiteConfig.model_name (auto)",
     "impl_cfg.optimizer": "MegatronLiteConfig.impl_cfg.optimizer (fsdp2; dist_opt refused)",
-    "impl_cfg.recompute": "MegatronLiteConfig.impl_cfg.recompute", "impl_cfg.use_thd": "always THD (packed)",
-    "router_aux_loss_coef": "impl_cfg.moe_aux_loss_coeff", "forward_only": "verl's flag (no optimizer)",
+    "impl_cfg.recompute": "MegatronLiteConfig.impl_cfg.recompute",
+    "impl_cfg.use_thd": "always THD (packed)",
+    "router_aux_loss_coef": "impl_cfg.moe_aux_loss_coeff",
+    "forward_only": "verl's flag (no optimizer)",
     "full_determinism": "read, ignored (CPU runs are deterministic)",
-    "attention_backend_override": "read, ignored (SDPA)", "export_dtype": "read, ignored by SFT",
+    "attention_backend_override": "read, ignored (SDPA)",
+    "export_dtype": "read, ignored by SFT",
     "strategy": "verl's engine backend (lite)",
-    "use_dynamic_bsz": "verl's packing", "max_token_len_per_gpu": "verl's packing",
+    "use_dynamic_bsz": "verl's packing",
+    "max_token_len_per_gpu": "verl's packing",
     "micro_batch_size_per_gpu": "verl's packing",
 }
 """verl engine key (relative to ``engine.``) -> what the lite engine does with it; any other ``engine.*`` key is
@@ -315,22 +695,36 @@ refused before a run starts."""
 
 LITE_OPTIM_OVERRIDES: dict[str, str] = {
     "use_precision_aware_optimizer": "OptimizerConfig.use_precision_aware_optimizer",
-    "offload_fraction": "OptimizerConfig.offload_fraction", "optimizer_offload_fraction": "offload_fraction",
-    "optimizer_cpu_offload": "offload_fraction=1.0", "decoupled_weight_decay": "OptimizerConfig.decoupled_weight_decay",
-    "adam_eps": "OptimizerConfig.eps", "overlap_cpu_optimizer_d2h_h2d": "read, ignored",
+    "offload_fraction": "OptimizerConfig.offload_fraction",
+    "optimizer_offload_fraction": "offload_fraction",
+    "optimizer_cpu_offload": "offload_fraction=1.0",
+    "decoupled_weight_decay": "OptimizerConfig.decoupled_weight_decay",
+    "adam_eps": "OptimizerConfig.eps",
+    "overlap_cpu_optimizer_d2h_h2d": "read, ignored",
 }
 """``optim.override_optimizer_config`` children the lite engine reads (as verl_mlite's engine does)."""
 
 RUN_VERL_KEYS: dict[str, str] = {
-    "tp": "engine.tp", "cp": "engine.cp", "ep": "engine.ep", "etp": "engine.etp",
-    "optimizer": "+engine.impl_cfg.optimizer", "recompute": "+engine.impl_cfg.recompute",
+    "tp": "engine.tp",
+    "cp": "engine.cp",
+    "ep": "engine.ep",
+    "etp": "engine.etp",
+    "optimizer": "+engine.impl_cfg.optimizer",
+    "recompute": "+engine.impl_cfg.recompute",
     "pao": "+optim.override_optimizer_config.use_precision_aware_optimizer",
     "offload_fraction": "+optim.override_optimizer_config.offload_fraction",
-    "moment_dtype": "optim.exp_avg_dtype", "param_offload": "engine.param_offload",
-    "optimizer_offload": "engine.optimizer_offload", "param_dtype": "engine.dtype", "seed": "engine.seed",
-    "lr": "optim.lr", "lr_warmup_steps": "optim.lr_warmup_steps", "clip_grad": "optim.clip_grad",
-    "steps": "trainer.total_training_steps", "tokens_per_microbatch": "data.max_token_len_per_gpu",
-    "train_batch_size": "data.train_batch_size", "dataset": "data.train_files",
+    "moment_dtype": "optim.exp_avg_dtype",
+    "param_offload": "engine.param_offload",
+    "optimizer_offload": "engine.optimizer_offload",
+    "param_dtype": "engine.dtype",
+    "seed": "engine.seed",
+    "lr": "optim.lr",
+    "lr_warmup_steps": "optim.lr_warmup_steps",
+    "clip_grad": "optim.clip_grad",
+    "steps": "trainer.total_training_steps",
+    "tokens_per_microbatch": "data.max_token_len_per_gpu",
+    "train_batch_size": "data.train_batch_size",
+    "dataset": "data.train_files",
 }
 """``mlite run --trainer verl-sft``: RunConfig field -> the Hydra key it is written as (values: see
 :mod:`mlite.launch.verl_sft`)."""

@@ -170,8 +170,7 @@ def read(ovs, *, backend: str, is_sft: bool) -> tuple[dict, set, list[str]]:
             if m.requires and not opts.get(m.requires):
                 continue
             key = fill(m.key, backend, is_sft)
-            v = next((get(k) for k in [key] + [fill(a, backend, is_sft) for a in m.aliases]
-                      if k in by), None)
+            v = next((get(k) for k in [key] + [fill(a, backend, is_sft) for a in m.aliases] if k in by), None)
             if v is None:
                 if key in unresolved:
                     continue
@@ -193,5 +192,4 @@ def read(ovs, *, backend: str, is_sft: bool) -> tuple[dict, set, list[str]]:
 def not_expressible(target: str) -> dict[str, str]:
     """``field -> reason`` of the options ``target`` has no key for (the round-trip tests skip exactly these)."""
     backend, is_sft = TARGETS[target]
-    return {r.field: m.reason for r in TRAINING
-            if isinstance(m := mapping(r, backend, is_sft), NotExpressible)}
+    return {r.field: m.reason for r in TRAINING if isinstance(m := mapping(r, backend, is_sft), NotExpressible)}

@@ -17,9 +17,24 @@ _LAZY = {
     "MegatronLiteConfig": "mlite.runtime.config",
     "OptimizerConfig": "mlite.runtime.config",
     "ParallelConfig": "mlite.runtime.config",
-    **{name: "mlite.runtime.runtime" for name in (
-        "create_runtime", "forward_backward", "train_step", "zero_grad", "optimizer_step", "lr_scheduler_step", "to",
-        "save_checkpoint", "load_checkpoint", "train_mode", "eval_mode", "export_weights", "memory_stats")},
+    **{
+        name: "mlite.runtime.runtime"
+        for name in (
+            "create_runtime",
+            "forward_backward",
+            "train_step",
+            "zero_grad",
+            "optimizer_step",
+            "lr_scheduler_step",
+            "to",
+            "save_checkpoint",
+            "load_checkpoint",
+            "train_mode",
+            "eval_mode",
+            "export_weights",
+            "memory_stats",
+        )
+    },
 }
 
 __all__ = sorted(_LAZY)

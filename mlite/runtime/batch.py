@@ -67,17 +67,23 @@ class PackedBatch:
     def _validate(self) -> None:
         ids, labels, lens = self.input_ids, self.labels, self.seq_lens
         if ids.dim() != 1 or ids.dtype not in _INT_DTYPES:
-            raise MliteError(f"PackedBatch.input_ids: expected a 1-D integer tensor [T], got {tuple(ids.shape)} "
-                             f"{ids.dtype}; flatten the sequences into one token stream")
+            raise MliteError(
+                f"PackedBatch.input_ids: expected a 1-D integer tensor [T], got {tuple(ids.shape)} "
+                f"{ids.dtype}; flatten the sequences into one token stream"
+            )
         if ids.numel() == 0:
             raise MliteError("PackedBatch.input_ids: empty; a batch needs at least one token")
         T = ids.numel()
         if labels.dim() != 1 or labels.dtype not in _INT_DTYPES or labels.numel() != T:
-            raise MliteError(f"PackedBatch.labels: expected an integer tensor of shape ({T},) like input_ids, got "
-                             f"{tuple(labels.shape)} {labels.dtype}; give one (already shifted) label per token")
+            raise MliteError(
+                f"PackedBatch.labels: expected an integer tensor of shape ({T},) like input_ids, got "
+                f"{tuple(labels.shape)} {labels.dtype}; give one (already shifted) label per token"
+            )
         if lens.dim() != 1 or lens.dtype not in _INT_DTYPES or lens.numel() == 0:
-            raise MliteError(f"PackedBatch.seq_lens: expected a non-empty 1-D integer tensor [N], got "
-                             f"{tuple(lens.shape)} {lens.dtype}; give the length of each packed sequence")
+            raise MliteError(
+                f"PackedBatch.seq_lens: expected a non-empty 1-D integer tensor [N], got "
+                f"{tuple(lens.shape)} {lens.dtype}; give the length of each packed sequence"
+            )
         for name in ("loss_mask", "position_ids"):
             t = getattr(self, name)
             if t is None:
@@ -85,8 +91,10 @@ class PackedBatch:
             ok_dtype = t.dtype == torch.bool if name == "loss_mask" else t.dtype in _INT_DTYPES
             if t.dim() != 1 or t.numel() != T or not ok_dtype:
                 want = "a bool tensor" if name == "loss_mask" else "an integer tensor"
-                raise MliteError(f"PackedBatch.{name}: expected {want} of shape ({T},) like input_ids, got "
-                                 f"{tuple(t.shape)} {t.dtype}; or leave it None")
+                raise MliteError(
+                    f"PackedBatch.{name}: expected {want} of shape ({T},) like input_ids, got "
+                    f"{tuple(t.shape)} {t.dtype}; or leave it None"
+                )
         if lens.dtype != torch.int32:
             self.seq_lens = lens = lens.to(torch.int32)
         if ids.dtype != torch.long:
@@ -98,17 +106,23 @@ class PackedBatch:
         self._lens = tuple(int(x) for x in lens.tolist())
         if min(self._lens) <= 0:
             bad = next(i for i, n in enumerate(self._lens) if n <= 0)
-            raise MliteError(f"PackedBatch.seq_lens: entry {bad} is {self._lens[bad]}; every sequence needs at "
-                             "least one token (drop empty sequences)")
+            raise MliteError(
+                f"PackedBatch.seq_lens: entry {bad} is {self._lens[bad]}; every sequence needs at "
+                "least one token (drop empty sequences)"
+            )
         if sum(self._lens) != T:
-            raise MliteError(f"PackedBatch.seq_lens: lengths sum to {sum(self._lens)} but input_ids has {T} tokens; "
-                             "seq_lens must cover the token stream exactly")
+            raise MliteError(
+                f"PackedBatch.seq_lens: lengths sum to {sum(self._lens)} but input_ids has {T} tokens; "
+                "seq_lens must cover the token stream exactly"
+            )
         if ids.device.type == "cpu":
             if int(ids.min()) < 0:
                 raise MliteError("PackedBatch.input_ids: negative token id; ids must be in [0, vocab_size)")
             if bool(((labels < 0) & (labels != IGNORE_INDEX)).any()):
-                raise MliteError(f"PackedBatch.labels: negative label other than {IGNORE_INDEX}; use "
-                                 f"{IGNORE_INDEX} for positions without loss")
+                raise MliteError(
+                    f"PackedBatch.labels: negative label other than {IGNORE_INDEX}; use "
+                    f"{IGNORE_INDEX} for positions without loss"
+                )
 
     # ------------------------------------------------------------------ views
     @property
@@ -150,8 +164,9 @@ class PackedBatch:
         if self.position_ids is not None:
             return self.position_ids
         dev = self.input_ids.device
-        starts = torch.repeat_interleave(self.cu_seqlens[:-1].long(), self.seq_lens.to(dev),
-                                         output_size=self.num_tokens)
+        starts = torch.repeat_interleave(
+            self.cu_seqlens[:-1].long(), self.seq_lens.to(dev), output_size=self.num_tokens
+        )
         return torch.arange(self.num_tokens, device=dev) - starts
 
     def targets(self) -> torch.Tensor:
@@ -195,8 +210,10 @@ class PackedBatch:
         if m < 1:
             raise MliteError(f"num_microbatches: {num_microbatches} is not a positive integer")
         if m > n:
-            raise MliteError(f"num_microbatches: cannot split {n} sequences into {m} micro-batches (whole sequences "
-                             f"only); use at most {n} micro-batches or pack more sequences")
+            raise MliteError(
+                f"num_microbatches: cannot split {n} sequences into {m} micro-batches (whole sequences "
+                f"only); use at most {n} micro-batches or pack more sequences"
+            )
         cu = [0]
         for x in self._lens:
             cu.append(cu[-1] + x)
@@ -243,8 +260,9 @@ class PackedBatch:
         return cls(cat("input_ids"), cat("labels"), cat("seq_lens"), cat("loss_mask"), cat("position_ids"))
 
     @classmethod
-    def from_sequences(cls, sequences: Sequence[Sequence[int]],
-                       target_masks: Sequence[Sequence[bool]] | None = None) -> PackedBatch:
+    def from_sequences(
+        cls, sequences: Sequence[Sequence[int]], target_masks: Sequence[Sequence[bool]] | None = None
+    ) -> PackedBatch:
         """Pack token lists, shifting labels within each sequence.
 
         ``target_masks[i][j]`` says whether token ``j`` of sequence ``i`` is learned (e.g. assistant tokens): the
@@ -260,17 +278,23 @@ class PackedBatch:
                 raise MliteError(f"PackedBatch.from_sequences: sequence {i} is empty")
             mask = None if target_masks is None else list(target_masks[i])
             if mask is not None and len(mask) != len(seq):
-                raise MliteError(f"PackedBatch.from_sequences: target_masks[{i}] has {len(mask)} entries for "
-                                 f"{len(seq)} tokens")
+                raise MliteError(
+                    f"PackedBatch.from_sequences: target_masks[{i}] has {len(mask)} entries for {len(seq)} tokens"
+                )
             nxt = seq[1:]
             if mask is not None:
                 nxt = [t if m else IGNORE_INDEX for t, m in zip(nxt, mask[1:])]
             ids.extend(seq)
             labels.extend(nxt + [IGNORE_INDEX])
         lens = [len(s) for s in sequences]
-        return cls(torch.tensor(ids, dtype=torch.long), torch.tensor(labels, dtype=torch.long),
-                   torch.tensor(lens, dtype=torch.int32))
+        return cls(
+            torch.tensor(ids, dtype=torch.long),
+            torch.tensor(labels, dtype=torch.long),
+            torch.tensor(lens, dtype=torch.int32),
+        )
 
     def __repr__(self) -> str:
-        return (f"PackedBatch(num_tokens={self.num_tokens}, num_sequences={self.num_sequences}, "
-                f"max_seqlen={self.max_seqlen}, device={self.device})")
+        return (
+            f"PackedBatch(num_tokens={self.num_tokens}, num_sequences={self.num_sequences}, "
+            f"max_seqlen={self.max_seqlen}, device={self.device})"
+        )

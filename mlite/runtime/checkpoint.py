@@ -26,8 +26,12 @@ from ..errors import MliteError
 def layout(handle) -> dict:
     """What must match between a checkpoint's optimizer state and the loading run."""
     o = handle.optimizer
-    return {"modes": sorted({s.mode for s in o.slots}), "exp_avg_dtype": o.cfg.exp_avg_dtype,
-            "exp_avg_sq_dtype": o.cfg.exp_avg_sq_dtype, "param_dtype": handle.runtime.param_dtype_name}
+    return {
+        "modes": sorted({s.mode for s in o.slots}),
+        "exp_avg_dtype": o.cfg.exp_avg_dtype,
+        "exp_avg_sq_dtype": o.cfg.exp_avg_sq_dtype,
+        "param_dtype": handle.runtime.param_dtype_name,
+    }
 
 
 def save(handle, path) -> Path:
@@ -39,9 +43,14 @@ def save(handle, path) -> Path:
     dcp.save(sd, checkpoint_id=str(path / "dcp"))
     rt = handle.runtime
     if rt.rank == 0:
-        meta = {"step_count": handle.optimizer.step_count, "scheduler": handle.scheduler.state_dict(),
-                "has_optimizer_state": handle.optimizer.initialized, "layout": layout(handle),
-                "world_size": rt.world_size, "config": rt.cfg.to_dict()}
+        meta = {
+            "step_count": handle.optimizer.step_count,
+            "scheduler": handle.scheduler.state_dict(),
+            "has_optimizer_state": handle.optimizer.initialized,
+            "layout": layout(handle),
+            "world_size": rt.world_size,
+            "config": rt.cfg.to_dict(),
+        }
         (path / "runtime.json").write_text(json.dumps(meta, indent=1, default=str))
     if dist.is_initialized():
         dist.barrier()
@@ -58,8 +67,10 @@ def load(handle, path, load_optimizer: bool = True) -> None:
         raise MliteError(f"checkpoint: {meta_f} not found; pass the directory save_checkpoint wrote")
     meta = json.loads(meta_f.read_text())
     if load_optimizer and meta["layout"] != layout(handle):
-        raise MliteError(f"checkpoint: optimizer layout {meta['layout']} differs from this run's {layout(handle)}; "
-                         "load with the same optimizer settings or load_optimizer=False")
+        raise MliteError(
+            f"checkpoint: optimizer layout {meta['layout']} differs from this run's {layout(handle)}; "
+            "load with the same optimizer settings or load_optimizer=False"
+        )
     with_opt = load_optimizer and meta["has_optimizer_state"]
     if with_opt:
         handle.optimizer.init_state()

@@ -27,8 +27,14 @@ from typing import Any
 from ..errors import MliteError
 from ..mesh import ParallelConfig
 
-DTYPES = {"fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
-          "torch.bfloat16": "bf16"}
+DTYPES = {
+    "fp32": "fp32",
+    "float32": "fp32",
+    "torch.float32": "fp32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "torch.bfloat16": "bf16",
+}
 """Accepted spellings of the two dtypes the lite runtime stores."""
 
 DECAY_STYLES = ("constant", "linear", "cosine")
@@ -93,8 +99,9 @@ class OptimizerConfig:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise MliteError(f"optimizer.{name}: {v!r} must be a finite number >= 0")
         if self.min_lr > self.lr or self.lr_warmup_init > self.lr:
-            raise MliteError(f"optimizer.min_lr={self.min_lr} / lr_warmup_init={self.lr_warmup_init} must not exceed "
-                             f"lr={self.lr}")
+            raise MliteError(
+                f"optimizer.min_lr={self.min_lr} / lr_warmup_init={self.lr_warmup_init} must not exceed lr={self.lr}"
+            )
         b = tuple(self.betas)
         if len(b) != 2 or not all(isinstance(x, (int, float)) and 0.0 <= x < 1.0 for x in b):
             raise MliteError(f"optimizer.betas: {self.betas!r} must be two numbers in [0, 1)")
@@ -104,19 +111,26 @@ class OptimizerConfig:
         if not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
             raise MliteError(f"optimizer.lr_warmup_steps: {self.lr_warmup_steps!r} must be an integer >= 0")
         if self.lr_decay_style not in DECAY_STYLES:
-            raise MliteError(f"optimizer.lr_decay_style: {self.lr_decay_style!r} is not supported; use one of "
-                             f"{', '.join(DECAY_STYLES)}")
-        if self.lr_decay_style != "constant" and (not isinstance(self.lr_decay_steps, int)
-                                                  or self.lr_decay_steps <= self.lr_warmup_steps):
-            raise MliteError(f"optimizer.lr_decay_steps: {self.lr_decay_steps!r} must be an integer larger than "
-                             f"lr_warmup_steps={self.lr_warmup_steps} for lr_decay_style={self.lr_decay_style}")
+            raise MliteError(
+                f"optimizer.lr_decay_style: {self.lr_decay_style!r} is not supported; use one of "
+                f"{', '.join(DECAY_STYLES)}"
+            )
+        if self.lr_decay_style != "constant" and (
+            not isinstance(self.lr_decay_steps, int) or self.lr_decay_steps <= self.lr_warmup_steps
+        ):
+            raise MliteError(
+                f"optimizer.lr_decay_steps: {self.lr_decay_steps!r} must be an integer larger than "
+                f"lr_warmup_steps={self.lr_warmup_steps} for lr_decay_style={self.lr_decay_style}"
+            )
         self.exp_avg_dtype = dtype_name(self.exp_avg_dtype, "optimizer.exp_avg_dtype")
         self.exp_avg_sq_dtype = dtype_name(self.exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype")
         if not self.pao:
             for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
                 if getattr(self, name) != "fp32":
-                    raise MliteError(f"optimizer.{name}: bf16 needs use_precision_aware_optimizer=True "
-                                     "(as in Megatron-Core); set it or keep fp32")
+                    raise MliteError(
+                        f"optimizer.{name}: bf16 needs use_precision_aware_optimizer=True "
+                        "(as in Megatron-Core); set it or keep fp32"
+                    )
         f = self.offload_fraction
         if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0):
             raise MliteError(f"optimizer.offload_fraction: {f!r} must be a number in [0, 1] (or None)")
@@ -165,8 +179,9 @@ class MegatronLiteConfig:
         known = {"optimizer", "recompute", "moe_aux_loss_coeff"}
         unknown = sorted(set(self.impl_cfg) - known)
         if unknown:
-            raise MliteError(f"impl_cfg: unknown key(s) {', '.join(unknown)}; the lite runtime reads "
-                             f"{', '.join(sorted(known))}")
+            raise MliteError(
+                f"impl_cfg: unknown key(s) {', '.join(unknown)}; the lite runtime reads {', '.join(sorted(known))}"
+            )
         opt = self.impl_cfg.get("optimizer")
         if opt is not None and opt not in OPTIMIZERS:
             raise MliteError(f"impl_cfg.optimizer: {opt!r} is not a backend; use one of {', '.join(OPTIMIZERS)}")
@@ -227,8 +242,9 @@ class RuntimeConfig:
         if not isinstance(self.compile, bool):
             raise MliteError(f"compile: {self.compile!r} must be true or false")
         if self.hf_path is None and self.model_factory is None:
-            raise MliteError("hf_path: no model given; pass a data/models name (e.g. 'tiny-moe'), a config path "
-                             "or a config dict")
+            raise MliteError(
+                "hf_path: no model given; pass a data/models name (e.g. 'tiny-moe'), a config path or a config dict"
+            )
 
     @property
     def optimizer(self) -> OptimizerConfig:
@@ -244,8 +260,13 @@ class RuntimeConfig:
         if not isinstance(out["hf_path"], (str, dict, type(None))):
             out["hf_path"] = getattr(out["hf_path"], "name", str(out["hf_path"]))
         bc = self.backend_cfg
-        out["backend_cfg"] = {"model_name": bc.model_name, "impl": bc.impl, "parallel": _plain(bc.parallel),
-                              "optimizer": _plain(bc.optimizer), "impl_cfg": dict(bc.impl_cfg)}
+        out["backend_cfg"] = {
+            "model_name": bc.model_name,
+            "impl": bc.impl,
+            "parallel": _plain(bc.parallel),
+            "optimizer": _plain(bc.optimizer),
+            "impl_cfg": dict(bc.impl_cfg),
+        }
         if self.model_factory is not None:
             out["model_factory"] = getattr(self.model_factory, "__qualname__", repr(self.model_factory))
         return out

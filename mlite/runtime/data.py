@@ -59,8 +59,10 @@ class ChatTokenizer:
         if p.is_dir():
             p = p / "tokenizer.json"
         if not p.is_file():
-            raise MliteError(f"tokenizer: {p} not found; run '.venv/bin/python data/make_dataset.py' or pass the "
-                             "path of a tokenizer.json")
+            raise MliteError(
+                f"tokenizer: {p} not found; run '.venv/bin/python data/make_dataset.py' or pass the "
+                "path of a tokenizer.json"
+            )
         self.path = p
         self.tok = Tokenizer.from_file(str(p))
         ids = {s: self.tok.token_to_id(s) for s in ("<|im_start|>", "<|im_end|>", "<|pad|>")}
@@ -124,8 +126,13 @@ def dataset_path(name_or_path: str | Path = DEFAULT_DATASET, split: str = "train
     return dataset_file(name_or_path, split)
 
 
-def load_sft_dataset(name_or_path: str | Path = DEFAULT_DATASET, split: str = "train", *,
-                     messages_key: str = "messages", limit: int | None = None) -> list[list[dict]]:
+def load_sft_dataset(
+    name_or_path: str | Path = DEFAULT_DATASET,
+    split: str = "train",
+    *,
+    messages_key: str = "messages",
+    limit: int | None = None,
+) -> list[list[dict]]:
     """Conversations of a verl-format SFT parquet file (a ``messages`` column of ``{role, content}`` lists)."""
     import pyarrow.parquet as pq
 
@@ -135,8 +142,9 @@ def load_sft_dataset(name_or_path: str | Path = DEFAULT_DATASET, split: str = "t
     try:
         table = pq.read_table(p, columns=[messages_key])
     except Exception as e:  # noqa: BLE001 -- unreadable file or missing column
-        raise MliteError(f"dataset: cannot read column '{messages_key}' of {p} ({str(e).splitlines()[0][:160]})") \
-            from None
+        raise MliteError(
+            f"dataset: cannot read column '{messages_key}' of {p} ({str(e).splitlines()[0][:160]})"
+        ) from None
     rows = table.column(messages_key).to_pylist()
     if limit is not None:
         rows = rows[:limit]
@@ -145,8 +153,9 @@ def load_sft_dataset(name_or_path: str | Path = DEFAULT_DATASET, split: str = "t
     return rows
 
 
-def tokenize_dataset(conversations: Sequence[Sequence[dict]], tokenizer: ChatTokenizer, *,
-                     max_length: int | None = None) -> list[Sample]:
+def tokenize_dataset(
+    conversations: Sequence[Sequence[dict]], tokenizer: ChatTokenizer, *, max_length: int | None = None
+) -> list[Sample]:
     """Render every conversation; ``max_length`` truncates (from the end) longer ones."""
     out = []
     for conv in conversations:
@@ -182,8 +191,15 @@ def pack_samples(samples: Sequence[Sample], tokens_per_microbatch: int) -> list[
     return batches
 
 
-def sft_batches(samples: Sequence[Sample], *, tokens_per_microbatch: int, num_microbatches: int = 1, rank: int = 0,
-                world: int = 1, seed: int = 0) -> Iterator[list[PackedBatch]]:
+def sft_batches(
+    samples: Sequence[Sample],
+    *,
+    tokens_per_microbatch: int,
+    num_microbatches: int = 1,
+    rank: int = 0,
+    world: int = 1,
+    seed: int = 0,
+) -> Iterator[list[PackedBatch]]:
     """Endless per-rank iterator: each item is one optimizer step's ``num_microbatches`` micro-batches."""
     if world < 1 or not 0 <= rank < world:
         raise MliteError(f"rank/world: rank {rank} is not in [0, {world})")
@@ -204,11 +220,26 @@ def sft_batches(samples: Sequence[Sample], *, tokens_per_microbatch: int, num_mi
         epoch += 1
 
 
-def sft_iterator(*, dataset: str | Path = DEFAULT_DATASET, split: str = "train", tokenizer: str | Path | None = None,
-                 tokens_per_microbatch: int = 1024, num_microbatches: int = 1, rank: int = 0, world: int = 1,
-                 seed: int = 0, max_length: int | None = None) -> Iterator[list[PackedBatch]]:
+def sft_iterator(
+    *,
+    dataset: str | Path = DEFAULT_DATASET,
+    split: str = "train",
+    tokenizer: str | Path | None = None,
+    tokens_per_microbatch: int = 1024,
+    num_microbatches: int = 1,
+    rank: int = 0,
+    world: int = 1,
+    seed: int = 0,
+    max_length: int | None = None,
+) -> Iterator[list[PackedBatch]]:
     """Load, tokenise and batch a dataset in one call (see :func:`sft_batches`)."""
     tok = load_tokenizer(tokenizer)
     samples = tokenize_dataset(load_sft_dataset(dataset, split), tok, max_length=max_length or tokens_per_microbatch)
-    return sft_batches(samples, tokens_per_microbatch=tokens_per_microbatch, num_microbatches=num_microbatches,
-                       rank=rank, world=world, seed=seed)
+    return sft_batches(
+        samples,
+        tokens_per_microbatch=tokens_per_microbatch,
+        num_microbatches=num_microbatches,
+        rank=rank,
+        world=world,
+        seed=seed,
+    )

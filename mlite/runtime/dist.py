@@ -62,8 +62,9 @@ def resolve_device(device: str | None, local_rank: int = 0):
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise MliteError(f"device: {device!r} asked for but CUDA is not available on this machine; "
-                             "use device='cpu'")
+            raise MliteError(
+                f"device: {device!r} asked for but CUDA is not available on this machine; use device='cpu'"
+            )
         idx = int(name.split(":", 1)[1]) if ":" in name else local_rank % torch.cuda.device_count()
         return torch.device("cuda", idx)
     if name == "cpu":
@@ -97,8 +98,14 @@ def init_distributed(device: str | None = "auto", timeout_s: float = DEFAULT_TIM
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     kwargs = {"device_id": dev} if dev.type == "cuda" else {}
-    dist.init_process_group(backend=backend, rank=rank, world_size=world, init_method="env://",
-                            timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    dist.init_process_group(
+        backend=backend,
+        rank=rank,
+        world_size=world,
+        init_method="env://",
+        timeout=datetime.timedelta(seconds=timeout_s),
+        **kwargs,
+    )
     return DistInfo(rank, world, local_rank, dev, backend)
 
 
@@ -116,8 +123,13 @@ def destroy_distributed() -> None:
 
 # ---------------------------------------------------------------------------------------------- local runner
 def _worker(local_rank: int, fn: Callable, world: int, port: int, outdir: str, args: tuple, device: str) -> None:
-    os.environ.update(RANK=str(local_rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(local_rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(local_rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
@@ -133,8 +145,9 @@ def _worker(local_rank: int, fn: Callable, world: int, port: int, outdir: str, a
         raise
 
 
-def run_local(fn: Callable, nprocs: int = 2, args: tuple = (), *, device: str = "cpu",
-              timeout_s: float = 120.0) -> list:
+def run_local(
+    fn: Callable, nprocs: int = 2, args: tuple = (), *, device: str = "cpu", timeout_s: float = 120.0
+) -> list:
     """Run ``fn(rank, world_size, *args)`` in ``nprocs`` fresh processes with a process group; return the results.
 
     ``fn`` must be importable by name (a module-level function). Its return value travels back with ``torch.save``
@@ -153,8 +166,13 @@ def _run_local_once(fn: Callable, nprocs: int, args: tuple, device: str, timeout
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="mlite-dist-") as tmp:
-        ctx = mp.start_processes(_worker, args=(fn, nprocs, free_port(), tmp, tuple(args), device),
-                                 nprocs=nprocs, join=False, start_method="spawn")
+        ctx = mp.start_processes(
+            _worker,
+            args=(fn, nprocs, free_port(), tmp, tuple(args), device),
+            nprocs=nprocs,
+            join=False,
+            start_method="spawn",
+        )
         deadline = time.monotonic() + timeout_s
         try:
             while not ctx.join(timeout=0.5):

@@ -58,8 +58,9 @@ def expert_param_names(model: nn.Module) -> set[str]:
     return {n for n, p in model.named_parameters() if id(p) in ids}
 
 
-def shard_model(model: nn.Module, dense_mesh, expert_mesh, param_dtype: torch.dtype,
-                expert_divide_factor: float | None = None) -> nn.Module:
+def shard_model(
+    model: nn.Module, dense_mesh, expert_mesh, param_dtype: torch.dtype, expert_divide_factor: float | None = None
+) -> nn.Module:
     """Apply FSDP2 in place (experts, blocks, root) and return the model. ``expert_divide_factor``: what the expert
     gradients are divided by after their reduce-scatter over EDP (default EDP, FSDP2's average); under EP it is
     DP x CP, the dense factor, because every expert gradient already sums the tokens of its whole EP group."""

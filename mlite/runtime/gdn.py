@@ -122,7 +122,7 @@ def _chunk_gdr(q, k, v, g, beta, lengths: tuple[int, ...], chunk: int, scale: fl
     dev = q.device
     incl = torch.ones(chunk, chunk, dtype=torch.bool, device=dev).tril()
     strict = incl.tril(-1)
-    gam = g.cumsum(-1)                                                    # [n, H, C]
+    gam = g.cumsum(-1)  # [n, H, C]
     decay = (gam[..., :, None] - gam[..., None, :]).masked_fill(~incl, float("-inf")).exp()
     kb = k * beta[..., None]
     A = ((kb @ k.transpose(-1, -2)) * decay).masked_fill(~strict, 0.0)
@@ -131,21 +131,21 @@ def _chunk_gdr(q, k, v, g, beta, lengths: tuple[int, ...], chunk: int, scale: fl
     Wv, Wk = W.split((Vd, Kd), dim=-1)
     Aqk = (q @ k.transpose(-1, -2)) * decay
     qg = q * gam.exp()[..., None]
-    glast = gam[..., -1]                                                  # [n, H]
-    kd = k * (glast[..., None] - gam).exp()[..., None]                   # decay from each token to chunk end
+    glast = gam[..., -1]  # [n, H]
+    kd = k * (glast[..., None] - gam).exp()[..., None]  # decay from each token to chunk end
     # chunk-to-chunk state map S' = M S + B (M = exp(G_C) I - kd^T Wk, B = kd^T Wv): one batched GEMM per step
     eye = torch.eye(Kd, dtype=q.dtype, device=dev)
     kdT = kd.transpose(-1, -2)
-    M = (glast.exp()[..., None, None] * eye - kdT @ Wk).flatten(0, 1)   # [n*H, K, K]
-    Bm = (kdT @ Wv).flatten(0, 1)                                        # [n*H, K, V]
+    M = (glast.exp()[..., None, None] * eye - kdT @ Wk).flatten(0, 1)  # [n*H, K, K]
+    Bm = (kdT @ Wv).flatten(0, 1)  # [n*H, K, V]
     S = q.new_zeros(steps[0][1] * H, Kd, Vd)
     states = []
     for i, (off, m) in enumerate(steps):
-        S = S[:m * H]
+        S = S[: m * H]
         states.append(S)
         if i + 1 < len(steps):
-            S = torch.baddbmm(Bm[off * H:(off + m) * H], M[off * H:(off + m) * H], S)
-    S0 = torch.cat(states).view(n, H, Kd, Vd)                           # state at each chunk's start
+            S = torch.baddbmm(Bm[off * H : (off + m) * H], M[off * H : (off + m) * H], S)
+    S0 = torch.cat(states).view(n, H, Kd, Vd)  # state at each chunk's start
     o = qg @ S0 + Aqk @ (Wv - Wk @ S0)
     o = o.transpose(1, 2).reshape(n * chunk, H, Vd)
     return o[:T] if single else o.index_select(0, dest)
@@ -162,8 +162,19 @@ def _lengths(T: int, B: int, cu_seqlens, lengths) -> tuple[int, ...]:
     return (T,) * B
 
 
-def chunk_gated_delta_rule_torch(q, k, v, g, beta, *, scale: float | None = None, cu_seqlens=None, lengths=None,
-                                 chunk_size: int = 64, use_qk_l2norm: bool = False) -> torch.Tensor:
+def chunk_gated_delta_rule_torch(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    *,
+    scale: float | None = None,
+    cu_seqlens=None,
+    lengths=None,
+    chunk_size: int = 64,
+    use_qk_l2norm: bool = False,
+) -> torch.Tensor:
     """Pure-PyTorch gated delta rule in fla's layout: ``q, k[B, T, H, K]``, ``v[B, T, HV, V]``, ``g, beta[B, T, HV]``
     -> ``o[B, T, HV, V]`` (in ``v``'s dtype). ``cu_seqlens`` (or host ``lengths``) with ``B == 1`` runs each packed
     sequence from a zero state, like fla's varlen mode."""
@@ -174,7 +185,7 @@ def chunk_gated_delta_rule_torch(q, k, v, g, beta, *, scale: float | None = None
     lens = _lengths(T, B, cu_seqlens, lengths)
     if sum(lens) != B * T:
         raise MliteError(f"cu_seqlens: lengths sum to {sum(lens)}, expected {B * T} tokens")
-    scale = Kd ** -0.5 if scale is None else float(scale)
+    scale = Kd**-0.5 if scale is None else float(scale)
     out_dtype = v.dtype
     ct = torch.promote_types(v.dtype, torch.float32)
     if use_qk_l2norm:
@@ -212,8 +223,10 @@ def _fla_probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
         grads, outs = [], []
         cu = torch.tensor([0, lens[0], T], device=device, dtype=torch.long)
         for use_fla in (True, False):
-            xs = [x.to(dtype if i < 3 else (torch.float32 if i == 3 else dtype)).requires_grad_() for i, x in
-                  enumerate(base)]
+            xs = [
+                x.to(dtype if i < 3 else (torch.float32 if i == 3 else dtype)).requires_grad_()
+                for i, x in enumerate(base)
+            ]
             if use_fla:
                 o, _ = chunk_gated_delta_rule(*xs[:3], xs[3], xs[4], cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
             else:
@@ -253,9 +266,19 @@ def backend_for(device: torch.device, dtype: torch.dtype) -> str:
     return _FLA[key]
 
 
-def gated_delta_rule(q, k, v, g, beta, *, lengths: tuple[int, ...], cu_seqlens: torch.Tensor | None = None,
-                     scale: float | None = None, use_qk_l2norm: bool = True,
-                     chunk_size: int | None = None) -> torch.Tensor:
+def gated_delta_rule(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    *,
+    lengths: tuple[int, ...],
+    cu_seqlens: torch.Tensor | None = None,
+    scale: float | None = None,
+    use_qk_l2norm: bool = True,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
     """Packed ``q, k[T, H, K]``, ``v[T, HV, V]``, ``g, beta[T, HV]`` -> ``o[T, HV, V]``: fla's chunk kernel on CUDA
     where it works, else :func:`chunk_gated_delta_rule_torch` (chunk :data:`TORCH_CHUNK` per device type unless
     ``chunk_size`` is given). ``g`` should be fp32."""
@@ -264,12 +287,32 @@ def gated_delta_rule(q, k, v, g, beta, *, lengths: tuple[int, ...], cu_seqlens: 
 
         cu = None
         if len(lengths) > 1:
-            cu = cu_seqlens.long() if cu_seqlens is not None else torch.tensor(
-                [0, *torch.tensor(lengths).cumsum(0).tolist()], device=q.device)
-        o, _ = chunk_gated_delta_rule(q[None], k[None], v[None], g[None], beta[None], scale=scale,
-                                      cu_seqlens=cu, use_qk_l2norm_in_kernel=use_qk_l2norm)
+            cu = (
+                cu_seqlens.long()
+                if cu_seqlens is not None
+                else torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=q.device)
+            )
+        o, _ = chunk_gated_delta_rule(
+            q[None],
+            k[None],
+            v[None],
+            g[None],
+            beta[None],
+            scale=scale,
+            cu_seqlens=cu,
+            use_qk_l2norm_in_kernel=use_qk_l2norm,
+        )
         return o[0]
     chunk = chunk_size or TORCH_CHUNK.get(q.device.type, 64)
-    o = chunk_gated_delta_rule_torch(q[None], k[None], v[None], g[None], beta[None], scale=scale, lengths=lengths,
-                                     chunk_size=chunk, use_qk_l2norm=use_qk_l2norm)
+    o = chunk_gated_delta_rule_torch(
+        q[None],
+        k[None],
+        v[None],
+        g[None],
+        beta[None],
+        scale=scale,
+        lengths=lengths,
+        chunk_size=chunk,
+        use_qk_l2norm=use_qk_l2norm,
+    )
     return o[0]

@@ -21,10 +21,24 @@ import torch
 
 from ..errors import MliteError
 
-SHAPE_FIELDS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
-                "moe_intermediate_size", "shared_expert_intermediate_size", "vocab_size", "num_experts",
-                "n_routed_experts", "num_local_experts", "linear_num_key_heads", "linear_num_value_heads",
-                "linear_key_head_dim", "linear_value_head_dim", "tie_word_embeddings")
+SHAPE_FIELDS = (
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "vocab_size",
+    "num_experts",
+    "n_routed_experts",
+    "num_local_experts",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "tie_word_embeddings",
+)
 """Config fields that decide tensor shapes: a checkpoint must agree with the (uncut) config on each it has."""
 
 _LAYER = re.compile(r"^(model\.layers\.)(\d+)(\..*)$")
@@ -47,11 +61,15 @@ def check_matches(directory: Path, config: dict) -> dict:
     a, b = _text(ck), _text(config)
     for k in SHAPE_FIELDS:
         if k in a and k in b and a[k] != b[k]:
-            raise MliteError(f"--hf-checkpoint {directory}: the checkpoint does not match the model config "
-                             f"({k} is {a[k]} there, {b[k]} in the config)")
+            raise MliteError(
+                f"--hf-checkpoint {directory}: the checkpoint does not match the model config "
+                f"({k} is {a[k]} there, {b[k]} in the config)"
+            )
     if a.get("num_hidden_layers", 0) < b.get("num_hidden_layers", 0):
-        raise MliteError(f"--hf-checkpoint {directory}: the checkpoint has {a.get('num_hidden_layers')} layers, "
-                         f"the model config {b.get('num_hidden_layers')}")
+        raise MliteError(
+            f"--hf-checkpoint {directory}: the checkpoint has {a.get('num_hidden_layers')} layers, "
+            f"the model config {b.get('num_hidden_layers')}"
+        )
     return ck
 
 
@@ -90,7 +108,7 @@ class _Shards:
 def _resolve(shards: _Shards, key: str) -> str | None:
     """The name ``key`` (transformers' ``model.`` naming) has in this checkpoint."""
     for p in _PREFIXES:
-        k = p + key[len("model."):] if key.startswith("model.") else key
+        k = p + key[len("model.") :] if key.startswith("model.") else key
         if shards.has(k):
             return k
     return None
@@ -106,9 +124,14 @@ def _expert_stack(shards: _Shards, base: str, num_experts: int, fused: str) -> t
     return None
 
 
-def load_hf_checkpoint(directory, wanted: dict[str, tuple[int, ...]], *, config: dict,
-                       source_layers: tuple[int, ...] | None = None, num_experts: int | None = None
-                       ) -> dict[str, torch.Tensor]:
+def load_hf_checkpoint(
+    directory,
+    wanted: dict[str, tuple[int, ...]],
+    *,
+    config: dict,
+    source_layers: tuple[int, ...] | None = None,
+    num_experts: int | None = None,
+) -> dict[str, torch.Tensor]:
     """The tensors named in ``wanted`` (transformers names of the cut model → shapes) read from ``directory``."""
     directory = Path(directory).expanduser().resolve()
     if not directory.is_dir():
@@ -135,15 +158,22 @@ def load_hf_checkpoint(directory, wanted: dict[str, tuple[int, ...]], *, config:
                 found = _resolve(shards, "model.embed_tokens.weight")  # tied embeddings: one tensor on disk
             if found is not None:
                 t = shards.get(found)
-                if num_experts is not None and src_key.endswith(("mlp.gate.weight", "e_score_correction_bias")) \
-                        and t.shape[0] > shape[0]:
+                if (
+                    num_experts is not None
+                    and src_key.endswith(("mlp.gate.weight", "e_score_correction_bias"))
+                    and t.shape[0] > shape[0]
+                ):
                     t = t[: shape[0]]  # router rows of the kept experts
         if t is None:
-            raise MliteError(f"--hf-checkpoint {directory}: tensor '{src_key}' is not in the checkpoint "
-                             "(it does not match the model config)")
+            raise MliteError(
+                f"--hf-checkpoint {directory}: tensor '{src_key}' is not in the checkpoint "
+                "(it does not match the model config)"
+            )
         if tuple(t.shape) != tuple(shape):
-            raise MliteError(f"--hf-checkpoint {directory}: '{src_key}' has shape {tuple(t.shape)}, the model "
-                             f"needs {tuple(shape)} (the checkpoint does not match the model config)")
+            raise MliteError(
+                f"--hf-checkpoint {directory}: '{src_key}' has shape {tuple(t.shape)}, the model "
+                f"needs {tuple(shape)} (the checkpoint does not match the model config)"
+            )
         out[key] = t
     return out
 

@@ -102,8 +102,10 @@ class LiteRuntime:
         bc = cfg.backend_cfg
         check_lite_parallel(bc.parallel)
         if bc.optimizer_backend == "dist_opt":
-            raise MliteError("optimizer: dist_opt (Megatron-Core's distributed optimizer) is not implemented by the "
-                             "lite runtime; the real mlite runs it on GPUs with Transformer Engine; use fsdp2 here")
+            raise MliteError(
+                "optimizer: dist_opt (Megatron-Core's distributed optimizer) is not implemented by the "
+                "lite runtime; the real mlite runs it on GPUs with Transformer Engine; use fsdp2 here"
+            )
         resolve_device(cfg.device)  # fail before touching the process group
         self.info = init_distributed(cfg.device, cfg.dist_timeout_s)
         self.device = self.info.device
@@ -139,9 +141,14 @@ class LiteRuntime:
 
         spec = cfg.hf_path if isinstance(cfg.hf_path, ModelSpec) else from_hf_config(cfg.hf_path)
         impl = cfg.backend_cfg.impl_cfg
-        model = build_lite_model(spec, param_dtype=self.param_dtype, device=self.device, seed=cfg.seed,
-                                 recompute=cfg.backend_cfg.recompute,
-                                 moe_aux_loss_coeff=float(impl.get("moe_aux_loss_coeff", 0.0)))
+        model = build_lite_model(
+            spec,
+            param_dtype=self.param_dtype,
+            device=self.device,
+            seed=cfg.seed,
+            recompute=cfg.backend_cfg.recompute,
+            moe_aux_loss_coeff=float(impl.get("moe_aux_loss_coeff", 0.0)),
+        )
         return model, spec
 
     def build_model(self) -> ModelHandle:
@@ -150,23 +157,28 @@ class LiteRuntime:
 
         model, spec = self._make_model()
         if self.pstate.ep > 1 and not expert_modules(model):
-            raise MliteError(f"ep: EP {self.pstate.ep} needs a model with routed experts; use --ep 1 for a dense "
-                             "model")
+            raise MliteError(f"ep: EP {self.pstate.ep} needs a model with routed experts; use --ep 1 for a dense model")
         self.applied = apply_parallelism(model, self.pstate)
         if self.cfg.compile:
             compile_blocks(model)
         experts = expert_param_names(model)
-        shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype,
-                    expert_divide_factor=self.pstate.dp_cp)
+        shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype, expert_divide_factor=self.pstate.dp_cp)
         if self.applied.tp is not None:
             self.applied.tp.bind(model)
         opt = ShardedAdamW(model.named_parameters(), self.cfg.optimizer, expert_names=experts, device=self.device)
-        return ModelHandle(runtime=self, model=model, optimizer=opt, scheduler=LRScheduler(self.cfg.optimizer),
-                           spec=spec)
+        return ModelHandle(
+            runtime=self, model=model, optimizer=opt, scheduler=LRScheduler(self.cfg.optimizer), spec=spec
+        )
 
     # ------------------------------------------------------------------ pretrain tier
-    def forward_backward(self, handle: ModelHandle, batch, loss_fn: Callable | None = None,
-                         num_microbatches: int | None = None, forward_only: bool = False) -> dict:
+    def forward_backward(
+        self,
+        handle: ModelHandle,
+        batch,
+        loss_fn: Callable | None = None,
+        num_microbatches: int | None = None,
+        forward_only: bool = False,
+    ) -> dict:
         """Run the micro-batches (forward + backward, or forward only); return global loss metrics.
 
         ``batch``: one PackedBatch (split into ``num_microbatches`` by whole sequences) or a list of PackedBatches
@@ -208,11 +220,15 @@ class LiteRuntime:
                 loss_acc += loss_sum.detach().double()
         if self.dp_size > 1:
             dist.all_reduce(loss_acc, group=self.dp_group)
-        return {"loss": float(loss_acc) / max(global_tokens, 1), "num_tokens": global_tokens,
-                "num_microbatches": len(mbs)}
+        return {
+            "loss": float(loss_acc) / max(global_tokens, 1),
+            "num_tokens": global_tokens,
+            "num_microbatches": len(mbs),
+        }
 
-    def train_step(self, handle: ModelHandle, batch, loss_fn: Callable | None = None,
-                   num_microbatches: int | None = None) -> dict:
+    def train_step(
+        self, handle: ModelHandle, batch, loss_fn: Callable | None = None, num_microbatches: int | None = None
+    ) -> dict:
         """One optimizer step the Megatron way: forward_backward, optimizer_step, zero_grad, and (only when the
         update happened) lr_scheduler_step. Returns the metrics with ``ok``, ``grad_norm``, ``num_zeros`` and the
         ``lr`` the step used."""
@@ -299,8 +315,7 @@ class LiteRuntime:
                 full = all_gather_dim0(full.detach().contiguous(), self.pstate.ep_group, self.pstate.ep)
             yield name, full.detach().to(device)
 
-    def to(self, handle: ModelHandle, device, model: bool = True, optimizer: bool = True,
-           grad: bool = True) -> None:
+    def to(self, handle: ModelHandle, device, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         """Runtime context offload: move parameters (with their gradients) and/or optimizer state.
 
         Gradients are attached to their FSDP2 parameters and move with them: ``grad`` must equal ``model`` unless
@@ -309,8 +324,10 @@ class LiteRuntime:
         dev = torch.device(device) if str(device) == "cpu" else resolve_device(str(device), self.info.local_rank)
         has_grads = any(s.param.grad is not None for s in handle.optimizer.slots)
         if has_grads and bool(grad) != bool(model):
-            raise MliteError(f"to(grad={grad}, model={model}): under FSDP2 gradients move with their parameters; "
-                             "pass grad=model, or call zero_grad(handle) first")
+            raise MliteError(
+                f"to(grad={grad}, model={model}): under FSDP2 gradients move with their parameters; "
+                "pass grad=model, or call zero_grad(handle) first"
+            )
         if model:
             move_model(handle.model, dev)
         if optimizer:
@@ -335,9 +352,11 @@ class LiteRuntime:
 
     def _check_checkpoint_mesh(self, what: str) -> None:
         if self.pstate.ep > 1 or self.pstate.tp > 1:
-            raise MliteError(f"{what}: checkpoints of EP > 1 or TP > 1 runs are not implemented by the lite runtime "
-                             "(the expert / tensor slices carry no global layout for DCP yet); checkpoint a "
-                             "data-parallel or CP run")
+            raise MliteError(
+                f"{what}: checkpoints of EP > 1 or TP > 1 runs are not implemented by the lite runtime "
+                "(the expert / tensor slices carry no global layout for DCP yet); checkpoint a "
+                "data-parallel or CP run"
+            )
 
     # ------------------------------------------------------------------ memory
     def memory_stats(self, handle: ModelHandle) -> dict:
@@ -346,11 +365,19 @@ class LiteRuntime:
         params = _tally(local(p) for p in handle.model.parameters())
         grads = _tally(local(p.grad) for p in handle.model.parameters() if p.grad is not None)
         opt = handle.optimizer.memory()
-        out = {"params": params, "grads": grads, **opt,
-               "optimizer_bytes": sum(v["bytes"] for v in opt.values()),
-               "param_dtype": self.param_dtype_name, "device": str(self.device), "world_size": self.world_size,
-               "mesh": self.pstate.to_dict(),
-               "max_memory_allocated": None, "memory_allocated": None, "memory_reserved": None}
+        out = {
+            "params": params,
+            "grads": grads,
+            **opt,
+            "optimizer_bytes": sum(v["bytes"] for v in opt.values()),
+            "param_dtype": self.param_dtype_name,
+            "device": str(self.device),
+            "world_size": self.world_size,
+            "mesh": self.pstate.to_dict(),
+            "max_memory_allocated": None,
+            "memory_allocated": None,
+            "memory_reserved": None,
+        }
         if self.device.type == "cuda":
             out["max_memory_allocated"] = torch.cuda.max_memory_allocated(self.device)
             out["memory_allocated"] = torch.cuda.memory_allocated(self.device)
@@ -397,8 +424,10 @@ def _microbatches(batch, num_microbatches: int | None) -> list:
         if not batch:
             raise MliteError("forward_backward: empty list of micro-batches")
         if num_microbatches not in (None, len(batch)):
-            raise MliteError(f"num_microbatches: {num_microbatches} given with a list of {len(batch)} micro-batches; "
-                             "pass num_microbatches=len(list) or one PackedBatch to split")
+            raise MliteError(
+                f"num_microbatches: {num_microbatches} given with a list of {len(batch)} micro-batches; "
+                "pass num_microbatches=len(list) or one PackedBatch to split"
+            )
         return list(batch)
     n = 1 if num_microbatches is None else num_microbatches
     return [batch] if n == 1 else batch.split(n)
@@ -412,13 +441,19 @@ def create_runtime(cfg: RuntimeConfig) -> LiteRuntime:
     return LiteRuntime(cfg)
 
 
-def forward_backward(handle: ModelHandle, batch, loss_fn: Callable | None = None,
-                     num_microbatches: int | None = None, forward_only: bool = False) -> dict:
+def forward_backward(
+    handle: ModelHandle,
+    batch,
+    loss_fn: Callable | None = None,
+    num_microbatches: int | None = None,
+    forward_only: bool = False,
+) -> dict:
     return handle.runtime.forward_backward(handle, batch, loss_fn, num_microbatches, forward_only)
 
 
-def train_step(handle: ModelHandle, batch, loss_fn: Callable | None = None,
-               num_microbatches: int | None = None) -> dict:
+def train_step(
+    handle: ModelHandle, batch, loss_fn: Callable | None = None, num_microbatches: int | None = None
+) -> dict:
     return handle.runtime.train_step(handle, batch, loss_fn, num_microbatches)
 
 

@@ -29,5 +29,11 @@ def curves(rng: random.Random, step: int, spec: GenSpec) -> dict[str, float]:
     if spec.nan_from is not None and step >= spec.nan_from:
         loss, gn = math.nan, math.nan
     reward = 1 / (1 + math.exp(-6 * (t - 0.4))) + rng.gauss(0, 0.03)
-    return {"loss": loss, "grad_norm": gn, "reward": reward, "kl": kl,
-            "entropy": 0.6 - 0.3 * t + rng.gauss(0, 0.01), "lr": 1e-6 if spec.kind != "sft" else 1e-5 * min(1, 20 * t)}
+    return {
+        "loss": loss,
+        "grad_norm": gn,
+        "reward": reward,
+        "kl": kl,
+        "entropy": 0.6 - 0.3 * t + rng.gauss(0, 0.01),
+        "lr": 1e-6 if spec.kind != "sft" else 1e-5 * min(1, 20 * t),
+    }

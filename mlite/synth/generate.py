@@ -40,8 +40,14 @@ def write_bench_log(path, size_mb: float, *, seed: int = 0, noise: float = 4.0) 
     seg = 0
     with open(path, "wb") as f:
         while written < target:
-            spec = GenSpec(steps=200, first_step=1 + 200 * seg, seed=seed + seg, noise=noise,
-                           precision=("repr", "np", "3f")[seg % 3], glued_tqdm=seg % 5 == 4)
+            spec = GenSpec(
+                steps=200,
+                first_step=1 + 200 * seg,
+                seed=seed + seg,
+                noise=noise,
+                precision=("repr", "np", "3f")[seg % 3],
+                glued_tqdm=seg % 5 == 4,
+            )
             lines, truth = verl_console(spec, random.Random(spec.seed))
             data = ("\n".join(lines) + "\n").encode("utf-8")
             f.write(data)

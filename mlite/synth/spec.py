@@ -88,6 +88,13 @@ def step_sequence(spec: GenSpec) -> list[int]:
 
 def ending_events(ending: str) -> set[str]:
     """Event kinds the ending ``ending`` must produce."""
-    return {"ok": set(), "oom": {"oom", "traceback", "exit_code"}, "nccl_timeout": {"nccl_timeout", "exit_code"},
-            "time_limit": {"time_limit"}, "preempted": {"preempted"}, "cancelled": {"cancelled"},
-            "traceback": {"traceback"}, "exit_code": {"exit_code"}}[ending]
+    return {
+        "ok": set(),
+        "oom": {"oom", "traceback", "exit_code"},
+        "nccl_timeout": {"nccl_timeout", "exit_code"},
+        "time_limit": {"time_limit"},
+        "preempted": {"preempted"},
+        "cancelled": {"cancelled"},
+        "traceback": {"traceback"},
+        "exit_code": {"exit_code"},
+    }[ending]

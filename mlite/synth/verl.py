@@ -18,10 +18,17 @@ def verl_values(rng: random.Random, step: int, spec: GenSpec) -> dict[str, float
     """The metrics verl prints at ``step`` for the trainer ``spec.kind``."""
     c = curves(rng, step, spec)
     if spec.kind == "sft":
-        return {"train/loss": c["loss"], "train/grad_norm": c["grad_norm"], "train/lr": c["lr"],
-                "train/mfu": rng.uniform(0.3, 0.45), "train/global_tokens": float(rng.randint(60000, 70000)),
-                "train/total_tokens(B)": step * 6.5e-5, "perf/max_memory_allocated_gb": 38.16 + rng.random(),
-                "perf/max_memory_reserved_gb": 59.59, "perf/cpu_memory_used_gb": rng.uniform(60, 70)}
+        return {
+            "train/loss": c["loss"],
+            "train/grad_norm": c["grad_norm"],
+            "train/lr": c["lr"],
+            "train/mfu": rng.uniform(0.3, 0.45),
+            "train/global_tokens": float(rng.randint(60000, 70000)),
+            "train/total_tokens(B)": step * 6.5e-5,
+            "perf/max_memory_allocated_gb": 38.16 + rng.random(),
+            "perf/max_memory_reserved_gb": 59.59,
+            "perf/cpu_memory_used_gb": rng.uniform(60, 70),
+        }
     keys = T.GRPO_KEYS + (T.PPO_EXTRA_KEYS if spec.kind == "ppo" else ())
     out = {}
     for k in keys:
@@ -64,7 +71,7 @@ def metric_line(step: int, values: dict[str, float], precision: str) -> tuple[st
     for k, v in values.items():
         tok = format_value(k, v, precision)
         parts.append(f"{k}:{tok}")
-        inner = tok[tok.index("(") + 1:-1] if tok.startswith("np.") else tok
+        inner = tok[tok.index("(") + 1 : -1] if tok.startswith("np.") else tok
         exact[k] = float(inner)
     return f"step:{step} - " + " - ".join(parts), exact
 
@@ -75,8 +82,11 @@ def verl_console(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
     drv = T.ray("TaskRunner", 14640, ansi=spec.ansi) if spec.kind != "sft" else ""
     steps = step_sequence(spec)
     total = spec.first_step + spec.steps + 20
-    lines = T.startup(rng, driver=drv, nodes=spec.nodes, gpus=spec.gpus_per_node, ansi=spec.ansi,
-                      total_steps=total) if spec.noise else []
+    lines = (
+        T.startup(rng, driver=drv, nodes=spec.nodes, gpus=spec.gpus_per_node, ansi=spec.ansi, total_steps=total)
+        if spec.noise
+        else []
+    )
     if spec.first_step > 1:
         lines.append(f"{drv}Resuming from /checkpoints/global_step_{spec.first_step - 1}")
     prev = None
@@ -90,7 +100,7 @@ def verl_console(spec: GenSpec, rng: random.Random) -> tuple[list[str], Truth]:
         values = verl_values(rng, step, spec)
         text, exact = metric_line(step, values, spec.precision)
         bar = T.tqdm_bar("Training Progress" if spec.kind != "sft" else "Epoch 1/3", step, total, 9.8)
-        line = (f"{drv}{bar}{text}" if spec.glued_tqdm else f"{drv}{text}")
+        line = f"{drv}{bar}{text}" if spec.glued_tqdm else f"{drv}{text}"
         lines += hard_wrap(line, spec.wrap)
         if not spec.glued_tqdm and spec.noise:
             lines += [drv.rstrip() if drv else "", bar]

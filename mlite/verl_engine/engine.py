@@ -43,15 +43,23 @@ def _optimizer_config(optim, total_steps: int):
     style = getattr(optim, "lr_decay_style", "constant")
     decay_steps = getattr(optim, "lr_decay_steps", None) or (total_steps if style != "constant" else None)
     return OptimizerConfig(
-        optimizer="fsdp2", lr=float(optim.lr), min_lr=float(getattr(optim, "min_lr", 0.0) or 0.0),
+        optimizer="fsdp2",
+        lr=float(optim.lr),
+        min_lr=float(getattr(optim, "min_lr", 0.0) or 0.0),
         lr_warmup_init=float(getattr(optim, "lr_warmup_init", 0.0) or 0.0),
-        weight_decay=float(optim.weight_decay), betas=tuple(optim.betas), eps=float(ov.get("adam_eps", 1e-8)),
-        clip_grad=float(optim.clip_grad), lr_warmup_steps=int(warm), lr_decay_style=style,
-        lr_decay_steps=decay_steps, use_precision_aware_optimizer=pao,
+        weight_decay=float(optim.weight_decay),
+        betas=tuple(optim.betas),
+        eps=float(ov.get("adam_eps", 1e-8)),
+        clip_grad=float(optim.clip_grad),
+        lr_warmup_steps=int(warm),
+        lr_decay_style=style,
+        lr_decay_steps=decay_steps,
+        use_precision_aware_optimizer=pao,
         exp_avg_dtype=getattr(optim, "exp_avg_dtype", "fp32"),
         exp_avg_sq_dtype=getattr(optim, "exp_avg_sq_dtype", "fp32"),
         offload_fraction=None if frac is None else float(frac),
-        decoupled_weight_decay=ov.get("decoupled_weight_decay"))
+        decoupled_weight_decay=ov.get("decoupled_weight_decay"),
+    )
 
 
 def runtime_config(model_config, engine_config, optimizer_config):
@@ -62,8 +70,10 @@ def runtime_config(model_config, engine_config, optimizer_config):
     e = engine_config
     impl = {k: v for k, v in dict(e.impl_cfg or {}).items() if k != "use_thd"}
     if impl.get("optimizer") == "dist_opt":
-        raise MliteError("engine.impl_cfg.optimizer: dist_opt is not implemented by the lite engine yet (it is "
-                         "the real mlite's Megatron-Core optimizer); use fsdp2")
+        raise MliteError(
+            "engine.impl_cfg.optimizer: dist_opt is not implemented by the lite engine yet (it is "
+            "the real mlite's Megatron-Core optimizer); use fsdp2"
+        )
     if e.router_aux_loss_coef is not None:
         impl["moe_aux_loss_coeff"] = float(e.router_aux_loss_coef)
     if e.dtype not in _DTYPES:
@@ -71,9 +81,15 @@ def runtime_config(model_config, engine_config, optimizer_config):
     parallel = ParallelConfig(tp=e.tp, pp=e.pp, vpp=e.vpp, cp=e.cp, ep=e.ep, etp=e.etp)
     opt = _optimizer_config(optimizer_config, int(getattr(optimizer_config, "total_training_steps", -1) or -1))
     path = getattr(model_config, "local_path", None) or model_config.path
-    return RuntimeConfig(hf_path=str(path), backend_cfg=MegatronLiteConfig(
-        model_name=e.model_name, impl=e.impl, parallel=parallel, optimizer=opt, impl_cfg=impl),
-        device=get_device_name(), param_dtype=_DTYPES[e.dtype], seed=int(e.seed))
+    return RuntimeConfig(
+        hf_path=str(path),
+        backend_cfg=MegatronLiteConfig(
+            model_name=e.model_name, impl=e.impl, parallel=parallel, optimizer=opt, impl_cfg=impl
+        ),
+        device=get_device_name(),
+        param_dtype=_DTYPES[e.dtype],
+        seed=int(e.seed),
+    )
 
 
 def packed_batch(micro_batch):
@@ -118,11 +134,16 @@ class LiteEngine(BaseEngine):
         """Build the model (weights from the seed) and its optimizer; the schedule reads total_training_steps."""
         if self.handle is None:
             self.runtime.cfg.backend_cfg.optimizer = _optimizer_config(
-                self.optimizer_config, int(self.optimizer_config.total_training_steps))
+                self.optimizer_config, int(self.optimizer_config.total_training_steps)
+            )
             self.handle = self.runtime.build_model()
             if self.engine_config.param_offload or self.engine_config.optimizer_offload:
-                self.to("cpu", model=self.engine_config.param_offload,
-                        optimizer=self.engine_config.optimizer_offload, grad=self.engine_config.param_offload)
+                self.to(
+                    "cpu",
+                    model=self.engine_config.param_offload,
+                    optimizer=self.engine_config.optimizer_offload,
+                    grad=self.engine_config.param_offload,
+                )
 
     @property
     def is_param_offload_enabled(self) -> bool:
@@ -151,8 +172,9 @@ class LiteEngine(BaseEngine):
 
     def forward_backward_batch(self, data, loss_function, forward_only=False):
         """Pack verl's micro-batches and run the runtime's forward/backward (verl's SFT normalisation)."""
-        micro_batches, _ = prepare_micro_batches(data=data, dp_group=self.get_data_parallel_group(),
-                                                 same_micro_num_in_dp=True)
+        micro_batches, _ = prepare_micro_batches(
+            data=data, dp_group=self.get_data_parallel_group(), same_micro_num_in_dp=True
+        )
         mbs = [packed_batch(mb) for mb in micro_batches]
         _maybe_dump(mbs, self.pstate)
         with torch.no_grad() if forward_only else nullcontext():
@@ -183,8 +205,11 @@ class LiteEngine(BaseEngine):
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None, **kwargs):
         if self.pstate.ep > 1 or self.pstate.tp > 1:
             if self.pstate.rank == 0:
-                print(f"[mlite] checkpoint at step {global_step} not written: the lite runtime does not checkpoint "
-                      "TP > 1 or EP > 1 runs", flush=True)
+                print(
+                    f"[mlite] checkpoint at step {global_step} not written: the lite runtime does not checkpoint "
+                    "TP > 1 or EP > 1 runs",
+                    flush=True,
+                )
             return
         self.runtime.save_checkpoint(self.handle, os.path.join(local_path, "lite"))
 

@@ -38,10 +38,18 @@ def _device_module():
     counters verl logs as ``perf/max_memory_*_gb`` report the process's peak RSS, the current ones 0)."""
     import torch
 
-    mod = SimpleNamespace(max_memory_allocated=_peak_rss, max_memory_reserved=_peak_rss, memory_allocated=_zero,
-                          memory_reserved=_zero)
-    for n in ("empty_cache", "synchronize", "set_device", "reset_peak_memory_stats", "manual_seed",
-              "manual_seed_all", "ipc_collect"):
+    mod = SimpleNamespace(
+        max_memory_allocated=_peak_rss, max_memory_reserved=_peak_rss, memory_allocated=_zero, memory_reserved=_zero
+    )
+    for n in (
+        "empty_cache",
+        "synchronize",
+        "set_device",
+        "reset_peak_memory_stats",
+        "manual_seed",
+        "manual_seed_all",
+        "ipc_collect",
+    ):
         setattr(mod, n, _none)
     mod.is_available = lambda: True
     mod.device_count = lambda: 1

@@ -65,8 +65,15 @@ PNG_DIGEST = """async (img) => {
 }"""
 """``locator.evaluate(PNG_DIGEST)`` on an ``<img>``: ``"<is png>:<bytes>:<FNV-1a hash>"`` of what the browser shows."""
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 START_TIMEOUT_S = 180
 """JupyterLab start-up on a busy 2-core machine."""
 OPEN_TIMEOUT_MS = 180_000
@@ -89,8 +96,9 @@ class Lab:
     proc: subprocess.Popen
 
     def api(self, method: str, path: str):
-        req = urllib.request.Request(f"{self.url}{path}", method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+        req = urllib.request.Request(
+            f"{self.url}{path}", method=method, headers={"Authorization": f"token {self.token}"}
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             body = r.read()
         return json.loads(body) if body else None
@@ -138,37 +146,61 @@ def lab(tmp_path_factory) -> Lab:
         (base / d).mkdir()
     _write_lab_settings(base / "settings")
     port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ,
-               JUPYTER_CONFIG_DIR=str(base / "config"), JUPYTER_RUNTIME_DIR=str(base / "runtime"),
-               PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONWARNINGS="ignore",
-               MPLBACKEND="Agg")
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(base / "config"),
+        JUPYTER_RUNTIME_DIR=str(base / "runtime"),
+        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONWARNINGS="ignore",
+        MPLBACKEND="Agg",
+    )
     env.pop("JUPYTER_PLATFORM_DIRS", None)
-    cmd = [str(jupyter), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-           "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-           "--LabApp.expose_app_in_browser=True", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-           f"--LabApp.user_settings_dir={base / 'settings'}", f"--LabApp.workspaces_dir={base / 'workspaces'}",
-           # the venv's python runs the kernel even where `make kernel` was not run
-           "--KernelSpecManager.ensure_native_kernel=True", "--LabApp.extension_manager=readonly"]
+    cmd = [
+        str(jupyter),
+        "lab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.expose_app_in_browser=True",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--LabApp.user_settings_dir={base / 'settings'}",
+        f"--LabApp.workspaces_dir={base / 'workspaces'}",
+        # the venv's python runs the kernel even where `make kernel` was not run
+        "--KernelSpecManager.ensure_native_kernel=True",
+        "--LabApp.extension_manager=readonly",
+    ]
     if os.geteuid() == 0:  # CI containers run as root
         cmd.append("--allow-root")
     log = base / "jupyter.log"
     with open(log, "w") as logf:
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=logf, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=root,
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     server = Lab(url=f"http://127.0.0.1:{port}", token=token, root=root, log=log, proc=proc)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {proc.returncode} during start-up:\n{server.log_tail()}",
-                            pytrace=False)
+                pytest.fail(
+                    f"jupyter lab exited with {proc.returncode} during start-up:\n{server.log_tail()}", pytrace=False
+                )
             try:
                 server.api("GET", "/api/status")
                 break
             except Exception:  # noqa: BLE001 - the server is not up yet (connection refused, 5xx)
                 if time.monotonic() > deadline:
-                    pytest.fail(f"jupyter lab did not answer within {START_TIMEOUT_S}s:\n{server.log_tail()}",
-                                pytrace=False)
+                    pytest.fail(
+                        f"jupyter lab did not answer within {START_TIMEOUT_S}s:\n{server.log_tail()}", pytrace=False
+                    )
                 time.sleep(0.5)
         yield server
     finally:
@@ -198,8 +230,11 @@ def _stop_group(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="session")
 def browser_context(tmp_path_factory):
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        pytest.fail(f"{CHROMIUM} not found: the browser tests drive Debian's Chromium; `make setup` installs it "
-                    "(apt-get install chromium)", pytrace=False)
+        pytest.fail(
+            f"{CHROMIUM} not found: the browser tests drive Debian's Chromium; `make setup` installs it "
+            "(apt-get install chromium)",
+            pytrace=False,
+        )
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -207,8 +242,12 @@ def browser_context(tmp_path_factory):
     pw = sync_playwright().start()
     try:
         ctx = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
     except Exception as e:  # noqa: BLE001 - any launch failure is reported as one test failure
         pw.stop()
         pytest.fail(f"could not launch {CHROMIUM} through Playwright: {e}", pytrace=False)
@@ -262,17 +301,23 @@ _IDLE = """() => {
 
 def open_notebook(page, name: str) -> None:
     """Open ``name`` in the notebook editor and wait until its kernel is ready and idle."""
-    page.evaluate("""async (name) => {
+    page.evaluate(
+        """async (name) => {
       const app = window.jupyterapp;
       const w = await app.commands.execute('docmanager:open', {path: name, factory: 'Notebook'});
       await w.context.ready;
       await w.sessionContext.ready;
       app.shell.activateById(w.id);
       await w.revealed;
-    }""", name)
+    }""",
+        name,
+    )
     page.wait_for_function(
         """(name) => { const w = window.jupyterapp.shell.currentWidget;
-                       return w && w.context && w.context.path === name; }""", arg=name, timeout=OPEN_TIMEOUT_MS)
+                       return w && w.context && w.context.path === name; }""",
+        arg=name,
+        timeout=OPEN_TIMEOUT_MS,
+    )
     wait_kernel_idle(page, timeout_ms=OPEN_TIMEOUT_MS)
 
 
@@ -283,7 +328,9 @@ def wait_kernel_idle(page, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
 
 def cell_errors(page) -> list[tuple[int, str]]:
     """Error outputs of the current notebook: ``[(cell_index, "ename: evalue"), ...]``."""
-    return [tuple(e) for e in page.evaluate("""() => {
+    return [
+        tuple(e)
+        for e in page.evaluate("""() => {
       const w = window.jupyterapp.shell.currentWidget; const out = [];
       const cells = w.content.model.cells;
       for (let i = 0; i < cells.length; i++) {
@@ -295,13 +342,16 @@ def cell_errors(page) -> list[tuple[int, str]]:
         }
       }
       return out;
-    }""")]
+    }""")
+    ]
 
 
 def run_all_cells(page) -> None:
     """Run every cell of the current notebook; fail with the error outputs if a cell raised."""
-    page.evaluate(f"async () => {{ const w = ({_CURRENT})(); if (!w) throw new Error('no notebook is open'); "
-                  "await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.evaluate(
+        f"async () => {{ const w = ({_CURRENT})(); if (!w) throw new Error('no notebook is open'); "
+        "await window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
+    )
     wait_kernel_idle(page)
     errors = cell_errors(page)
     if errors:

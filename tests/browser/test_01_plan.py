@@ -136,7 +136,8 @@ def test_rl_section_bars_follow_the_rollout_knobs(page):
     rollout = view.locator('.mlite-rl-chart g.mlite-rl-bar[data-phase="rollout"]')
     expect(rollout.locator("rect.mlite-rl-seg-engine_weights")).to_have_attribute("data-bytes", str(round(after_w)))
     expect(rollout.locator("rect.mlite-rl-seg-kv_cache")).to_have_attribute(
-        "data-bytes", str(round(after.phases["rollout"].gpu["kv_cache"])))
+        "data-bytes", str(round(after.phases["rollout"].gpu["kv_cache"]))
+    )
     expect(rollout).to_have_attribute("data-bytes", str(round(after.phases["rollout"].gpu_total)))
     expect(view.locator(".mlite-rl-kv .mlite-figure-value")).to_have_text(f"{after.kv_cache()['tokens']:,} tokens")
     expect(view.locator(".mlite-rl-command")).to_contain_text(f"--rollout-tp {other}")

@@ -70,9 +70,13 @@ def test_mesh_planner_errors_inline_picture_and_table(page):
     expect(planner.locator(".mlite-mesh-error")).to_have_count(0)
 
     # an invalid TP: each error of the oracle appears inline, with its nearest values as buttons
-    bad = next(t for t in (int(o) for o in planner.locator(".mlite-planner-tp option").all_text_contents())
-               if not resolve(spec, ngpu, ParallelConfig(tp=t, pp=cfg.pp, vpp=cfg.vpp, cp=cfg.cp, ep=cfg.ep,
-                                                          etp=cfg.etp)).valid)
+    bad = next(
+        t
+        for t in (int(o) for o in planner.locator(".mlite-planner-tp option").all_text_contents())
+        if not resolve(
+            spec, ngpu, ParallelConfig(tp=t, pp=cfg.pp, vpp=cfg.vpp, cp=cfg.cp, ep=cfg.ep, etp=cfg.etp)
+        ).valid
+    )
     oracle = resolve(spec, ngpu, ParallelConfig(tp=bad, pp=cfg.pp, vpp=cfg.vpp, cp=cfg.cp, ep=cfg.ep, etp=cfg.etp))
     planner.locator(".mlite-planner-tp select").select_option(str(bad))
     errors = planner.locator(".mlite-mesh-error")
@@ -139,9 +143,24 @@ def test_mesh_planner_errors_inline_picture_and_table(page):
     top_cp = max(x.plan.parallel.cp for x in meshes)
     expect(first).to_have_attribute("data-key", re.compile(rf"^\d+-\d+-\d+-{top_cp}-"))
     key = first.get_attribute("data-key")
-    target = next(x.plan.parallel for x in meshes if
-                  "-".join(map(str, (x.plan.parallel.tp, x.plan.parallel.pp, x.plan.parallel.vpp, x.plan.parallel.cp,
-                                     x.plan.parallel.ep, x.plan.parallel.etp_size))) == key)
+    target = next(
+        x.plan.parallel
+        for x in meshes
+        if "-".join(
+            map(
+                str,
+                (
+                    x.plan.parallel.tp,
+                    x.plan.parallel.pp,
+                    x.plan.parallel.vpp,
+                    x.plan.parallel.cp,
+                    x.plan.parallel.ep,
+                    x.plan.parallel.etp_size,
+                ),
+            )
+        )
+        == key
+    )
     first.click()
     _expect_mesh(planner, target)
     expect(table.locator("tr.mlite-row-current")).to_have_attribute("data-key", key)
@@ -162,7 +181,8 @@ def test_memory_offload_slider_moves_memory_to_the_host(page):
     total = view.locator(".mlite-memory-gpu-total .mlite-figure-exact")
     expect(total).to_have_text(f"{before['per_gpu']['total']:,} B")
     expect(view.locator(".mlite-memory-gpu-total .mlite-figure-value")).to_have_text(
-        f"{before['per_gpu']['total'] / 2**30:.2f} GiB")
+        f"{before['per_gpu']['total'] / 2**30:.2f} GiB"
+    )
     expect(view.locator(".mlite-memory-fits .mlite-figure-value")).to_have_text("fits" if before["fits"] else "OOM")
     assert gpu
 
@@ -178,7 +198,8 @@ def test_memory_offload_slider_moves_memory_to_the_host(page):
     assert after["per_gpu"]["total"] < before["per_gpu"]["total"]
     expect(total).to_have_text(f"{after['per_gpu']['total']:,} B")
     expect(view.locator(".mlite-memory-host .mlite-figure-value")).to_have_text(
-        f"{after['host']['per_gpu'] / 2**30:.2f} GiB")
+        f"{after['host']['per_gpu'] / 2**30:.2f} GiB"
+    )
     bar = view.locator(".mlite-memory-chart g.mlite-memory-bar").first
     assert int(bar.get_attribute("data-total")) < before["per_gpu"]["total"]
 

@@ -15,6 +15,7 @@ from .conftest import PNG_DIGEST, open_notebook, run_all_cells, shot
 
 pytestmark = pytest.mark.browser
 
+
 def test_smoothing_slider_changes_the_plot(page):
     open_notebook(page, "03_curves.ipynb")
     run_all_cells(page)

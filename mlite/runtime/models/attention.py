@@ -80,8 +80,9 @@ def _varlen(q, k, v, cu, max_len, scale):
 def _sdpa(q, k, v, *, scale, causal=True, mask=None):
     """SDPA on ``[B, H, L, D]``; GQA through ``enable_gqa`` (no K/V copies)."""
     gqa = q.shape[1] != k.shape[1]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale,
-                                          enable_gqa=gqa)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale, enable_gqa=gqa
+    )
 
 
 def _block_causal_mask(pack: PackInfo) -> torch.Tensor:
@@ -93,8 +94,9 @@ def _block_causal_mask(pack: PackInfo) -> torch.Tensor:
     return pack.cache["block_causal_mask"]
 
 
-def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pack: PackInfo, scale: float,
-                   path: str = "sdpa") -> torch.Tensor:
+def attention_core(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pack: PackInfo, scale: float, path: str = "sdpa"
+) -> torch.Tensor:
     """Causal attention within each packed sequence: ``q[T, Hq, D], k/v[T, Hkv, D] -> [T, Hq, D]``."""
     T, Hq = q.shape[0], q.shape[1]
     if pack.equal_lengths:
@@ -121,16 +123,31 @@ class Attention(nn.Module):
     ``k_norm``). ``output_gate`` doubles ``q_proj``: per head, the first ``head_dim`` outputs are the query and the
     next ``head_dim`` the gate (Qwen3-Next / Qwen3.5 layout)."""
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, *, qkv_bias=False, o_bias=False,
-                 qk_norm=False, output_gate=False, eps=1e-6, zero_centered_norm=False, selective_recompute=False,
-                 packed: str = "sdpa", device=None, dtype=None):
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        *,
+        qkv_bias=False,
+        o_bias=False,
+        qk_norm=False,
+        output_gate=False,
+        eps=1e-6,
+        zero_centered_norm=False,
+        selective_recompute=False,
+        packed: str = "sdpa",
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if packed not in PACKED_PATHS:
             raise ValueError(f"packed attention path {packed!r}: use one of {PACKED_PATHS}")
         self.packed = packed
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.output_gate = output_gate
-        self.scale = head_dim ** -0.5
+        self.scale = head_dim**-0.5
         self.selective_recompute = selective_recompute
         kw = dict(device=device, dtype=dtype)
         self.q_proj = nn.Linear(hidden, heads * head_dim * (2 if output_gate else 1), bias=qkv_bias, **kw)

@@ -82,38 +82,69 @@ class LiteConfig:
 class DecoderBlock(nn.Module):
     """Pre-norm decoder block with HF layer names."""
 
-    def __init__(self, cfg: LiteConfig, attention: str, mlp: str, names: set[str], *, index: int = 0,
-                 device=None, dtype=None):
+    def __init__(
+        self, cfg: LiteConfig, attention: str, mlp: str, names: set[str], *, index: int = 0, device=None, dtype=None
+    ):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         h, eps, zc = cfg.hidden_size, cfg.rms_norm_eps, cfg.zero_centered_norm
         selective = cfg.recompute == "selective"
         self.index, self.attention_kind, self.mlp_kind = index, attention, mlp
         if attention not in ATTENTION_KINDS:
-            raise MliteError(f"layer {index}: attention kind '{attention}' is not supported by the lite runtime "
-                             f"(supported: {', '.join(ATTENTION_KINDS)})")
+            raise MliteError(
+                f"layer {index}: attention kind '{attention}' is not supported by the lite runtime "
+                f"(supported: {', '.join(ATTENTION_KINDS)})"
+            )
         if mlp not in MLP_KINDS:
-            raise MliteError(f"layer {index}: mlp kind '{mlp}' is not supported by the lite runtime "
-                             f"(supported: {', '.join(MLP_KINDS)})")
+            raise MliteError(
+                f"layer {index}: mlp kind '{mlp}' is not supported by the lite runtime "
+                f"(supported: {', '.join(MLP_KINDS)})"
+            )
         self.input_layernorm = RMSNorm(h, eps, zero_centered=zc, **kw)
         if attention == "gdn":
             self.linear_attn = GatedDeltaNet(
-                h, cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
-                cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim, eps=eps,
-                fused="linear_attn.in_proj_qkvz.weight" in names, selective_recompute=selective, **kw)
+                h,
+                cfg.linear_num_key_heads,
+                cfg.linear_num_value_heads,
+                cfg.linear_key_head_dim,
+                cfg.linear_value_head_dim,
+                cfg.linear_conv_kernel_dim,
+                eps=eps,
+                fused="linear_attn.in_proj_qkvz.weight" in names,
+                selective_recompute=selective,
+                **kw,
+            )
         else:
             self.self_attn = Attention(
-                h, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
-                qkv_bias="self_attn.q_proj.bias" in names, o_bias="self_attn.o_proj.bias" in names,
-                qk_norm="self_attn.q_norm.weight" in names, output_gate=attention == "gated_full", eps=eps,
-                zero_centered_norm=zc, selective_recompute=selective, packed=cfg.packed_attention, **kw)
+                h,
+                cfg.num_attention_heads,
+                cfg.num_key_value_heads,
+                cfg.head_dim,
+                qkv_bias="self_attn.q_proj.bias" in names,
+                o_bias="self_attn.o_proj.bias" in names,
+                qk_norm="self_attn.q_norm.weight" in names,
+                output_gate=attention == "gated_full",
+                eps=eps,
+                zero_centered_norm=zc,
+                selective_recompute=selective,
+                packed=cfg.packed_attention,
+                **kw,
+            )
         self.post_attention_layernorm = RMSNorm(h, eps, zero_centered=zc, **kw)
         if mlp == "moe":
             shared_name = "shared_experts" if "mlp.shared_experts.gate_proj.weight" in names else "shared_expert"
-            self.mlp: MoE | SwiGLU = MoE(h, cfg.num_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size,
-                           norm_topk_prob=cfg.norm_topk_prob, shared_ffn=cfg.shared_expert_ffn_hidden_size,
-                           shared_name=shared_name, shared_gate="mlp.shared_expert_gate.weight" in names,
-                           expert_path=cfg.expert_path, **kw)
+            self.mlp: MoE | SwiGLU = MoE(
+                h,
+                cfg.num_experts,
+                cfg.moe_router_topk,
+                cfg.moe_ffn_hidden_size,
+                norm_topk_prob=cfg.norm_topk_prob,
+                shared_ffn=cfg.shared_expert_ffn_hidden_size,
+                shared_name=shared_name,
+                shared_gate="mlp.shared_expert_gate.weight" in names,
+                expert_path=cfg.expert_path,
+                **kw,
+            )
         else:
             self.mlp = SwiGLU(h, cfg.ffn_hidden_size, bias="mlp.gate_proj.bias" in names, **kw)
 
@@ -121,8 +152,7 @@ class DecoderBlock(nn.Module):
     def mixer(self) -> nn.Module:
         return self.linear_attn if self.attention_kind == "gdn" else self.self_attn
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], pack: PackInfo,
-                want_aux: bool = False):
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], pack: PackInfo, want_aux: bool = False):
         """``x[T, h] -> (x[T, h], MoE aux loss or None)``."""
         x = x + self.mixer(self.input_layernorm(x), rope, pack)
         y = self.post_attention_layernorm(x)

@@ -30,8 +30,7 @@ class PackInfo:
     """Per-forward cache of derived index tensors (within-sequence index, GDN chunk layout, masks)."""
 
     @classmethod
-    def build(cls, num_tokens: int, device, cu_seqlens: torch.Tensor | None = None,
-              lengths=None) -> PackInfo:
+    def build(cls, num_tokens: int, device, cu_seqlens: torch.Tensor | None = None, lengths=None) -> PackInfo:
         """From ``lengths`` (host) or ``cu_seqlens`` (one device sync), or a single sequence when both are None."""
         if lengths is None:
             if cu_seqlens is None:
@@ -41,8 +40,10 @@ class PackInfo:
                 lengths = tuple(b - a for a, b in itertools.pairwise(cu))
         lengths = tuple(int(n) for n in lengths)
         if sum(lengths) != num_tokens or min(lengths) <= 0:
-            raise MliteError(f"cu_seqlens: sequence lengths {lengths[:8]}... must be positive and sum to the "
-                             f"{num_tokens} tokens of input_ids")
+            raise MliteError(
+                f"cu_seqlens: sequence lengths {lengths[:8]}... must be positive and sum to the "
+                f"{num_tokens} tokens of input_ids"
+            )
         if cu_seqlens is None:
             cu = [0]
             for n in lengths:
@@ -88,8 +89,9 @@ class PackInfo:
         """``long[T]``: which sequence each token belongs to."""
         if "seq_ids" not in self.cache:
             lens = torch.tensor(self.lengths, device=self.device)
-            self.cache["seq_ids"] = torch.repeat_interleave(torch.arange(len(self.lengths), device=self.device),
-                                                            lens, output_size=self.num_tokens)
+            self.cache["seq_ids"] = torch.repeat_interleave(
+                torch.arange(len(self.lengths), device=self.device), lens, output_size=self.num_tokens
+            )
         return self.cache["seq_ids"]
 
 
@@ -164,8 +166,11 @@ class RopeConfig:
         if self.rope_type == "linear":
             inv = inv / float(s["factor"])
         elif self.rope_type == "llama3":
-            factor, low, high = float(s["factor"]), float(s.get("low_freq_factor", 1.0)), float(
-                s.get("high_freq_factor", 4.0))
+            factor, low, high = (
+                float(s["factor"]),
+                float(s.get("low_freq_factor", 1.0)),
+                float(s.get("high_freq_factor", 4.0)),
+            )
             old = float(s.get("original_max_position_embeddings", 8192))
             low_wavelen, high_wavelen = old / low, old / high
             wavelen = 2 * math.pi / inv
@@ -194,17 +199,25 @@ def rope_config(cfg: dict, head_dim: int, default_partial: float = 1.0) -> RopeC
     partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", default_partial))
     rope_type = scaling.get("rope_type", scaling.get("type", params.get("rope_type", "default"))) or "default"
     if rope_type not in SUPPORTED_ROPE_TYPES:
-        raise MliteError(f"rope_scaling.rope_type: '{rope_type}' is not supported by the lite runtime (supported: "
-                         f"{', '.join(SUPPORTED_ROPE_TYPES)}); remove the scaling for debug runs")
+        raise MliteError(
+            f"rope_scaling.rope_type: '{rope_type}' is not supported by the lite runtime (supported: "
+            f"{', '.join(SUPPORTED_ROPE_TYPES)}); remove the scaling for debug runs"
+        )
     rotary_dim = int(head_dim * float(partial))
     if rotary_dim % 2 or rotary_dim <= 0:
-        raise MliteError(f"partial_rotary_factor: {partial} x head_dim {head_dim} gives {rotary_dim} rotary "
-                         "dimensions; it must be a positive even number")
+        raise MliteError(
+            f"partial_rotary_factor: {partial} x head_dim {head_dim} gives {rotary_dim} rotary "
+            "dimensions; it must be a positive even number"
+        )
     src = scaling if scaling else params
-    keep = tuple(sorted((k, v) for k, v in src.items()
-                        if k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")))
-    return RopeConfig(head_dim=head_dim, rotary_dim=rotary_dim, theta=float(theta), rope_type=rope_type,
-                      scaling=keep)
+    keep = tuple(
+        sorted(
+            (k, v)
+            for k, v in src.items()
+            if k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        )
+    )
+    return RopeConfig(head_dim=head_dim, rotary_dim=rotary_dim, theta=float(theta), rope_type=rope_type, scaling=keep)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -26,9 +26,22 @@ from .common import GatedRMSNorm, PackInfo
 class GatedDeltaNet(nn.Module):
     """Gated DeltaNet linear attention with HF parameter names."""
 
-    def __init__(self, hidden: int, key_heads: int, value_heads: int, key_dim: int, value_dim: int, conv_kernel: int,
-                 *, eps: float = 1e-6, fused: bool = False, selective_recompute: bool = False,
-                 chunk_size: int | None = None, device=None, dtype=None):
+    def __init__(
+        self,
+        hidden: int,
+        key_heads: int,
+        value_heads: int,
+        key_dim: int,
+        value_dim: int,
+        conv_kernel: int,
+        *,
+        eps: float = 1e-6,
+        fused: bool = False,
+        selective_recompute: bool = False,
+        chunk_size: int | None = None,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.h, self.hv, self.dk, self.dv = key_heads, value_heads, key_dim, value_dim
@@ -84,7 +97,9 @@ class GatedDeltaNet(nn.Module):
         beta = torch.sigmoid(b)
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         args = (q, k, v, g, beta)
-        kw: dict[str, Any] = dict(lengths=pack.lengths, cu_seqlens=pack.cu_seqlens, use_qk_l2norm=True, chunk_size=self.chunk_size)
+        kw: dict[str, Any] = dict(
+            lengths=pack.lengths, cu_seqlens=pack.cu_seqlens, use_qk_l2norm=True, chunk_size=self.chunk_size
+        )
         if self.selective_recompute and torch.is_grad_enabled():
             o = checkpoint(lambda *t: gated_delta_rule(*t, **kw), *args, use_reentrant=False)
         else:

@@ -45,8 +45,10 @@ def lite_config(spec, recompute: str = "none") -> LiteConfig:
     """Read the settings the model needs from ``spec`` (and its raw config dict)."""
     arch = spec.architecture
     if spec.source != "native" or arch not in SUPPORTED_ARCHITECTURES:
-        raise MliteError(f"model '{spec.name}': architecture '{arch}' is not supported by the lite runtime "
-                         f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+        raise MliteError(
+            f"model '{spec.name}': architecture '{arch}' is not supported by the lite runtime "
+            f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+        )
     if recompute not in RECOMPUTE:
         raise MliteError(f"recompute: '{recompute}' is not one of {', '.join(RECOMPUTE)}")
     c = spec.config
@@ -56,18 +58,30 @@ def lite_config(spec, recompute: str = "none") -> LiteConfig:
         norm_topk = bool(c.get("norm_topk_prob", arch == "qwen3_next"))
     eps = float(c.get("rms_norm_eps", 1e-5 if arch == "mixtral" else 1e-6))
     return LiteConfig(
-        architecture=arch, hidden_size=spec.hidden_size, vocab_size=spec.vocab_size,
-        num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim, ffn_hidden_size=spec.ffn_hidden_size, moe_ffn_hidden_size=spec.moe_ffn_hidden_size,
-        num_experts=spec.num_experts, moe_router_topk=spec.moe_router_topk,
-        shared_expert_ffn_hidden_size=spec.shared_expert_ffn_hidden_size, norm_topk_prob=norm_topk,
-        rms_norm_eps=eps, zero_centered_norm=arch in _HYBRID,
+        architecture=arch,
+        hidden_size=spec.hidden_size,
+        vocab_size=spec.vocab_size,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim,
+        ffn_hidden_size=spec.ffn_hidden_size,
+        moe_ffn_hidden_size=spec.moe_ffn_hidden_size,
+        num_experts=spec.num_experts,
+        moe_router_topk=spec.moe_router_topk,
+        shared_expert_ffn_hidden_size=spec.shared_expert_ffn_hidden_size,
+        norm_topk_prob=norm_topk,
+        rms_norm_eps=eps,
+        zero_centered_norm=arch in _HYBRID,
         rope=rope_config(c, spec.head_dim, 0.25 if arch in _HYBRID else 1.0),
         tie_word_embeddings=spec.tie_word_embeddings,
         initializer_range=float(c.get("initializer_range", 0.02) or 0.02),
-        linear_num_key_heads=spec.linear_num_key_heads, linear_num_value_heads=spec.linear_num_value_heads,
-        linear_key_head_dim=spec.linear_key_head_dim, linear_value_head_dim=spec.linear_value_head_dim,
-        linear_conv_kernel_dim=spec.linear_conv_kernel_dim or 4, recompute=recompute)
+        linear_num_key_heads=spec.linear_num_key_heads,
+        linear_num_value_heads=spec.linear_num_value_heads,
+        linear_key_head_dim=spec.linear_key_head_dim,
+        linear_value_head_dim=spec.linear_value_head_dim,
+        linear_conv_kernel_dim=spec.linear_conv_kernel_dim or 4,
+        recompute=recompute,
+    )
 
 
 class LiteModel(nn.Module):
@@ -100,9 +114,9 @@ class LiteModel(nn.Module):
     def hf_key(name: str) -> str:
         """Lite parameter name -> transformers checkpoint name."""
         if name.startswith("embed."):
-            return "model.embed_tokens." + name[len("embed."):]
+            return "model.embed_tokens." + name[len("embed.") :]
         if name.startswith("blocks."):
-            return "model.layers." + name[len("blocks."):]
+            return "model.layers." + name[len("blocks.") :]
         if name.startswith("norm."):
             return "model." + name
         return name
@@ -120,9 +134,11 @@ class LiteModel(nn.Module):
             missing = sorted(set(want) - set(got))[:3]
             extra = sorted(set(got) - set(want))[:3]
             sizes = sorted(n for n in set(got) & set(want) if got[n] != want[n])[:3]
-            raise MliteError(f"model '{self.spec.name}': the lite {self.config.architecture} model does not match "
-                             f"the checkpoint inventory (missing {missing}, unexpected {extra}, size differs "
-                             f"{sizes}); this config variant is not supported by the lite runtime")
+            raise MliteError(
+                f"model '{self.spec.name}': the lite {self.config.architecture} model does not match "
+                f"the checkpoint inventory (missing {missing}, unexpected {extra}, size differs "
+                f"{sizes}); this config variant is not supported by the lite runtime"
+            )
 
     def expert_modules(self) -> list[Experts]:
         """The routed-expert modules (to shard over the expert-data-parallel mesh)."""
@@ -167,8 +183,9 @@ class LiteModel(nn.Module):
                 raise MliteError(f"load_hf_state_dict: '{key}' is missing from the given state dict")
             src = state[key]
             if tuple(src.shape) != tuple(p.shape):
-                raise MliteError(f"load_hf_state_dict: '{key}' has shape {tuple(src.shape)}, the lite model "
-                                 f"expects {tuple(p.shape)}")
+                raise MliteError(
+                    f"load_hf_state_dict: '{key}' has shape {tuple(src.shape)}, the lite model expects {tuple(p.shape)}"
+                )
             p.copy_(src.to(device=p.device, dtype=p.dtype))
 
     # ------------------------------------------------------------------ forward
@@ -192,8 +209,15 @@ class LiteModel(nn.Module):
         aux = torch.stack(auxes).sum() if auxes else None
         return self.norm(x), aux
 
-    def forward(self, input_ids, position_ids: torch.Tensor | None = None, cu_seqlens: torch.Tensor | None = None,
-                *, lengths=None, return_hidden: bool = False):
+    def forward(
+        self,
+        input_ids,
+        position_ids: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        *,
+        lengths=None,
+        return_hidden: bool = False,
+    ):
         """Two calling forms, both through ``nn.Module.__call__`` (so FSDP2's forward hooks always run):
 
         * ``model(input_ids[T], position_ids[T] | None, cu_seqlens[N+1] | None, lengths=None, return_hidden=False)``
@@ -211,8 +235,9 @@ class LiteModel(nn.Module):
 
     def forward_batch(self, batch: PackedBatch, *, return_hidden: bool = False):
         """Logits (or hidden states) of a :class:`PackedBatch` (no device sync for its lengths)."""
-        return self(batch.input_ids, batch.position_ids, batch.cu_seqlens, lengths=batch.lengths,
-                    return_hidden=return_hidden)
+        return self(
+            batch.input_ids, batch.position_ids, batch.cu_seqlens, lengths=batch.lengths, return_hidden=return_hidden
+        )
 
     def loss(self, batch: PackedBatch) -> tuple[torch.Tensor, int]:
         """``(loss_sum, num_tokens)``: fp32 sum of next-token cross-entropies over positions whose label is not
@@ -228,8 +253,10 @@ class LiteModel(nn.Module):
         hidden, aux = self._run(batch.input_ids, batch.position_ids, batch.cu_seqlens, batch.lengths)
         targets = batch.targets()
         if targets.device.type == "cpu" and targets.numel() and int(targets.max()) >= self.config.vocab_size:
-            raise MliteError(f"PackedBatch.labels: label {int(targets.max())} is outside the vocabulary "
-                             f"(vocab_size {self.config.vocab_size})")
+            raise MliteError(
+                f"PackedBatch.labels: label {int(targets.max())} is outside the vocabulary "
+                f"(vocab_size {self.config.vocab_size})"
+            )
         sel, n = batch.loss_index(), batch.num_loss_tokens()
         ce = linear_cross_entropy if self.cross_entropy is None else self.cross_entropy
         loss = ce(hidden.index_select(0, sel), self.lm_head.weight, targets.index_select(0, sel), self.ce_chunk_tokens)
@@ -238,8 +265,15 @@ class LiteModel(nn.Module):
         return loss, n
 
 
-def build_lite_model(spec, *, param_dtype: torch.dtype = torch.float32, device="cpu", seed: int = 0,
-                     recompute: str = "none", moe_aux_loss_coeff: float = 0.0) -> LiteModel:
+def build_lite_model(
+    spec,
+    *,
+    param_dtype: torch.dtype = torch.float32,
+    device="cpu",
+    seed: int = 0,
+    recompute: str = "none",
+    moe_aux_loss_coeff: float = 0.0,
+) -> LiteModel:
     """Build the lite model for ``spec`` (a ModelSpec, or a ``data/models`` name / path / dict).
 
     Weights are initialised on CPU in fp32 from ``seed`` (HF scheme; the global RNG is left untouched), then moved
@@ -253,8 +287,11 @@ def build_lite_model(spec, *, param_dtype: torch.dtype = torch.float32, device="
     if not isinstance(spec, ModelSpec):
         spec = from_hf_config(spec)
     device = torch.device(device)
-    cfg = dataclasses.replace(lite_config(spec, recompute), packed_attention=packed_path(device, param_dtype),
-                              expert_path=expert_path(device, param_dtype))
+    cfg = dataclasses.replace(
+        lite_config(spec, recompute),
+        packed_attention=packed_path(device, param_dtype),
+        expert_path=expert_path(device, param_dtype),
+    )
     if device.type == "meta":
         return LiteModel(spec, cfg, moe_aux_loss_coeff=moe_aux_loss_coeff, device="meta", dtype=param_dtype)
     model = LiteModel(spec, cfg, moe_aux_loss_coeff=moe_aux_loss_coeff, device="meta", dtype=torch.float32)

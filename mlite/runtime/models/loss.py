@@ -37,7 +37,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         single = n <= chunk
         gw = None
         for s in range(0, n, chunk):
-            hc, tc = hidden[s:s + chunk], targets[s:s + chunk]
+            hc, tc = hidden[s : s + chunk], targets[s : s + chunk]
             logits = (hc @ weight.t()).float()
             lse = torch.logsumexp(logits, dim=-1)
             total += (lse - logits.gather(1, tc[:, None]).squeeze(1)).sum()
@@ -46,7 +46,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 p[torch.arange(p.shape[0], device=p.device), tc] -= 1.0
                 p = p.to(hidden.dtype)
                 if want_h:
-                    gh[s:s + chunk] = p @ weight
+                    gh[s : s + chunk] = p @ weight
                 if want_w:
                     gw = p.t() @ hc if single else _mm_fp32(p.t(), hc, gw)
         ctx.save_for_backward(gh, gw)
@@ -66,8 +66,9 @@ def default_chunk(vocab_size: int) -> int:
     return max(1024, (256 * 1024 * 1024) // max(1, vocab_size))
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                         chunk: int | None = None) -> torch.Tensor:
+def linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int | None = None
+) -> torch.Tensor:
     """``sum_i CE(hidden[i] @ weight.T, targets[i])`` in fp32 (every target must be a valid class id)."""
     if hidden.shape[0] == 0:
         return (hidden.sum() + weight.sum()).float() * 0.0

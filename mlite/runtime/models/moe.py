@@ -47,7 +47,8 @@ def grouped_mm_supported(device, dtype: torch.dtype) -> bool:
     if dev.type == "cpu":  # a CPU kernel, or the composite op's built-in per-group fallback
         has = torch._C._dispatch_has_kernel_for_dispatch_key
         return dtype in (torch.float32, torch.bfloat16) and (
-            has("aten::_grouped_mm", "CPU") or has("aten::_grouped_mm", "CompositeExplicitAutograd"))
+            has("aten::_grouped_mm", "CPU") or has("aten::_grouped_mm", "CompositeExplicitAutograd")
+        )
     return False
 
 
@@ -132,9 +133,21 @@ class Router(nn.Module):
 class MoE(nn.Module):
     """Top-k softmax routing over routed experts, plus an optional shared expert with a sigmoid gate."""
 
-    def __init__(self, hidden: int, num_experts: int, top_k: int, ffn: int, *, norm_topk_prob: bool = True,
-                 shared_ffn: int = 0, shared_name: str = "shared_expert", shared_gate: bool = True,
-                 expert_path: str = "loop", device=None, dtype=None):
+    def __init__(
+        self,
+        hidden: int,
+        num_experts: int,
+        top_k: int,
+        ffn: int,
+        *,
+        norm_topk_prob: bool = True,
+        shared_ffn: int = 0,
+        shared_name: str = "shared_expert",
+        shared_gate: bool = True,
+        expert_path: str = "loop",
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
@@ -167,8 +180,11 @@ class MoE(nn.Module):
         order = torch.argsort(flat, stable=True)
         counts = torch.bincount(flat, minlength=E)
         xs = x[order // k]
-        ys = self.experts(xs, counts) if self.expert_dispatcher is None else self.expert_dispatcher(
-            self.experts, xs, counts)
+        ys = (
+            self.experts(xs, counts)
+            if self.expert_dispatcher is None
+            else self.expert_dispatcher(self.experts, xs, counts)
+        )
         ys = ys * weights.reshape(-1)[order, None]
         y = ys.new_empty(T * k, H).index_copy(0, order, ys).view(T, k, H).sum(dim=1)
         if self.shared_name is not None:

@@ -9,12 +9,12 @@ from .optimizer import CHUNK, STATE_KEYS, ShardedAdamW
 from .schedule import LRScheduler
 
 __all__ = [
-           "CHUNK",
-           "STATE_KEYS",
-           "LRScheduler",
-           "ShardedAdamW",
-           "merge_fp32",
-           "offload_split",
-           "round_bf16",
-           "split_fp32",
+    "CHUNK",
+    "STATE_KEYS",
+    "LRScheduler",
+    "ShardedAdamW",
+    "merge_fp32",
+    "offload_split",
+    "round_bf16",
+    "split_fp32",
 ]

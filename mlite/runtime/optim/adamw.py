@@ -77,9 +77,19 @@ class StepScalars:
 
 def step_scalars(h: AdamWHyper) -> StepScalars:
     """Host constants of ``h`` (bias corrections computed in float64, as Python floats)."""
-    return StepScalars(clip=float(h.clip_coef), b1=h.beta1, omb1=1.0 - h.beta1, b2=h.beta2, omb2=1.0 - h.beta2,
-                       ibc1=1.0 / (1.0 - h.beta1 ** h.step), ibc2=1.0 / (1.0 - h.beta2 ** h.step), eps=h.eps,
-                       wd=float(h.weight_decay), lr=h.lr, decoupled=h.decoupled)
+    return StepScalars(
+        clip=float(h.clip_coef),
+        b1=h.beta1,
+        omb1=1.0 - h.beta1,
+        b2=h.beta2,
+        omb2=1.0 - h.beta2,
+        ibc1=1.0 / (1.0 - h.beta1**h.step),
+        ibc2=1.0 / (1.0 - h.beta2**h.step),
+        eps=h.eps,
+        wd=float(h.weight_decay),
+        lr=h.lr,
+        decoupled=h.decoupled,
+    )
 
 
 def scratch(n: int, device) -> list[torch.Tensor]:
@@ -98,14 +108,20 @@ def sqrt_rn_(x: torch.Tensor, work64: torch.Tensor | None) -> torch.Tensor:
     once to fp32, is (53 >= 2 * 24 + 2 bits). CUDA's ``sqrt`` is IEEE already."""
     if work64 is None:
         return x.sqrt_()
-    d = work64[:x.numel()]
+    d = work64[: x.numel()]
     d.copy_(x)
     d.sqrt_()
     return x.copy_(d)
 
 
-def adamw_inplace(p32: torch.Tensor, grad: torch.Tensor | None, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                  s: StepScalars, work: list[torch.Tensor]) -> None:
+def adamw_inplace(
+    p32: torch.Tensor,
+    grad: torch.Tensor | None,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    s: StepScalars,
+    work: list[torch.Tensor],
+) -> None:
     """One AdamW update of a flat chunk, in place: ``p32`` (fp32 master) becomes the new master, the moments are
     updated. ``grad`` in any float dtype (None: zero gradient); ``work``: :func:`scratch` buffers of at least the
     chunk's size; moments fp32 or bf16."""
@@ -114,7 +130,7 @@ def adamw_inplace(p32: torch.Tensor, grad: torch.Tensor | None, exp_avg: torch.T
     if grad is None:
         a.zero_()
     else:
-        a.copy_(grad)               # exact widening of a bf16 gradient
+        a.copy_(grad)  # exact widening of a bf16 gradient
         if s.clip != 1.0:
             a.mul_(s.clip)
     if not s.decoupled and s.wd != 0.0:
@@ -140,7 +156,7 @@ def adamw_inplace(p32: torch.Tensor, grad: torch.Tensor | None, exp_avg: torch.T
     torch.mul(v, s.ibc2, out=b)
     sqrt_rn_(b, work[3] if len(work) > 3 else None)
     b.add_(s.eps)
-    c.div_(b)                       # u
+    c.div_(b)  # u
     if s.decoupled and s.wd != 0.0:
         torch.mul(p32, s.wd, out=b)
         c.add_(b)
@@ -148,8 +164,9 @@ def adamw_inplace(p32: torch.Tensor, grad: torch.Tensor | None, exp_avg: torch.T
     p32.sub_(c)
 
 
-def adamw_chunk(p32: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                h: AdamWHyper) -> torch.Tensor:
+def adamw_chunk(
+    p32: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, h: AdamWHyper
+) -> torch.Tensor:
     """One AdamW update of a flat chunk; returns the new fp32 master and updates the moments in place.
 
     ``p32`` is the fp32 master (not modified), ``grad`` the gradient in any float dtype, the moments fp32 or bf16.

@@ -64,7 +64,9 @@ def global_zeros(counts: list[tuple[torch.Tensor | int, dist.ProcessGroup | None
     return total
 
 
-def global_norm_and_zeros(groups: list[tuple[list[torch.Tensor | None], dist.ProcessGroup | None]], device) -> tuple[float, int]:
+def global_norm_and_zeros(
+    groups: list[tuple[list[torch.Tensor | None], dist.ProcessGroup | None]], device
+) -> tuple[float, int]:
     """Global L2 norm and zero count from ``[(local grad shards, process group), ...]`` (two passes)."""
     groups = [(list(g), grp) for g, grp in groups]
     zeros = global_zeros([(local_zeros(g, device), grp) for g, grp in groups], device)

@@ -45,9 +45,32 @@ def _build():
     import triton.language as tl
 
     @triton.jit(do_not_specialize=["n"])
-    def adamw_kernel(p_ptr, g_ptr, w_ptr, m_ptr, v_ptr, z_ptr, n, clip, b1, omb1, b2, omb2, ibc1, ibc2, eps, wd, lr,
-                     MODE: tl.constexpr, HAS_GRAD: tl.constexpr, WD: tl.constexpr,
-                     DECOUPLED: tl.constexpr, M_BF16: tl.constexpr, V_BF16: tl.constexpr, BLOCK: tl.constexpr):
+    def adamw_kernel(
+        p_ptr,
+        g_ptr,
+        w_ptr,
+        m_ptr,
+        v_ptr,
+        z_ptr,
+        n,
+        clip,
+        b1,
+        omb1,
+        b2,
+        omb2,
+        ibc1,
+        ibc2,
+        eps,
+        wd,
+        lr,
+        MODE: tl.constexpr,
+        HAS_GRAD: tl.constexpr,
+        WD: tl.constexpr,
+        DECOUPLED: tl.constexpr,
+        M_BF16: tl.constexpr,
+        V_BF16: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
@@ -117,8 +140,16 @@ def kernel():
     return _KERNEL["k"]
 
 
-def launch(param: torch.Tensor, grad: torch.Tensor | None, master: torch.Tensor | None, exp_avg: torch.Tensor,
-           exp_avg_sq: torch.Tensor, zeros: torch.Tensor, mode: int, s: StepScalars) -> None:
+def launch(
+    param: torch.Tensor,
+    grad: torch.Tensor | None,
+    master: torch.Tensor | None,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    zeros: torch.Tensor,
+    mode: int,
+    s: StepScalars,
+) -> None:
     """Update one flat shard in place. ``master``: the fp32 master (MODE_MASTER), the int16 remainder
     (MODE_REMAINDER) or None (MODE_PARAM); ``zeros``: int32[:func:`blocks`(n)] receives the per-block zero counts."""
     n = param.numel()
@@ -127,9 +158,34 @@ def launch(param: torch.Tensor, grad: torch.Tensor | None, master: torch.Tensor 
     w = master if master is not None else param
     g = grad if grad is not None else param
     extra = {} if _interpreted() else {"enable_fp_fusion": False}
-    kernel()[(blocks(n),)](param, g, w, exp_avg, exp_avg_sq, zeros, n, s.clip, s.b1, s.omb1, s.b2, s.omb2, s.ibc1,
-                           s.ibc2, s.eps, s.wd, s.lr, MODE=mode, HAS_GRAD=grad is not None, WD=s.wd != 0.0, DECOUPLED=s.decoupled,
-                           M_BF16=exp_avg.dtype == torch.bfloat16, V_BF16=exp_avg_sq.dtype == torch.bfloat16, BLOCK=BLOCK, num_warps=8, **extra)
+    kernel()[(blocks(n),)](
+        param,
+        g,
+        w,
+        exp_avg,
+        exp_avg_sq,
+        zeros,
+        n,
+        s.clip,
+        s.b1,
+        s.omb1,
+        s.b2,
+        s.omb2,
+        s.ibc1,
+        s.ibc2,
+        s.eps,
+        s.wd,
+        s.lr,
+        MODE=mode,
+        HAS_GRAD=grad is not None,
+        WD=s.wd != 0.0,
+        DECOUPLED=s.decoupled,
+        M_BF16=exp_avg.dtype == torch.bfloat16,
+        V_BF16=exp_avg_sq.dtype == torch.bfloat16,
+        BLOCK=BLOCK,
+        num_warps=8,
+        **extra,
+    )
 
 
 def _interpreted() -> bool:

@@ -45,10 +45,10 @@ def split_fp32(master: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if master.dtype != torch.float32:
         raise TypeError(f"split_fp32 needs float32, got {master.dtype}")
     bits = master.contiguous().view(torch.int32)
-    low = bits & _LOW                      # 0 .. 0xFFFF
-    up = (low >= _HALF).to(torch.int32)    # round the high half up (in magnitude)
+    low = bits & _LOW  # 0 .. 0xFFFF
+    up = (low >= _HALF).to(torch.int32)  # round the high half up (in magnitude)
     rem = (low - up * _WRAP).to(torch.int16)
-    hi = (bits >> 16) + up                 # arithmetic shift: -0x8000 .. 0x7FFF, +1 may reach 0x8000
+    hi = (bits >> 16) + up  # arithmetic shift: -0x8000 .. 0x7FFF, +1 may reach 0x8000
     hi = torch.where(hi > 0x7FFF, hi - _WRAP, hi).to(torch.int16)
     return hi.view(torch.bfloat16), rem
 
@@ -61,8 +61,8 @@ def merge_fp32(param: torch.Tensor, remainder: torch.Tensor) -> torch.Tensor:
     rem = remainder.to(torch.int32)
     neg = (rem < 0).to(torch.int32)
     hi = hi - neg
-    hi = torch.where(hi < -0x8000, hi + _WRAP, hi)   # undo the wrap of split (0x8000 -> 0x7FFF)
-    bits = hi * _WRAP + (rem + neg * _WRAP)          # high * 65536 + low, no int32 overflow
+    hi = torch.where(hi < -0x8000, hi + _WRAP, hi)  # undo the wrap of split (0x8000 -> 0x7FFF)
+    bits = hi * _WRAP + (rem + neg * _WRAP)  # high * 65536 + low, no int32 overflow
     return bits.view(torch.float32)
 
 
@@ -84,15 +84,16 @@ LITTLE_ENDIAN = sys.byteorder == "little"
 def high_half_into_(master: torch.Tensor, out_bf16: torch.Tensor, work_i32: torch.Tensor) -> None:
     """``out_bf16 = round_bf16(master)`` (ties away from zero): ``((bits >> 15) + 1) >> 1`` keeps the high half plus
     bit 15 (the round-up flag) without int32 overflow; the int16 truncation wraps 0x8000 as split does."""
-    w = work_i32[:master.numel()]
+    w = work_i32[: master.numel()]
     torch.bitwise_right_shift(master.view(torch.int32), 15, out=w)
     w.add_(1)
     w.bitwise_right_shift_(1)
     out_bf16.view(torch.int16).copy_(w)
 
 
-def merged_into_(param: torch.Tensor, remainder: torch.Tensor, pair: torch.Tensor, work_i16: torch.Tensor
-                 ) -> torch.Tensor:
+def merged_into_(
+    param: torch.Tensor, remainder: torch.Tensor, pair: torch.Tensor, work_i16: torch.Tensor
+) -> torch.Tensor:
     """The fp32 master of ``(param, remainder)`` built in ``pair`` (int16 ``[n, 2]``) and returned as its fp32 view:
     low half = the remainder's bits, high half = ``param_bits + (remainder >> 15)`` (i.e. minus one when the
     remainder is negative, wrapping 0x8000 back to 0x7FFF as merge does)."""
@@ -105,8 +106,13 @@ def merged_into_(param: torch.Tensor, remainder: torch.Tensor, pair: torch.Tenso
     return pr.view(torch.int32).view(-1).view(torch.float32)
 
 
-def split_from_pair_(pair_master: torch.Tensor, pair: torch.Tensor, out_bf16: torch.Tensor,
-                     out_remainder: torch.Tensor, work_i32: torch.Tensor) -> None:
+def split_from_pair_(
+    pair_master: torch.Tensor,
+    pair: torch.Tensor,
+    out_bf16: torch.Tensor,
+    out_remainder: torch.Tensor,
+    work_i32: torch.Tensor,
+) -> None:
     """Split the fp32 master held in ``pair`` (as :func:`merged_into_` built it) into the bf16 param and the
     remainder (the remainder is the low half's bits)."""
     n = out_bf16.numel()

@@ -120,9 +120,12 @@ class StateGroup:
 
 def _work(n: int, device) -> dict:
     """Work buffers of the torch-op update for chunks of up to ``n`` elements (allocated once per group update)."""
-    return {"fp": scratch(n, device), "i32": torch.empty(n, dtype=torch.int32, device=device),
-            "i16": torch.empty(n, dtype=torch.int16, device=device),
-            "pair": torch.empty(n, 2, dtype=torch.int16, device=device)}
+    return {
+        "fp": scratch(n, device),
+        "i32": torch.empty(n, dtype=torch.int32, device=device),
+        "i16": torch.empty(n, dtype=torch.int16, device=device),
+        "pair": torch.empty(n, 2, dtype=torch.int16, device=device),
+    }
 
 
 class ShardedAdamW:
@@ -143,9 +146,16 @@ class ShardedAdamW:
         flags = offload_split([p.numel() for _, p in named], cfg.fraction)
         self.slots: list[ParamSlot] = []
         for (name, p), off in zip(named, flags):
-            self.slots.append(ParamSlot(name=name, param=p, expert=name in expert_names,
-                                        decay=not (name.endswith(".bias") or p.dim() == 1),
-                                        offload=off, mode=self._mode(name, p)))
+            self.slots.append(
+                ParamSlot(
+                    name=name,
+                    param=p,
+                    expert=name in expert_names,
+                    decay=not (name.endswith(".bias") or p.dim() == 1),
+                    offload=off,
+                    mode=self._mode(name, p),
+                )
+            )
         self.groups: list[StateGroup] = []
         """State groups (built with the state)."""
         self.last_zeros: tuple[int, int] = (0, 0)
@@ -201,7 +211,7 @@ class ShardedAdamW:
         """Point every member's state at its range of the group buffers."""
         for s, a in zip(g.slots, g.offsets):
             n = local(s.param).numel()
-            s.state = {k: buf[a:a + n] for k, buf in g.bufs.items()}
+            s.state = {k: buf[a : a + n] for k, buf in g.bufs.items()}
 
     def move_state(self, device) -> None:
         """Runtime context offload: move the state of non-offloaded parameters to ``device`` (and allocate there)."""
@@ -223,9 +233,16 @@ class ShardedAdamW:
         counts: dict = {False: [], True: []}
         pending = []
         for g in self.groups:
-            h = AdamWHyper(lr=lr, beta1=c.betas[0], beta2=c.betas[1], eps=c.eps,
-                           weight_decay=c.weight_decay if g.decay else 0.0, step=self.step_count,
-                           decoupled=c.decoupled, clip_coef=clip_coef)
+            h = AdamWHyper(
+                lr=lr,
+                beta1=c.betas[0],
+                beta2=c.betas[1],
+                eps=c.eps,
+                weight_decay=c.weight_decay if g.decay else 0.0,
+                step=self.step_count,
+                decoupled=c.decoupled,
+                clip_coef=clip_coef,
+            )
             sc = step_scalars(h)
             dev = self._group_device(g)
             pdev = local(g.slots[0].param).device
@@ -264,8 +281,16 @@ class ShardedAdamW:
         z0 = 0
         for s, nb in zip(g.slots, sizes):
             key = "master" if g.mode == "master" else "remainder" if g.mode == "remainder" else None
-            fused.launch(self._shard(s), self._grad(s), s.state[key] if key else None, s.state["exp_avg"],
-                         s.state["exp_avg_sq"], zeros[z0:z0 + nb], mode, sc)
+            fused.launch(
+                self._shard(s),
+                self._grad(s),
+                s.state[key] if key else None,
+                s.state["exp_avg"],
+                s.state["exp_avg_sq"],
+                zeros[z0 : z0 + nb],
+                mode,
+                sc,
+            )
             z0 += nb
         return zeros.sum()
 
@@ -323,11 +348,11 @@ class ShardedAdamW:
             lp, grad = self._shard(s), self._grad(s)
             n = lp.numel()
             if grad is None:
-                gs[a:a + n].zero_()
+                gs[a : a + n].zero_()
             else:
-                gs[a:a + n].copy_(grad, non_blocking=True)
+                gs[a : a + n].copy_(grad, non_blocking=True)
             if g.mode != "master":
-                ps[a:a + n].copy_(lp, non_blocking=True)
+                ps[a : a + n].copy_(lp, non_blocking=True)
         if torch.cuda.is_available() and local(g.slots[0].param).is_cuda:
             ev = torch.cuda.Event()
             ev.record()
@@ -346,7 +371,7 @@ class ShardedAdamW:
             self._chunk(g.mode, ps[a:b], gs[a:b], g.bufs, a, b, sc, work)
         for s, a in zip(g.slots, g.offsets):
             lp = self._shard(s)
-            lp.copy_(ps[a:a + lp.numel()], non_blocking=True)
+            lp.copy_(ps[a : a + lp.numel()], non_blocking=True)
         return zeros
 
     # ------------------------------------------------------------------ introspection / checkpoint
@@ -371,8 +396,9 @@ class ShardedAdamW:
             for k, t in s.state.items():
                 if isinstance(p, DTensor):
                     shaped = t.view(local(p).shape)
-                    d[k] = DTensor.from_local(shaped, p.device_mesh, p.placements, run_check=False,
-                                              shape=p.shape, stride=p.stride())
+                    d[k] = DTensor.from_local(
+                        shaped, p.device_mesh, p.placements, run_check=False, shape=p.shape, stride=p.stride()
+                    )
                 else:
                     d[k] = t.view(p.shape)
             out[s.name] = d

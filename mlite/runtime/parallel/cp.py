@@ -128,7 +128,7 @@ def split_batch(batch: PackedBatch, cp: int, rank: int, multiple: int | None = N
         spos.extend(range(f))
         sid.extend([s] * f)
         last = int(pos[off + n - 1])
-        fpos.extend(pos[off:off + n].tolist())
+        fpos.extend(pos[off : off + n].tolist())
         fpos.extend(range(last + 1, last + 1 + f - n))
         off += n
     src_t = torch.tensor(src, dtype=torch.long)
@@ -144,11 +144,23 @@ def split_batch(batch: PackedBatch, cp: int, rank: int, multiple: int | None = N
         perm[li] = torch.arange(r * T_local, (r + 1) * T_local)
     li = local[rank]
     fpos_t = torch.tensor(fpos, dtype=torch.long)
-    mine = PackedBatch(ids[li], labels[li], torch.tensor([f // cp for f in full], dtype=torch.int32),
-                       None if lmask is None else lmask[li], fpos_t[li])
-    meta = CPBatch(cp=cp, rank=rank, full_lengths=full, local_lengths=tuple(f // cp for f in full), local_index=li,
-                   gather_perm=perm, seq_pos=torch.tensor(spos, dtype=torch.long),
-                   seq_id=torch.tensor(sid, dtype=torch.long))
+    mine = PackedBatch(
+        ids[li],
+        labels[li],
+        torch.tensor([f // cp for f in full], dtype=torch.int32),
+        None if lmask is None else lmask[li],
+        fpos_t[li],
+    )
+    meta = CPBatch(
+        cp=cp,
+        rank=rank,
+        full_lengths=full,
+        local_lengths=tuple(f // cp for f in full),
+        local_index=li,
+        gather_perm=perm,
+        seq_pos=torch.tensor(spos, dtype=torch.long),
+        seq_id=torch.tensor(sid, dtype=torch.long),
+    )
     return mine, meta
 
 
@@ -173,8 +185,10 @@ class ContextParallel:
 
     def _meta(self) -> CPBatch:
         if self.current is None:
-            raise MliteError("context parallel: a CP model ran outside ContextParallel.active(); feed it through "
-                             "the runtime's forward_backward, which splits every micro-batch over CP")
+            raise MliteError(
+                "context parallel: a CP model ran outside ContextParallel.active(); feed it through "
+                "the runtime's forward_backward, which splits every micro-batch over CP"
+            )
         return self.current
 
     def gather_full(self, x: torch.Tensor) -> torch.Tensor:
@@ -192,17 +206,17 @@ class ContextParallel:
         Tl, Tf = q.shape[0], kf.shape[0]
         if Tl * Tf <= MASK_MAX_ELEMS:
             qb, kb, vb = (x.transpose(0, 1)[None] for x in (q, kf, vf))
-            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=meta.mask(q.device), scale=scale,
-                                               enable_gqa=gqa)
+            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=meta.mask(q.device), scale=scale, enable_gqa=gqa)
             return o[0].transpose(0, 1)
         outs, lo, fo = [], 0, 0
         for nl, nf in zip(meta.local_lengths, meta.full_lengths):
-            li = meta.local_index[lo:lo + nl] - fo
+            li = meta.local_index[lo : lo + nl] - fo
             m = (torch.arange(nf)[None, :] <= li[:, None]).to(q.device)
-            qb = q[lo:lo + nl].transpose(0, 1)[None]
-            kb, vb = (x[fo:fo + nf].transpose(0, 1)[None] for x in (kf, vf))
-            outs.append(F.scaled_dot_product_attention(qb, kb, vb, attn_mask=m, scale=scale,
-                                                       enable_gqa=gqa)[0].transpose(0, 1))
+            qb = q[lo : lo + nl].transpose(0, 1)[None]
+            kb, vb = (x[fo : fo + nf].transpose(0, 1)[None] for x in (kf, vf))
+            outs.append(
+                F.scaled_dot_product_attention(qb, kb, vb, attn_mask=m, scale=scale, enable_gqa=gqa)[0].transpose(0, 1)
+            )
             lo, fo = lo + nl, fo + nf
         return torch.cat(outs, dim=0)
 

@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 def local_expert_range(num_experts: int, ep: int, ep_rank: int) -> tuple[int, int]:
     """``[start, stop)`` of the global expert ids EP rank ``ep_rank`` holds."""
     if num_experts % ep:
-        raise MliteError(f"ep: routed experts {num_experts} are not divisible by EP {ep}; choose an EP that divides "
-                         "the number of experts")
+        raise MliteError(
+            f"ep: routed experts {num_experts} are not divisible by EP {ep}; choose an EP that divides "
+            "the number of experts"
+        )
     n = num_experts // ep
     return ep_rank * n, (ep_rank + 1) * n
 
@@ -61,11 +63,11 @@ class ExpertDispatcher:
     def __call__(self, experts: nn.Module, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """``xs[M, H]`` sorted by global expert, ``counts[E]`` -> expert outputs ``[M, H]`` in the same order."""
         send = counts.reshape(self.ep, self.local).to(torch.int64)
-        recv = exchange_counts(send, self.group)                       # recv[src, local expert]
+        recv = exchange_counts(send, self.group)  # recv[src, local expert]
         send_splits = send.sum(1).tolist()
         recv_rows = recv.tolist()
         recv_splits = [sum(r) for r in recv_rows]
-        got = all_to_all(xs, recv_splits, send_splits, self.group)     # source-major, then local expert
+        got = all_to_all(xs, recv_splits, send_splits, self.group)  # source-major, then local expert
         perm = _expert_major(recv_rows, xs.device)
         local_counts = recv.sum(0).to(counts.device)
         rows = got.index_select(0, perm)
@@ -77,7 +79,7 @@ class ExpertDispatcher:
         ys = experts(rows, local_counts)
         if empty:
             ys = ys[:0]
-        back = torch.empty_like(ys).index_copy(0, perm, ys)            # source-major again
+        back = torch.empty_like(ys).index_copy(0, perm, ys)  # source-major again
         return all_to_all(back, send_splits, recv_splits, self.group)
 
 
@@ -90,8 +92,12 @@ def _expert_major(rows: list[list[int]], device) -> torch.Tensor:
             s.append(off)
             off += n
         starts.append(s)
-    idx = [torch.arange(starts[src][e], starts[src][e] + rows[src][e]) for e in range(len(rows[0]))
-           for src in range(len(rows)) if rows[src][e]]
+    idx = [
+        torch.arange(starts[src][e], starts[src][e] + rows[src][e])
+        for e in range(len(rows[0]))
+        for src in range(len(rows))
+        if rows[src][e]
+    ]
     if not idx:
         return torch.zeros(0, dtype=torch.long, device=device)
     return torch.cat(idx).to(device)

@@ -31,15 +31,21 @@ def check_mesh(parallel) -> None:
     for name in ("pp", "vpp"):
         v = getattr(parallel, name)
         if v != 1:
-            raise MliteError(f"parallel.{name}={v}: the lite runtime runs tp, cp and ep on one node but no pipeline "
-                             f"parallelism (pp = vpp = 1); the real mlite implements {name} > 1 on GPUs")
+            raise MliteError(
+                f"parallel.{name}={v}: the lite runtime runs tp, cp and ep on one node but no pipeline "
+                f"parallelism (pp = vpp = 1); the real mlite implements {name} > 1 on GPUs"
+            )
     etp = getattr(parallel, "etp", None)
     if etp not in (None, 1):
-        raise MliteError(f"parallel.etp={etp}: the lite runtime implements etp = 1 only (experts whole on each EP "
-                         "rank); use --etp 1; the real mlite implements etp > 1 on GPUs")
+        raise MliteError(
+            f"parallel.etp={etp}: the lite runtime implements etp = 1 only (experts whole on each EP "
+            "rank); use --etp 1; the real mlite implements etp > 1 on GPUs"
+        )
     if getattr(parallel, "pp_layout", None):
-        raise MliteError("parallel.pp_layout: pipeline layouts need pp > 1, which the lite runtime does not "
-                         "implement; the real mlite does on GPUs")
+        raise MliteError(
+            "parallel.pp_layout: pipeline layouts need pp > 1, which the lite runtime does not "
+            "implement; the real mlite does on GPUs"
+        )
 
 
 @dataclass(eq=False)
@@ -102,8 +108,19 @@ class ParallelState:
 
     def to_dict(self) -> dict:
         p = self.parallel
-        return {"tp": p.tp, "cp": p.cp, "ep": p.ep, "etp": p.etp_size, "pp": p.pp, "dp": self.dp, "edp": self.edp,
-                "dp_rank": self.dp_rank, "cp_rank": self.cp_rank, "tp_rank": self.tp_rank, "ep_rank": self.ep_rank}
+        return {
+            "tp": p.tp,
+            "cp": p.cp,
+            "ep": p.ep,
+            "etp": p.etp_size,
+            "pp": p.pp,
+            "dp": self.dp,
+            "edp": self.edp,
+            "dp_rank": self.dp_rank,
+            "cp_rank": self.cp_rank,
+            "tp_rank": self.tp_rank,
+            "ep_rank": self.ep_rank,
+        }
 
     @classmethod
     def build(cls, parallel, world: int, rank: int, device_type: str) -> ParallelState:
@@ -115,15 +132,32 @@ class ParallelState:
             warnings.simplefilter("ignore", UserWarning)
             meshes = build_device_mesh(parallel, world, device_type)
             fd, fe, tpm = meshes.dense["dp_cp"], meshes.expert["edp"], meshes.dense["tp"]
-            groups = {"dp_cp_group": fd.get_group(), "edp_group": fe.get_group(),
-                      "cp_group": meshes.dense["cp"].get_group(), "tp_group": tpm.get_group(),
-                      "ep_group": meshes.expert["ep"].get_group()}
+            groups = {
+                "dp_cp_group": fd.get_group(),
+                "edp_group": fe.get_group(),
+                "cp_group": meshes.dense["cp"].get_group(),
+                "tp_group": tpm.get_group(),
+                "ep_group": meshes.expert["ep"].get_group(),
+            }
         p = parallel
         lay = RankLayout(tp=p.tp, cp=p.cp, dp=meshes.dp, pp=p.pp, ep=p.ep, etp=p.etp_size, edp=meshes.edp)
         d, e = lay.coords(rank, "dense"), lay.coords(rank, "expert")
-        return cls(parallel=p, world=world, rank=rank, dp=meshes.dp, edp=meshes.edp, dp_rank=d["dp"],
-                   cp_rank=d["cp"], tp_rank=d["tp"], ep_rank=e["ep"], meshes=meshes, fsdp_dense_mesh=fd,
-                   fsdp_expert_mesh=fe, tp_mesh=tpm, **groups)
+        return cls(
+            parallel=p,
+            world=world,
+            rank=rank,
+            dp=meshes.dp,
+            edp=meshes.edp,
+            dp_rank=d["dp"],
+            cp_rank=d["cp"],
+            tp_rank=d["tp"],
+            ep_rank=e["ep"],
+            meshes=meshes,
+            fsdp_dense_mesh=fd,
+            fsdp_expert_mesh=fe,
+            tp_mesh=tpm,
+            **groups,
+        )
 
 
 @dataclass(eq=False)

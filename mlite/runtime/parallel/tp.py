@@ -56,7 +56,7 @@ class _VocabParallelLinearCE(torch.autograd.Function):
         gh = torch.empty_like(hidden) if want_h else None
         gw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_w else None
         for s in range(0, n, chunk):
-            hc, tc = hidden[s:s + chunk], targets[s:s + chunk]
+            hc, tc = hidden[s : s + chunk], targets[s : s + chunk]
             logits = (hc @ weight.t()).float()
             m = logits.max(dim=-1).values
             dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
@@ -74,7 +74,7 @@ class _VocabParallelLinearCE(torch.autograd.Function):
                 p[rows[own], lt[own]] -= 1.0
                 p = p.to(hidden.dtype)
                 if want_h:
-                    gh[s:s + chunk] = p @ weight
+                    gh[s : s + chunk] = p @ weight
                 if want_w:
                     gw += (p.t() @ hc).float()
         ctx.save_for_backward(gh, gw)
@@ -94,10 +94,13 @@ def pad_for_tp(batch: PackedBatch, tp: int) -> PackedBatch:
     extra = -batch.num_tokens % tp
     if not extra:
         return batch
-    pad = PackedBatch(torch.zeros(extra, dtype=torch.long), torch.full((extra,), IGNORE_INDEX, dtype=torch.long),
-                      torch.tensor([extra], dtype=torch.int32),
-                      None if batch.loss_mask is None else torch.zeros(extra, dtype=torch.bool),
-                      None if batch.position_ids is None else torch.arange(extra))
+    pad = PackedBatch(
+        torch.zeros(extra, dtype=torch.long),
+        torch.full((extra,), IGNORE_INDEX, dtype=torch.long),
+        torch.tensor([extra], dtype=torch.int32),
+        None if batch.loss_mask is None else torch.zeros(extra, dtype=torch.bool),
+        None if batch.position_ids is None else torch.arange(extra),
+    )
     return PackedBatch.concat([batch, pad])
 
 
@@ -119,8 +122,9 @@ class TensorParallel:
         w = weight.to_local() if hasattr(weight, "to_local") else weight
         if hidden.shape[0] == 0:
             return (hidden.sum() + w.sum()).float() * 0.0
-        return _VocabParallelLinearCE.apply(hidden, w, targets, int(chunk), self.group, self.rank * w.shape[0],
-                                            torch.is_grad_enabled())
+        return _VocabParallelLinearCE.apply(
+            hidden, w, targets, int(chunk), self.group, self.rank * w.shape[0], torch.is_grad_enabled()
+        )
 
     def _gather_pre(self, module, args):
         x, *rest = args
@@ -138,13 +142,23 @@ class TensorParallel:
             raise MliteError(f"tp: Gated DeltaNet key heads {m.h} and value heads {m.hv} must be divisible by TP {tp}")
         kd, vd = m.key_dim_total, m.value_dim_total
         conv = (kd, kd, vd)
-        segs = {"conv1d.weight": (0, conv), "dt_bias": (0, (m.hv,)), "A_log": (0, (m.hv,)),
-                "out_proj.weight": (1, (vd,))}
+        segs = {
+            "conv1d.weight": (0, conv),
+            "dt_bias": (0, (m.hv,)),
+            "A_log": (0, (m.hv,)),
+            "out_proj.weight": (1, (vd,)),
+        }
         if m.fused:  # grouped per key head already: whole groups per rank
             segs.update({"in_proj_qkvz.weight": (0, (m.conv_dim + vd,)), "in_proj_ba.weight": (0, (2 * m.hv,))})
         else:
-            segs.update({"in_proj_qkv.weight": (0, conv), "in_proj_z.weight": (0, (vd,)),
-                         "in_proj_b.weight": (0, (m.hv,)), "in_proj_a.weight": (0, (m.hv,))})
+            segs.update(
+                {
+                    "in_proj_qkv.weight": (0, conv),
+                    "in_proj_z.weight": (0, (vd,)),
+                    "in_proj_b.weight": (0, (m.hv,)),
+                    "in_proj_a.weight": (0, (m.hv,)),
+                }
+            )
         for name, (dim, sizes) in segs.items():
             mod, attr = (m, name) if "." not in name else (getattr(m, name.split(".")[0]), name.split(".")[1])
             full = getattr(mod, attr).detach()
@@ -187,13 +201,20 @@ class TensorParallel:
             mixer = block.mixer
             if isinstance(mixer, Attention):
                 if mixer.heads % tp or mixer.kv_heads % tp:
-                    raise MliteError(f"tp: attention heads {mixer.heads} / KV heads {mixer.kv_heads} are not divisible "
-                                     f"by TP {tp}")
-                plan.update({"self_attn": PrepareModuleInput(input_layouts=(Shard(0), None, None),
-                                                             desired_input_layouts=(Replicate(), None, None)),
-                             "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
-                             "self_attn.v_proj": ColwiseParallel(),
-                             "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(0))})
+                    raise MliteError(
+                        f"tp: attention heads {mixer.heads} / KV heads {mixer.kv_heads} are not divisible by TP {tp}"
+                    )
+                plan.update(
+                    {
+                        "self_attn": PrepareModuleInput(
+                            input_layouts=(Shard(0), None, None), desired_input_layouts=(Replicate(), None, None)
+                        ),
+                        "self_attn.q_proj": ColwiseParallel(),
+                        "self_attn.k_proj": ColwiseParallel(),
+                        "self_attn.v_proj": ColwiseParallel(),
+                        "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(0)),
+                    }
+                )
                 mixer.heads //= tp
                 mixer.kv_heads //= tp
             elif isinstance(mixer, GatedDeltaNet):
@@ -205,27 +226,42 @@ class TensorParallel:
             if shared:
                 mlps.append((f"mlp.{shared}", getattr(block.mlp, shared)))
             for name, _ in mlps:
-                plan.update({name: PrepareModuleInput(input_layouts=(Shard(0),), desired_input_layouts=(Replicate(),)),
-                             f"{name}.gate_proj": ColwiseParallel(), f"{name}.up_proj": ColwiseParallel(),
-                             f"{name}.down_proj": RowwiseParallel(output_layouts=Shard(0))})
+                plan.update(
+                    {
+                        name: PrepareModuleInput(input_layouts=(Shard(0),), desired_input_layouts=(Replicate(),)),
+                        f"{name}.gate_proj": ColwiseParallel(),
+                        f"{name}.up_proj": ColwiseParallel(),
+                        f"{name}.down_proj": RowwiseParallel(output_layouts=Shard(0)),
+                    }
+                )
             if plan:
                 parallelize_module(block, self.mesh, plan)
         if model.lm_head.weight is model.embed.weight:
             raise MliteError("tp: tied embeddings are not supported with TP > 1 by the lite runtime; use --tp 1")
         vocab = model.embed.weight.shape[0]
         if vocab % tp:
-            raise MliteError(f"tp: vocabulary {vocab} is not divisible by TP {tp} (the lite runtime does not pad it); "
-                             "choose a TP that divides the vocabulary")
+            raise MliteError(
+                f"tp: vocabulary {vocab} is not divisible by TP {tp} (the lite runtime does not pad it); "
+                "choose a TP that divides the vocabulary"
+            )
         # vocabulary-parallel embedding (reduce-scatter into the sequence-parallel stream) and lm_head
-        parallelize_module(model, self.mesh, {
-            "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
-            "lm_head": ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())})
+        parallelize_module(
+            model,
+            self.mesh,
+            {
+                "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
+                "lm_head": ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+            },
+        )
         model.norm.register_forward_hook(self._gather)
         model.cross_entropy = self.cross_entropy
         split = {id(p) for p in model.parameters() if hasattr(p, "placements")}
         experts = {id(p) for m in model.modules() if type(m).__name__ == "Experts" for p in m.parameters()}
-        self.partial_names = [n for n, p in model.named_parameters()
-                              if id(p) not in split and id(p) not in experts and n not in self.sliced]
+        self.partial_names = [
+            n
+            for n, p in model.named_parameters()
+            if id(p) not in split and id(p) not in experts and n not in self.sliced
+        ]
 
     def bind(self, model) -> None:
         """After FSDP2: find the (now sharded) partial-gradient parameters by name."""
