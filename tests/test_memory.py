@@ -266,3 +266,10 @@ def test_bf16_grads_without_pao_are_megatron_cores_bytes():
     assert nodist.grads + nodist.step_grads == 6 * n
     pao = _est(L8, 8, TrainingOptions(main_grads_dtype="bf16", use_precision_aware_optimizer=True)).worst
     assert pao.step_grads == 0  # PAO hands the bf16 shard to the optimizer as decoupled_grad
+
+
+def test_unknown_recompute_module_is_refused_naming_it():
+    assert_one_line_error(
+        run_cli("memory", "Qwen3-8B", "--ngpu", "8", "--recompute", "selective", "--recompute-modules", "mlp,bogus"),
+        "'bogus' is not a module name",
+    )

@@ -22,6 +22,20 @@ GPU_MEMORY_GIB = {
 RECOMPUTE = ("none", "selective", "full")
 """Recompute granularities (Megatron's ``--recompute-granularity``)."""
 
+RECOMPUTE_MODULES = (
+    "core_attn",
+    "attention",
+    "mlp",
+    "moe",
+    "moe_act",
+    "shared_experts",
+    "layernorm",
+    "mla_up_proj",
+    "gdn",
+)
+"""Module names ``recompute_modules`` may hold: Megatron-Core's (``core_attn``, ``moe_act``, ``layernorm``,
+``mla_up_proj``, ``mlp``, ``moe``, ``shared_experts``) and mlite's (``attention``, ``gdn``)."""
+
 
 @dataclass(kw_only=True)
 class TrainingOptions:
@@ -124,6 +138,12 @@ class TrainingOptions:
             raise MliteError(f"gpu_memory_gib must be positive, got {self.gpu_memory_gib}")
         if isinstance(self.recompute_modules, str):
             self.recompute_modules = tuple(m for m in self.recompute_modules.split(",") if m)
+        unknown = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+        if unknown:
+            raise MliteError(
+                f"recompute_modules: {', '.join(map(repr, unknown))} is not a module name; use "
+                f"{', '.join(RECOMPUTE_MODULES)}"
+            )
 
     @property
     def pao(self) -> bool:
