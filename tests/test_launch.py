@@ -306,3 +306,29 @@ def test_run_view_shows_a_finished_run_through_its_presenter():
     for item in ("parameters", "gradients", "optimizer state", "peak"):
         assert f'<td style="text-align:left;padding:1px 10px 1px 0">{item}</td>' in view._memory.value
     assert fmt_bytes(None) == "—" and fmt_bytes(3 * 2**30) == "3.00 GiB" and fmt_bytes(1536) == "1.5 KiB"
+
+
+def test_run_view_draws_records_that_arrived_inside_the_draw_interval(monkeypatch):
+    """A record that arrives less than DRAW_S after the last draw is not dropped: the next poll draws it even though
+    the metrics file did not grow again (the plot used to lag one update behind until another record came)."""
+    import widgets.run_view as rv
+
+    run = RunHandle.open(REPO / "data" / "logs" / "mlite_tiny_moe_fsdp2")
+    growth = iter([True, False, False])
+
+    class Monitor(rv.RunMonitor):
+        def poll(self):
+            return {**super().poll(), "status": "running", "changed": next(growth)}
+
+    view = rv.RunView()
+    view.run, view.monitor = run, Monitor(run)
+    drawn = []
+    monkeypatch.setattr(view, "_redraw", lambda mon, r: (drawn.append(1), rv.RunView._redraw(view, mon, r)))
+    clock = iter([100.0, 100.0 + rv.DRAW_S, 200.0])
+    monkeypatch.setattr(rv.time, "monotonic", lambda: next(clock))
+    last = view._update(100.0 - rv.DRAW_S / 2)  # new record, inside the interval: no draw yet
+    assert drawn == [] and view._stale
+    last = view._update(last)  # nothing new on disk, interval passed: the waiting record is drawn
+    assert drawn == [1] and not view._stale
+    view._update(last)  # nothing new, nothing waiting: no draw
+    assert drawn == [1]

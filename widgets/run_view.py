@@ -63,6 +63,8 @@ class RunView(W.VBox):
         self.monitor: RunMonitor | None = None
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
+        self._stale = False
+        """New metric records arrived that the plot does not show yet (a draw waits DRAW_S after the last)."""
 
         def field(widget, name):
             widget.add_class(f"mlite-run-{name}")
@@ -364,8 +366,9 @@ class RunView(W.VBox):
             return last_draw
         snap = mon.poll()
         self._show(snap)
+        self._stale = self._stale or snap["changed"]  # records that arrived inside DRAW_S wait for the next draw
         now = time.monotonic()
-        if (snap["changed"] and now - last_draw >= DRAW_S) or snap["status"] in FINAL:
+        if (self._stale and now - last_draw >= DRAW_S) or snap["status"] in FINAL:
             self._redraw(mon, run)
             return now
         return last_draw
@@ -382,6 +385,7 @@ class RunView(W.VBox):
 
     def _redraw(self, mon: RunMonitor, run) -> None:
         """Curves, memory table and log tail from the presenter."""
+        self._stale = False
         self._plot.value = mon.png()
         self._memory.value = self._memory_html(mon.memory_rows(), run.memory())
         self._log.value = f"<pre style='font-size:11px;max-height:14em;overflow:auto'>{esc(run.log_tail(8))}</pre>"

@@ -57,13 +57,23 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 CHROMIUM = "/usr/bin/chromium"
 PNG_DIGEST = """async (img) => {
-  const buf = new Uint8Array(await (await fetch(img.src)).arrayBuffer());
+  const src = img.src;  // read once: the poller may swap the image while this runs
+  const buf = new Uint8Array(await (await fetch(src)).arrayBuffer());
   let h = 2166136261;
   for (let i = 0; i < buf.length; i++) { h ^= buf[i]; h = Math.imul(h, 16777619) >>> 0; }
   const png = buf.length > 8 && buf[1] === 0x50 && buf[2] === 0x4e && buf[3] === 0x47;
-  return `${png}:${buf.length}:${h}`;
+  return `${png}:${buf.length}:${h} ${src}`;
 }"""
-"""``locator.evaluate(PNG_DIGEST)`` on an ``<img>``: ``"<is png>:<bytes>:<FNV-1a hash>"`` of what the browser shows."""
+"""``locator.evaluate(PNG_DIGEST)`` on an ``<img>``: ``"<is png>:<bytes>:<FNV-1a hash> <src>"`` of what the browser
+shows, with the ``src`` it fetched (so a caller can wait for a *different* image than the one it hashed)."""
+
+
+def png_digest(img) -> tuple[str, str]:
+    """``(digest, src)`` of the image an ``<img>`` locator shows, read in one step (see :data:`PNG_DIGEST`)."""
+    digest, _, src = img.evaluate(PNG_DIGEST).partition(" ")
+    return digest, src
+
+
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 CHROMIUM_ARGS = [
     "--no-sandbox",

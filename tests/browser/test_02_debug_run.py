@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 
 from mlite.launch import RunHandle
 
-from .conftest import PNG_DIGEST, open_notebook, run_all_cells, shot
+from .conftest import open_notebook, png_digest, run_all_cells, shot
 
 pytestmark = pytest.mark.browser
 
@@ -58,13 +58,12 @@ def test_start_watch_and_stop_a_run(page):
         expect(state).to_have_text("running", timeout=120_000)
         expect(view.locator(".mlite-run-step")).to_have_text(re.compile(r"^([3-9]|\d{2,})$"), timeout=180_000)
         first_step = _step(view)
-        first_src = plot.get_attribute("src")
-        first_png = plot.evaluate(PNG_DIGEST)
+        first_png, first_src = png_digest(plot)  # hash and src in one read: an update may land between two
         assert first_png.startswith("true:"), first_png
 
         page.wait_for_function(_STEP_AT_LEAST, arg=first_step + 3, timeout=120_000)
         expect(plot).not_to_have_attribute("src", first_src, timeout=30_000)  # the poller sent a new image
-        later_png = plot.evaluate(PNG_DIGEST)
+        later_png, _ = png_digest(plot)
         assert later_png.startswith("true:") and later_png != first_png, (first_png, later_png)
 
         view.locator("button.mlite-run-stop").click()

@@ -11,7 +11,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import PNG_DIGEST, open_notebook, run_all_cells, shot
+from .conftest import open_notebook, png_digest, run_all_cells, shot
 
 pytestmark = pytest.mark.browser
 
@@ -26,8 +26,7 @@ def test_smoothing_slider_changes_the_plot(page):
     expect(plot).to_have_attribute("src", re.compile(r"^(blob:|data:image/png)"))
     expect(view.locator(".mlite-curves-summary")).to_contain_text("mlite_tiny_moe_fsdp2")
     expect(view.locator(".mlite-error")).to_be_hidden()
-    before_src = plot.get_attribute("src")
-    before = plot.evaluate(PNG_DIGEST)
+    before, before_src = png_digest(plot)
     assert before.startswith("true:"), before
 
     readout = view.locator(".mlite-curves-smooth .widget-readout")
@@ -38,7 +37,7 @@ def test_smoothing_slider_changes_the_plot(page):
     expect(readout).to_have_text("0.99")
 
     expect(plot).not_to_have_attribute("src", before_src)  # the kernel sent a new image
-    after = plot.evaluate(PNG_DIGEST)
+    after, _ = png_digest(plot)
     assert after.startswith("true:") and after != before, (before, after)
     expect(view.locator(".mlite-error")).to_be_hidden()
     cell = page.locator(".jp-CodeCell").filter(has=view)
