@@ -81,6 +81,15 @@ def attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
     D = d.s * d.b
     h, a, t = spec.hidden_size, spec.num_attention_heads, d.t
     out = {"attention": 0.0, "attention_core": 0.0}
+    if kind == "none":
+        return out
+    if kind == "mamba2":
+        # Mamba2 mixer: in_proj input 2h (split with SP), its output z|xBC|dt, the conv output, the scan output y and
+        # the gated norm's input and output, the out_proj input (all bf16, split over TP with the heads)
+        nh, di = spec.mamba_num_heads, spec.mamba_num_heads * spec.mamba_head_dim
+        conv = di + 2 * spec.mamba_num_groups * spec.mamba_state_dim
+        lin = _split(2 * D * h, d) + (2 * D * (di + conv + nh) + 2 * D * conv + 2 * D * di + 4 * D * di + 2 * D * di) / t
+        return {"linear_attention": lin, "attention_core": 0.0, "attention": 0.0}
     if kind == "gdn":
         kd = spec.linear_num_key_heads * spec.linear_key_head_dim
         vd = spec.linear_num_value_heads * spec.linear_value_head_dim
@@ -147,6 +156,8 @@ def mlp_bytes(spec, kind: str, d: ActDims, *, gated: bool = True) -> dict[str, f
     D = d.s * d.b
     h, t = spec.hidden_size, d.t
     fc1 = 4 if gated else 2
+    if kind == "none":
+        return {"mlp": 0.0}
     if kind == "dense":
         ffn = spec.ffn_hidden_size
         x = _split(2 * D * h, d) + (fc1 * D * ffn + 2 * D * ffn) / t
@@ -311,6 +322,8 @@ def mcore_mlp_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
     FC2 input 2f (f / etp)."""
     D = d.s * d.b
     h, t = spec.hidden_size, d.t
+    if kind == "none":
+        return {"mlp": 0.0}
     if kind == "dense":
         ffn = spec.ffn_hidden_size
         x = _split(2 * D * h, d) + 6 * D * ffn / t

@@ -103,6 +103,8 @@ def gdn_per_token(spec, dims: LiteDims) -> float:
 
 def mlp_per_token(spec, kind: str, ab: int = 2) -> float:
     h = spec.hidden_size
+    if kind == "none":
+        return 0.0
     if kind == "dense":
         return ab * h + 4 * ab * spec.ffn_hidden_size
     E, k, fe, fs = spec.num_experts, spec.moe_router_topk, spec.moe_ffn_hidden_size, spec.shared_expert_ffn_hidden_size

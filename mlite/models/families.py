@@ -22,11 +22,18 @@ from .blocks import (
 )
 from .config import Fields
 from .spec import LayerSpec, ModelSpec, ParamGroup
+from .vision import qwen3_vl_vision_params
 
 ALIASES = {
     "kimi_k2": "deepseek_v3",  # Kimi-K2 ships remote code; it is the DeepSeek-V3 architecture
     "kimi_k25": "deepseek_v3",  # Kimi K2.5/K2.6: text model is DeepSeek-V3 (vision tower apart)
     "qwen3_5_moe_text": "qwen3_5_moe",
+    "qwen3_vl": "qwen3",  # Qwen3-VL: the text model (text_config) is Qwen3; the vision tower is counted apart
+    "qwen3_vl_text": "qwen3",
+    "qwen3_vl_moe": "qwen3_moe",
+    "qwen3_vl_moe_text": "qwen3_moe",
+    "qwen2_5_vl": "qwen2",  # Qwen2.5-VL: a Qwen2 text model (top level or text_config) + vision tower
+    "qwen2_5_vl_text": "qwen2",
 }
 
 
@@ -588,6 +595,128 @@ def deepseek_v4(f: Fields) -> dict:
     )
 
 
+# ---------------------------------------------------------------------- MiMo (Qwen2 layout + MTP)
+def mimo(f: Fields) -> dict:
+    """XiaomiMiMo/MiMo-7B: the Qwen2 layout (q/k/v bias) and ``num_nextn_predict_layers`` MTP layers
+    (``model.mtp_layers.N``: token/hidden norms, input_proj 2h -> h, one Qwen2 decoder layer, final norm; they share
+    the main model's embedding and lm_head, so no copies)."""
+    out = dense_family("qwen2")(f)
+    h, hd, L = out["hidden_size"], out["head_dim"], out["num_layers"]
+    for j in range(f.int("num_nextn_predict_layers", 1, min_value=0)):
+        inv = Inventory(f"mtp_layers.{j}.")
+        inv.norm("token_layernorm", h)
+        inv.norm("hidden_layernorm", h)
+        inv.linear("input_proj", 2 * h, h, "other")
+        gqa_attention(
+            inv, h, out["num_attention_heads"], out["num_key_value_heads"], hd, qkv_bias=True, o_bias=False
+        )
+        swiglu_mlp(inv, "mlp", h, out["ffn_hidden_size"], "dense_mlp")
+        layer_norms(inv, h)
+        inv.norm("final_layernorm", h)
+        out["layers"].append(_layer(L + j, "full", "dense", inv, mtp=True))
+    out["notes"] = ["MiMo: read natively as Qwen2 + MTP layers (the checkpoint ships remote code, type 'mimo')"]
+    return out
+
+
+# ---------------------------------------------------------------------- Nemotron-H (Mamba2 + attention + MoE)
+def _nemotron_pattern(f: Fields, L: int) -> str:
+    pattern = f.cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != L or set(pattern) - set("M*E-"):
+        raise ConfigError(
+            f"{f.where}: field 'hybrid_override_pattern' must be a string of {L} characters from 'M' (Mamba2), "
+            f"'*' (attention), 'E' (MoE), '-' (MLP), found {pattern!r} (model_type '{f.model_type}')"
+        )
+    return pattern
+
+
+def nemotron_h(f: Fields) -> dict:
+    """NVIDIA Nemotron-H / Nemotron-3 (``hybrid_override_pattern``): each layer is one norm + one mixer, a Mamba2
+    SSM (M), GQA attention without rotary bias terms (*), a squared-ReLU MoE with shared expert and expert bias (E)
+    or a squared-ReLU MLP (-)."""
+    c = _common(f)
+    h, L = c["hidden_size"], c["num_layers"]
+    hd = f.int("head_dim", h // c["num_attention_heads"])
+    pattern = _nemotron_pattern(f, L)
+    nh, mhd = f.int("mamba_num_heads"), f.int("mamba_head_dim")
+    ng, state, kernel = f.int("n_groups", 1), f.int("ssm_state_size"), f.int("conv_kernel", 4)
+    d_in = nh * mhd
+    conv_dim = d_in + 2 * ng * state
+    proj_bias, conv_bias = f.bool("mamba_proj_bias", False), f.bool("use_conv_bias", True)
+    att_bias, mlp_bias = f.bool("attention_bias", False), f.bool("mlp_bias", False)
+    E = f.int("n_routed_experts", 0, min_value=0)
+    moe_ffn = f.int("moe_intermediate_size", 0, min_value=0)
+    shared = f.int("moe_shared_expert_intermediate_size", 0, min_value=0) * f.int("n_shared_experts", 1, min_value=0)
+    ffn = f.int("intermediate_size", 0, min_value=0)
+    la = "linear_attention"
+    layers = []
+    for i, ch in enumerate(pattern):
+        inv = Inventory()
+        inv.norm("norm", h)
+        if ch == "M":
+            inv.linear("mixer.in_proj", h, 2 * d_in + 2 * ng * state + nh, la, bias=proj_bias)
+            inv.add("mixer.conv1d.weight", conv_dim * kernel, la, "tp")
+            if conv_bias:
+                inv.add("mixer.conv1d.bias", conv_dim, la, "tp")
+            inv.add("mixer.dt_bias", nh, la, "tp")
+            inv.add("mixer.A_log", nh, la, "tp")
+            inv.add("mixer.D", nh, la, "tp")
+            inv.add("mixer.norm.weight", d_in, la, "tp")  # grouped gated RMSNorm over d_inner: split with the heads
+            inv.linear("mixer.out_proj", d_in, h, la, bias=proj_bias, row=True)
+            attention, mlp = "mamba2", "none"
+        elif ch == "*":
+            att = Inventory()
+            gqa_attention(
+                att, h, c["num_attention_heads"], c["num_key_value_heads"], hd, qkv_bias=att_bias, o_bias=att_bias
+            )
+            for g in att.groups:  # the checkpoint names the attention module 'mixer'
+                inv.add(g.name.replace("self_attn.", "mixer."), g.numel, g.component, g.parallel)
+            attention, mlp = "full", "none"
+        elif ch == "E":
+            inv.linear("mixer.gate", h, E, "router", "rep")
+            inv.add("mixer.gate.e_score_correction_bias", E, "router", "rep")
+            inv.add("mixer.experts.up_proj", E * moe_ffn * h, "routed_experts", "expert")
+            inv.add("mixer.experts.down_proj", E * moe_ffn * h, "routed_experts", "expert")
+            if shared:
+                inv.linear("mixer.shared_experts.up_proj", h, shared, "shared_experts", bias=mlp_bias)
+                inv.linear("mixer.shared_experts.down_proj", shared, h, "shared_experts", bias=mlp_bias, row=True)
+            attention, mlp = "none", "moe"
+        else:
+            inv.linear("mixer.up_proj", h, ffn, "dense_mlp", bias=mlp_bias)
+            inv.linear("mixer.down_proj", ffn, h, "dense_mlp", bias=mlp_bias, row=True)
+            attention, mlp = "none", "dense"
+        layers.append(_layer(i, attention, mlp, inv))
+    tie = f.bool("tie_word_embeddings", False)
+    pre = Inventory("model.")
+    pre.add("embeddings.weight", c["vocab_size"] * h, "embedding", "vocab")
+    post = Inventory()
+    post.norm("model.norm_f", h)
+    if not tie:
+        post.add("lm_head.weight", c["vocab_size"] * h, "lm_head", "vocab")
+    return dict(
+        c,
+        head_dim=hd,
+        v_head_dim=hd,
+        ffn_hidden_size=ffn if "-" in pattern else 0,
+        moe_ffn_hidden_size=moe_ffn,
+        num_experts=E,
+        moe_router_topk=f.int("num_experts_per_tok", 0, min_value=0),
+        shared_expert_ffn_hidden_size=shared,
+        tie_word_embeddings=tie,
+        mamba_num_heads=nh,
+        mamba_head_dim=mhd,
+        mamba_num_groups=ng,
+        mamba_state_dim=state,
+        mamba_conv_kernel=kernel,
+        layers=layers,
+        pre=tuple(pre.groups),
+        post=tuple(post.groups),
+        notes=[
+            "Nemotron-H: layers follow hybrid_override_pattern (M Mamba2, * attention, E MoE, - MLP); "
+            "each holds one mixer, so a layer has either an attention/SSM part or an MLP part"
+        ],
+    )
+
+
 NATIVE: dict[str, Callable[[Fields], dict]] = {
     "llama": dense_family("llama"),
     "qwen2": dense_family("qwen2"),
@@ -600,25 +729,13 @@ NATIVE: dict[str, Callable[[Fields], dict]] = {
     "glm4_moe": glm4_moe,
     "glm_moe_dsa": glm_moe_dsa,
     "deepseek_v4": deepseek_v4,
+    "mimo": mimo,
+    "nemotron_h": nemotron_h,
 }
 """Architectures with a native inventory (keys are architectures; see :data:`ALIASES` for model types)."""
 
 SUPPORTED_MODEL_TYPES = tuple(sorted(set(NATIVE) | set(ALIASES)))
 """Every ``model_type`` the kit reads natively."""
-
-
-def qwen3_5_vision_params(v: Fields) -> int:
-    """Parameters of the Qwen3.5 (Qwen3-VL-style) vision tower: patch embed, position embedding, blocks, merger."""
-    d, inter = v.int("hidden_size"), v.int("intermediate_size")
-    depth, out = v.int("depth"), v.int("out_hidden_size")
-    patch, tpatch, ch = v.int("patch_size"), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
-    merge = v.int("spatial_merge_size", 2)
-    n_pos = v.int("num_position_embeddings", 0, min_value=0)
-    patch_embed = ch * tpatch * patch * patch * d + d
-    block = 4 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * inter + inter) + (inter * d + d)
-    merged = d * merge * merge
-    merger = 2 * d + (merged * merged + merged) + (merged * out + out)
-    return patch_embed + n_pos * d + depth * block + merger
 
 
 def build_native(arch: str, f: Fields, **meta) -> ModelSpec:
@@ -630,3 +747,8 @@ def build_native(arch: str, f: Fields, **meta) -> ModelSpec:
 
 
 __all__ = ["ALIASES", "NATIVE", "SUPPORTED_MODEL_TYPES", "ParamGroup", "build_native", "qwen3_5_vision_params"]
+
+
+def qwen3_5_vision_params(v: Fields) -> int:
+    """Parameters of the Qwen3.5 vision tower (Qwen3-VL's without DeepStack mergers): see :mod:`.vision`."""
+    return qwen3_vl_vision_params(v, deepstack=False)

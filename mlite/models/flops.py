@@ -5,7 +5,9 @@ experts it is sent to, the lm_head; not the embedding lookup, norms or routers' 
 + attention score work: full/gated/MLA attention 2 x 2 x heads x (qk_dim + v_dim)/2 x context, with context =
 seq_len/2 when causal. Gated DeltaNet (chunked, chunk 64): 2 x value_heads x (2 x key_dim x value_dim + 64 x
 (key_dim + value_dim)). DeepSeek-V4 compressed attention: full attention over seq/compress_rate entries (CSA:
-index_topk entries) plus a sliding window. Training = 3 x forward (backward is twice the forward).
+index_topk entries) plus a sliding window. Mamba2 (Nemotron-H): the SSM scan is 7 x d_inner x state per token, the
+term of Megatron-LM's ``mamba_layer_flops`` (megatron/training/training.py); its projections are matrix parameters.
+Training = 3 x forward (backward is twice the forward).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ _MATRIX_COMPONENTS = (
 
 def _attention_flops(spec, layer, seq_len: int, causal: bool) -> float:
     ctx = seq_len / 2 if causal else seq_len
+    if layer.attention == "none":
+        return 0.0
+    if layer.attention == "mamba2":
+        return 7 * spec.mamba_num_heads * spec.mamba_head_dim * spec.mamba_state_dim
     if layer.attention in ("full", "gated_full", "mla", "dsa"):
         return 2 * spec.num_attention_heads * (spec.head_dim + spec.v_head_dim) * ctx
     if layer.attention == "gdn":

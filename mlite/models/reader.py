@@ -6,16 +6,19 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .config import Fields, load_config
-from .families import ALIASES, NATIVE, SUPPORTED_MODEL_TYPES, build_native, qwen3_5_vision_params
+from .families import ALIASES, NATIVE, SUPPORTED_MODEL_TYPES, build_native
 from .hf_meta import spec_from_meta, transformers_knows
 from .spec import ModelSpec
+from .vision import VISION_PLACEMENT, vision_params as count_vision
 
 
 def _split_text(cfg: dict) -> tuple[dict, dict | None]:
-    """The language-model part of a (possibly multimodal) config, and its vision config."""
+    """The language-model part of a (possibly multimodal) config, and its vision config (Qwen2.5-VL's hub files
+    keep the text fields at the top level, next to ``vision_config``)."""
     text = cfg.get("text_config")
     if not isinstance(text, dict):
-        return cfg, None
+        vision = cfg.get("vision_config")
+        return cfg, vision if isinstance(vision, dict) else None
     text = dict(text)
     for key in ("tie_word_embeddings",):
         if key not in text and key in cfg:
@@ -46,10 +49,12 @@ def from_hf_config(ref: str | Path | dict, *, name: str | None = None) -> ModelS
         notes.append("kimi_k2 is read as deepseek_v3 (same architecture; the checkpoint ships remote code)")
     if arch in NATIVE:
         if vision is not None:
-            if arch == "qwen3_5_moe":
-                vision_params = qwen3_5_vision_params(Fields(vision, where + ":vision_config", model_type))
-            else:
+            vision_params = count_vision(model_type, Fields(vision, where + ":vision_config", model_type))
+            if vision_params is None:
                 notes.append("vision tower present but not counted (excluded from total by convention)")
+            else:
+                notes.append(f"vision tower: {vision_params:,} parameters, not in total; in memory estimates "
+                             + VISION_PLACEMENT)
         return build_native(
             arch,
             Fields(text, where, model_type),

@@ -35,6 +35,8 @@ COMPONENTS = (
 )
 """Component names, in display order. ``mtp`` collects every parameter of the MTP layers."""
 
+_EXPERT_MLPS = ("moe", "hash_moe")
+
 PARALLEL_KINDS = ("tp", "rep", "expert", "vocab")
 """How a tensor is split: ``tp`` over tensor parallelism, ``rep`` replicated across TP, ``expert`` over
 EP x ETP, ``vocab`` vocabulary-parallel over TP (after padding the vocabulary)."""
@@ -64,9 +66,10 @@ class LayerSpec:
     """Position in the checkpoint (MTP layers follow the main layers)."""
     attention: str
     """``full``, ``gated_full`` (output-gated), ``mla``, ``dsa`` (MLA + indexer), ``gdn`` (Gated DeltaNet),
-    ``csa``/``hca``/``swa`` (DeepSeek-V4 compressed sparse / heavily compressed / sliding attention)."""
+    ``csa``/``hca``/``swa`` (DeepSeek-V4 compressed sparse / heavily compressed / sliding attention), ``mamba2``
+    (Mamba2 SSM mixer, Nemotron-H), ``none`` (a layer with only an MLP part, Nemotron-H)."""
     mlp: str
-    """``dense``, ``moe`` or ``hash_moe``."""
+    """``dense``, ``moe``, ``hash_moe`` or ``none`` (a layer with only a mixer, Nemotron-H)."""
     mtp: bool
     """True for a multi-token-prediction layer."""
     groups: tuple[ParamGroup, ...]
@@ -147,6 +150,16 @@ class ModelSpec:
     """Gated DeltaNet short-convolution width."""
     hc_mult: int = 1
     """DeepSeek-V4 hyper-connection streams (1 = plain residual)."""
+    mamba_num_heads: int = 0
+    """Mamba2 SSM heads (Nemotron-H), 0 if none."""
+    mamba_head_dim: int = 0
+    """Mamba2 head dimension; d_inner = heads x head_dim."""
+    mamba_num_groups: int = 0
+    """Mamba2 B/C groups."""
+    mamba_state_dim: int = 0
+    """Mamba2 SSM state size N."""
+    mamba_conv_kernel: int = 0
+    """Mamba2 short-convolution width."""
     max_position_embeddings: int = 0
     """Longest context the config declares."""
     pre: tuple[ParamGroup, ...] = ()
@@ -185,12 +198,12 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         """True if any main layer has routed experts."""
-        return any(layer.mlp != "dense" for layer in self.main_layers)
+        return any(layer.mlp in _EXPERT_MLPS for layer in self.main_layers)
 
     @property
     def num_moe_layers(self) -> int:
         """Main layers with routed experts."""
-        return sum(layer.mlp != "dense" for layer in self.main_layers)
+        return sum(layer.mlp in _EXPERT_MLPS for layer in self.main_layers)
 
     @property
     def attention_kinds(self) -> tuple[str, ...]:
@@ -237,7 +250,7 @@ class ModelSpec:
         """Parameters touched per token by the main model (MTP excluded), embeddings included."""
         unused = 0
         for layer in self.main_layers:
-            if layer.mlp != "dense" and self.num_experts:
+            if layer.mlp in _EXPERT_MLPS and self.num_experts:
                 routed = layer.by_component().get("routed_experts", 0)
                 unused += routed * (self.num_experts - self.moe_router_topk) // self.num_experts
         return self.total - self.mtp - unused
