@@ -32,7 +32,10 @@ if TYPE_CHECKING:
     from ..models import ModelSpec
 
 _MLITE_SIZES = ("tp", "pp", "vpp", "cp", "ep", "etp")
-_MODEL_SUFFIXES = re.compile(r"(-(Base|Instruct|Chat|BF16|FP8|RL|SFT)(-\d+)?)+$", re.IGNORECASE)
+_MODEL_SUFFIXES = re.compile(r"(-(Base|Instruct|Chat|BF16|FP8|RL|SFT|derived)(-\d+)?)+$", re.IGNORECASE)
+# A launcher that leaves model.path empty and picks its model with MODEL_VARIANT (verl's Megatron Lite examples):
+# the variant -> the data/models config of that model (DeepSeek-V4-Pro has none).
+_VARIANT_MODELS = {"kimi_k2_6": "Kimi-K2.6", "glm5_1": "GLM-5", "flash": "DeepSeek-V4-Flash"}
 
 _TARGETS = {
     ("mlite", False): "verl-mlite-grpo",
@@ -84,6 +87,8 @@ class ImportedLauncher:
     """Variables the script requires (``${NAME:?message}``) that were not set: name -> message."""
     train_mtp: bool = False
     """The launcher trains MTP layers (``model.mtp.enable`` and ``enable_train``); else no stage holds them."""
+    model_variant: str | None = None
+    """``MODEL_VARIANT`` as the script leaves it (verl's Megatron Lite examples pick their model with it)."""
 
     @property
     def ngpu(self) -> int:
@@ -98,13 +103,14 @@ class ImportedLauncher:
     def model_ref(self, config: str | None = None) -> str | None:
         """The model config to judge the mesh with: ``config``, else ``model.path`` when it is a local folder or
         file, else its last component when it names a config in ``data/models/`` (a -Base/-Instruct/... suffix on
-        either side ignored: Moonlight-16B-A3B finds Moonlight-16B-A3B-Instruct, the same architecture)."""
+        either side ignored: Moonlight-16B-A3B finds Moonlight-16B-A3B-Instruct, the same architecture; a ``-derived``
+        file counts as its model), else, with ``model.path`` empty, the config of the script's ``MODEL_VARIANT``."""
         from ..models import available_models
 
         if config:
             return config
         if not self.model_path:
-            return None
+            return _VARIANT_MODELS.get(self.model_variant or "")
         p = Path(self.model_path).expanduser()
         if (p.is_dir() and (p / "config.json").is_file()) or (p.is_file() and p.suffix == ".json"):
             return str(p)
@@ -132,6 +138,7 @@ class ImportedLauncher:
             auto_uneven=True,
             inherited=self.inherited,
             train_mtp=self.train_mtp,
+            kv_replication=self.target.startswith("verl-megatron"),
         ), ref
 
     @property
@@ -162,7 +169,7 @@ class ImportedLauncher:
         for k in ("valid", "errors"):
             out[k] = doc[k]
         out["warnings"] = warnings
-        out["info"] = doc["info"]
+        out["info"] = doc["info"] + self._model_info(config, ref)
         for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp", "pp_layout", "layout_source"):
             out[k] = doc[k]
         ldp = self.ngpu / p.pp / (p.tp * p.ep)
@@ -186,6 +193,21 @@ class ImportedLauncher:
             }
         )
         return out
+
+    def _model_info(self, config: str | None, ref: str | None) -> list[str]:
+        """How the model config was found, when it is not the one ``model.path`` names (a sibling checkpoint, a
+        derived file, the script's MODEL_VARIANT)."""
+        if config or ref is None:
+            return []
+        if not self.model_path:
+            return [
+                f"model.path is empty (the script requires MODEL_PATH); MODEL_VARIANT={self.model_variant} read with "
+                f"data/models/{ref} (pass --env MODEL_PATH=... or --config for another)"
+            ]
+        if Path(ref).name.lower() != Path(self.model_path).name.lower():
+            same = " (a derived config: see data/models/README.md)" if ref.endswith("-derived") else ""
+            return [f"model.path '{self.model_path}' read with data/models/{ref}{same}, the same architecture"]
+        return []
 
     def _world_only(self) -> dict:
         """The verdict of the rules that need no model (Megatron-Core's world-size and VPP checks)."""
@@ -255,8 +277,13 @@ class ImportedLauncher:
         if mp is None:
             if not self.model_path:
                 need = "; ".join(f"the script requires {k} ({v})" for k, v in self.required.items())
+                variant = (
+                    f"; MODEL_VARIANT={self.model_variant} has no config in data/models/ (no public config.json found)"
+                    if self.model_variant
+                    else ""
+                )
                 raise MliteError(
-                    f"--estimate needs the model: model.path is empty{' (' + need + ')' if need else ''}; "
+                    f"--estimate needs the model: model.path is empty{' (' + need + ')' if need else ''}{variant}; "
                     "pass --env MODEL_PATH=... or --config NAME_OR_PATH"
                 )
             raise MliteError(
@@ -435,6 +462,7 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         inherited=_inherited(by, backend, is_sft, parallel),
         train_mtp=train_mtp,
         required=dict(res.shell.required),
+        model_variant=res.shell.vars.get("MODEL_VARIANT"),
     )
 
 

@@ -4,6 +4,8 @@ Local = what a rank holds before optimizer sharding: ``tp`` tensors / TP, replic
 (EP x ETP), vocabulary-parallel tensors at the padded vocabulary / TP. Checkpoint-only copies (DeepSeek-style MTP
 embed/head copies) are not held; instead, as Megatron does, a pipeline stage that needs the embedding but does not
 own it (the last stage of a tied-embedding model, a stage holding MTP layers) keeps its own copy when PP > 1.
+A vision tower (``spec.vision_params``) sits with the embedding, replicated across TP (:data:`mlite.models.vision.
+VISION_PLACEMENT`).
 
 Layers are grouped into kinds (same attention, MLP and tensor counts); per kind a prefix count of occurrences makes
 the sums over a stage's contiguous layer range O(kinds), which keeps the whole-mesh table fast.
@@ -184,7 +186,7 @@ def _stage_params(spec, plan) -> list[StageParams]:
             n_mtp += len(st.mtp)
             if st.embedding:
                 emb = True
-                dense += mc.pre.local(tp, ep_etp, vocab_scale)[0]
+                dense += mc.pre.local(tp, ep_etp, vocab_scale)[0] + (spec.vision_params or 0)
                 tensors += mc.pre.tensors
             if st.head:
                 head = True

@@ -81,10 +81,9 @@ def kv_layout(spec, tp: int = 1, kv_dtype: str = "bfloat16", model_dtype: str = 
     kinds = {layer.attention for layer in layers}
     unknown = kinds - set(FULL_KINDS) - set(MLA_KINDS) - set(LINEAR_KINDS)
     if unknown:
-        raise MliteError(
-            f"{spec.name}: the KV layout of attention kind {min(unknown)!r} (DeepSeek-V4 "
-            "compressed / sliding attention) is not modelled by rl-memory"
-        )
+        kind = min(unknown)
+        what = {"mamba2": "Mamba2 SSM state"}.get(kind, "DeepSeek-V4 compressed / sliding attention")
+        raise MliteError(f"{spec.name}: the KV layout of attention kind {kind!r} ({what}) is not modelled by rl-memory")
     n_full = sum(layer.attention in FULL_KINDS for layer in layers)
     n_mla = sum(layer.attention in MLA_KINDS for layer in layers)
     n_dsa = sum(layer.attention == "dsa" for layer in layers)

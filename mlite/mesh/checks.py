@@ -56,6 +56,9 @@ class MeshContext:
     """Field -> :class:`Inherited`, for sizes that were not given."""
     train_mtp: bool | None = None
     """Whether MTP layers are trained (placed in the pipeline); None: when the model has them."""
+    kv_replication: bool = False
+    """KV heads may divide TP instead (Megatron-Core's TransformerConfig: query groups 'a multiple or divisor' of TP,
+    each rank then holds one KV head); the mlite runtime splits KV heads, so False for its plans."""
 
     @property
     def p(self) -> ParallelConfig:
@@ -151,8 +154,18 @@ def rule_heads(ctx: MeshContext) -> list[Finding]:
     heads, kv, tp = ctx.spec.num_attention_heads, ctx.spec.num_key_value_heads, ctx.p.tp
     if heads % tp:
         what = f"num_attention_heads {heads}"
-    elif kv % tp:
+    elif kv % tp and not (ctx.kv_replication and tp % kv == 0):
         what = f"num_key_value_heads (query groups) {kv}"
+    elif kv % tp:
+        return [
+            finding(
+                "heads",
+                "info",
+                f"num_key_value_heads (query groups) {kv} < TP {tp}: Megatron-Core replicates each KV head over "
+                f"{tp // kv} TP ranks",
+                "tp",
+            )
+        ]
     else:
         return []
     return [

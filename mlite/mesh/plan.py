@@ -123,13 +123,15 @@ def resolve(
     auto_uneven: bool = False,
     inherited: dict | None = None,
     train_mtp: bool | None = None,
+    kv_replication: bool = False,
     rules=RULES,
 ) -> MeshPlan:
     """Resolve and validate ``parallel`` for ``spec`` on ``ngpu`` GPUs. Never raises for an invalid mesh:
     the plan carries the findings of every rule of :data:`mlite.mesh.checks.RULES`. ``auto_uneven`` lets the planner
     choose an uneven layout when layers do not split evenly (reported as a warning) instead of failing the layers
     rule; ``inherited`` (field -> :class:`~mlite.mesh.checks.Inherited`) names sizes that were not given, so the
-    findings say why they have their value; ``train_mtp=False`` places no MTP layers in the pipeline."""
+    findings say why they have their value; ``train_mtp=False`` places no MTP layers in the pipeline;
+    ``kv_replication`` accepts KV heads that divide TP (Megatron-Core replicates them; the mlite runtime does not)."""
     p = parallel or ParallelConfig()
     if isinstance(ngpu, bool) or not isinstance(ngpu, int) or ngpu < 1:
         raise MliteError(f"--ngpu must be a positive integer, got {ngpu!r}")
@@ -144,6 +146,7 @@ def resolve(
         auto_uneven=auto_uneven,
         inherited=dict(inherited or {}),
         train_mtp=train_mtp,
+        kv_replication=kv_replication,
     )
     findings = run_rules(ctx, rules)
     stages, source, _ = ctx.layout
