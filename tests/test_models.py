@@ -26,6 +26,9 @@ OFFICIAL = {
     # data/models/README.md: Hy3-preview card "Total Parameters 295B" (+ 3.8B MTP, not counted on the meta device)
     "Hy3": ("card", 295e9, "total"),
     "Moonlight-16B-A3B-Instruct": ("card", 16e9, "total"),  # Moonlight card: 16B total / 3B activated
+    # data/models/README.md: Qwen2.5-VL-7B-Instruct's HF count 8,292,166,656 (checkpoint: text + vision)
+    "Qwen2.5-VL-7B-Instruct-derived": ("exact", 8_292_166_656, "total+vision"),
+    "Qwen3-VL-8B-Instruct": ("exact", 8_767_123_696, "total+vision"),  # HF count of Qwen/Qwen3-VL-8B-Instruct
 }
 # The README's "computed" column (summing every tensor the architecture defines), where no checkpoint count exists.
 COMPUTED = {
@@ -74,9 +77,13 @@ def _oracle_input(spec):
     handing it to the multimodal type would build transformers' default text model instead.
     """
     cfg = dict(spec.config)
+    for key in ("vision_config", "rope_scaling"):  # Qwen2.5-VL: text fields at the top level; mrope is not qwen2's
+        cfg.pop(key, None)
     mt = cfg.pop("model_type", None) or spec.model_type
     if mt in ("kimi_k2", "kimi_k25"):
         mt = "deepseek_v3"  # Kimi ships remote code; it is DeepSeek-V3
+    # multimodal text parts have no causal-LM class of their own; mimo ships remote code: the same layouts
+    mt = {"qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe", "qwen2_5_vl": "qwen2", "mimo": "qwen2"}.get(mt, mt)
     return cfg, mt
 
 
@@ -88,6 +95,40 @@ def test_meta_device_oracle(name):
     assert transformers_knows(mt), f"{name}: transformers ships {mt}"
     params, router_bias_buffers = meta_param_count(cfg, mt)
     assert spec.total - spec.mtp == params + router_bias_buffers
+
+
+# Multimodal checkpoints: transformers' conditional-generation model (text + vision tower, no MTP) on the meta device.
+MULTIMODAL = {
+    "Qwen2.5-VL-7B-Instruct-derived": "Qwen2_5_VLForConditionalGeneration",
+    "Qwen3-VL-8B-Instruct": "Qwen3VLForConditionalGeneration",
+    "Qwen3-VL-30B-A3B-Instruct": "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3-VL-235B-A22B-Instruct": "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3.5-35B-A3B": "Qwen3_5MoeForConditionalGeneration",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MULTIMODAL))
+def test_meta_device_oracle_with_vision(name):
+    """text (MTP left out) + vision tower equals the whole multimodal transformers model, and the tower alone its
+    ``visual`` module."""
+    import warnings
+
+    import torch
+    import transformers
+    from transformers import AutoConfig
+
+    spec = from_hf_config(name)
+    cfg = json.loads((REPO / "data" / "models" / f"{name}.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if k not in ("architectures", "quantization_config")}
+    mt = cfg.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf_cfg = AutoConfig.for_model(mt, **cfg)
+        with torch.device("meta"):
+            model = getattr(transformers, MULTIMODAL[name])(hf_cfg)
+    visual = sum(p.numel() for n, p in model.named_parameters() if n.startswith("model.visual."))
+    assert spec.vision_params == visual
+    assert spec.total - spec.mtp + spec.vision_params == sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize("name", available_models())
@@ -103,7 +144,7 @@ def test_invariants(name):
         assert "routed_experts" in spec.split_components("expert")
         assert spec.active < spec.total - spec.mtp
     else:
-        assert spec.active == spec.total
+        assert spec.active == spec.total - spec.mtp  # a dense model with MTP (MiMo): the MTP layers are not active
     assert spec.flops_per_token(4096) > 6 * (spec.active - spec.embedding)
 
 
@@ -212,3 +253,25 @@ def test_cli_missing_file_and_binary(tmp_path):
     p = tmp_path / "bin.json"
     p.write_bytes(b"\xff\xfe\x00garbage")
     assert_one_line_error(run_cli("params", p), "UTF-8")
+
+
+def test_mimo_mtp_layer_is_the_released_layout():
+    spec = from_hf_config("MiMo-7B-Base")
+    (mtp,) = spec.mtp_layers
+    names = {g.name.removeprefix("mtp_layers.0.") for g in mtp.groups}
+    # the 16 model.mtp_layers.0 tensors of the released checkpoint; embedding and lm_head shared with the main model
+    assert len(mtp.groups) == 16 and {"token_layernorm.weight", "hidden_layernorm.weight", "input_proj.weight"} < names
+    assert "final_layernorm.weight" in names and not any(g.checkpoint_only for g in mtp.groups)
+    assert spec.training_params == spec.total
+
+
+def test_nemotron_h_follows_the_pattern_and_counts_the_scan():
+    from mlite.models.flops import _attention_flops
+
+    spec = from_hf_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    pattern = spec.config["hybrid_override_pattern"]
+    want = {"M": "mamba2+none", "E": "none+moe", "*": "full+none"}
+    assert [layer.kind for layer in spec.layers] == [want[c] for c in pattern]
+    mamba = spec.layers[0]
+    assert _attention_flops(spec, mamba, 4096, True) == 7 * 64 * 64 * 128  # 7 x d_inner x state (Megatron-LM)
+    assert spec.is_moe and spec.num_moe_layers == pattern.count("E")
