@@ -83,7 +83,9 @@ def _oracle_input(spec):
     if mt in ("kimi_k2", "kimi_k25"):
         mt = "deepseek_v3"  # Kimi ships remote code; it is DeepSeek-V3
     # multimodal text parts have no causal-LM class of their own; mimo ships remote code: the same layouts
-    mt = {"qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe", "qwen2_5_vl": "qwen2", "mimo": "qwen2"}.get(mt, mt)
+    mt = {"qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe", "qwen2_5_vl": "qwen2", "mimo": "qwen2"}.get(
+        mt, mt
+    )
     return cfg, mt
 
 

@@ -88,7 +88,9 @@ def attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
         # the gated norm's input and output, the out_proj input (all bf16, split over TP with the heads)
         nh, di = spec.mamba_num_heads, spec.mamba_num_heads * spec.mamba_head_dim
         conv = di + 2 * spec.mamba_num_groups * spec.mamba_state_dim
-        lin = _split(2 * D * h, d) + (2 * D * (di + conv + nh) + 2 * D * conv + 2 * D * di + 4 * D * di + 2 * D * di) / t
+        lin = (
+            _split(2 * D * h, d) + (2 * D * (di + conv + nh) + 2 * D * conv + 2 * D * di + 4 * D * di + 2 * D * di) / t
+        )
         return {"linear_attention": lin, "attention_core": 0.0, "attention": 0.0}
     if kind == "gdn":
         kd = spec.linear_num_key_heads * spec.linear_key_head_dim

@@ -607,9 +607,7 @@ def mimo(f: Fields) -> dict:
         inv.norm("token_layernorm", h)
         inv.norm("hidden_layernorm", h)
         inv.linear("input_proj", 2 * h, h, "other")
-        gqa_attention(
-            inv, h, out["num_attention_heads"], out["num_key_value_heads"], hd, qkv_bias=True, o_bias=False
-        )
+        gqa_attention(inv, h, out["num_attention_heads"], out["num_key_value_heads"], hd, qkv_bias=True, o_bias=False)
         swiglu_mlp(inv, "mlp", h, out["ffn_hidden_size"], "dense_mlp")
         layer_norms(inv, h)
         inv.norm("final_layernorm", h)

@@ -9,7 +9,8 @@ from .config import Fields, load_config
 from .families import ALIASES, NATIVE, SUPPORTED_MODEL_TYPES, build_native
 from .hf_meta import spec_from_meta, transformers_knows
 from .spec import ModelSpec
-from .vision import VISION_PLACEMENT, vision_params as count_vision
+from .vision import VISION_PLACEMENT
+from .vision import vision_params as count_vision
 
 
 def _split_text(cfg: dict) -> tuple[dict, dict | None]:
@@ -53,8 +54,9 @@ def from_hf_config(ref: str | Path | dict, *, name: str | None = None) -> ModelS
             if vision_params is None:
                 notes.append("vision tower present but not counted (excluded from total by convention)")
             else:
-                notes.append(f"vision tower: {vision_params:,} parameters, not in total; in memory estimates "
-                             + VISION_PLACEMENT)
+                notes.append(
+                    f"vision tower: {vision_params:,} parameters, not in total; in memory estimates " + VISION_PLACEMENT
+                )
         return build_native(
             arch,
             Fields(text, where, model_type),
