@@ -4,7 +4,8 @@
   when ``layers`` allows (a Qwen3.5 stack cut to 2 layers keeps one Gated DeltaNet and one full-attention layer; a
   DeepSeek-V3 stack keeps one dense-first and one MoE layer), the rest filled in original order. The chosen
   original indices are returned (``source_layers``), so a checkpoint's layers can be loaded into the cut model.
-- Per-layer lists (``layer_types``, ``mlp_layer_types``, ``compress_ratios`` ...) are re-indexed; counters that
+- Per-layer lists (``layer_types``, ``mlp_layer_types``, ``compress_ratios`` ..., Nemotron-H's
+  ``hybrid_override_pattern`` string) are re-indexed; counters that
   describe a prefix of the stack (``first_k_dense_replace``, ``num_hash_layers``) and index lists
   (``mlp_only_layers``) are recomputed from the chosen layers; hybrid stacks given by an interval get an explicit
   ``layer_types``.
@@ -85,6 +86,8 @@ def shrink_config(ref, *, layers: int | None = None, experts: int | None = None,
             msg += f"; only {kept} of the {distinct} layer kinds fit in {layers} layers"
         changes.append(msg)
         n_mtp = spec.num_mtp_layers
+        if isinstance(t.get("hybrid_override_pattern"), str) and len(t["hybrid_override_pattern"]) == n_old:
+            t["hybrid_override_pattern"] = "".join(t["hybrid_override_pattern"][i] for i in src)  # Nemotron-H
         for key, val in list(t.items()):
             if not isinstance(val, list) or key in ("mlp_only_layers", "architectures"):
                 continue
