@@ -129,7 +129,7 @@ class ImportedLauncher:
             return None, None
         spec = from_hf_config(ref)
         seq = int(self.options.get("seq_len", 4096))
-        return resolve(
+        mp = resolve(
             spec,
             self.ngpu,
             self.parallel,
@@ -139,7 +139,15 @@ class ImportedLauncher:
             inherited=self.inherited,
             train_mtp=self.train_mtp,
             kv_replication=self.target.startswith("verl-megatron"),
-        ), ref
+        )
+        if spec.vision_params:  # said with the estimate: where the memory estimate holds the tower
+            from ..mesh.rules import finding
+            from ..models.vision import VISION_PLACEMENT
+
+            mp.findings.append(
+                finding("vision", "info", f"vision tower ({spec.vision_params:,} parameters) {VISION_PLACEMENT}")
+            )
+        return mp, ref
 
     @property
     def rollout(self) -> dict:
