@@ -367,7 +367,9 @@ def test_vision_tower_is_held_on_the_first_stage(capsys):
     assert with_vision[1].dense == without[1].dense
     assert any("replicated across TP" in n for n in spec.notes)
     rc, out, _ = _cli(capsys, "import-launcher", _path("main/grpo_trainer/run_qwen3_vl_8b_megatron.sh"), "--estimate")
-    assert rc in (0, 1) and "info: vision tower (576,388,336 parameters) counted on the first pipeline stage" in out, out
+    assert rc in (0, 1) and "info: vision tower (576,388,336 parameters) counted on the first pipeline stage" in out, (
+        out
+    )
 
 
 # ------------------------------------------------------------------------------------------ notebook 01's view
