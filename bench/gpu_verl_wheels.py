@@ -63,7 +63,7 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
              "manylinux1_x86_64")  # fmt: skip
 RAY_DROP = ("ray/jars/ray_dist.jar", "ray/core/src/ray/raylet/raylet", "ray/core/src/ray/gcs/gcs_server")
 """Left out of the repacked ray wheel (``one/``): the Java worker jar and the daemons ``ray.init()`` starts."""
-PART_BYTES = 56 * 2**20
+PART_BYTES = 54 * 2**20
 """Size of ``a/``'s part of the ray wheel."""
 
 
@@ -118,8 +118,8 @@ def fresh(folder: Path) -> Path:
     return folder
 
 
-def build(out: Path, kit: bool) -> None:
-    wheels = download(out / "download")
+def build(out: Path, kit: bool, download_dir: Path) -> None:
+    wheels = download(download_dir)
     ray = next(p for p in wheels if p.name.startswith("ray-"))
     rest = [p for p in wheels if p is not ray]
     one = fresh(out / "one")
@@ -177,8 +177,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="folder to write (e.g. /work/main/.gl/verlgpu)")
     p.add_argument("--kit", action="store_true", help="also write kit/: git archive HEAD of mlite, bench, data")
+    p.add_argument(
+        "--download-dir",
+        default="/tmp/gpu_verl_wheels_download",
+        help="where pip saves the wheels as published (outside --out: nothing there should travel by mistake)",
+    )
     a = p.parse_args(argv)
-    build(Path(a.out).resolve(), a.kit)
+    build(Path(a.out).resolve(), a.kit, Path(a.download_dir).resolve())
     print((Path(a.out) / "MANIFEST.md").read_text())
     return 0
 
