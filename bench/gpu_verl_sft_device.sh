@@ -4,6 +4,8 @@
 #   bash KIT/bench/gpu_verl_sft_device.sh run WHEELS [OUTDIR]   install WHEELS/*.whl into /tmp/verl_site, run the row
 #   bash KIT/bench/gpu_verl_sft_device.sh stage A               two-call plan, call A: keep A's ray part on the machine
 #
+# Run from the repository root (the device's working directory): .gl/verlgpu_stage is taken from there. KIT is the
+# kit snapshot the wheel folder carries (one/kit, b/kit).
 # WHEELS is one/ (one call) or b/ (call B of the two-call plan: ray's wheel is put together from b/'s part and the
 # part call A kept, then checked against b/SHA256SUMS). OUTDIR (default $OUT/verl_sft) gets gpu_verl_sft.csv,
 # gpu_verl_sft_raw.json; the run directory (and verl's ~17 GB end-of-run checkpoint, removed afterwards) is under
@@ -12,7 +14,7 @@
 set -u -o pipefail
 KIT=$(cd "$(dirname "$0")/.." && pwd)
 # where call A leaves its part: /tmp and .gl/verlgpu_stage (ignored, not carried: kept between calls on a warm machine)
-read -r -a STAGES <<<"${VERL_STAGE_DIRS:-/tmp/verl_stage $(cd "$KIT/../.." && pwd)/verlgpu_stage}"
+read -r -a STAGES <<<"${VERL_STAGE_DIRS:-/tmp/verl_stage $PWD/.gl/verlgpu_stage}"
 SITE=${VERL_SITE:-/tmp/verl_site}  # where the wheels are installed
 WORK=${VERL_WORK:-/tmp/verl_sft}  # the run directory's parent
 fail() { echo "gpu_verl_sft_device: FAILED: $*"; exit 1; }

@@ -16,7 +16,8 @@ it). Layouts written, each folder with ``SHA256SUMS``, and ``MANIFEST.md`` at th
   ``ray.init()`` starts; verl's SFT trainer under torchrun imports ray but never starts it. One device call.
 * ``a/`` + ``b/``: ray's wheel as published, split with ``split -b`` (``a/``: the first part; ``b/``: the rest and every
   other wheel). Two calls on one warm machine.
-* ``kit/`` (``--kit``): ``git archive HEAD`` of this checkout's mlite/, bench/, data/ and pyproject.toml.
+* ``one/kit/``, ``b/kit/`` (``--kit``): ``git archive HEAD`` of this checkout's mlite/, bench/, data/ and
+  pyproject.toml: the code the row runs (bench/gpu_verl_sft_device.sh, bench/gpu_verl_sft.py, mlite).
 """
 
 from __future__ import annotations
@@ -135,11 +136,11 @@ def build(out: Path, kit: bool, download_dir: Path) -> None:
         shutil.copy2(p, b / p.name)
     write_sums(a)
     write_sums(b, {ray.name: sha256(ray)})  # checked after ``cat part-aa part-ab``
-    if kit:
-        k = fresh(out / "kit")
+    if kit:  # inside one/ and b/: each call carries one folder
         tar = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD", "mlite", "bench", "data", "pyproject.toml"],
                              check=True, capture_output=True).stdout  # fmt: skip
-        subprocess.run(["tar", "-x", "-C", str(k)], input=tar, check=True)
+        for folder in (one, b):
+            subprocess.run(["tar", "-x", "-C", str(fresh(folder / "kit"))], input=tar, check=True)
     manifest(out, ray, rest)
 
 
@@ -154,7 +155,7 @@ def manifest(out: Path, ray: Path, rest: list[Path]) -> None:
     one_ray = out / "one" / ray.name
     rows.append(f"| {ray.name} (one/: repacked, without {', '.join(RAY_DROP)}) | {one_ray.stat().st_size} | "
                 f"{sha256(one_ray)} |")  # fmt: skip
-    sizes = [f"| {d} | {_size(out / d)} |" for d in ("one", "a", "b", "kit") if (out / d).is_dir()]
+    sizes = [f"| {d} | {_size(out / d)} |" for d in ("one", "a", "b", "one/kit") if (out / d).is_dir()]
     text = "\n".join(
         [
             "# Wheels for verl SFT (engine=lite) on the GPU machine (written by bench/gpu_verl_wheels.py)",
