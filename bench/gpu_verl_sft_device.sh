@@ -58,8 +58,10 @@ run() {
     echo "gpu_verl_sft_device: installed $n wheels in $((SECONDS - t0)) s; $(df -h /tmp | tail -1)"
     export PYTHONPATH=$SITE NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
     export PYTHONUNBUFFERED=1
-    local rc=0
-    python3 "$KIT/bench/gpu_verl_sft.py" --out "$outdir" --run-dir "$WORK/run" --deadline-s "${VERL_DEADLINE_S:-200}" || rc=$?
+    local rc=0 extra=()
+    read -r -a extra <<<"${VERL_BENCH_ARGS:-}"  # e.g. "--device cpu --tiny" to try the script on a CPU
+    python3 "$KIT/bench/gpu_verl_sft.py" --out "$outdir" --run-dir "$WORK/run" --deadline-s "${VERL_DEADLINE_S:-200}" \
+        "${extra[@]}" || rc=$?
     rm -rf "$WORK/run/checkpoints"
     echo "gpu_verl_sft_device: rc=$rc after $((SECONDS - t0)) s"
     return $rc

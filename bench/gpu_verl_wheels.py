@@ -56,8 +56,11 @@ WHEELS = (
     "starlette==1.10.0",
     "uvicorn==0.54.0",
     "opentelemetry-api==1.45.2",
+    "typing-extensions==4.16.0",
 )
-"""Downloaded as wheels (one version each; the image has every other package they import on this path)."""
+"""Downloaded as wheels (one version each; the image has every other package they import on this path).
+typing-extensions is in the image too, but pydantic 2.14 needs >= 4.16 and the image's version is not known here:
+carried, it shadows the image's for the row's processes only (it is backward compatible)."""
 SDIST_BUILT = ("antlr4-python3-runtime==4.9.3",)
 """Built from the sdist here (pure Python)."""
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
