@@ -1,0 +1,434 @@
+"""verl's SFT trainer with the lite engine on one GPU: tokens/s and peak memory of ``mlite run --trainer verl-sft``.
+
+    python3 bench/gpu_verl_sft.py --out DIR                          # on the GPU: DIR/gpu_verl_sft.csv + _raw.json
+    python3 bench/gpu_verl_sft.py --report bench/results/gpu_verl_sft_raw.json --csv bench/results/gpu_verl_sft.csv
+    python3 bench/gpu_verl_sft.py --out /tmp/x --device cpu --tiny   # the same code path on CPU, a tiny model
+
+The run is the kit's real path: ``python -m mlite run --trainer verl-sft`` (torchrun, ``verl.trainer.sft_trainer``,
+``engine=lite``) on the ~1.1 B dense model of the other GPU rows (bench/gpu_configs.py ``DENSE_1B``, random init,
+written to ``model_dense1b_from_gpu_configs.json``), the kit's tiny SFT dataset, verl's dynamic batching with
+4096-token micro-batches (``data.max_token_len_per_gpu``) and ``--train-batch-size`` conversations a step.
+
+Timing: verl's file logger writes one unbuffered line per step to ``metrics.jsonl``; this script polls it and stamps
+each line as it arrives. tokens/s = the tokens verl logged (``train/global_tokens``) of the steps after the warm-up
+ones / the wall-clock time between the last warm-up step's line and the last step's line (whole verl steps: data
+loading, batching, the engine's forward/backward and optimizer). Peak memory is the run's own record: verl's
+``perf/max_memory_allocated_gb`` / ``perf/max_memory_reserved_gb`` (``torch.cuda.max_memory_allocated`` /
+``max_memory_reserved`` of rank 0), next to ``mlite.memory``'s estimate of the same run
+(:func:`mlite.launch.memory_check.estimate_for`, taken when the run starts). verl's own ``train/mfu`` is kept as
+reported. The CSV is a function of the raw JSON alone (``--report``).
+
+Results are written as they come: the raw JSON after every logged step, the CSV as soon as the timed steps are in
+(before verl's end-of-run checkpoint), again at the end. A failure (run failed, steps missing, deadline, SIGTERM)
+prints one ``gpu_verl_sft: FAILED ...`` line with the run's last log lines and exits 1; the rows measured so far stay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_configs import DENSE_1B  # noqa: E402  (bench/ is not a package)
+
+COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
+"""The CSV contract of the GPU rows (issue 13)."""
+REPORT_CMD = (
+    "python3 bench/gpu_verl_sft.py --report bench/results/gpu_verl_sft_raw.json --csv bench/results/gpu_verl_sft.csv"
+)
+"""The step that turns the raw JSON into the CSV (tests/test_bench_results.py re-runs it)."""
+GIB = 2**30
+TINY = dict(
+    DENSE_1B,
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    intermediate_size=256,
+    vocab_size=512,
+)
+"""The ``--tiny`` model: DENSE_1B's layout (Qwen3, tied embeddings), CPU-sized."""
+LITE_ROW = ("dense", "lite", "mb4")
+"""Where bench/results/gpu_speed_raw.json keeps the plain lite runtime's tokens/s of DENSE_1B, 4 x 4096 tokens."""
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=None, help="folder for gpu_verl_sft.csv, gpu_verl_sft_raw.json")
+    p.add_argument("--report", default=None, metavar="RAW", help="only rewrite the CSV (--csv) from this raw JSON")
+    p.add_argument(
+        "--run-dir",
+        default=None,
+        help="the mlite run directory (default OUT/run); the model config and mlite's output go beside it. It "
+        "holds verl's end-of-run checkpoint, ~17 GB for the 1 B model: keep it off $OUT on the device",
+    )
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--tiny", action="store_true", help="a CPU-sized model of the same layout")
+    p.add_argument("--steps", type=int, default=8, help="optimizer steps of the run")
+    p.add_argument("--warmup", type=int, default=2, help="first steps left out of the timing")
+    p.add_argument("--tokens-per-microbatch", type=int, default=4096)
+    p.add_argument(
+        "--train-batch-size",
+        type=int,
+        default=500,
+        help="conversations a step (data.train_batch_size; the tiny dataset's 4000 give 8 steps an epoch at 500)",
+    )
+    p.add_argument("--deadline-s", type=float, default=230.0, help="stop the run after this many seconds")
+    p.add_argument("--csv", default=None, help="CSV path (default OUT/gpu_verl_sft.csv)")
+    p.add_argument(
+        "--lite-raw",
+        default=str(REPO / "bench" / "results" / "gpu_speed_raw.json"),
+        help="gpu_speed raw JSON holding the plain lite runtime's row of the same model",
+    )
+    a = p.parse_args(argv)
+    if a.report is not None:
+        if a.csv is None:
+            p.error("--report needs --csv")
+        return a
+    if a.out is None:
+        p.error("--out is required (or --report RAW --csv CSV)")
+    if a.warmup < 1 or a.steps <= a.warmup:
+        p.error(f"--steps ({a.steps}) must be greater than --warmup ({a.warmup}) and --warmup at least 1")
+    return a
+
+
+# ---------------------------------------------------------------------- rows (a function of the raw JSON)
+def timed(raw: dict) -> dict | None:
+    """Tokens/s etc. of the steps after the warm-up: None until they are all logged."""
+    p, steps = raw["params"], raw.get("steps", {})
+    want = list(range(p["warmup"] + 1, p["steps"] + 1))
+    if str(p["warmup"]) not in steps or any(str(s) not in steps for s in want):
+        return None
+    span = steps[str(p["steps"])]["t_s"] - steps[str(p["warmup"])]["t_s"]
+    tokens = sum(int(steps[str(s)]["train/global_tokens"]) for s in want)
+    mfu = [steps[str(s)]["train/mfu"] for s in want if steps[str(s)].get("train/mfu") is not None]
+    return {
+        "steps": want,
+        "span_s": span,
+        "tokens": tokens,
+        "tokens_per_s": tokens / span if span > 0 else None,
+        "step_s": span / len(want),
+        "tokens_per_step": tokens / len(want),
+        "verl_mfu_mean": sum(mfu) / len(mfu) if mfu else None,
+    }
+
+
+def peaks(raw: dict) -> dict:
+    recs = raw.get("steps", {}).values()
+    out = {}
+    for key, name in (("perf/max_memory_allocated_gb", "allocated"), ("perf/max_memory_reserved_gb", "reserved")):
+        vals = [d[key] for d in recs if d.get(key) is not None]
+        out[f"peak_{name}_bytes"] = round(max(vals) * GIB) if vals else None
+    return out
+
+
+def rows(raw: dict) -> list[dict]:
+    p = raw["params"]
+    n = p["name"]
+    cuda = p["device"] == "cuda"
+    out = []
+    t = timed(raw)
+    if t is not None:
+        first, last = t["steps"][0], t["steps"][-1]
+        out += [
+            _row(f"verl_sft {n} tokens/s", round(t["tokens_per_s"], 1),
+                 f"tokens/s, steps {first}-{last} of verl SFT engine=lite (wall clock between verl's logged steps)"),
+            _row(f"verl_sft {n} step time", round(t["step_s"], 4), "s per optimizer step (mean)"),
+            _row(f"verl_sft {n} tokens/step", round(t["tokens_per_step"], 1),
+                 f"tokens per step (train_batch_size {p['train_batch_size']}, "
+                 f"micro-batches <= {p['tokens_per_microbatch']} tokens)"),
+        ]  # fmt: skip
+        if t["verl_mfu_mean"] is not None:
+            out.append(_row(f"verl_sft {n} mfu (verl)", round(t["verl_mfu_mean"], 4),
+                            "verl train/mfu mean (verl's FLOPs model and peak table)"))  # fmt: skip
+        lite = raw.get("lite_dense_mb4_tokens_per_s")
+        if lite:
+            out.append(_row(f"verl_sft {n} / lite dense mb4", round(t["tokens_per_s"] / lite, 3),
+                            "verl SFT tokens/s / plain lite runtime tokens/s (gpu_speed.csv, same model)"))  # fmt: skip
+    pk = peaks(raw)
+    mem = "CUDA" if cuda else "CPU (the platform shim's peak RSS)"
+    if pk["peak_allocated_bytes"] is not None:
+        out.append(_row(f"verl_sft {n} peak allocated", pk["peak_allocated_bytes"],
+                        f"bytes, {mem} max_memory_allocated (verl perf/max_memory_allocated_gb)"))  # fmt: skip
+    if pk["peak_reserved_bytes"] is not None:
+        out.append(_row(f"verl_sft {n} peak reserved", pk["peak_reserved_bytes"],
+                        f"bytes, {mem} max_memory_reserved (verl perf/max_memory_reserved_gb)"))  # fmt: skip
+    est = raw.get("estimate")
+    if est:
+        out.append(_row(f"verl_sft {n} estimated peak", int(est["peak"]), "bytes, mlite.memory estimate of the run"))
+        if pk["peak_allocated_bytes"] and cuda:
+            out.append(_row(f"verl_sft {n} peak/estimate", round(pk["peak_allocated_bytes"] / est["peak"], 4),
+                            "measured max_memory_allocated / estimated peak"))  # fmt: skip
+    if raw.get("status") is not None:
+        out.append(_row(f"verl_sft {n} completed", int(raw["status"] == "completed"), "1 = completed"))
+    return out
+
+
+def write_csv(raw: dict, path: Path) -> None:
+    command = f"{raw['command']} && {REPORT_CMD}"
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows(raw):
+            w.writerow({**r, "gpu": raw.get("gpu"), "torch_version": raw.get("torch_version"), "command": command})
+    tmp.replace(path)
+
+
+def _row(measurement: str, value, unit: str) -> dict:
+    return {"measurement": measurement, "value": value, "unit": unit}
+
+
+# ---------------------------------------------------------------------- the measuring run
+class Bench:
+    """One verl-sft run, polled; results written as they come."""
+
+    def __init__(self, a, argv: list[str]):
+        self.a = a
+        self.out = Path(a.out).resolve()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.run_dir = Path(a.run_dir).resolve() if a.run_dir else self.out / "run"
+        self.work = self.run_dir.parent  # the model config and mlite's output beside the run directory
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.csv_path = Path(a.csv).resolve() if a.csv else self.out / "gpu_verl_sft.csv"
+        self.raw_path = self.out / "gpu_verl_sft_raw.json"
+        self.raw: dict = {
+            "command": shlex.join(["python3", "bench/gpu_verl_sft.py", *argv]),
+            "params": {
+                "name": "tiny" if a.tiny else "dense1b",
+                "device": a.device,
+                "steps": a.steps,
+                "warmup": a.warmup,
+                "train_batch_size": a.train_batch_size,
+                "tokens_per_microbatch": a.tokens_per_microbatch,
+                "model": TINY if a.tiny else DENSE_1B,
+            },
+            "status": None,
+            "errors": [],
+            "steps": {},
+        }
+        self.raw.update(environment(a.device, with_gpu=False))
+        if not a.tiny and a.device == "cuda":
+            self.raw["lite_dense_mb4_tokens_per_s"] = _lite_tokens_per_s(a.lite_raw)
+        self.proc = None
+
+    def model_file(self) -> Path:
+        path = self.work / (
+            "model_tiny_from_gpu_configs.json" if self.a.tiny else "model_dense1b_from_gpu_configs.json"
+        )
+        path.write_text(json.dumps(self.raw["params"]["model"], indent=2) + "\n")
+        return path
+
+    def mlite_argv(self, model: Path) -> list[str]:
+        a = self.a
+        return [
+            sys.executable, "-m", "mlite", "run", "--trainer", "verl-sft", "--model", str(model),
+            "--steps", str(a.steps), "--nproc", "1", "--device", a.device,
+            "--tokens-per-microbatch", str(a.tokens_per_microbatch), "--train-batch-size", str(a.train_batch_size),
+            "--out", str(self.run_dir), "--overwrite", "--json",
+        ]  # fmt: skip
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.setdefault("NCCL_NVLS_ENABLE", "0")
+        env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        return env
+
+    def poll(self) -> None:
+        """Stamp every new complete line of verl's metrics.jsonl."""
+        try:
+            text = (self.run_dir / "metrics.jsonl").read_text(errors="replace")
+        except FileNotFoundError:
+            return
+        now = time.perf_counter() - self.t0
+        for line in text.splitlines(keepends=True):
+            if not line.endswith("\n"):
+                break
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            step = str(int(rec["step"]))
+            if step not in self.raw["steps"]:
+                self.raw["steps"][step] = {"t_s": now, **rec["data"]}
+                self.write()
+                print(f"gpu_verl_sft: step {step} logged at {now:.2f} s", flush=True)
+
+    def estimate(self) -> None:
+        """mlite.memory's figures for the run's own RunConfig (as the run view shows them), once it exists."""
+        if "estimate" in self.raw or not (self.run_dir / "config.json").is_file():
+            return
+        from mlite.errors import MliteError
+        from mlite.launch.memory_check import estimate_for
+        from mlite.launch.rundir import RunDir
+
+        try:
+            w = estimate_for(RunDir(self.run_dir).read_config()).worst
+            self.raw["estimate"] = {"peak": w.peak, "params": w.params, "grads": w.grads, "optimizer": w.optimizer}
+        except (MliteError, ValueError, KeyError, TypeError, OSError) as e:  # the measured rows stay
+            self.raw["estimate"] = None
+            self.raw["errors"].append(f"estimate: {type(e).__name__}: {e}")
+
+    def write(self) -> None:
+        tmp = self.raw_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.raw, indent=1, default=str) + "\n")
+        tmp.replace(self.raw_path)
+        write_csv(self.raw, self.csv_path)
+
+    def run(self) -> int:
+        a = self.a
+        if self.run_dir.exists():  # an earlier run's metrics.jsonl would be stamped as this run's steps
+            if not (self.run_dir / "status.json").is_file() and any(self.run_dir.iterdir()):
+                print(f"gpu_verl_sft: FAILED: --run-dir {self.run_dir} exists and is no run directory", flush=True)
+                return 2
+            shutil.rmtree(self.run_dir)
+        argv = self.mlite_argv(self.model_file())
+        self.raw["mlite_command"] = shlex.join(argv[1:])
+        log_path = self.work / "mlite_run_output.log"
+        self.t0 = time.perf_counter()
+        self.write()
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=log, text=True, env=self.env(), cwd=str(REPO),
+                start_new_session=True,
+            )  # fmt: skip
+            signal.signal(signal.SIGTERM, self.on_sigterm)  # an outer `timeout` must not leave workers on the GPU
+            timed_out = False
+            while self.proc.poll() is None:
+                self.poll()
+                self.estimate()
+                if time.perf_counter() - self.t0 > a.deadline_s:
+                    timed_out = True
+                    self.stop_run()
+                    break
+                time.sleep(0.002)
+            stdout = self.proc.stdout.read() if self.proc.stdout else ""
+        self.poll()
+        self.estimate()
+        self.raw["wall_s"] = time.perf_counter() - self.t0
+        self.raw["exit_code"] = self.proc.returncode
+        try:
+            self.raw["summary"] = json.loads(stdout) if stdout.strip() else None
+        except json.JSONDecodeError:
+            self.raw["summary"] = None
+            self.raw["stdout_tail"] = stdout[-3000:]
+        self.raw["console_tail"] = _tail(self.run_dir / "console.log", 40)
+        self.raw["train_log_tail"] = _tail(self.run_dir / "train.log", 10)
+        self.raw["mlite_output_tail"] = _tail(log_path, 40)
+        self.raw.update(environment(a.device, with_gpu=True))
+        status = (self.raw["summary"] or {}).get("status") or _run_status(self.run_dir)
+        self.raw["status"] = status
+        if timed_out:
+            self.raw["errors"].append(f"deadline: stopped after {a.deadline_s:.0f} s (status {status})")
+        elif status != "completed":
+            self.raw["errors"].append(f"run: status {status}, exit code {self.proc.returncode}")
+        if timed(self.raw) is None:
+            self.raw["errors"].append(f"steps: logged {sorted(map(int, self.raw['steps']))} of 1..{a.steps}")
+        self.write()
+        if self.raw["errors"]:
+            self.say_failed("; ".join(self.raw["errors"]))
+            return 1  # the rows measured so far stay in the CSV (e.g. all steps timed, the end checkpoint late)
+        print(f"gpu_verl_sft: wrote {self.csv_path} and {self.raw_path}", flush=True)
+        for r in rows(self.raw):
+            print(f"  {r['measurement']}: {r['value']} ({r['unit']})", flush=True)
+        return 0
+
+    def say_failed(self, why: str) -> None:
+        print(f"gpu_verl_sft: FAILED: {why}", flush=True)
+        for line in (self.raw.get("mlite_output_tail", []) + self.raw.get("console_tail", []))[-30:]:
+            print(f"  | {line}", flush=True)
+
+    def stop_run(self) -> None:
+        """End the run the kit's way (``RunHandle.kill``: SIGTERM to the launcher, which ends torchrun and its
+        workers, SIGKILL to its process group after a grace period), then the ``mlite run`` process."""
+        from mlite.launch.handle import RunHandle
+
+        if (self.run_dir / "status.json").is_file():
+            RunHandle.open(self.run_dir).kill(grace=15.0)
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def on_sigterm(self, signum, frame) -> None:
+        self.stop_run()
+        self.poll()
+        self.raw["status"] = _run_status(self.run_dir)
+        self.raw["errors"].append("terminated (SIGTERM) before the run ended")
+        self.raw["console_tail"] = _tail(self.run_dir / "console.log", 40)
+        self.raw.update(environment(self.a.device, with_gpu=True))
+        self.write()
+        self.say_failed("terminated (SIGTERM); the rows measured so far are written")
+        sys.exit(1)
+
+
+def environment(device: str, with_gpu: bool) -> dict:
+    """Labels of the rows: GPU name (asked only at the end, not while the run holds the GPU), versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    doc = {"torch_version": torch.__version__, "gpu": "cpu"}
+    if device == "cuda":
+        doc["gpu"] = "cuda (name read at the end)"
+        if with_gpu:
+            try:
+                doc["gpu"] = torch.cuda.get_device_name(0)
+            except (RuntimeError, AssertionError) as e:  # a label: the measured rows stay
+                doc["gpu"] = f"cuda (name not read: {type(e).__name__})"
+    for pkg in ("verl", "ray", "transformers", "tensordict", "hydra-core", "datasets"):
+        try:
+            doc[f"{pkg}_version"] = version(pkg)
+        except PackageNotFoundError:
+            doc[f"{pkg}_version"] = None
+    return doc
+
+
+def _tail(path: Path, n: int) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-n:]
+    except FileNotFoundError:
+        return []
+
+
+def _run_status(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "status.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _lite_tokens_per_s(raw_path: str) -> float | None:
+    try:
+        doc = json.loads(Path(raw_path).read_text())
+        a, b, c = LITE_ROW
+        return float(doc[a][b][c]["tokens_per_s"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = parse_args(argv)
+    if a.report is not None:
+        write_csv(json.loads(Path(a.report).read_text()), Path(a.csv))
+        return 0
+    return Bench(a, argv).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
