@@ -172,3 +172,18 @@ def test_cpu_peak_memory_is_reported(runs):
     """The shim's peak counters are the process's peak RSS: a CPU run reports a peak, not 0."""
     _, docs = runs
     assert docs["master"]["peak_memory_bytes"] > 50 * 2**20
+
+
+@pytest.mark.parametrize("steps, style, decay_steps", [(2, "constant", None), (3, "constant", None), (4, "cosine", 4)])
+def test_verl_sft_lr_schedule_is_the_kit_trainers(tmp_path, steps, style, decay_steps):
+    """verl-sft gets the schedule the kit's own trainer runs: a run no longer than its warmup plus one step is
+    constant (verl's cosine needs decay steps beyond the warmup: ``--steps 2`` failed inside the worker)."""
+    from mlite.launch.config import RunConfig
+    from mlite.launch.verl_sft import hydra_overrides
+
+    cfg = RunConfig(model="tiny-dense", steps=steps, trainer="verl-sft", nproc=2, device="cpu")
+    over = hydra_overrides(cfg, tmp_path)
+    assert f"optim.lr_decay_style={style}" in over
+    assert f"optim.lr_decay_steps={'null' if decay_steps is None else decay_steps}" in over
+    opt = cfg.runtime_config().optimizer
+    assert (opt.lr_decay_style, opt.lr_decay_steps) == (style, decay_steps)

@@ -272,11 +272,18 @@ class RunConfig:
         """The run directory (absolute)."""
         return Path(self.out).expanduser().resolve() if self.out else (runs_root() / self.default_name()).resolve()
 
+    def lr_decay(self) -> tuple[str, int | None]:
+        """``(lr_decay_style, lr_decay_steps)``: cosine to ``lr / 10`` over the run, constant when the run is no
+        longer than its warmup plus one step (1- and 2-step smoke runs); both trainers take it from here."""
+        if self.steps > self.lr_warmup_steps + 1:
+            return "cosine", self.steps
+        return "constant", None
+
     def runtime_config(self):
         """The runtime's ``RuntimeConfig`` (Megatron Lite names) for this run."""
         from ..runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
 
-        decay = "cosine" if self.steps > self.lr_warmup_steps + 1 else "constant"
+        decay, decay_steps = self.lr_decay()
         opt = OptimizerConfig(
             optimizer=self.optimizer,
             lr=float(self.lr),
@@ -284,7 +291,7 @@ class RunConfig:
             clip_grad=float(self.clip_grad),
             lr_warmup_steps=self.lr_warmup_steps,
             lr_decay_style=decay,
-            lr_decay_steps=self.steps if decay != "constant" else None,
+            lr_decay_steps=decay_steps,
             use_precision_aware_optimizer=self.pao or None,
             exp_avg_dtype=self.moment_dtype,
             exp_avg_sq_dtype=self.moment_dtype,

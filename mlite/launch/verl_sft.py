@@ -42,6 +42,7 @@ def hydra_overrides(cfg, run_dir) -> list[str]:
     """The Hydra overrides of the run (fixed verl-sft keys, then the RunConfig's, then the user's)."""
     run_dir = Path(run_dir)
     dtype = {"auto": "auto", "fp32": "float32", "bf16": "bfloat16"}[cfg.param_dtype]
+    decay, decay_steps = cfg.lr_decay()
     values = {
         "tp": cfg.tp,
         "cp": cfg.cp,
@@ -76,9 +77,9 @@ def hydra_overrides(cfg, run_dir) -> list[str]:
         "data.messages_key=messages",
         f"data.max_length={cfg.tokens_per_microbatch}",
         "data.num_workers=0",
-        "optim.lr_decay_style=cosine",
+        f"optim.lr_decay_style={decay}",
         f"optim.min_lr={cfg.lr / 10!r}",
-        f"optim.lr_decay_steps={cfg.steps}",
+        f"optim.lr_decay_steps={'null' if decay_steps is None else decay_steps}",
         "optim.weight_decay=0.01",
         "trainer.logger=[console,file]",
         "trainer.project_name=mlite-run",
