@@ -126,7 +126,9 @@ def test_dist_opt_equals_fsdp2_step_for_step(results):
                 for step, ((la, ga, za), (lb, gb, zb)) in enumerate(zip(got, ref)):
                     assert _rel(la, lb) <= 1e-5, (model, par, name, step, la, lb)
                     assert _rel(ga, gb) <= 1e-5, (model, par, name, step, ga, gb)
-                    assert za == zb, (model, par, name, step)  # zero counts: no padding counted, nothing twice
+                    # zero counts: no padding counted (hundreds of elements), nothing twice; a gradient element
+                    # may round to exactly 0 in one reduction order and not in the other
+                    assert abs(za - zb) <= 2, (model, par, name, step, za, zb)
                 assert got[-1][0] < got[0][0]
                 checked += 1
     assert checked == 8

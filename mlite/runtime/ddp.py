@@ -40,6 +40,11 @@ BUCKET_ALIGN = 128
 """The buffer's end is rounded up to a multiple of ``lcm(d, BUCKET_ALIGN)`` elements with the distributed optimizer."""
 
 
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+_ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+"""The flat collectives under their current names (torch 2.13 deprecates the ``*_tensor`` spellings)."""
+
+
 def _ceil(n: int, k: int) -> int:
     return -(-n // k) * k
 
@@ -218,7 +223,7 @@ class DDPBuffers:
                 continue
             if b.distributed:
                 lo, hi = b.shard_range()
-                dist.reduce_scatter_tensor(b.grad_data[lo:hi], b.grad_data, group=b.group)
+                _REDUCE_SCATTER(b.grad_data[lo:hi], b.grad_data, group=b.group)
             else:
                 dist.all_reduce(b.grad_data, group=b.group)
 
@@ -228,7 +233,7 @@ class DDPBuffers:
         for b in self.buffers:
             if b.distributed and b.size > 1:
                 lo, hi = b.shard_range()
-                dist.all_gather_into_tensor(b.param_data, b.param_data[lo:hi], group=b.group)
+                _ALL_GATHER(b.param_data, b.param_data[lo:hi], group=b.group)
 
     def zero(self) -> None:
         """Megatron's ``zero_grad_buffer``: the gradient buffers stay allocated and are zeroed."""
