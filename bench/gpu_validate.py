@@ -144,7 +144,9 @@ def measure_one(name, model, opt, lengths, n_mb, recompute, runtime_offload, dev
         step["tally"].update(
             {key: stats[key]["bytes"] for key in ("master", "remainder", "exp_avg", "exp_avg_sq") if key in stats}
         )
-        step["tally"].update({key: stats[key] for key in ("param_buffer_padding", "grad_buffer_padding") if key in stats})
+        step["tally"].update(
+            {key: stats[key] for key in ("param_buffer_padding", "grad_buffer_padding") if key in stats}
+        )
         if probe is not None:  # CPU smoke: the tally is the static figure, MemTracker's peak (step 2) the peak
             step["static"] = sum(step["tally"].values())
             step["peak"] = step["fb_peak"] = step["opt_peak"] = probe.tracked_peak or step["static"]

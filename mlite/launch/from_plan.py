@@ -111,7 +111,9 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
         out["grad_dtype"] = grads
         out["use_distributed_optimizer"] = bool(opts.get("use_distributed_optimizer", True))
     elif grads != "fp32":
-        said.append(f"main_grads_dtype {grads} not modelled by the lite runtime's fsdp2 (gradients in the parameter dtype)")
+        said.append(
+            f"main_grads_dtype {grads} not modelled by the lite runtime's fsdp2 (gradients in the parameter dtype)"
+        )
     for k in ("offload_fraction", "param_offload", "optimizer_offload"):
         out[k] = opts.get(k, out.get(k))
     if opt == "dist_opt" and out["offload_fraction"]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -61,6 +62,11 @@ def buffer_layout(numels: list[int], size: int, distributed: bool) -> tuple[list
     if distributed:
         n = _ceil(n, math.lcm(max(1, size), BUCKET_ALIGN))
     return starts, n
+
+
+def main_grad(p: Any) -> torch.Tensor:
+    """The parameter's view of its gradient buffer (Megatron-Core's ``param.main_grad``)."""
+    return p.main_grad
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -131,12 +137,11 @@ class Buffer:
                 lt = local(p)
                 n = lt.numel()
                 lt.data = self.param_data[a : a + n].view(lt.shape)
-                p.main_grad = self.grad_data[a : a + n].view(lt.shape)  # type: ignore[attr-defined]
+                pa: Any = p
+                pa.main_grad = self.grad_data[a : a + n].view(lt.shape)
                 s, e = max(a, lo), min(a + n, hi)
                 if s < e:
-                    self.pieces.append(
-                        ShardPiece(name, p, self.expert, self.param_data[s:e], self.grad_data[s:e])
-                    )
+                    self.pieces.append(ShardPiece(name, p, self.expert, self.param_data[s:e], self.grad_data[s:e]))
 
 
 class DDPBuffers:
@@ -188,14 +193,15 @@ class DDPBuffers:
         for p in self.by_name.values():
             p.register_post_accumulate_grad_hook(self._accumulate)
 
-    def _accumulate(self, p: nn.Parameter) -> None:
+    def _accumulate(self, p: Any) -> None:
         """Megatron's grad-accumulation hook: ``main_grad += grad`` (in the buffer's dtype), free ``grad``."""
         if p.grad is not None:
-            g = p.grad
-            if hasattr(g, "placements") and g.placements != p.placements:  # the vocab-parallel lm_head's is whole
-                g = g.redistribute(p.device_mesh, p.placements)  # type: ignore[attr-defined]
+            g: Any = p.grad
+            want = getattr(p, "placements", None)
+            if want is not None and g.placements != want:  # the vocab-parallel lm_head's gradient comes whole
+                g = g.redistribute(p.device_mesh, want)
             with torch.no_grad():
-                p.main_grad.add_(local(g))  # type: ignore[attr-defined]
+                main_grad(p).add_(local(g))
             p.grad = None
         self.pending = True
 
@@ -214,7 +220,7 @@ class DDPBuffers:
         if tp is not None:
             tp.pending = False
             for name in tp.partial_names:
-                dist.all_reduce(self.by_name[name].main_grad, group=tp.group)
+                dist.all_reduce(main_grad(self.by_name[name]), group=tp.group)
         scale = 1.0 / self.pstate.dp_cp
         for b in self.buffers:
             if scale != 1.0:

@@ -68,8 +68,8 @@ from .optim.optimizer import ShardedAdamW, local
 from .optim.schedule import LRScheduler
 
 if TYPE_CHECKING:
-    from .parallel.cp import CPBatch
     from .ddp import DDPBuffers
+    from .parallel.cp import CPBatch
     from .parallel.state import Applied
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -434,7 +434,9 @@ class LiteRuntime:
         allocator's figures (``max_memory_allocated`` etc. on CUDA, process RSS)."""
         params = _tally(local(p) for p in handle.model.parameters())
         if self.ddp is not None:  # the main-grad views of the buffers (padding reported on its own)
-            grads = _tally(p.main_grad for p in self.ddp.by_name.values())
+            from .ddp import main_grad
+
+            grads = _tally(main_grad(p) for p in self.ddp.by_name.values())
             extra = {k: v for k, v in self.ddp.memory().items() if k.endswith("padding")}
         else:
             grads = _tally(local(p.grad) for p in handle.model.parameters() if p.grad is not None)

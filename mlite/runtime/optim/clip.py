@@ -22,7 +22,6 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as dist
 
-
 LOCAL = "local"
 """Group marker: the local sum is the global one (no all-reduce; ``None`` means the default group, the world)."""
 
