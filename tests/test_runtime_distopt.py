@@ -51,6 +51,8 @@ MEMORY_MESHES = {
     ],
 }
 PAO_MESHES = {2: [{}], 4: [{"tp": 2, "ep": 2}]}
+EXPORT_MESHES = {4: [("tiny-hybrid", {"tp": 2, "ep": 2})]}
+"""Meshes on which export_weights of a dist_opt run gives back the full weights (EP experts and TP slices gathered)."""
 
 
 def _config(model: str, par: dict, **kw):
@@ -89,6 +91,16 @@ def _worker(rank, world):
                 out["layout"].append(
                     (b.distributed, b.size, b.starts, b.param_data.numel(), b.numel, hi - lo, st["grad_buffer_padding"])
                 )
+    for model, par in EXPORT_MESHES.get(world, []):
+        import torch
+
+        from mlite.runtime.models import build_lite_model
+
+        rt = create_runtime(_config(model, par, param_dtype="fp32", optimizer="dist_opt"))
+        h = rt.build_model()
+        got = dict(rt.export_weights(h))
+        ref = dict(build_lite_model(model, param_dtype=torch.float32, seed=0).named_parameters())
+        out.setdefault("export", {})[str(par)] = same_bits(got, {n: p.detach() for n, p in ref.items()})
     for par in PAO_MESHES[world]:
         runs = []
         for pao in (False, True):
@@ -197,3 +209,10 @@ def test_buffer_layout():
     assert buffer_layout([3, 100, 1], 4, True) == ([0, 64, 192], 256)
     assert buffer_layout([3, 100, 1], 3, True) == ([0, 64, 192], 384)  # lcm(3, 128)
     assert buffer_layout([3, 100, 1], 4, False) == ([0, 3, 103], 104)
+
+
+def test_export_weights_gives_the_full_weights(results):
+    for world, meshes in EXPORT_MESHES.items():
+        for r in results[world]:
+            for _, par in meshes:
+                assert r["export"][str(par)] == [], (world, par)

@@ -291,7 +291,9 @@ def _layer_cache(spec, d: ActDims) -> dict:
 
 def _padding(sp: StageParams, spec, plan: MeshPlan, o: TrainingOptions, pb: int, gb: int) -> float:
     """Expected distributed-optimizer buffer padding: each tensor starts 64-aligned (32 elements on average), each
-    bucket (max(40M, 1M x DP) elements) ends at a multiple of lcm(DP, 128) (half of it on average)."""
+    bucket (max(40M, 1M x DP) elements) ends at a multiple of lcm(DP, 128) (half of it on average). The exact layout
+    of one bucket is :func:`mlite.runtime.ddp.buffer_layout` (the lite runtime's dist_opt); the padding is kept out
+    of the parameter, gradient and optimizer figures, which count real elements only, as the runtime's tally does."""
     import math
 
     if o.optimizer != "dist_opt" or not o.use_distributed_optimizer:

@@ -365,7 +365,10 @@ class LiteRuntime:
     # ------------------------------------------------------------------ rl tiers
     def export_weights(self, handle: ModelHandle, device="cpu") -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``(name, full tensor)`` for every parameter (all-gathers: every rank must consume it)."""
-        experts = {id(p) for s in handle.optimizer.slots if s.expert for p in [s.param]}
+        if self.ddp is not None:  # dist_opt: the slots are buffer ranges; the expert buffer names the parameters
+            experts = {id(p) for b in self.ddp.buffers if b.expert for p in b.params}
+        else:
+            experts = {id(p) for s in handle.optimizer.slots if s.expert for p in [s.param]}
         for name, p in handle.model.named_parameters():
             full = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
             tp = self.applied.tp if self.applied is not None else None
