@@ -1,4 +1,6 @@
-"""The lite runtime: Megatron Lite's runtime API on FSDP2, for single-node debug runs (CPU, one GPU, one node).
+"""The lite runtime: Megatron Lite's runtime API on FSDP2 (``optimizer fsdp2``) or on Megatron-Core's DDP and
+distributed optimizer (``optimizer dist_opt``, :mod:`mlite.runtime.ddp`), for single-node debug runs (CPU, one GPU,
+one node).
 
 ::
 
@@ -35,6 +37,11 @@ from the first backward of a step until ``zero_grad``, which frees them), optimi
 (PAO remainders) or 6N/d (PAO + bf16 moments), allocated at the first ``optimizer_step``; transient: unsharded units
 (see :mod:`mlite.runtime.fsdp`), the update's chunk temporaries (see :mod:`mlite.runtime.optim.optimizer`),
 activations. ``memory_stats(handle)`` reports each part and, on CUDA, ``torch.cuda.max_memory_allocated()``.
+
+dist_opt (per rank, d = DP x CP for dense parameters, EDP for experts): parameters 2N (replicated), the gradient
+buffer 4N (fp32) or 2N (bf16), optimizer state 12N/d, 10N/d (PAO remainders) or 6N/d (+ bf16 moments) over the
+real elements of the rank's buffer shard; without the distributed optimizer d = 1. Gradients are reduced in
+``optimizer_step`` (or ``grad_norm``), parameters all-gathered after the update; ``zero_grad`` zeroes the buffers.
 
 How close the measured bytes come to this accounting on a GPU: ``bench/gpu_validate.py`` and
 ``bench/results/gpu_memory.csv`` (figures live there and in the README, not here).
