@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import run_cli
 from runtime_workers import runtime_config, same_bits, snapshot, synthetic_microbatches
 
 from mlite.mesh import ParallelConfig
@@ -216,3 +217,19 @@ def test_export_weights_gives_the_full_weights(results):
         for r in results[world]:
             for _, par in meshes:
                 assert r["export"][str(par)] == [], (world, par)
+
+
+def test_memory_cli_reports_the_same_per_rank_bytes(results):
+    """What ``mlite memory --optimizer dist_opt --pao --grad-dtype bf16 --json`` prints is what the runs measured."""
+    res = run_cli(
+        *("memory", "tiny-moe", "--ngpu", "4", "--ep", "2", "--cp", "2", "--optimizer", "dist_opt"),
+        *("--pao", "--grad-dtype", "bf16", "--param-dtype", "bf16", "--json"),
+    )
+    assert res.rc == 0, res.err
+    per = res.json()["per_gpu"]
+    rows = [
+        next(m for m in r["memory"] if m[:3] == ("tiny-moe", {"cp": 2, "ep": 2}, "dist_opt + PAO + bf16 grads"))
+        for r in results[4]
+    ]
+    assert {(m[3], m[4]) for m in rows} == {(per["params"], per["grads"])}
+    assert sum(m[5] for m in rows) == 4 * per["optimizer"]
