@@ -7,8 +7,9 @@ parameter, gradient and optimizer bytes equal ``mlite memory``'s (18, 6 + 12/d, 
 Padding (Megatron-Core's one-bucket layout, :func:`mlite.runtime.ddp.buffer_layout`): each parameter starts at a
 multiple of 64 elements and the buffer ends at a multiple of lcm(d, 128). Padding elements carry no optimizer state
 and are reported on their own (``*_buffer_padding``), so parameters and gradients (replicated) equal the estimate on
-every rank, while a rank's optimizer state covers the real elements of its shard range: the estimator's figure is the
-mean over the ranks, checked exactly (the sum over all ranks is world x estimate)."""
+every rank, while a rank's optimizer state covers the real elements of its shard range (checked per rank, byte for
+byte): the estimator's figure is the mean over the ranks, checked exactly (the sum over all ranks is world x
+estimate)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def _config(model: str, par: dict, **kw):
 def _worker(rank, world):
     from mlite.runtime.runtime import create_runtime
 
-    out: dict = {"train": {}, "memory": [], "pao": {}, "layout": []}
+    out: dict = {"train": {}, "memory": [], "pao": {}, "layout": [], "shard_real": []}
     for model, par in EQUIV[world]:
         for name, kw in (("fsdp2", {}), ("dist_opt", {}), ("ddp", {"use_distributed_optimizer": False})):
             opt = "fsdp2" if name == "fsdp2" else "dist_opt"
@@ -87,11 +88,13 @@ def _worker(rank, world):
                 (model, par, kind, st["params"]["bytes"], st["grads"]["bytes"], st["optimizer_bytes"], st["mesh"])
             )
             assert rt.ddp is not None
+            shard_real = 0
             for b in rt.ddp.buffers:
                 lo, hi = b.shard_range()
-                out["layout"].append(
-                    (b.distributed, b.size, b.starts, b.param_data.numel(), b.numel, hi - lo, st["grad_buffer_padding"])
-                )
+                sizes = [p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in b.params]
+                shard_real += sum(max(0, min(a + n, hi) - max(a, lo)) for a, n in zip(b.starts, sizes))
+                out["layout"].append((b.distributed, b.size, b.starts, b.param_data.numel(), b.numel, hi - lo))
+            out["shard_real"].append((model, par, kind, shard_real, st["optimizer_bytes"]))
     for model, par in EXPORT_MESHES.get(world, []):
         import torch
 
@@ -198,12 +201,24 @@ def test_byte_table_per_parameter():
 def test_buffers_are_laid_out_as_megatron_pads_them(results):
     for world in MEMORY_MESHES:
         for r in results[world]:
-            for distributed, size, starts, padded, real, shard, _ in r["layout"]:
+            for distributed, size, starts, padded, real, shard in r["layout"]:
                 if distributed:
                     assert padded % math.lcm(size, 128) == 0 and all(a % 64 == 0 for a in starts)
                     assert shard * size == padded
                 else:
                     assert padded == real and shard == padded
+
+
+STATE_BYTES = {"dist_opt": 12, "dist_opt + PAO + bf16 grads": 10, "+ bf16 moments": 6, "no distributed optimizer": 12}
+"""Optimizer-state bytes per element of a rank's shard (master or remainder + exp_avg + exp_avg_sq)."""
+
+
+def test_each_rank_holds_state_for_the_real_elements_of_its_shard_only(results):
+    """Per rank, byte for byte: the state covers the parameter elements inside the rank's buffer range, no padding."""
+    for world in MEMORY_MESHES:
+        for r in results[world]:
+            for model, par, kind, real, opt_bytes in r["shard_real"]:
+                assert opt_bytes == STATE_BYTES[kind] * real, (model, par, kind, real, opt_bytes)
 
 
 def test_buffer_layout():
