@@ -117,4 +117,13 @@ MEMORY_CONFIGS = [
     ),
     ("hybrid_small_fp32master_s4096", "hybrid-small", {}, (4096,), 1, "none", False),
     ("dense_small_offload1.0_s4096", "dense-small", {"offload_fraction": 1.0}, (4096,), 1, "none", False),
+    (  # Megatron-Core's distributed optimizer on one GPU (dp = 1): 2 + 2 + (2 + 4 + 4) bytes/param
+        "dense1b_distopt_pao_bf16grads_s4096",
+        "dense-1b",
+        {"optimizer": "dist_opt", "use_precision_aware_optimizer": True, "main_grads_dtype": "bf16"},
+        (4096,),
+        1,
+        "none",
+        False,
+    ),
 ]

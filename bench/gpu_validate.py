@@ -14,6 +14,15 @@ step (peak), and the phase peaks (forward+backward, optimizer step); the runtime
 the bytes autograd saves per decoder block, probed on a 2-block copy of the model without FSDP
 (:func:`mlite.runtime.saved.saved_activation_bytes`). Allocations that outlive a configuration (cuBLAS workspace)
 are made before the first one and subtracted.
+
+One new row on the GPU, kept next to the committed ones (``--merge`` replaces only the rows it measures, each row
+keeps the GPU and torch it ran on), with a deadline; and the same command as a CPU smoke at tiny shapes::
+
+    timeout 900 python3 bench/gpu_validate.py measure --only dense1b_distopt_pao_bf16grads_s4096 --merge \
+        --deadline-s 600 --out bench/results/gpu_memory_raw.json && \
+        python3 bench/gpu_validate.py report bench/results/gpu_memory_raw.json --csv bench/results/gpu_memory.csv
+    python3 bench/gpu_validate.py measure --device cpu --shrink --only dense1b_distopt_pao_bf16grads_s4096 \
+        --out /tmp/gpu_memory_smoke.json && python3 bench/gpu_validate.py report /tmp/gpu_memory_smoke.json
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import os
 import sys
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -91,6 +101,7 @@ def measure_one(name, model, opt, lengths, n_mb, recompute, runtime_offload, dev
     rec = {
         "config": name,
         "model": model,
+        "model_config": MODELS[model],
         "optimizer_options": opt,
         "seq_lens": list(lengths),
         "num_microbatches": n_mb,
@@ -101,17 +112,21 @@ def measure_one(name, model, opt, lengths, n_mb, recompute, runtime_offload, dev
         "steps": [],
     }
     vocab = h.spec.vocab_size
+    from mlite.launch.worker import MemoryProbe  # CPU: the tensor peak of step 2 under MemTracker, as mlite run
+
+    probe = None if cuda else MemoryProbe(torch.device("cpu"), steps)
     for k in range(steps):
         mbs = [_batch(lengths, vocab, 100 * k + j) for j in range(n_mb)]
         sync()
         reset()
         t = time.perf_counter()
-        m = rt.forward_backward(h, mbs, num_microbatches=n_mb)
-        sync()
-        fb_peak, after_fb = peak() - base, alloc() - base
-        reset()
-        ok, norm, _zeros = rt.optimizer_step(h)
-        sync()
+        with probe.track(k + 1, h) if probe is not None else nullcontext():
+            m = rt.forward_backward(h, mbs, num_microbatches=n_mb)
+            sync()
+            fb_peak, after_fb = peak() - base, alloc() - base
+            reset()
+            ok, norm, _zeros = rt.optimizer_step(h)
+            sync()
         step = {
             "step": k,
             "loss": float(m["loss"]),
@@ -129,6 +144,12 @@ def measure_one(name, model, opt, lengths, n_mb, recompute, runtime_offload, dev
         step["tally"].update(
             {key: stats[key]["bytes"] for key in ("master", "remainder", "exp_avg", "exp_avg_sq") if key in stats}
         )
+        step["tally"].update(
+            {key: stats[key] for key in ("param_buffer_padding", "grad_buffer_padding") if key in stats}
+        )
+        if probe is not None:  # CPU smoke: the tally is the static figure, MemTracker's peak (step 2) the peak
+            step["static"] = sum(step["tally"].values())
+            step["peak"] = step["fb_peak"] = step["opt_peak"] = probe.tracked_peak or step["static"]
         rt.zero_grad(h)
         sync()
         step["after_zero_grad"] = alloc() - base
@@ -174,6 +195,12 @@ def cmd_measure(a) -> int:
         (x @ x).sum().item()
         out["baseline_allocated"] = torch.cuda.memory_allocated()
     wanted = set(a.only.split(",")) if a.only else None
+    if a.merge and Path(a.out).exists():  # keep the rows not measured now, with the GPU and torch they ran on
+        old = json.loads(Path(a.out).read_text())
+        for rec in old.get("configs", []):
+            rec.setdefault("gpu", old.get("gpu"))
+            rec.setdefault("torch_version", old.get("torch_version"))
+        out["configs"] = [r for r in old.get("configs", []) if not wanted or r.get("config") not in wanted]
     for name, model, opt, lengths, n_mb, recompute, roff in MEMORY_CONFIGS:
         if wanted and name not in wanted:
             continue
@@ -198,7 +225,8 @@ def cmd_measure(a) -> int:
             traceback.print_exc()
             rec = {"config": name, "error": f"{type(e).__name__}: {e}"[:500]}
         rec["wall_s"] = round(time.perf_counter() - t, 2)
-        rec["command"] = MEASURE_CMD + (f" --only {a.only}" if a.only else "")
+        rec["gpu"], rec["torch_version"] = out["gpu"], out["torch_version"]
+        rec["command"] = MEASURE_CMD + (f" --only {a.only}" if a.only else "") + (" --merge" if a.merge else "")
         out["configs"].append(rec)
         last = rec.get("steps", [{}])[-1]
         print(
@@ -216,10 +244,12 @@ def predict(rec, raw):
     from mlite.mesh import ParallelConfig, resolve
     from mlite.models import from_hf_config
 
-    spec = from_hf_config(MODELS[rec["model"]], name=rec["model"])
+    spec = from_hf_config(rec.get("model_config") or MODELS[rec["model"]], name=rec["model"])
     opt = rec["optimizer_options"]
     o = TrainingOptions(
-        optimizer="fsdp2",
+        optimizer=opt.get("optimizer", "fsdp2"),
+        use_distributed_optimizer=bool(opt.get("use_distributed_optimizer", True)),
+        main_grads_dtype=opt.get("main_grads_dtype", "fp32"),
         use_precision_aware_optimizer=bool(opt.get("use_precision_aware_optimizer")),
         exp_avg_dtype=opt.get("exp_avg_dtype", "fp32"),
         exp_avg_sq_dtype=opt.get("exp_avg_sq_dtype", "fp32"),
@@ -229,6 +259,7 @@ def predict(rec, raw):
         num_microbatches=rec["num_microbatches"],
         recompute=rec["recompute"],
         activation_model="lite",
+        lite_device="cpu" if rec.get("gpu", raw.get("gpu")) == "cpu" else "cuda",
         framework_overhead_gib=0.0,
         param_offload=rec["runtime_offload"],
         optimizer_offload=rec["runtime_offload"],
@@ -259,8 +290,8 @@ def cmd_report(a) -> int:
                 "measured_static_bytes": m_static,
                 "predicted_peak_bytes": round(p_peak),
                 "measured_peak_bytes": m_peak,
-                "gpu": raw["gpu"],
-                "torch_version": raw["torch_version"],
+                "gpu": rec.get("gpu", raw["gpu"]),
+                "torch_version": rec.get("torch_version", raw["torch_version"]),
                 "command": f"{rec.get('command', raw['command'])} && {REPORT_CMD}",
             }
         )
@@ -286,6 +317,7 @@ def main() -> int:
     m.add_argument("--only", default="")
     m.add_argument("--deadline-s", type=float, default=200.0)
     m.add_argument("--shrink", action="store_true", help="tiny shapes (a CPU dry run of this script)")
+    m.add_argument("--merge", action="store_true", help="keep the other rows of an existing --out file")
     r = sub.add_parser("report")
     r.add_argument("raw")
     r.add_argument("--csv", default=None)

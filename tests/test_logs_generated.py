@@ -145,7 +145,7 @@ def test_directory_of_mixed_logs(tmp_path):
     }
 
 
-@pytest.mark.parametrize("name", ["mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao"])
+@pytest.mark.parametrize("name", ["mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao", "mlite_tiny_moe_dist_opt"])
 def test_real_run_directories(name):
     """The kit's real debug runs: metrics from metrics.jsonl (40 steps), lifecycle lines from train.log, values
     identical to the train.log console lines, and a completed run has no event."""

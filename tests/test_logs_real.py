@@ -289,6 +289,7 @@ def test_gate_covers_the_new_kinds():
 SAMPLE_SPIKES = {
     "mlite_tiny_moe_fsdp2": set(),
     "mlite_tiny_moe_pao": set(),
+    "mlite_tiny_moe_dist_opt": set(),
     "synthetic_verl_grpo_2x8_spike_nan_oom.out": {(31, "actor/pg_loss"), (31, "actor/grad_norm")},
     "synthetic_verl_sft_1x8_wrapped_timelimit.out": set(),
     "synthetic_verl_grpo_file_logger_resumed.jsonl": set(),

@@ -362,7 +362,11 @@ def test_an_unexpanded_value_is_unresolved_not_a_value():
         (["--recompute", "partial"], "--recompute"),
         (["--moment-dtype", "fp8"], "--moment-dtype"),
         (["--param-dtype", "fp64"], "--param-dtype"),
-        (["--optimizer", "dist_opt"], "dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2"),
+        (["--grad-dtype", "fp8"], "--grad-dtype"),
+        (["--optimizer", "dist_opt", "--pao", "--no-distributed-optimizer"], "needs the distributed optimizer"),
+        (["--optimizer", "dist_opt", "--offload-fraction", "0.5"], "use --optimizer fsdp2 for an offloaded"),
+        (["--grad-dtype", "bf16"], "main_grads_dtype: bf16 is dist_opt's gradient buffer"),
+        (["--no-distributed-optimizer"], "is a dist_opt setting"),
     ],
 )
 def test_run_refuses_unknown_option_values_before_anything_starts(tmp_path, words, needle):

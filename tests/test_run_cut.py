@@ -241,12 +241,14 @@ def test_from_plan_runs_the_plans_mesh_and_optimizer_shrunk(tmp_path, capsys):
     assert rc == 0, (out / "train.log").read_text()
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["model"], cfg["tp"], cfg["cp"], cfg["ep"], cfg["nproc"]) == ("tiny-moe", 2, 1, 2, 2)
-    assert (cfg["pao"], cfg["moment_dtype"], cfg["offload_fraction"], cfg["tokens_per_microbatch"]) == (
+    assert (cfg["optimizer"], cfg["pao"], cfg["moment_dtype"], cfg["tokens_per_microbatch"]) == (
+        "dist_opt",
         True,
         "bf16",
-        0.5,
         256,
     )
+    assert cfg["offload_fraction"] == 0.0  # the lite dist_opt keeps its state on the device: said, not hidden
+    assert "offload_fraction 0.5 -> 0 (the lite runtime's dist_opt keeps its optimizer state on the device)" in stdout
     assert cfg["layers"] == 2
     assert "plan shrunk: data parallel 4 -> 1 (nproc 8 -> 2)" in stdout
     assert "model cut: layers 4 -> 2" in stdout

@@ -58,18 +58,21 @@ def test_config_errors_are_one_line_and_name_the_field(make, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-def test_dist_opt_and_unavailable_devices_are_refused_clearly():
+def test_invalid_dist_opt_settings_and_unavailable_devices_are_refused_clearly():
     import torch.distributed as dist
 
-    from mlite.runtime.runtime import create_runtime
+    from mlite.runtime.config import OptimizerConfig
 
     was_up = dist.is_initialized()
-    cfg = RuntimeConfig(
-        hf_path="tiny-moe", device="cpu", backend_cfg=MegatronLiteConfig(impl_cfg={"optimizer": "dist_opt"})
-    )
-    with pytest.raises(MliteError) as e:
-        create_runtime(cfg)
-    assert "dist_opt" in str(e.value) and "fsdp2" in str(e.value)
+    pao_ddp = OptimizerConfig(use_precision_aware_optimizer=True, use_distributed_optimizer=False)
+    for bc, needle in (
+        (dict(impl_cfg={"optimizer": "dist_opt"}, optimizer=pao_ddp), "needs the distributed optimizer"),
+        (dict(optimizer=OptimizerConfig(optimizer="dist_opt", offload_fraction=0.5)), "offload_fraction"),
+        (dict(optimizer=OptimizerConfig(main_grads_dtype="bf16")), "main_grads_dtype"),
+    ):
+        with pytest.raises(MliteError) as e:
+            RuntimeConfig(hf_path="tiny-moe", device="cpu", backend_cfg=MegatronLiteConfig(**bc))
+        assert needle in str(e.value) and "\n" not in str(e.value)
     assert dist.is_initialized() == was_up
     with pytest.raises(MliteError, match="device"):
         resolve_device("tpu")

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import MliteError
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
 from ..options.table import RUN_DEVICES as DEVICES
+from ..options.table import RUN_GRAD_DTYPES as GRAD_DTYPES
 from ..options.table import RUN_LAUNCHERS as LAUNCHERS
 from ..options.table import RUN_MOMENT_DTYPES as MOMENT_DTYPES
 from ..options.table import RUN_OPTIMIZERS as OPTIMIZERS
@@ -28,13 +29,9 @@ from ..options.table import RUN_PARAM_DTYPES as PARAM_DTYPES
 from ..options.table import RUN_RECOMPUTE as RECOMPUTE
 from ..paths import REPO_ROOT
 
-DIST_OPT_IN_LITE = False
-"""Whether the lite runtime runs ``--optimizer dist_opt`` (refused before start until it does)."""
-
 __all__ = [
     "DEBUG_MODELS",
     "DEVICES",
-    "DIST_OPT_IN_LITE",
     "LAUNCHERS",
     "MOMENT_DTYPES",
     "OPTIMIZERS",
@@ -85,7 +82,12 @@ class RunConfig:
     device: str = "cpu"
     """``cpu`` (gloo) or ``cuda`` (nccl, one GPU per process)."""
     optimizer: str = "fsdp2"
-    """mlite optimizer backend: ``fsdp2``; ``dist_opt`` is refused before start (not in the lite runtime yet)."""
+    """mlite optimizer backend: ``fsdp2`` (PyTorch fully_shard) or ``dist_opt`` (Megatron-Core DDP + distributed
+    optimizer)."""
+    use_distributed_optimizer: bool = True
+    """dist_opt: shard the optimizer state over DP x CP / EDP; False (``--no-distributed-optimizer``): plain DDP."""
+    grad_dtype: str = "fp32"
+    """dist_opt: gradient buffer dtype (Megatron-Core's ``main_grads_dtype``); fsdp2 keeps the parameter dtype."""
     pao: bool = False
     """``use_precision_aware_optimizer``: bf16 params + int16 remainders instead of an fp32 master."""
     moment_dtype: str = "fp32"
@@ -165,6 +167,7 @@ class RunConfig:
             ("optimizer", OPTIMIZERS),
             ("launcher", LAUNCHERS),
             ("moment_dtype", MOMENT_DTYPES),
+            ("grad_dtype", GRAD_DTYPES),
             ("recompute", RECOMPUTE),
             ("param_dtype", PARAM_DTYPES),
         ):
@@ -179,6 +182,8 @@ class RunConfig:
             raise MliteError("lr: 0 would not train; give a positive learning rate such as 3e-3")
         if self.offload_fraction > 1:
             raise MliteError(f"offload_fraction: {self.offload_fraction} must be in [0, 1] (mlite's fsdp2 uses 1.0)")
+        if not isinstance(self.use_distributed_optimizer, bool):
+            raise MliteError(f"use_distributed_optimizer: {self.use_distributed_optimizer!r} must be True or False")
         if self.moment_dtype == "bf16" and not self.pao:
             raise MliteError("moment_dtype: bf16 moments need the precision-aware optimizer; add --pao (pao=True)")
         if self.threads is not None and (
@@ -296,6 +301,8 @@ class RunConfig:
             exp_avg_dtype=self.moment_dtype,
             exp_avg_sq_dtype=self.moment_dtype,
             offload_fraction=float(self.offload_fraction) or None,
+            use_distributed_optimizer=self.use_distributed_optimizer,
+            main_grads_dtype=self.grad_dtype,
         )
         extra: dict[str, Any] = {}
         if self.compile:
@@ -319,11 +326,13 @@ class RunConfig:
         )
 
     def training_options(self):
-        """The memory estimator's ``TrainingOptions`` for the same run (fsdp2, this run's dtypes and offload)."""
+        """The memory estimator's ``TrainingOptions`` for the same run (its optimizer, dtypes and offload)."""
         from ..memory import TrainingOptions
 
         return TrainingOptions(
-            optimizer="fsdp2",
+            optimizer=self.optimizer,
+            use_distributed_optimizer=self.use_distributed_optimizer,
+            main_grads_dtype=self.grad_dtype,
             use_precision_aware_optimizer=self.pao,
             exp_avg_dtype=self.moment_dtype,
             exp_avg_sq_dtype=self.moment_dtype,
@@ -348,8 +357,6 @@ class RunConfig:
         optimizer settings, CUDA / GPUs / megatron-core / Ray are there when asked for."""
         from .cut import check_cut
 
-        if self.optimizer == "dist_opt" and not DIST_OPT_IN_LITE:  # the worker would refuse it after torchrun started
-            raise MliteError("optimizer: dist_opt is not implemented in the lite runtime yet; use --optimizer fsdp2")
         check_cut(self)
         self.check_mesh(self.model_spec())
         self.runtime_config()

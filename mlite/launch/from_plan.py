@@ -56,7 +56,6 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
     from ..errors import ConfigError
     from ..models import from_hf_config
     from ..runtime.models.lite import SUPPORTED_ARCHITECTURES
-    from .config import DIST_OPT_IN_LITE
 
     model, mesh, opts = doc["model"], doc["mesh"], doc["options"]
     try:
@@ -101,26 +100,28 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
         out["vocab"] = min(DEFAULT_VOCAB, spec.vocab_size)
 
     opt = opts.get("optimizer", "fsdp2")
-    if opt == "dist_opt" and not DIST_OPT_IN_LITE:
-        out["optimizer"] = "fsdp2"
-        said.append(
-            "optimizer dist_opt -> fsdp2 (the lite runtime has no distributed optimizer yet; PAO, moments "
-            "and offload kept)"
-        )
-    else:
-        out["optimizer"] = opt
+    out["optimizer"] = opt
     out["pao"] = bool(opts.get("use_precision_aware_optimizer", False))
     moments = {opts.get("exp_avg_dtype", "fp32"), opts.get("exp_avg_sq_dtype", "fp32")}
     out["moment_dtype"] = "bf16" if moments == {"bf16"} and out["pao"] else "fp32"
     if moments != {out["moment_dtype"]}:
         said.append(f"moments {'/'.join(sorted(moments))} -> {out['moment_dtype']}")
-    if opts.get("main_grads_dtype", "fp32") != "fp32":
+    grads = opts.get("main_grads_dtype", "fp32")
+    if opt == "dist_opt":
+        out["grad_dtype"] = grads
+        out["use_distributed_optimizer"] = bool(opts.get("use_distributed_optimizer", True))
+    elif grads != "fp32":
         said.append(
-            f"main_grads_dtype {opts['main_grads_dtype']} not modelled by the lite runtime's fsdp2 "
-            "(gradients in the parameter dtype)"
+            f"main_grads_dtype {grads} not modelled by the lite runtime's fsdp2 (gradients in the parameter dtype)"
         )
     for k in ("offload_fraction", "param_offload", "optimizer_offload"):
         out[k] = opts.get(k, out.get(k))
+    if opt == "dist_opt" and out["offload_fraction"]:
+        said.append(
+            f"offload_fraction {out['offload_fraction']:g} -> 0 (the lite runtime's dist_opt keeps its optimizer "
+            "state on the device)"
+        )
+        out["offload_fraction"] = 0.0
     if opts.get("grad_offload"):
         said.append("grad_offload dropped (the lite runtime offloads gradients with the parameters)")
     out["recompute"] = opts.get("recompute", "none")

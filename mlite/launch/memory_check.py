@@ -1,8 +1,9 @@
 """The measured memory of a debug run next to the estimator's figure for the same configuration.
 
-* :func:`estimate_for` -- ``mlite.memory.estimate`` for a :class:`~mlite.launch.config.RunConfig`: optimizer
-  ``fsdp2``, the mesh the run uses (``nproc`` ranks, pure DP, as ``mlite.mesh.resolve`` plans it), the run's
-  dtypes, PAO, moments, offload and recompute, sequence length = tokens per micro-batch.
+* :func:`estimate_for` -- ``mlite.memory.estimate`` for a :class:`~mlite.launch.config.RunConfig`: the run's
+  optimizer (``fsdp2`` or ``dist_opt``, with its distributed-optimizer switch and gradient dtype), the mesh the run
+  uses (``nproc`` ranks, as ``mlite.mesh.resolve`` plans it), the run's dtypes, PAO, moments, offload and
+  recompute, sequence length = tokens per micro-batch.
 * :func:`memory_rows` -- per item (parameters, gradients, optimizer state, peak): measured bytes (largest rank of
   ``memory.json``) and estimated bytes, and their ratio.
 

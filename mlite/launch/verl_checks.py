@@ -29,6 +29,11 @@ def check_trainer(cfg) -> tuple:
         return ovs  # refused at start (refuse_unused): a config.json may carry them for a later verl-sft run
     if cfg.launcher != "torchrun":
         raise MliteError("launcher: --trainer verl-sft runs under torchrun; drop --launcher ray")
+    if cfg.optimizer == "dist_opt":  # the engine would refuse it after torchrun started
+        raise MliteError(
+            "optimizer: --trainer verl-sft runs verl's lite engine, which runs fsdp2 only; use --optimizer fsdp2 "
+            "or --trainer lite for dist_opt"
+        )
     for ov in ovs:
         check_override(ov)
     return ovs

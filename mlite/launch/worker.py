@@ -92,6 +92,8 @@ class MemoryProbe:
                 self.mt = MemTracker()
                 state = [t for s in handle.optimizer.slots for t in s.state.values()]
                 grads = [p.grad for p in handle.model.parameters() if p.grad is not None]
+                ddp = handle.runtime.ddp  # dist_opt: the gradient buffers (the parameters are views of theirs)
+                grads += [b.grad_data for b in ddp.buffers] if ddp is not None else []
                 self.mt.track_external(handle.model, *state, *grads)
                 self.mt.__enter__()
                 return self

@@ -291,7 +291,9 @@ def _layer_cache(spec, d: ActDims) -> dict:
 
 def _padding(sp: StageParams, spec, plan: MeshPlan, o: TrainingOptions, pb: int, gb: int) -> float:
     """Expected distributed-optimizer buffer padding: each tensor starts 64-aligned (32 elements on average), each
-    bucket (max(40M, 1M x DP) elements) ends at a multiple of lcm(DP, 128) (half of it on average)."""
+    bucket (max(40M, 1M x DP) elements) ends at a multiple of lcm(DP, 128) (half of it on average). The exact layout
+    of one bucket is :func:`mlite.runtime.ddp.buffer_layout` (the lite runtime's dist_opt); the padding is kept out
+    of the parameter, gradient and optimizer figures, which count real elements only, as the runtime's tally does."""
     import math
 
     if o.optimizer != "dist_opt" or not o.use_distributed_optimizer:
@@ -455,14 +457,18 @@ def _megatron_parts(
 
 def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float], dict[str, float], float]:
     """The lite runtime's activations and transients (:mod:`mlite.memory.lite`); returns the share of the
-    gradients alive at the peak (0 with one micro-batch: ``zero_grad`` freed them and backward has not made new
-    ones when the forward ends)."""
+    gradients alive at the peak (fsdp2: 0 with one micro-batch: ``zero_grad`` freed them and backward has not made
+    new ones when the forward ends; dist_opt: 1, the gradient buffers stay allocated). dist_opt has no FSDP2 unit
+    and no unsharded root copy (its parameters are whole); the autograd gradient of a parameter lives only until
+    the accumulation hook adds it to the buffer, the largest of them being the lm_head's, already in
+    ``loss_backward``."""
     from . import lite
 
     p = plan.parallel
-    if o.optimizer != "fsdp2" or p.tp * p.pp * p.cp * p.ep * p.etp_size != 1:
+    if p.tp * p.pp * p.cp * p.ep * p.etp_size != 1:
         raise MliteError(
-            "activation_model='lite' describes the kit's lite runtime: optimizer fsdp2 with tp = pp = cp = ep = etp = 1"
+            "activation_model='lite' describes the kit's lite runtime with tp = pp = cp = ep = etp = 1; "
+            "use activation_model='megatron' for a mesh"
         )
     tokens = o.seq_len * o.micro_batch_size
     ab = sb.param
@@ -481,13 +487,16 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
     multi = tokens > lite.ce_chunk(spec.vocab_size)
     dw = spec.vocab_size * spec.hidden_size * (4 if multi else ab)
     transients = {
-        "root_params_unsharded": root_numel * sb.param,
         "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation
         "loss_backward": root_t["loss_backward"],
-        "fsdp2_unit": lite.unit_transient(sp.max_layer, d_dense),
     }
+    if o.optimizer == "fsdp2":
+        transients["root_params_unsharded"] = root_numel * sb.param
+        transients["fsdp2_unit"] = lite.unit_transient(sp.max_layer, d_dense)
     if full_layer:
         transients["recompute_layer"] = full_layer
+    if o.optimizer == "dist_opt":
+        return acts, transients, 1.0
     return acts, transients, (1.0 if o.num_microbatches > 1 else 0.0)
 
 

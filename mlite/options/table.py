@@ -45,7 +45,9 @@ RUN_DEVICES = ("cpu", "cuda")
 RUN_LAUNCHERS = ("torchrun", "ray")
 """How the worker processes are started (same worker code either way)."""
 RUN_OPTIMIZERS = ("fsdp2", "dist_opt")
-"""``mlite run --optimizer`` choices (the lite runtime implements fsdp2; dist_opt is refused before start)."""
+"""``mlite run --optimizer`` choices (the lite runtime implements both)."""
+RUN_GRAD_DTYPES = DTYPES
+"""``mlite run --grad-dtype`` choices (dist_opt's gradient buffer)."""
 RUN_MOMENT_DTYPES = DTYPES
 TRAINERS = ("lite", "verl-sft")
 """``mlite run --trainer``: the kit's own loop (``lite``) or verl's SFT trainer on the lite engine (``verl-sft``)."""
@@ -517,6 +519,22 @@ RUN: tuple[Option, ...] = (
         required=True,
     ),
     Option("optimizer", str, "fsdp2", "--optimizer", "mlite optimizer backend (default fsdp2)", choices=RUN_OPTIMIZERS),
+    Option(
+        "use_distributed_optimizer",
+        bool,
+        True,
+        "--no-distributed-optimizer",
+        "dist_opt as plain DDP: all-reduced grads, the whole optimizer state on every rank",
+        cli="negate",
+    ),
+    Option(
+        "grad_dtype",
+        str,
+        "fp32",
+        "--grad-dtype",
+        "dist_opt gradient buffer (main_grads_dtype; bf16 with --pao: PAO's bf16 main grads)",
+        choices=RUN_GRAD_DTYPES,
+    ),
     Option("pao", bool, False, "--pao", "use_precision_aware_optimizer (bf16 params + int16 remainders)", cli="switch"),
     Option(
         "moment_dtype", str, "fp32", "--moment-dtype", "Adam moment dtype (bf16 needs --pao)", choices=RUN_MOMENT_DTYPES

@@ -8,8 +8,9 @@ What the lite runtime implements (everything else raises :class:`~mlite.errors.M
 * parallelism: ``ParallelConfig(tp, cp, ep, etp=1)`` on one node (:mod:`mlite.runtime.parallel`: EP all-to-all,
   load-balanced CP, TP with sequence parallelism on DTensor; FSDP2 over DP x CP and EDP); ``pp = vpp = 1`` and
   ``etp = 1``: the real mlite implements those on GPUs.
-* optimizer backend ``fsdp2`` (AdamW on FSDP2 shards). ``dist_opt`` (Megatron-Core's distributed optimizer) is the
-  real mlite's; the lite runtime rejects it with a clear message.
+* optimizer backends ``fsdp2`` (AdamW on FSDP2 shards) and ``dist_opt`` (Megatron-Core's DDP and distributed
+  optimizer: :mod:`mlite.runtime.ddp`, :mod:`mlite.runtime.optim.distributed`), with ``use_distributed_optimizer``
+  and ``main_grads_dtype`` as Megatron-Core names them; ``offload_fraction`` runs with fsdp2 only.
 * ``OptimizerConfig.optimizer`` names the backend as the contract does; ``impl_cfg["optimizer"]`` (verl's
   ``+engine.impl_cfg.optimizer=...``) wins when both are given.
 
@@ -57,7 +58,12 @@ class OptimizerConfig:
     """AdamW and its storage/offload options, as Megatron-Core's ``OptimizerConfig`` names them."""
 
     optimizer: str = "fsdp2"
-    """Backend: ``fsdp2`` (PyTorch ``fully_shard`` + AdamW on shards) or ``dist_opt`` (real mlite only)."""
+    """Backend: ``fsdp2`` (PyTorch ``fully_shard`` + AdamW on shards) or ``dist_opt`` (Megatron-Core DDP + distributed
+    optimizer)."""
+    use_distributed_optimizer: bool = True
+    """dist_opt: shard the optimizer state over DP x CP / EDP (reduce-scatter); False: plain DDP (all-reduce)."""
+    main_grads_dtype: str = "fp32"
+    """dist_opt: dtype of the gradient buffer (``fp32``, Megatron's ``grad_reduce_in_fp32``, or ``bf16``)."""
     lr: float = 1e-4
     """Peak learning rate (after warmup)."""
     min_lr: float = 0.0
@@ -122,6 +128,9 @@ class OptimizerConfig:
                 f"optimizer.lr_decay_steps: {self.lr_decay_steps!r} must be an integer larger than "
                 f"lr_warmup_steps={self.lr_warmup_steps} for lr_decay_style={self.lr_decay_style}"
             )
+        self.main_grads_dtype = dtype_name(self.main_grads_dtype, "optimizer.main_grads_dtype")
+        if not isinstance(self.use_distributed_optimizer, bool):
+            raise MliteError(f"optimizer.use_distributed_optimizer: {self.use_distributed_optimizer!r} must be a bool")
         self.exp_avg_dtype = dtype_name(self.exp_avg_dtype, "optimizer.exp_avg_dtype")
         self.exp_avg_sq_dtype = dtype_name(self.exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype")
         if not self.pao:
@@ -149,6 +158,32 @@ class OptimizerConfig:
     def fraction(self) -> float:
         """offload_fraction with None read as 0."""
         return float(self.offload_fraction or 0.0)
+
+
+def check_backend(backend: str, o: OptimizerConfig) -> None:
+    """Raise MliteError for optimizer settings the backend does not run (Megatron-Core's rules for dist_opt)."""
+    if backend == "dist_opt":
+        if o.pao and not o.use_distributed_optimizer:
+            raise MliteError(
+                "use_distributed_optimizer: the precision-aware optimizer needs the distributed optimizer "
+                "(as in Megatron-Core); drop --no-distributed-optimizer or --pao"
+            )
+        if o.fraction:
+            raise MliteError(
+                f"offload_fraction: {o.offload_fraction} is not run by the lite runtime's dist_opt (its state stays "
+                "on the device); use --optimizer fsdp2 for an offloaded optimizer, or offload_fraction 0"
+            )
+        return
+    if o.main_grads_dtype != "fp32":
+        raise MliteError(
+            f"main_grads_dtype: {o.main_grads_dtype} is dist_opt's gradient buffer; fsdp2 keeps its gradients in the "
+            "parameter dtype; use --optimizer dist_opt or drop --grad-dtype"
+        )
+    if not o.use_distributed_optimizer:
+        raise MliteError(
+            "use_distributed_optimizer: --no-distributed-optimizer is a dist_opt setting (plain DDP); "
+            "use --optimizer dist_opt or drop it"
+        )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -186,6 +221,7 @@ class MegatronLiteConfig:
         if opt is not None and opt not in OPTIMIZERS:
             raise MliteError(f"impl_cfg.optimizer: {opt!r} is not a backend; use one of {', '.join(OPTIMIZERS)}")
         _ = self.recompute  # the property validates impl_cfg's recompute
+        check_backend(self.optimizer_backend, self.optimizer)
 
     @property
     def optimizer_backend(self) -> str:

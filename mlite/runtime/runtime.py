@@ -1,4 +1,6 @@
-"""The lite runtime: Megatron Lite's runtime API on FSDP2, for single-node debug runs (CPU, one GPU, one node).
+"""The lite runtime: Megatron Lite's runtime API on FSDP2 (``optimizer fsdp2``) or on Megatron-Core's DDP and
+distributed optimizer (``optimizer dist_opt``, :mod:`mlite.runtime.ddp`), for single-node debug runs (CPU, one GPU,
+one node).
 
 ::
 
@@ -36,6 +38,11 @@ from the first backward of a step until ``zero_grad``, which frees them), optimi
 (see :mod:`mlite.runtime.fsdp`), the update's chunk temporaries (see :mod:`mlite.runtime.optim.optimizer`),
 activations. ``memory_stats(handle)`` reports each part and, on CUDA, ``torch.cuda.max_memory_allocated()``.
 
+dist_opt (per rank, d = DP x CP for dense parameters, EDP for experts): parameters 2N (replicated), the gradient
+buffer 4N (fp32) or 2N (bf16), optimizer state 12N/d, 10N/d (PAO remainders) or 6N/d (+ bf16 moments) over the
+real elements of the rank's buffer shard; without the distributed optimizer d = 1. Gradients are reduced in
+``optimizer_step`` (or ``grad_norm``), parameters all-gathered after the update; ``zero_grad`` zeroes the buffers.
+
 How close the measured bytes come to this accounting on a GPU: ``bench/gpu_validate.py`` and
 ``bench/results/gpu_memory.csv`` (figures live there and in the README, not here).
 """
@@ -57,6 +64,7 @@ from .config import RuntimeConfig
 from .dist import init_distributed, resolve_device
 from .fsdp import build_meshes, check_lite_parallel, expert_modules, expert_param_names, shard_model
 from .optim.clip import (
+    LOCAL,
     clip_coefficient,
     global_norm,
     global_norm_and_zeros,
@@ -67,6 +75,7 @@ from .optim.optimizer import ShardedAdamW, local
 from .optim.schedule import LRScheduler
 
 if TYPE_CHECKING:
+    from .ddp import DDPBuffers
     from .parallel.cp import CPBatch
     from .parallel.state import Applied
 
@@ -101,11 +110,8 @@ class LiteRuntime:
         self.cfg = cfg
         bc = cfg.backend_cfg
         check_lite_parallel(bc.parallel)
-        if bc.optimizer_backend == "dist_opt":
-            raise MliteError(
-                "optimizer: dist_opt (Megatron-Core's distributed optimizer) is not implemented by the "
-                "lite runtime; the real mlite runs it on GPUs with Transformer Engine; use fsdp2 here"
-            )
+        self.dist_opt = bc.optimizer_backend == "dist_opt"
+        """Megatron-Core DDP + distributed optimizer (else FSDP2)."""
         resolve_device(cfg.device)  # fail before touching the process group
         self.info = init_distributed(cfg.device, cfg.dist_timeout_s)
         self.device = self.info.device
@@ -122,6 +128,8 @@ class LiteRuntime:
         self.expert_norm_group = self.edp_group if self.pstate.ep == 1 else dist.group.WORLD
         self.dp_size = self.dense_mesh.size()
         self.applied: Applied | None = None
+        self.ddp: DDPBuffers | None = None
+        """dist_opt: the parameter and gradient buffers (None for fsdp2)."""
 
     @property
     def rank(self) -> int:
@@ -162,10 +170,30 @@ class LiteRuntime:
         if self.cfg.compile:
             compile_blocks(model)
         experts = expert_param_names(model)
-        shard_model(model, self.dense_mesh, self.expert_mesh, self.param_dtype, expert_divide_factor=self.pstate.dp_cp)
-        if self.applied.tp is not None:
-            self.applied.tp.bind(model)
-        opt = ShardedAdamW(model.named_parameters(), self.cfg.optimizer, expert_names=experts, device=self.device)
+        opt: ShardedAdamW
+        if self.dist_opt:
+            from .ddp import DDPBuffers
+            from .optim.distributed import DistributedAdamW
+
+            oc = self.cfg.optimizer
+            self.ddp = DDPBuffers(
+                model,
+                expert_names=experts,
+                pstate=self.pstate,
+                grad_dtype=_DTYPES[oc.main_grads_dtype],
+                distributed=oc.use_distributed_optimizer,
+                tp=self.applied.tp,
+            )
+            if self.applied.tp is not None:
+                self.applied.tp.bind(model)
+            opt = DistributedAdamW(self.ddp.pieces, oc, device=self.device)
+        else:
+            shard_model(
+                model, self.dense_mesh, self.expert_mesh, self.param_dtype, expert_divide_factor=self.pstate.dp_cp
+            )
+            if self.applied.tp is not None:
+                self.applied.tp.bind(model)
+            opt = ShardedAdamW(model.named_parameters(), self.cfg.optimizer, expert_names=experts, device=self.device)
         return ModelHandle(
             runtime=self, model=model, optimizer=opt, scheduler=LRScheduler(self.cfg.optimizer), spec=spec
         )
@@ -242,14 +270,18 @@ class LiteRuntime:
         return out
 
     def zero_grad(self, handle: ModelHandle) -> None:
-        """Free the gradient shards (set to None)."""
+        """Free the gradient shards (set to None); dist_opt: zero the gradient buffers (they stay allocated)."""
         handle.model.zero_grad(set_to_none=True)
+        if self.ddp is not None:
+            self.ddp.zero()
         if self.applied is not None and self.applied.tp is not None:
             self.applied.tp.pending = False
 
     def _grad_groups(self, handle: ModelHandle) -> list:
         """``[(local grads, group)]`` whose squares sum to the global norm: dense over DP x CP, experts over EDP (or
         the world under EP), TP-split shards over the world; the TP-replicated partial grads are summed first."""
+        if self.ddp is not None:
+            return self._buffer_grad_groups(handle)
         tp = self.applied.tp if self.applied is not None else None
         if tp is not None:
             tp.reduce_partial_grads()  # once per step (it keeps a pending flag)
@@ -269,6 +301,40 @@ class LiteRuntime:
             groups.append((tp_split, dist.group.WORLD))
         return groups
 
+    def _buffer_groups(self) -> tuple[Any, Any, Any]:
+        """dist_opt: the groups over which (dense, TP-split, expert) shard norms and zero counts are summed.
+
+        With the distributed optimizer every rank holds a disjoint shard of the reduced buffers: dense shards
+        differ over DP x CP (replicated over TP), TP-split shards over the whole world, expert shards over EDP and
+        EP. Without it every rank holds the whole reduced buffer: only TP (split params) and EP (experts) differ."""
+        ps = self.pstate
+        if self.cfg.optimizer.use_distributed_optimizer:
+            return self.dp_group, dist.group.WORLD, self.expert_norm_group
+        return LOCAL, ps.tp_group if ps.tp > 1 else LOCAL, ps.ep_group if ps.ep > 1 else LOCAL
+
+    def _buffer_grad_groups(self, handle: ModelHandle) -> list:
+        """dist_opt: reduce the buffers (once per step), then ``[(shard grads, group)]`` as :meth:`_buffer_groups`."""
+        assert self.ddp is not None
+        self.ddp.sync()
+        tp = self.applied.tp if self.applied is not None else None
+        opt = handle.optimizer
+        dense: list[torch.Tensor | None] = []
+        tp_split: list[torch.Tensor | None] = []
+        expert: list[torch.Tensor | None] = []
+        for s in opt.slots:
+            g = opt._grad(s)
+            if s.expert:
+                expert.append(g)
+            elif tp is not None and tp.is_split(s.name, opt.full_params[s.name]):  # type: ignore[attr-defined]
+                tp_split.append(g)
+            else:
+                dense.append(g)
+        g_dense, g_split, g_expert = self._buffer_groups()
+        groups = [(dense, g_dense), (expert, g_expert)]
+        if tp_split:
+            groups.append((tp_split, g_split))
+        return groups
+
     def grad_norm(self, handle: ModelHandle) -> tuple[float, int]:
         """Global gradient L2 norm and zero count over all shards (collective)."""
         return global_norm_and_zeros(self._grad_groups(handle), self.device)
@@ -286,8 +352,11 @@ class LiteRuntime:
             return False, norm, global_norm_and_zeros(groups, self.device)[1] if zeros is None else zeros
         coef = clip_coefficient(norm, self.cfg.optimizer.clip_grad)
         dense0, expert0 = handle.optimizer.step(lr=handle.scheduler.lr, clip_coef=coef)
+        if self.ddp is not None:
+            self.ddp.gather_params()
         if zeros is None:
-            zeros = global_zeros([(dense0, self.dp_group), (expert0, self.expert_norm_group)], self.device)
+            g_dense, g_expert = groups[0][1], groups[1][1]
+            zeros = global_zeros([(dense0, g_dense), (expert0, g_expert)], self.device)
         return True, norm, zeros
 
     def lr_scheduler_step(self, handle: ModelHandle, increment: int = 1) -> float:
@@ -303,7 +372,10 @@ class LiteRuntime:
     # ------------------------------------------------------------------ rl tiers
     def export_weights(self, handle: ModelHandle, device="cpu") -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``(name, full tensor)`` for every parameter (all-gathers: every rank must consume it)."""
-        experts = {id(p) for s in handle.optimizer.slots if s.expert for p in [s.param]}
+        if self.ddp is not None:  # dist_opt: the slots are buffer ranges; the expert buffer names the parameters
+            experts = {id(p) for b in self.ddp.buffers if b.expert for p in b.params}
+        else:
+            experts = {id(p) for s in handle.optimizer.slots if s.expert for p in [s.param]}
         for name, p in handle.model.named_parameters():
             full = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
             tp = self.applied.tp if self.applied is not None else None
@@ -328,7 +400,10 @@ class LiteRuntime:
                 f"to(grad={grad}, model={model}): under FSDP2 gradients move with their parameters; "
                 "pass grad=model, or call zero_grad(handle) first"
             )
-        if model:
+        if self.ddp is not None:
+            self.ddp.move(dev, params=model, grads=grad)
+            handle.optimizer.rebind(self.ddp.pieces)  # type: ignore[attr-defined]
+        elif model:
             move_model(handle.model, dev)
         if optimizer:
             handle.optimizer.move_state(dev)
@@ -351,6 +426,11 @@ class LiteRuntime:
         load(handle, path, load_optimizer)
 
     def _check_checkpoint_mesh(self, what: str) -> None:
+        if self.dist_opt:
+            raise MliteError(
+                f"{what}: checkpoints of dist_opt runs are not implemented by the lite runtime (the optimizer "
+                "state is a range of the gradient buffer, not per-parameter DTensors); checkpoint an fsdp2 run"
+            )
         if self.pstate.ep > 1 or self.pstate.tp > 1:
             raise MliteError(
                 f"{what}: checkpoints of EP > 1 or TP > 1 runs are not implemented by the lite runtime "
@@ -363,11 +443,19 @@ class LiteRuntime:
         """Bytes held by this rank: parameter and gradient shards, optimizer state by kind (with devices), and the
         allocator's figures (``max_memory_allocated`` etc. on CUDA, process RSS)."""
         params = _tally(local(p) for p in handle.model.parameters())
-        grads = _tally(local(p.grad) for p in handle.model.parameters() if p.grad is not None)
+        if self.ddp is not None:  # the main-grad views of the buffers (padding reported on its own)
+            from .ddp import main_grad
+
+            grads = _tally(main_grad(p) for p in self.ddp.by_name.values())
+            extra = {k: v for k, v in self.ddp.memory().items() if k.endswith("padding")}
+        else:
+            grads = _tally(local(p.grad) for p in handle.model.parameters() if p.grad is not None)
+            extra = {}
         opt = handle.optimizer.memory()
         out = {
             "params": params,
             "grads": grads,
+            **extra,
             **opt,
             "optimizer_bytes": sum(v["bytes"] for v in opt.values()),
             "param_dtype": self.param_dtype_name,

@@ -9,6 +9,9 @@ the same way (Megatron logs it as ``num zeros``): the optimizer step counts them
 (:meth:`~mlite.runtime.optim.optimizer.ShardedAdamW.step`); :func:`local_zeros` is the separate pass for when no update
 runs. Clipping is Megatron's: ``coef = clip_grad / (norm + 1e-6)``, applied only when ``coef < 1``; the runtime
 applies it inside the fp32 update (the bf16 gradients are not rewritten).
+
+dist_opt (:mod:`mlite.runtime.ddp`) sums the same way over the shards of the reduced gradient buffers; without the
+distributed optimizer a group may be :data:`LOCAL`: every rank already holds those gradients whole, nothing is summed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
+
+LOCAL = "local"
+"""Group marker: the local sum is the global one (no all-reduce; ``None`` means the default group, the world)."""
+
+
+def _reduce(t: torch.Tensor, group) -> None:
+    if group is not LOCAL and dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(t, group=group)
 
 
 def local_sq(grads: Iterable[torch.Tensor | None], device) -> torch.Tensor:
@@ -47,8 +58,7 @@ def global_norm(groups: list[tuple[list[torch.Tensor | None], dist.ProcessGroup 
     parts = []
     for grads, group in groups:
         acc = local_sq(grads, device)
-        if dist.is_initialized() and dist.get_world_size(group) > 1:
-            dist.all_reduce(acc, group=group)
+        _reduce(acc, group)
         parts.append(acc)
     return math.sqrt(float(torch.stack(parts).sum())) if parts else 0.0  # sqrt keeps inf and nan
 
@@ -58,8 +68,7 @@ def global_zeros(counts: list[tuple[torch.Tensor | int, dist.ProcessGroup | None
     total = 0
     for c, group in counts:
         t = torch.as_tensor(c, dtype=torch.int64).to(device).reshape(())
-        if dist.is_initialized() and dist.get_world_size(group) > 1:
-            dist.all_reduce(t, group=group)
+        _reduce(t, group)
         total += int(t)
     return total
 
