@@ -83,6 +83,9 @@ TRICKY = [
     "a:np.float64(0.5) - b:np.int64(3)",
     "a:np.float64(0.5)) - b:2",
     "a:np.float32(0.5) - b:1",
+    "k:np.inp.float64(t64(0.5) - j:1) - m:2",  # removing one repr must not make another
+    "a:np.float64(1) - b:2)",
+    "a:np.float64(1) - np.x:2",
     "a:np.float64(1e-06) - b:np.float64(nan)",
     "a:1},{ - b:2",
     "a:{} - b:[1]",

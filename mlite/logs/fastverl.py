@@ -30,6 +30,9 @@ WORD_BEFORE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 """Bytes that, before ``step:``, make it part of a word (``global_step:``), not a head."""
 
 
+_STRIP = frozenset(b" -\r")
+
+
 def available() -> bool:
     """True when the batch decoder can run (msgspec importable)."""
     return _DECODE is not None
@@ -58,9 +61,15 @@ def line_body(block: bytes, ls: int, le: int, i: int) -> tuple[int, int] | None:
     if p >= n:  # the next line is in the next block: the general path keeps the line pending
         return None
     e = find(b"\n", p)
-    nb = block[p : n if e == -1 else e]
-    if b" " not in nb.replace(b" - ", b"").strip(b" -\r"):
+    e = n if e == -1 else e
+    k = find(b" ", p, e)
+    if k == -1:
         return None  # the next line may be the wrapped rest of this one
+    if not (p < k < e - 1 and block[k - 1] not in _STRIP and block[k + 1] not in _STRIP):
+        # the quick test (a space between two letters survives any ' - ' removal and the strip) does not decide
+        nb = block[p:e]
+        if b" " not in nb.replace(b" - ", b"").strip(b" -\r"):
+            return None
     body_has_open = find(b"(", me, le) != -1
     if not body_has_open and find(b")", me, le) != -1:
         return None  # ')' without a numpy repr: the general path
@@ -68,17 +77,22 @@ def line_body(block: bytes, ls: int, le: int, i: int) -> tuple[int, int] | None:
 
 
 def decode(bodies: list[bytes]) -> list[dict[str, float]] | None:
-    """The ``{key: value}`` of each body (``key:value - key:value ...``, what follows the ``step:N - `` head),
-    or None when one of them is not a plain line (see the module docstring)."""
+    """The ``{key: value}`` of each body (``key:value - key:value ...``, what follows the ``step:N - `` head, as
+    :func:`line_body` selected it: no ``)`` in a line without ``(``), or None when one of them is not a plain line
+    (see the module docstring)."""
     if _DECODE is None or not bodies:
         return None
     text = b"\n".join(bodies)
     if b'"' in text or b"\\" in text or b"\r" in text:
         return None
-    if b"(" in text:  # numpy >= 2 reprs: the unwrap_numpy fast case, on every line at once
-        t = text.replace(b"np.float64(", b"").replace(b"np.int64(", b"")
-        if b"(" in t or b"np." in t:
-            return None  # some line has another '(' or 'np.' (the general path's regex case)
+    if b"(" in text:  # numpy >= 2 reprs: unwrap_numpy's fast case, on every line at once
+        t = text.replace(b"np.float64(", b"")
+        # every '(' opens one of these reprs in the text as it was (summed over the lines: true on each line)
+        if (len(text) - len(t)) // 11 + text.count(b"np.int64(") != text.count(b"("):
+            return None  # the general path's regex case
+        t = t.replace(b"np.int64(", b"")
+        if b"np." in t:
+            return None
         t = t.replace(b") - ", b" - ").replace(b")\n", b"\n")
         text = t[:-1] if t.endswith(b")") else t
     t = text.replace(b" - ", b',"')
