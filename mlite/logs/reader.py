@@ -137,16 +137,15 @@ class _Scanner:
 
     def console(self, f, raw, kws, found=None):
         """Generator: reads the file, yielding after each block (records went to the sink / store).
-        ``found``: the failure keywords' ``(offsets, keyword index)`` in the file (:mod:`prefilter`), when
-        ``kws`` leaves them out."""
+        ``found``: ``(offsets, keyword index, code of each keyword)`` of the keywords ``kws`` leaves out, found in
+        the file beforehand (:mod:`prefilter`)."""
         base = 1
         tail_newline = True
         off = k = 0
-        codes = [_keyword_code(kw) for kw in LINE_KEYWORDS]
         for block in blocks(f, raw, self.progress, self.res.notes):
             extra = None
             if found is not None:
-                offsets, which = found
+                offsets, which, codes = found
                 end = off + len(block)
                 extra = []
                 while k < len(offsets) and offsets[k] < end:
@@ -493,8 +492,19 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
                 yield from sc.jsonl(f, raw)
             else:
                 mode = "console" if events else _export_mode(mpath, source.fmt)
-                found = keyword_offsets(mpath, LINE_KEYWORDS) if events else None
-                yield from sc.console(f, raw, sc.keywords(mode, failures=found is None), found)
+                kws = sc.keywords(mode, failures=False)
+                found = None
+                if events:
+                    # one grep pass for the failure keywords and the metric heads but verl's 'step:' (searched
+                    # here: its hits are many and need the digit test), instead of one bytes.find pass each
+                    grepped = [(kw, _keyword_code(kw)) for kw in LINE_KEYWORDS] + [h for h in kws if h[1] != _VERL]
+                    offsets = keyword_offsets(mpath, [kw for kw, _ in grepped])
+                    if offsets is None:
+                        kws = sc.keywords(mode)
+                    else:
+                        kws = [h for h in kws if h[1] == _VERL]
+                        found = (*offsets, [code for _, code in grepped])
+                yield from sc.console(f, raw, kws, found)
         finally:
             f.close()
             raw.close()
