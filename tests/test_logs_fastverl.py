@@ -149,3 +149,40 @@ def test_export_and_check_unchanged(tmp_path, monkeypatch):
         run = read_log(path)
         outs.append((csv.read_text(), run.tidy.to_csv(), [e.to_dict() for e in run.events], run.skipped_lines))
     assert outs[0] == outs[1]
+
+
+def test_numpy_head_search_and_line_count_match_bytes_find(tmp_path, monkeypatch):
+    """mlite.logs.npscan (large blocks) finds the same heads and line numbers as the bytes.find loop, line numbers
+    stay Python ints (the CLI's JSON), on a log with prose 'step:' and several heads or 'global_step:' per line."""
+    from mlite.logs import npscan, read_log
+
+    rnd = random.Random(3)
+    lines = []
+    for i in range(1, 3000):
+        r = rnd.random()
+        if r < 0.3:
+            lines.append(f"(TaskRunner pid=9) step:{i} - loss:{rnd.random()!r} - training/global_step:{i} - x:1")
+        elif r < 0.35:
+            lines.append(f"step:{i} - a:1 step:{i} - b:2")
+        elif r < 0.5:
+            lines.append("Let's solve it step by step: first step:x then step:")
+        elif r < 0.55:
+            lines.append(f"global_step:{i} and then step:{i} - c:3")
+        else:
+            lines.append("(WorkerDict pid=3) " + "chatter " * rnd.randint(1, 40))
+    path = tmp_path / "verl_heads_synthetic.log"
+    path.write_text("\n".join(lines) + "\nstep:9999 - z:1")
+    assert path.stat().st_size > npscan.MIN_BYTES
+    calls = []
+    real = npscan.verl_heads
+    monkeypatch.setattr(npscan, "verl_heads", lambda *a: calls.append(1) or real(*a))
+    out = []
+    for limit in (1 << 16, 1 << 60):  # numpy on every block, then never
+        monkeypatch.setattr(npscan, "MIN_BYTES", limit)
+        recs = _records(str(path), True, monkeypatch)
+        assert all(type(step) is int and type(line) is int for step, line, _ in recs)
+        run = read_log(path)
+        out.append((recs, [e.to_dict() for e in run.events], run.num_lines))
+        assert bool(calls) == (limit == 1 << 16)
+        calls.clear()
+    assert out[0] == out[1] and len(out[0][0]) > 900

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import fastverl, megatron, pipe, tensorboard, verl_console, verl_jsonl
+from . import fastverl, megatron, npscan, pipe, tensorboard, verl_console, verl_jsonl
 from .blockio import blocks
 from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
 from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
@@ -172,6 +172,9 @@ class _Scanner:
         hits: list[tuple[int, int]] = [h for h in extra if h[0] >= skip_until] if extra else []
         find = block.find
         for kw, code in kws:
+            if code == _VERL and n >= npscan.MIN_BYTES:
+                hits.extend([(i, _VERL) for i in npscan.verl_heads(block, skip_until)])
+                continue
             i = find(kw, skip_until)
             if code == _VERL:  # a head is 'step:' and a digit: prose ('step by step:') is skipped unread
                 while i != -1:
@@ -199,6 +202,7 @@ class _Scanner:
         hits.sort()
         cur_pos, cur_line = 0, base
         count_lines = self.count_lines
+        count = npscan.newline_counter(block) if count_lines and n >= npscan.MIN_BYTES else block.count
         fast = self.fast
         batch = self.batch
         line_body = fastverl.line_body
@@ -221,7 +225,7 @@ class _Scanner:
             if ls < skip_until:
                 continue
             if count_lines:
-                line_no = cur_line + block.count(b"\n", cur_pos, ls)
+                line_no = cur_line + count(b"\n", cur_pos, ls)
                 cur_pos, cur_line = ls, line_no
             else:
                 line_no = 0
