@@ -1,11 +1,13 @@
 """The streaming reader: one pass over a log in large binary blocks, memory independent of the file size.
 
-Hot path: a block of complete lines is searched with ``bytes.find`` for a few byte strings (``step:`` for
-verl, ``iteration`` / ``validation loss at`` for Megatron, :data:`events.LINE_KEYWORDS` for failures; in a
-large plain file the failure keywords are found beforehand by one ``grep -F`` pass, see :mod:`prefilter`);
-only the lines that contain one are decoded (UTF-8, invalid bytes replaced) and parsed. Everything else —
-model generations, config dumps, tqdm bars, worker chatter — is skipped at C speed. Line numbers come from
-counting newlines between hits. JSONL is read line by line.
+Hot path: a block of complete lines is searched for a few byte strings (``step:`` and a digit for verl — with
+numpy on large blocks, :mod:`npscan` —, ``iteration`` / ``validation loss at`` for Megatron,
+:data:`events.LINE_KEYWORDS` for failures; in a large plain file the failure keywords and the Megatron heads are
+found beforehand by one ``grep -F`` pass, see :mod:`prefilter`); only the lines that contain one are looked at.
+Everything else — model generations, config dumps, tqdm bars, worker chatter — is skipped at C speed. A plain verl
+metric line is queued and decoded with the block's others in one call (:mod:`fastverl`); any other line is decoded
+(UTF-8, invalid bytes replaced) and parsed here. Line numbers come from counting newlines between hits. JSONL is
+read line by line.
 
 A line is *skipped* (``skipped_lines``) when it had the shape of a metric record (a ``step:N - `` head, a
 Megatron ``iteration N/M |`` head, a non-blank JSONL line) but could not be parsed completely; the valid
