@@ -14,7 +14,7 @@ import shutil
 import pytest
 from conftest import REPO, run_cli
 
-from mlite.logs import EVENT_KINDS, check_logs, read_log
+from mlite.logs import EVENT_KINDS, check_logs, read_log, read_logs
 from mlite.logs import megatron as meg
 
 LOGS = REPO / "tests" / "data" / "logs"
@@ -325,7 +325,7 @@ def test_check_prints_one_line_for_a_healthy_run():
 def test_plot_baseline_draws_each_runs_difference(tmp_path):
     import json
 
-    from mlite.logs import plot_runs, read_logs
+    from mlite.logs import plot_runs
 
     nudged = tmp_path / "fsdp2_nudged"
     shutil.copytree(SAMPLES / "mlite_tiny_moe_fsdp2", nudged)
@@ -392,8 +392,9 @@ def test_tensorboard_missing_is_one_clear_error(monkeypatch):
 
 
 def test_grep_prefilter_finds_the_same_events(monkeypatch, tmp_path):
-    """The failure keywords found by one grep pass give exactly the events of the block-by-block search, on every
-    real log (forced on however small the file) and on a fuzzed one with invalid UTF-8 and CRLF."""
+    """The failure keywords and Megatron heads found by one grep pass give exactly the events and records of the
+    block-by-block search, on every real log (forced on however small the file) and on a fuzzed one with invalid
+    UTF-8 and CRLF."""
     from mlite.logs import prefilter, reader
 
     junk = tmp_path / "junk.log"
@@ -405,5 +406,10 @@ def test_grep_prefilter_finds_the_same_events(monkeypatch, tmp_path):
     monkeypatch.setattr(prefilter, "MIN_BYTES", 0)
     assert prefilter.keyword_offsets(paths[0], reader.LINE_KEYWORDS) is not None
     with_grep = [r.summary() for r in check_logs(paths)]
+    # the metric heads other than 'step:' come from the same grep pass: every record stays the same too
+    full = [(r.tidy.to_csv(), [e.to_dict() for e in r.events], r.skipped_lines, r.num_lines) for r in read_logs(paths)]
     monkeypatch.setattr(reader, "keyword_offsets", lambda *a: None)
     assert with_grep == [r.summary() for r in check_logs(paths)]
+    assert full == [
+        (r.tidy.to_csv(), [e.to_dict() for e in r.events], r.skipped_lines, r.num_lines) for r in read_logs(paths)
+    ]

@@ -1,11 +1,13 @@
 """The streaming reader: one pass over a log in large binary blocks, memory independent of the file size.
 
-Hot path: a block of complete lines is searched with ``bytes.find`` for a few byte strings (``step:`` for
-verl, ``iteration`` / ``validation loss at`` for Megatron, :data:`events.LINE_KEYWORDS` for failures; in a
-large plain file the failure keywords are found beforehand by one ``grep -F`` pass, see :mod:`prefilter`);
-only the lines that contain one are decoded (UTF-8, invalid bytes replaced) and parsed. Everything else —
-model generations, config dumps, tqdm bars, worker chatter — is skipped at C speed. Line numbers come from
-counting newlines between hits. JSONL is read line by line.
+Hot path: a block of complete lines is searched for a few byte strings (``step:`` and a digit for verl — with
+numpy on large blocks, :mod:`npscan` —, ``iteration`` / ``validation loss at`` for Megatron,
+:data:`events.LINE_KEYWORDS` for failures; in a large plain file the failure keywords and the Megatron heads are
+found beforehand by one ``grep -F`` pass, see :mod:`prefilter`); only the lines that contain one are looked at.
+Everything else — model generations, config dumps, tqdm bars, worker chatter — is skipped at C speed. A plain verl
+metric line is queued and decoded with the block's others in one call (:mod:`fastverl`); any other line is decoded
+(UTF-8, invalid bytes replaced) and parsed here. Line numbers come from counting newlines between hits. JSONL is
+read line by line.
 
 A line is *skipped* (``skipped_lines``) when it had the shape of a metric record (a ``step:N - `` head, a
 Megatron ``iteration N/M |`` head, a non-blank JSONL line) but could not be parsed completely; the valid
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import megatron, pipe, tensorboard, verl_console, verl_jsonl
+from . import fastverl, megatron, npscan, pipe, tensorboard, verl_console, verl_jsonl
 from .blockio import blocks
 from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
 from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
@@ -63,6 +65,9 @@ class _Scanner:
         self.interrupts: list[Event] = []
         """Scheduler endings since the last record: metric records after them mean the job was requeued and
         resumed (see :meth:`resumed`)."""
+        self.batch: list[tuple[int, int, int, int, int]] = []
+        """Plain verl lines of the current block waiting for :mod:`fastverl`: ``(step, line, ls, body, le)``."""
+        self.fast = fastverl.available()
 
     # -- records -----------------------------------------------------------------------------------------
     def emit(self, step: int, keys: list[str], vals: list[float], bad: bool, line: int, kind: str) -> None:
@@ -74,6 +79,23 @@ class _Scanner:
             self.first_kind = kind
         if self.sink is not None:
             self.sink(step, keys, vals, line)
+        self._account(step, keys, vals, line)
+
+    def emit_dict(self, step: int, values: dict[str, float], line: int) -> None:
+        """:meth:`emit` of a plain verl record decoded by :mod:`fastverl` (never malformed, never empty)."""
+        if self.first_kind is None:
+            self.first_kind = "verl"
+        take = getattr(self.sink, "take_dict", None)
+        if take is not None and self.store is None and not self.track and self.watch is None and not self.interrupts:
+            take(step, values, line)  # iter_records: the dict is the record's, nothing else needs the lists
+            self.last_step = step
+            return
+        keys, vals = list(values), list(values.values())
+        if self.sink is not None:
+            self.sink(step, keys, vals, line)
+        self._account(step, keys, vals, line)
+
+    def _account(self, step: int, keys: list[str], vals: list[float], line: int) -> None:
         if self.store is not None:
             self.store.add(step, keys, vals)
         if self.track:
@@ -117,16 +139,15 @@ class _Scanner:
 
     def console(self, f, raw, kws, found=None):
         """Generator: reads the file, yielding after each block (records went to the sink / store).
-        ``found``: the failure keywords' ``(offsets, keyword index)`` in the file (:mod:`prefilter`), when
-        ``kws`` leaves them out."""
+        ``found``: ``(offsets, keyword index, code of each keyword)`` of the keywords ``kws`` leaves out, found in
+        the file beforehand (:mod:`prefilter`)."""
         base = 1
         tail_newline = True
         off = k = 0
-        codes = [_keyword_code(kw) for kw in LINE_KEYWORDS]
         for block in blocks(f, raw, self.progress, self.res.notes):
             extra = None
             if found is not None:
-                offsets, which = found
+                offsets, which, codes = found
                 end = off + len(block)
                 extra = []
                 while k < len(offsets) and offsets[k] < end:
@@ -153,6 +174,9 @@ class _Scanner:
         hits: list[tuple[int, int]] = [h for h in extra if h[0] >= skip_until] if extra else []
         find = block.find
         for kw, code in kws:
+            if code == _VERL and n >= npscan.MIN_BYTES:
+                hits.extend([(i, _VERL) for i in npscan.verl_heads(block, skip_until)])
+                continue
             i = find(kw, skip_until)
             if code == _VERL:  # a head is 'step:' and a digit: prose ('step by step:') is skipped unread
                 while i != -1:
@@ -180,6 +204,10 @@ class _Scanner:
         hits.sort()
         cur_pos, cur_line = 0, base
         count_lines = self.count_lines
+        count = npscan.newline_counter(block) if count_lines and n >= npscan.MIN_BYTES else block.count
+        fast = self.fast
+        batch = self.batch
+        line_body = fastverl.line_body
         tb_cover = -1
         k = 0
         while k < len(hits):
@@ -189,16 +217,27 @@ class _Scanner:
             if le == -1:
                 le = n
             codes = set()
+            vpos = -1
             while k < len(hits) and hits[k][0] < le:
-                codes.add(hits[k][1])
+                code = hits[k][1]
+                codes.add(code)
+                if code == _VERL:
+                    vpos = hits[k][0]
                 k += 1
             if ls < skip_until:
                 continue
             if count_lines:
-                line_no = cur_line + block.count(b"\n", cur_pos, ls)
+                line_no = cur_line + count(b"\n", cur_pos, ls)
                 cur_pos, cur_line = ls, line_no
             else:
                 line_no = 0
+            if fast and len(codes) == 1 and vpos >= 0:
+                r = line_body(block, ls, le, vpos)
+                if r is not None:  # a plain verl line: decoded with the block's others (flush_batch)
+                    batch.append((r[0], line_no, ls, r[1], le))
+                    continue
+            if batch:
+                self.flush_batch(block)
             raw = block[ls:le].decode("utf-8", "replace")
             if _VERL in codes:
                 head = verl_console.first_head(raw)
@@ -233,7 +272,24 @@ class _Scanner:
         return self._end_of_block(block, cur_pos, cur_line, base)
 
     def _end_of_block(self, block: bytes, cur_pos: int, cur_line: int, base: int) -> int:
+        if self.batch:
+            self.flush_batch(block)
         return cur_line + block.count(b"\n", cur_pos) if self.count_lines else base
+
+    def flush_batch(self, block: bytes) -> None:
+        """Decode the queued plain verl lines of ``block`` at once (:mod:`fastverl`) and emit them in order; a
+        batch that fails a check is retried line by line, and a line that still fails is read by :meth:`verl`."""
+        batch = list(self.batch)
+        self.batch.clear()  # emptied in place: block() holds the same list
+        ds = fastverl.decode([block[b:le] for _, _, _, b, le in batch])
+        if ds is None:
+            ds = [None] if len(batch) == 1 else [(fastverl.decode([block[b:le]]) or [None])[0] for *_, b, le in batch]
+        for (step, line_no, ls, _, le), d in zip(batch, ds):
+            if d is not None:
+                self.emit_dict(step, d, line_no)
+            else:
+                raw = block[ls:le].decode("utf-8", "replace")
+                self.verl(raw, line_no, block, le, verl_console.first_head(raw))
 
     def megatron_wrapped(self, text: str, line_no: int, codes, block: bytes, le: int) -> tuple[str, int]:
         """Join the physical lines of a hard-wrapped Megatron record; returns the joined text and the byte offset
@@ -442,8 +498,19 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
                 yield from sc.jsonl(f, raw)
             else:
                 mode = "console" if events else _export_mode(mpath, source.fmt)
-                found = keyword_offsets(mpath, LINE_KEYWORDS) if events else None
-                yield from sc.console(f, raw, sc.keywords(mode, failures=found is None), found)
+                kws = sc.keywords(mode, failures=False)
+                found = None
+                if events:
+                    # one grep pass for the failure keywords and the metric heads but verl's 'step:' (searched
+                    # here: its hits are many and need the digit test), instead of one bytes.find pass each
+                    grepped = [(kw, _keyword_code(kw)) for kw in LINE_KEYWORDS] + [h for h in kws if h[1] != _VERL]
+                    offsets = keyword_offsets(mpath, [kw for kw, _ in grepped])
+                    if offsets is None:
+                        kws = sc.keywords(mode)
+                    else:
+                        kws = [h for h in kws if h[1] == _VERL]
+                        found = (*offsets, [code for _, code in grepped])
+                yield from sc.console(f, raw, kws, found)
         finally:
             f.close()
             raw.close()
@@ -477,13 +544,24 @@ def _keyword_code(kw: bytes) -> int:
     return _TB if kw.startswith(b"Traceback") else _RAY if kw == b"RayTaskError" else _EVT
 
 
+class _RecordSink:
+    """Collects :class:`StepRecord` objects for :func:`iter_records`."""
+
+    def __init__(self, pending: list[StepRecord]) -> None:
+        self.pending = pending
+
+    def __call__(self, step: int, keys: list[str], vals: list[float], line: int) -> None:
+        self.pending.append(StepRecord(step=step, line=line, values=dict(zip(keys, vals))))
+
+    def take_dict(self, step: int, values: dict[str, float], line: int) -> None:
+        """A record whose ``{metric: value}`` dict is already built (:mod:`fastverl`)."""
+        self.pending.append(StepRecord(step=step, line=line, values=values))
+
+
 def iter_records(source: LogSource, *, progress=None):
     """Stream the step records of ``source`` as :class:`StepRecord` (a block's worth held at a time)."""
     pending: list[StepRecord] = []
-
-    def sink(step, keys, vals, line):
-        pending.append(StepRecord(step=step, line=line, values=dict(zip(keys, vals))))
-
+    sink = _RecordSink(pending)
     for _ in _scan_steps(source, keep=False, events=False, sink=sink, progress=progress):
         yield from pending
         pending.clear()

@@ -1,0 +1,130 @@
+"""Batch decoding of plain verl console metric lines: a block's ``step:N - key:value - ...`` bodies become one JSON
+array of objects (``' - '`` -> ``,<tab>"``, ``:`` -> ``":``), decoded in one call by msgspec's C decoder into
+``{key: float}`` dicts, without one Python string or ``float()`` call per value.
+
+The result must be exactly what :func:`verl_console.parse_body` gives a line, so a batch is only accepted when
+every line is one the pure-Python fast path would have read (each space part of a `` - `` separator, one ``:`` per
+segment, no empty or repeated key, every value a number) and the JSON text cannot mean anything else: no ``"``,
+``\\``, tab or CR in it, numpy reprs unwrapped under the same conditions as :func:`verl_console.unwrap_numpy`. JSON's
+number grammar is a subset of ``float()``'s and msgspec rounds correctly (bit-identical to ``float()``; checked by
+``tests/test_logs_fastverl.py``), except an integer ``-0`` (msgspec gives ``0.0``), which sends the batch back.
+A batch that fails any check returns None: the caller retries its lines one by one and reads the ones that still
+fail with the general parser, so the fast path changes speed only, never a record.
+"""
+
+from __future__ import annotations
+
+import re
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec is a dependency; without it every line takes the general parser
+    msgspec = None
+
+_DECODE = msgspec.json.Decoder(list[dict[str, float]]).decode if msgspec is not None else None
+_DECODE_ERRORS = (msgspec.DecodeError,) if msgspec is not None else ()
+
+HEAD_RE = re.compile(rb"step:(\d+) - ")
+"""The head of a verl metric line (bytes version of :data:`verl_console._HEAD_RE`)."""
+WORD_BEFORE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/.")
+"""Bytes that, before ``step:``, make it part of a word (``global_step:``), not a head."""
+
+
+_STRIP = frozenset(b" -\r")
+
+
+_NP_COUNT_BYTES = 64 << 10
+"""Longer texts have their tabs counted by numpy (faster than ``bytes.count`` once imported)."""
+
+
+def _count_tabs(t: bytes) -> int:
+    import numpy as np
+
+    return int(np.count_nonzero(np.frombuffer(t, np.uint8) == 9))
+
+
+def available() -> bool:
+    """True when the batch decoder can run (msgspec importable)."""
+    return _DECODE is not None
+
+
+def line_body(block: bytes, ls: int, le: int, i: int) -> tuple[int, int] | None:
+    """``(step, body offset)`` of the line ``block[ls:le]`` whose first ``step:<digit>`` is at ``i``, when the
+    general reader would parse it with :func:`verl_console.parse_clean_line`'s one-head path and join no next line
+    to it; else None (the caller uses the general path)."""
+    if i > ls and block[i - 1] in WORD_BEFORE:
+        return None
+    m = HEAD_RE.match(block, i, le)
+    if m is None:
+        return None
+    me = m.end()
+    find = block.find
+    j = find(b"step:", me, le)
+    while j != -1:  # a second head on the line: the general path splits it
+        if block[j - 1] not in WORD_BEFORE:
+            return None
+        j = find(b"step:", j + 5, le)
+    if block[le - 1] == 13:  # CRLF / carriage-return progress: the general path
+        return None
+    p = le + 1
+    n = len(block)
+    if p >= n:  # the next line is in the next block: the general path keeps the line pending
+        return None
+    e = find(b"\n", p)
+    e = n if e == -1 else e
+    k = find(b" ", p, e)
+    if k == -1:
+        return None  # the next line may be the wrapped rest of this one
+    if not (p < k < e - 1 and block[k - 1] not in _STRIP and block[k + 1] not in _STRIP):
+        # the quick test (a space between two letters survives any ' - ' removal and the strip) does not decide
+        nb = block[p:e]
+        if b" " not in nb.replace(b" - ", b"").strip(b" -\r"):
+            return None
+    body_has_open = find(b"(", me, le) != -1
+    if not body_has_open and find(b")", me, le) != -1:
+        return None  # ')' without a numpy repr: the general path
+    return int(m.group(1)), me
+
+
+def decode(bodies: list[bytes]) -> list[dict[str, float]] | None:
+    """The ``{key: value}`` of each body (``key:value - key:value ...``, what follows the ``step:N - `` head, as
+    :func:`line_body` selected it: no ``)`` in a line without ``(``), or None when one of them is not a plain line
+    (see the module docstring)."""
+    if _DECODE is None or not bodies:
+        return None
+    text = b"\n".join(bodies)
+    if b'"' in text or b"\\" in text or b"\r" in text or b"\t" in text:
+        return None
+    if b"(" in text:  # numpy >= 2 reprs: unwrap_numpy's fast case, on every line at once
+        t = text.replace(b"np.float64(", b"")
+        # every '(' opens one of these reprs in the text as it was (summed over the lines: true on each line)
+        if (len(text) - len(t)) // 11 + text.count(b"np.int64(") != text.count(b"("):
+            return None  # the general path's regex case
+        t = t.replace(b"np.int64(", b"")
+        if b"np." in t:
+            return None
+        t = t.replace(b") - ", b" - ").replace(b")\n", b"\n")
+        text = t[:-1] if t.endswith(b")") else t
+    # ',<tab>"': the same length (a faster replace) and JSON white space; the tabs count the separators
+    t = text.replace(b" - ", b',\t"')
+    if b" " in t:
+        return None  # a space outside the separators (the general path strips and flags it)
+    nsep = t.count(b"\t") if len(t) < _NP_COUNT_BYTES else _count_tabs(t)
+    if b":-0" in t:
+        k = t.find(b":-0")
+        while k != -1:
+            nxt = t[k + 3 : k + 4]
+            if nxt not in (b".", b"e", b"E") and not nxt.isdigit():
+                return None  # integer -0: msgspec gives +0.0
+            k = t.find(b":-0", k + 3)
+    t = b'[{"' + t.replace(b":", b'":').replace(b"\n", b'},{"') + b"}]"
+    try:
+        out = _DECODE(t)
+    except _DECODE_ERRORS:
+        return None
+    if len(out) != len(bodies) or sum(map(len, out)) != nsep + len(bodies):
+        return None  # a repeated key (parse_body keeps both values) or a line that was not one object
+    for d in out:
+        if "" in d:
+            return None
+    return out
