@@ -103,6 +103,42 @@ def test_in_place_host_forms_equal_split_and_merge_on_every_edge_class(patterns)
     assert torch.equal(bits(p2), bits(hi)) and torch.equal(r2, rem)
 
 
+def test_half_word_host_forms_equal_split_and_merge_on_every_edge_class(patterns):
+    """The host update's int16 half-word forms (``high - (low >> 15)``, ``param + (remainder >> 15)``) give
+    split/merge's bits, and a whole PAO chunk update through them equals merge -> AdamW -> split."""
+    from mlite.runtime.optim.adamw import adamw_inplace, scratch, step_scalars
+    from mlite.runtime.optim.host import bf16_of_master_, halves, master_of_pair_, update_chunk, work_buffers
+
+    n = patterns.numel()
+    hi, rem = split_fp32(patterns)
+    out = torch.empty(n, dtype=torch.bfloat16)
+    bf16_of_master_(patterns, out, torch.empty(n, dtype=torch.int16))
+    assert torch.equal(bits(out), bits(hi))
+    master = master_of_pair_(hi, rem, torch.empty(n, 2, dtype=torch.int16))
+    assert torch.equal(bits(master), bits(patterns))
+    assert torch.equal(halves(master)[0], rem)
+    # one update of finite masters: remainder mode and master mode write what split_fp32 of the reference writes
+    fin = patterns[torch.isfinite(patterns) & (patterns.abs() < 1e30)][:50_000].contiguous()
+    k = fin.numel()
+    g = torch.Generator().manual_seed(2)
+    grad = torch.randn(k, generator=g).bfloat16()
+    sc = step_scalars(_hyper(2, clip_coef=0.3))
+    m0, v0 = torch.randn(k, generator=g) * 0.01, torch.rand(k, generator=g) * 1e-4
+    ref, mr, vr = fin.clone(), m0.clone(), v0.clone()
+    adamw_inplace(ref, grad, mr, vr, sc, scratch(k, "cpu"))
+    ref_hi, ref_rem = split_fp32(ref)
+    p16, r16 = split_fp32(fin)
+    st = {"remainder": r16.clone(), "exp_avg": m0.clone(), "exp_avg_sq": v0.clone()}
+    p = p16.clone()
+    update_chunk("remainder", p, grad, st, 0, k, sc, work_buffers(k, "cpu"))
+    assert torch.equal(bits(p), bits(ref_hi)) and torch.equal(st["remainder"], ref_rem)
+    assert torch.equal(st["exp_avg"], mr) and torch.equal(st["exp_avg_sq"], vr)
+    st = {"master": fin.clone(), "exp_avg": m0.clone(), "exp_avg_sq": v0.clone()}
+    p = p16.clone()
+    update_chunk("master", p, grad, st, 0, k, sc, work_buffers(k, "cpu"))
+    assert torch.equal(bits(p), bits(ref_hi)) and torch.equal(bits(st["master"]), bits(ref))
+
+
 def test_remainder_is_the_signed_bit_distance_to_the_param(patterns):
     hi, rem = split_fp32(patterns)
     high, low = halves(patterns)

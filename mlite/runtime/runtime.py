@@ -58,8 +58,9 @@ from .dist import init_distributed, resolve_device
 from .fsdp import build_meshes, check_lite_parallel, expert_modules, expert_param_names, shard_model
 from .optim.clip import (
     clip_coefficient,
-    global_norm,
+    clip_scale,
     global_norm_and_zeros,
+    global_norm_tensor,
     global_zeros,
 )
 from .optim.offload import move_model, release_device_cache
@@ -278,16 +279,22 @@ class LiteRuntime:
         norm is inf or nan. The norm is one fused multi-tensor pass; the zero count comes out of the update pass
         (a separate pass only when the update is skipped)."""
         groups = self._grad_groups(handle)
+        opt = handle.optimizer
         if len(groups) > 2:  # TP-split shards: the update pass's per-group zero counts do not split by TP
             norm, zeros = global_norm_and_zeros(groups, self.device)
-        else:
-            norm, zeros = global_norm(groups, self.device), None
+            if not math.isfinite(norm):
+                return False, norm, zeros
+            opt.step(lr=handle.scheduler.lr, clip_coef=clip_coefficient(norm, self.cfg.optimizer.clip_grad))
+            return True, norm, zeros
+        # the norm, the clip scale and the update are queued without a host wait; the zero counts come out of
+        # the update pass (also when the kernel skips the update on an inf/nan norm); one wait at the end
+        norm_t = global_norm_tensor(groups, self.device)
+        dense0, expert0 = opt.step_async(lr=handle.scheduler.lr, scale=clip_scale(norm_t, self.cfg.optimizer.clip_grad))
+        zeros = global_zeros([(dense0, self.dp_group), (expert0, self.expert_norm_group)], self.device)
+        norm = float(norm_t)
         if not math.isfinite(norm):
-            return False, norm, global_norm_and_zeros(groups, self.device)[1] if zeros is None else zeros
-        coef = clip_coefficient(norm, self.cfg.optimizer.clip_grad)
-        dense0, expert0 = handle.optimizer.step(lr=handle.scheduler.lr, clip_coef=coef)
-        if zeros is None:
-            zeros = global_zeros([(dense0, self.dp_group), (expert0, self.expert_norm_group)], self.device)
+            opt.cancel_step()
+            return False, norm, zeros
         return True, norm, zeros
 
     def lr_scheduler_step(self, handle: ModelHandle, increment: int = 1) -> float:
