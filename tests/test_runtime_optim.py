@@ -460,3 +460,60 @@ def test_pao_run_equals_fp32_master_run_bitwise_over_50_steps():
 def _cuda_pao_worker(rank, world):
     # backward on CUDA is not bitwise reproducible: feed both runs the same gradients (see runtime_workers.lockstep)
     return lockstep(rank, "cuda", {}, {"use_precision_aware_optimizer": True}, 50)
+
+
+def test_clip_scale_on_the_device_equals_the_host_coefficient():
+    """clip_scale (tensor ops, no host wait) gives clip_coefficient's value rounded to fp32, bit for bit."""
+    from mlite.runtime.optim.clip import clip_scale, global_norm_tensor
+
+    g = torch.Generator().manual_seed(9)
+    norms = torch.cat([torch.rand(2000, generator=g) * 3, torch.rand(2000, generator=g) * 1e4, torch.tensor([1.0])])
+    for clip_grad in (1.0, 0.3, 0.0, None):
+        for x in norms.double().tolist():
+            c, finite = clip_scale(torch.tensor(x, dtype=torch.float64), clip_grad).tolist()
+            assert finite == 1.0 and c == float(torch.tensor(clip_coefficient(x, clip_grad), dtype=torch.float32))
+    for bad in (math.inf, math.nan):
+        assert clip_scale(torch.tensor(bad, dtype=torch.float64), 1.0).tolist() == [1.0, 0.0]
+    grads = [torch.randn(s, generator=g).bfloat16() for s in (100, 7, 33)]
+    groups = [(grads[:2], None), (grads[2:], None)]
+    assert float(global_norm_tensor(groups, "cpu")) == global_norm_and_zeros(groups, "cpu")[0]
+
+
+def _skip_worker(rank, world):
+    from runtime_workers import runtime_config, same_bits, snapshot, synthetic_microbatches
+
+    from mlite.runtime.optim.optimizer import local
+    from mlite.runtime.runtime import create_runtime
+
+    out = {}
+    rt = create_runtime(runtime_config("tiny-moe"))
+    h = rt.build_model()
+    before = snapshot(h)
+    rt.forward_backward(h, synthetic_microbatches(0, rank))
+    p0 = next(p for p in h.model.parameters() if p.grad is not None)
+    local(p0.grad).view(-1)[3] = math.inf
+    local(p0.grad).view(-1)[:3] = 0
+    expect_zeros = sum(int((local(p.grad) == 0).sum()) for p in h.model.parameters() if p.grad is not None)
+    ok, norm, zeros = rt.optimizer_step(h)
+    out["skipped"] = (ok, math.isinf(norm), zeros == expect_zeros, h.optimizer.step_count)
+    out["unchanged"] = same_bits(snapshot(h)["params"], before["params"])
+    rt.zero_grad(h)
+    rt.forward_backward(h, synthetic_microbatches(1, rank))
+    out["then"] = rt.optimizer_step(h)[0], h.optimizer.step_count
+    # a fresh run that only takes the finite step ends in the same bits (the skipped step left no trace)
+    rt2 = create_runtime(runtime_config("tiny-moe"))
+    h2 = rt2.build_model()
+    rt2.forward_backward(h2, synthetic_microbatches(1, rank))
+    rt2.optimizer_step(h2)
+    out["same_as_fresh"] = same_bits(snapshot(h)["params"], snapshot(h2)["params"])
+    return out
+
+
+def test_inf_norm_skips_the_update_and_its_step_count():
+    from mlite.runtime.dist import run_local
+
+    r = run_local(_skip_worker, 1, timeout_s=240)[0]
+    assert r["skipped"] == (False, True, True, 0)
+    assert r["unchanged"] == []
+    assert r["then"] == (True, 1)
+    assert r["same_as_fresh"] == []
