@@ -6,9 +6,11 @@ Every rank holds a disjoint shard of every gradient (FSDP2 ``Shard(0)``, padding
 ``torch._foreach_norm`` over the gradient shards (fp32 accumulation, one pass over the gradients, deterministic),
 whose per-tensor norms are squared and summed in fp64. ``num_zeros`` counts gradient elements equal to zero, summed
 the same way (Megatron logs it as ``num zeros``): the optimizer step counts them inside its update pass
-(:meth:`~mlite.runtime.optim.optimizer.ShardedAdamW.step`); :func:`local_zeros` is the separate pass for when no update
-runs. Clipping is Megatron's: ``coef = clip_grad / (norm + 1e-6)``, applied only when ``coef < 1``; the runtime
-applies it inside the fp32 update (the bf16 gradients are not rewritten).
+(:meth:`~mlite.runtime.optim.optimizer.ShardedAdamW.step`, also when it skips the update); :func:`local_zeros` is
+the separate pass. Clipping is Megatron's: ``coef = clip_grad / (norm + 1e-6)``, applied only when ``coef < 1``; the
+runtime applies it inside the fp32 update (the bf16 gradients are not rewritten). :func:`global_norm_tensor` and
+:func:`clip_scale` compute the norm and the coefficient on the device (the same float64 operations as the host forms),
+so the optimizer step is queued without waiting for them.
 """
 
 from __future__ import annotations
@@ -64,7 +66,10 @@ def global_norm_tensor(
     for acc, (_, group) in zip(parts, groups):
         if dist.is_initialized() and dist.get_world_size(group) > 1:
             dist.all_reduce(acc, group=group)
-    return torch.stack(parts).sum().sqrt()  # sqrt keeps inf and nan
+    total = torch.stack(parts).sum()
+    if total.device.type == "cpu":  # torch's CPU float64 sqrt is not always correctly rounded; math.sqrt is
+        return torch.tensor(math.sqrt(float(total)), dtype=torch.float64)
+    return total.sqrt()  # IEEE on CUDA; sqrt keeps inf and nan
 
 
 def global_norm(groups: list[tuple[list[torch.Tensor | None], dist.ProcessGroup | None]], device) -> float:

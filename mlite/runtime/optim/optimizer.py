@@ -24,12 +24,15 @@ checkpoint with state is loaded). The master starts as the exact fp32 value of t
 
 How a group is updated (chosen from where its state and parameters live):
 
-* device state on CUDA with Triton: the fused kernel of :mod:`.fused`, one launch per parameter shard, one pass over
-  the shard's memory (merge the remainder, clip scale, AdamW, write the bf16 param and the remainder or the master);
+* device state on CUDA with Triton: the fused kernel of :mod:`.fused`, one launch per group over all its shards (a
+  cached device table of shard addresses), one pass over the memory (merge the remainder, clip scale, AdamW, write
+  the bf16 param and the remainder or the master); the clip scale and the finite flag come from device memory
+  (:meth:`ShardedAdamW.step_async`), so the step never waits for the grad norm;
 * CPU state with the parameters on another device (``offload_fraction``): the group's gradients (and, for PAO, the bf16
   params) are copied into a pinned host buffer of the group, the update runs over the flat group buffers on the host
-  in chunks of :data:`CHUNK` elements with preallocated work buffers, and the new parameters are copied back
-  asynchronously. Extra host memory: one gradient and one parameter copy of the offloaded parameters;
+  in chunks of :data:`CHUNK` elements (:mod:`.host`) as the gradients land, and each shard's new parameters are
+  copied back asynchronously as soon as its last chunk is done. Extra host memory: one gradient and one parameter
+  copy of the offloaded parameters;
 * otherwise (CPU runs, CUDA without Triton): the same torch-op update per shard, chunked.
 
 All three evaluate the same operation sequence (:mod:`.adamw`), so the storage modes, the offload split and the
@@ -60,6 +63,11 @@ STATE_KEYS = ("master", "remainder", "exp_avg", "exp_avg_sq")
 
 _TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _MODE_ID = {"param": fused.MODE_PARAM, "master": fused.MODE_MASTER, "remainder": fused.MODE_REMAINDER}
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    """A gradient as the kernel reads it (FSDP2's are contiguous already; a copy is only read)."""
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -284,7 +292,7 @@ class ShardedAdamW:
         params = [local(s.param) for s in g.slots]
         if g.launch is None:
             g.launch = fused.MultiTensorLaunch([p.numel() for p in params], g.offsets, g.bufs["exp_avg"].device)
-        grads = [None if s.param.grad is None else local(s.param.grad) for s in g.slots]
+        grads = [None if s.param.grad is None else _contiguous(local(s.param.grad)) for s in g.slots]
         key = "master" if g.mode == "master" else "remainder" if g.mode == "remainder" else None
         w = g.bufs[key] if key else None
         return g.launch(params, grads, w, g.bufs["exp_avg"], g.bufs["exp_avg_sq"], _MODE_ID[g.mode], sc, scale)
