@@ -523,3 +523,38 @@ def test_inf_norm_skips_the_update_and_its_step_count():
     assert r["unchanged"] == []
     assert r["then"] == (True, 1)
     assert r["same_as_fresh"] == []
+
+
+def test_staged_host_update_equals_the_resident_update_across_chunk_and_shard_boundaries(monkeypatch):
+    """The offload path (staging buffers, chunks that start as shards land, shards copied back as their last chunk
+    ends) forced on CPU, with chunks smaller than and straddling the shards and a shard without a gradient: the
+    same bits and zero counts as the resident update."""
+    monkeypatch.setattr(optimizer_mod, "CHUNK", 29)
+    staged_calls = []
+
+    def staged(self, g):
+        staged_calls.append(g.offload)
+        return g.offload
+
+    res = {}
+    for name, frac in (("resident", 0.0), ("staged", 1.0)):
+        if name == "staged":
+            monkeypatch.setattr(ShardedAdamW, "_staged", staged)
+        cfg = OptimizerConfig(use_precision_aware_optimizer=True, offload_fraction=frac)
+        params = _plain_params(torch.bfloat16)
+        opt = ShardedAdamW(params, cfg, expert_names=set(), device="cpu")
+        g = torch.Generator().manual_seed(4)
+        zeros = []
+        for t in range(6):
+            for i, (_, p) in enumerate(params):
+                p.grad = None if (i == 1 and t % 2) else (torch.randn(p.shape, generator=g) * 0.1).bfloat16()
+                if p.grad is not None:
+                    p.grad.view(-1)[: t + 1] = 0
+            zeros.append(opt.step(lr=1e-2, clip_coef=0.5 if t % 3 == 0 else 1.0))
+        res[name] = ({n: p.detach().clone() for n, p in params}, zeros, opt)
+    assert staged_calls and all(staged_calls)
+    assert same_bits(res["resident"][0], res["staged"][0]) == []
+    assert res["resident"][1] == res["staged"][1]
+    for a, b in zip(res["resident"][2].slots, res["staged"][2].slots):
+        assert torch.equal(a.state["remainder"], b.state["remainder"])
+        assert torch.equal(a.state["exp_avg_sq"], b.state["exp_avg_sq"])

@@ -253,7 +253,7 @@ class ShardedAdamW:
             pdev = local(g.slots[0].param).device
             if self._fused(dev) and dev.type == pdev.type:
                 counts[g.expert].append(self._update_fused(g, step_scalars(h), scale.to(dev, non_blocking=True)))
-            elif dev.type != pdev.type:
+            elif self._staged(g):
                 later.append((g, h, "staged", self._stage_in(g)))
             else:
                 later.append((g, h, "torch", None))
@@ -270,6 +270,10 @@ class ShardedAdamW:
     def cancel_step(self) -> None:
         """Undo the step count of a :meth:`step_async` whose ``finite`` flag was 0 (nothing was updated)."""
         self.step_count -= 1
+
+    def _staged(self, g: StateGroup) -> bool:
+        """The group's state is on the host and its parameters elsewhere: staged host update."""
+        return self._group_device(g).type != local(g.slots[0].param).device.type
 
     def _fused(self, dev: torch.device) -> bool:
         if self.kernel == "auto":
