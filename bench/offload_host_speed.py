@@ -7,8 +7,8 @@ Both walk one state group's flat buffers (bf16 gradient and parameter staging, f
 moments) in chunks of :data:`mlite.runtime.optim.optimizer.CHUNK`, count the zero gradients and update in place.
 ``previous``: the code before the multi-tensor change (a zero count over the whole staging buffer, work buffers
 allocated every step, int32 high-half and PAO forms of :mod:`mlite.runtime.optim.master`), kept here verbatim as the
-baseline. ``current``: :func:`mlite.runtime.optim.host.update_chunk` with cached work buffers and a per-chunk
-``count_nonzero``. The results must be bitwise equal; the script prints seconds per step, ns per element and the
+baseline. ``current``: :func:`mlite.runtime.optim.host.update_chunk` with cached work buffers (the zero count now
+runs on the device, before the copy: not timed here). The results must be bitwise equal; the script prints seconds per step, ns per element and the
 ratio.
 """
 
@@ -65,23 +65,19 @@ def previous_update(mode, ps, gs, bufs, sc, chunk) -> int:
     return zeros
 
 
-def current_update(mode, ps, gs, bufs, sc, chunk, work) -> int:
-    """The current ``_update_staged`` host part (no device copies)."""
-    import torch
-
+def current_update(mode, ps, gs, bufs, sc, chunk, work) -> None:
+    """The current ``_update_staged`` host part (no device copies; its zero count runs on the device)."""
     from mlite.runtime.optim import host
 
     n = gs.numel()
-    zeros = 0
     for a in range(0, n, chunk):
         b = min(a + chunk, n)
-        zeros += (b - a) - int(torch.count_nonzero(gs[a:b]))
         host.update_chunk(mode, ps[a:b], gs[a:b], bufs, a, b, sc, work)
-    return zeros
 
 
-def measure(numel: int, reps: int = 3, modes=("master", "remainder")) -> dict:
-    """Seconds per host update (best of ``reps``) of both implementations on ``numel`` elements, per mode."""
+def measure(numel: int, reps: int = 3, modes=("master", "remainder"), threads=(1, 4, 8)) -> dict:
+    """Seconds per host update (best of ``reps``) of both implementations on ``numel`` elements, per mode, and the
+    current one at several thread counts."""
     import torch
 
     from mlite.runtime.optim import host
@@ -96,26 +92,30 @@ def measure(numel: int, reps: int = 3, modes=("master", "remainder")) -> dict:
     p0, r0 = split_fp32(master0)
     out = {"numel": numel, "threads": torch.get_num_threads(), "chunk": CHUNK, "modes": {}}
     for mode in modes:
-        res = {}
-        finals = {}
+        res, finals, times, zs = {}, {}, {}, {}
         for name in ("previous", "current"):
             bufs = {"exp_avg": torch.zeros(numel), "exp_avg_sq": torch.zeros(numel)}
             bufs["master" if mode == "master" else "remainder"] = master0.clone() if mode == "master" else r0.clone()
-            ps = p0.clone()
-            work = host.work_buffers(min(CHUNK, numel), "cpu")
-            times, zs = [], []
-            for t in range(1, reps + 1):
-                sc = step_scalars(
-                    AdamWHyper(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=t, clip_coef=0.7)
-                )
+            finals[name] = (p0.clone(), bufs)
+            times[name], zs[name] = [], []
+        work = host.work_buffers(min(CHUNK, numel), "cpu")
+        for t in range(1, reps + 1):  # interleaved, so that a change in machine load hits both alike
+            sc = step_scalars(
+                AdamWHyper(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=t, clip_coef=0.7)
+            )
+            for name in ("previous", "current"):
+                ps, bufs = finals[name]
                 t0 = time.perf_counter()
                 if name == "previous":
-                    zs.append(previous_update(mode, ps, grad, bufs, sc, CHUNK))
+                    zs[name].append(previous_update(mode, ps, grad, bufs, sc, CHUNK))
                 else:
-                    zs.append(current_update(mode, ps, grad, bufs, sc, CHUNK, work))
-                times.append(time.perf_counter() - t0)
-            res[name] = {"s": min(times), "ns_per_elem": min(times) / numel * 1e9, "zeros": zs}
-            finals[name] = (ps, bufs)
+                    current_update(mode, ps, grad, bufs, sc, CHUNK, work)
+                times[name].append(time.perf_counter() - t0)
+                if name == "current":  # counted on the device in the runtime (before the gradients are copied)
+                    zs[name].append(numel - int(torch.count_nonzero(grad)))
+        for name in ("previous", "current"):
+            best = min(times[name])
+            res[name] = {"s": best, "ns_per_elem": best / numel * 1e9, "zeros": zs[name], "all_s": times[name]}
         (pa, ba), (pb, bb) = finals["previous"], finals["current"]
         res["bitwise_equal"] = bool(
             torch.equal(pa.view(torch.int16), pb.view(torch.int16))
@@ -124,6 +124,33 @@ def measure(numel: int, reps: int = 3, modes=("master", "remainder")) -> dict:
         )
         res["previous/current"] = res["previous"]["s"] / res["current"]["s"]
         out["modes"][mode] = res
+    out["current_master_by_threads"] = _thread_sweep(numel, master0, grad, p0, threads)
+    return out
+
+
+def _thread_sweep(numel, master0, grad, p0, threads) -> dict:
+    """Seconds of one current master-mode update at several torch intra-op thread counts (diagnostic)."""
+    import torch
+
+    from mlite.runtime.optim import host
+    from mlite.runtime.optim.adamw import AdamWHyper, step_scalars
+    from mlite.runtime.optim.optimizer import CHUNK
+
+    default = torch.get_num_threads()
+    sc = step_scalars(AdamWHyper(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=1, clip_coef=0.7))
+    bufs = {"exp_avg": torch.zeros(numel), "exp_avg_sq": torch.zeros(numel), "master": master0.clone()}
+    work = host.work_buffers(min(CHUNK, numel), "cpu")
+    ps = p0.clone()
+    out = {}
+    try:
+        for t in sorted({x for x in threads if x <= default} | {default}):
+            torch.set_num_threads(t)
+            current_update("master", ps, grad, bufs, sc, CHUNK, work)
+            t0 = time.perf_counter()
+            current_update("master", ps, grad, bufs, sc, CHUNK, work)
+            out[str(t)] = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(default)
     return out
 
 

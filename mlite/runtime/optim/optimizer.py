@@ -334,16 +334,17 @@ class ShardedAdamW:
         host.update_chunk(mode, p, grad, state, a, b, sc, work)
 
     def _stage_in(self, g: StateGroup):
-        """Queue the copies of an offloaded group's gradients (and PAO / fp32 params) into pinned host buffers;
-        returns ``[(start offset, event)]`` per shard on CUDA (the host update starts on a chunk as soon as the
-        copies it needs have landed), or None."""
+        """Queue the copies of an offloaded group's gradients (and PAO / fp32 params) into pinned host buffers and
+        count the zero gradients where they are (on the device: no host pass). Returns ``(zero count, events)``;
+        ``events``: ``[(start offset, event)]`` per shard on CUDA (the host update starts on a chunk as soon as the
+        copies it needs have landed), else None."""
         pdtype = local(g.slots[0].param).dtype
         if not g.staging:
             pin = torch.cuda.is_available()
             g.staging = {k: torch.empty(g.numel, dtype=pdtype, pin_memory=pin) for k in ("grad", "param")}
         gs, ps = g.staging["grad"], g.staging["param"]
         cuda = torch.cuda.is_available() and local(g.slots[0].param).is_cuda
-        events = []
+        events, zeros = [], 0
         for s, a in zip(g.slots, g.offsets):
             lp, grad = self._shard(s), self._grad(s)
             n = lp.numel()
@@ -351,35 +352,36 @@ class ShardedAdamW:
                 gs[a : a + n].zero_()
             else:
                 gs[a : a + n].copy_(grad, non_blocking=True)
+                if n:
+                    zeros = zeros + (n - torch.count_nonzero(grad))
             if g.mode != "master":
                 ps[a : a + n].copy_(lp, non_blocking=True)
             if cuda and n:
                 ev = torch.cuda.Event()
                 ev.record()
                 events.append((a, ev))
-        return events if cuda else None
+        return zeros, (events if cuda else None)
 
-    def _update_staged(self, g: StateGroup, sc: StepScalars, events, apply: bool = True) -> int:
+    def _update_staged(self, g: StateGroup, sc: StepScalars, staged, apply: bool = True):
         """Host update of an offloaded group over its flat buffers, chunk by chunk as its gradients land; each
-        shard's new parameters are copied back as soon as its last chunk is done."""
-        gs, ps = g.staging["grad"], g.staging["param"]
-        zeros = -sum(local(s.param).numel() for s in g.slots if s.param.grad is None)  # their staging is zero-filled
-        work = self._work_for(g, min(CHUNK, g.numel), "cpu")
-        ends = [a + local(s.param).numel() for s, a in zip(g.slots, g.offsets)]
+        shard's new parameters are copied back as soon as its last chunk is done. Returns the zero count."""
+        zeros, events = staged
         pending = list(events or [])
-        back = 0  # next slot to copy back
-        for a in range(0, g.numel, CHUNK):
-            b = min(a + CHUNK, g.numel)
-            while pending and pending[0][0] < b:  # every shard that starts before b has landed
-                pending.pop(0)[1].synchronize()
-            zeros += (b - a) - int(torch.count_nonzero(gs[a:b]))
-            if apply:
+        if apply:
+            gs, ps = g.staging["grad"], g.staging["param"]
+            work = self._work_for(g, min(CHUNK, g.numel), "cpu")
+            ends = [a + local(s.param).numel() for s, a in zip(g.slots, g.offsets)]
+            back = 0  # next slot to copy back
+            for a in range(0, g.numel, CHUNK):
+                b = min(a + CHUNK, g.numel)
+                while pending and pending[0][0] < b:  # every shard that starts before b has landed
+                    pending.pop(0)[1].synchronize()
                 host.update_chunk(g.mode, ps[a:b], gs[a:b], g.bufs, a, b, sc, work)
                 while back < len(g.slots) and ends[back] <= b:
                     self._copy_back(g, back)
                     back += 1
-        for ev in pending:
-            ev[1].synchronize()
+        for _, ev in pending:
+            ev.synchronize()
         return zeros
 
     def _copy_back(self, g: StateGroup, i: int) -> None:
