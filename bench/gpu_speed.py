@@ -392,7 +392,9 @@ def _check_clip_scale(device) -> bool:
     ok = bool(torch.equal(got[0], want) and bool((got[1] == 1).all()))
     if torch.device(device).type == "cuda":  # the device norm's sqrt is math.sqrt's (CPU runs use math.sqrt)
         sq = norms * 1e3
-        ok &= torch.equal(sq.to(device).sqrt().cpu(), torch.tensor([math.sqrt(x) for x in sq.tolist()]).double())
+        ok &= torch.equal(
+            sq.to(device).sqrt().cpu(), torch.tensor([math.sqrt(x) for x in sq.tolist()], dtype=torch.float64)
+        )
     return ok
 
 

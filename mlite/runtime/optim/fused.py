@@ -92,7 +92,10 @@ class MultiTensorLaunch:
     gradient address or a gradient dtype differs from the previous call."""
 
     def __init__(self, numels: Sequence[int], offsets: Sequence[int], device):
-        self.device = torch.device(device)
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:  # "cuda" -> "cuda:N", as tensors report their device
+            dev = torch.device("cuda", torch.cuda.current_device())
+        self.device = dev
         self.numels = [int(n) for n in numels]
         self.offsets = [int(a) for a in offsets]
         nb = [blocks(n) for n in self.numels]
