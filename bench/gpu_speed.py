@@ -25,6 +25,8 @@ next one runs):
                the lite phase against the memory-traffic floor (30 bytes/param at the card's measured copy rate).
   offload      DENSE_SMALL (~0.15 B), one micro-batch: offload_fraction 1.0 vs resident step time; then the host
                update alone, previous implementation vs current, same element count (bench/offload_host_speed.py).
+  aligned      the kernel variant with alignment hints (vector accesses; not used by the runtime yet): bitwise equal
+               to the plain one, and its bandwidth.
   compile      RuntimeConfig.compile=True on the dense model, 1 and 4 micro-batches (raw JSON only).
 """
 
@@ -416,19 +418,26 @@ def copy_bandwidth(env, nbytes: int = 1 << 31) -> float:
     return 2 * nbytes / dt
 
 
-def kernel_bandwidth(env, numel: int = 1 << 28, shards: int = 200) -> dict:
+def kernel_bandwidth(env, numel: int = 1 << 28, shards: int = 200, aligned: bool = False) -> dict:
     """The fused kernel alone on ``numel`` elements in ``shards`` shards (fp32 master and PAO): time per launch and
-    the rate at 28 / 26 bytes per element, next to a plain copy's rate."""
+    the rate at 28 / 26 bytes per element, next to a plain copy's rate (``aligned``: the variant with alignment
+    hints; shard sizes are multiples of 8 either way)."""
     import torch
 
     from mlite.runtime.optim import fused
     from mlite.runtime.optim.adamw import AdamWHyper, step_scalars
 
-    sizes = [numel // shards] * (shards - 1)
+    sizes = [numel // shards // 8 * 8] * (shards - 1)
     sizes.append(numel - sum(sizes))
     offsets = [sum(sizes[:i]) for i in range(shards)]
     dev = env.device
-    out = {"numel": numel, "shards": shards, "copy_bytes_per_s": copy_bandwidth(env)}
+    out = {
+        "numel": numel,
+        "shards": shards,
+        "aligned": aligned,
+        "copy_bytes_per_s": env.copy_rate or copy_bandwidth(env),
+    }
+    env.copy_rate = out["copy_bytes_per_s"]
     sc = step_scalars(AdamWHyper(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=2, clip_coef=0.5))
     for mode, key, bpe in ((fused.MODE_MASTER, "master", 28), (fused.MODE_REMAINDER, "remainder", 26)):
         params = [torch.randn(n, device=dev).bfloat16() for n in sizes]
@@ -439,7 +448,7 @@ def kernel_bandwidth(env, numel: int = 1 << 28, shards: int = 200) -> dict:
             else torch.zeros(numel, dtype=torch.int16, device=dev)
         )
         m, v = torch.zeros(numel, device=dev), torch.zeros(numel, device=dev)
-        launch = fused.MultiTensorLaunch(sizes, offsets, dev)
+        launch = fused.MultiTensorLaunch(sizes, offsets, dev, aligned=aligned)
         scale = fused.scale_tensor(1.0, dev)
         launch(params, grads, w, m, v, mode, sc, scale)
         env.sync()
@@ -524,6 +533,42 @@ def sec_offload(env, res):
         )
 
 
+def sec_aligned(env, res):
+    """The kernel variant with alignment hints (not used by the runtime yet): bitwise equal to the plain one over two
+    steps on shards of multiple-of-8 sizes (fp32 master and PAO), and its bandwidth."""
+    import torch
+
+    from mlite.runtime.optim import fused
+    from mlite.runtime.optim.adamw import AdamWHyper, step_scalars
+
+    out = {}
+    res["aligned"] = out
+    sizes = [8, 2048 * 8, 8 * 1001, 1 << 20, 2048 * 3 + 8]
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    n = sum(sizes)
+    for mode in (fused.MODE_MASTER, fused.MODE_REMAINDER):
+        finals = []
+        for aligned in (False, True):
+            g = torch.Generator(device=env.device).manual_seed(1)
+            params = [torch.randn(k, device=env.device, generator=g).bfloat16() for k in sizes]
+            if mode == fused.MODE_MASTER:
+                w = torch.randn(n, device=env.device, generator=g)
+            else:
+                w = (torch.randn(n, device=env.device, generator=g) * 1000).to(torch.int16)
+            m, v = torch.zeros(n, device=env.device), torch.zeros(n, device=env.device)
+            launch = fused.MultiTensorLaunch(sizes, offsets, env.device, aligned=aligned)
+            for step in (1, 2):
+                grads = [torch.randn(k, device=env.device, generator=g).bfloat16() for k in sizes]
+                sc = step_scalars(
+                    AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=step, clip_coef=0.5)
+                )
+                launch(params, grads, w, m, v, mode, sc, fused.scale_tensor(0.5, env.device))
+            finals.append([torch.cat(params).view(torch.int16), w.view(-1), m, v])
+        out[f"mode={mode} equal"] = all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*finals))
+    if env.device == "cuda":
+        out["bandwidth"] = kernel_bandwidth(env, aligned=True)
+
+
 def sec_compile(env, res):
     t = time.perf_counter()
     r, rt, h = lite_run(env, env.dense, (1, 4), compile=True)
@@ -540,6 +585,7 @@ SECTIONS = {
     "dense": lambda env, res: _model_section(env, res, "dense", env.dense),
     "moe": lambda env, res: _model_section(env, res, "moe", env.moe),
     "offload": sec_offload,
+    "aligned": sec_aligned,
     "compile": sec_compile,
 }
 

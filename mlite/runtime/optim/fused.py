@@ -91,11 +91,16 @@ class MultiTensorLaunch:
     only on these; the address table is rebuilt (one small asynchronous host-to-device copy) whenever a parameter or
     gradient address or a gradient dtype differs from the previous call."""
 
-    def __init__(self, numels: Sequence[int], offsets: Sequence[int], device):
+    def __init__(self, numels: Sequence[int], offsets: Sequence[int], device, aligned: bool = False):
         dev = torch.device(device)
         if dev.type == "cuda" and dev.index is None:  # "cuda" -> "cuda:N", as tensors report their device
             dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
+        self.aligned = aligned
+        """Compile the variant with alignment hints (16-byte addresses, starts of 8 elements: vector loads and
+        stores); the table build checks every address and start and refuses shards that break it."""
+        if aligned and any(a % 8 for a in offsets):
+            raise ValueError("aligned launch: every start offset must be a multiple of 8 elements")
         self.numels = [int(n) for n in numels]
         self.offsets = [int(a) for a in offsets]
         nb = [blocks(n) for n in self.numels]
@@ -140,6 +145,8 @@ class MultiTensorLaunch:
                 raise ValueError(f"shard {i}: param of {p.numel()} elements on {p.device} (want {n}, contiguous)")
             if g is not None and n and (g.numel() != n or not g.is_contiguous() or g.dtype not in GRAD_KIND):
                 raise ValueError(f"shard {i}: gradient of {g.numel()} {g.dtype} elements (want {n}, contiguous)")
+            if self.aligned and (p.data_ptr() % 16 or (g is not None and n and g.data_ptr() % 16)):
+                raise ValueError(f"shard {i}: address not 16-byte aligned (use an unaligned launch)")
 
     def __call__(
         self,
@@ -160,6 +167,10 @@ class MultiTensorLaunch:
         if self.nblocks == 0:
             return torch.zeros((), dtype=torch.int64, device=self.device)
         tab = self.table(params, grads)
+        if self.aligned:
+            for t in (master, exp_avg, exp_avg_sq):
+                if t is not None and t.data_ptr() % 16:
+                    raise ValueError("aligned launch: state buffers must be 16-byte aligned")
         if scale is None:
             scale = scale_tensor(s.clip, self.device)
         extra = {} if interpreted() else {"enable_fp_fusion": False}
@@ -187,6 +198,7 @@ class MultiTensorLaunch:
             M_BF16=exp_avg.dtype == torch.bfloat16,
             V_BF16=exp_avg_sq.dtype == torch.bfloat16,
             BLOCK=BLOCK,
+            ALIGNED=self.aligned,
             num_warps=8,
             **extra,
         )

@@ -45,6 +45,7 @@ def adamw_multi_kernel(
     M_BF16: tl.constexpr,
     V_BF16: tl.constexpr,
     BLOCK: tl.constexpr,
+    ALIGNED: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     t = tl.load(bmap_ptr + pid).to(tl.int64)
@@ -53,6 +54,10 @@ def adamw_multi_kernel(
     gkind = tl.load(tab_ptr + 2 * T + t)
     n = tl.load(tab_ptr + 3 * T + t)
     start = tl.load(tab_ptr + 4 * T + t)
+    if ALIGNED:  # the host checked: addresses 16-byte aligned, starts multiples of 8 elements (vector accesses)
+        paddr = tl.multiple_of(paddr, 16)
+        gaddr = tl.multiple_of(gaddr, 16)
+        start = tl.multiple_of(start, 8)
     first = tl.load(tab_ptr + 5 * T + t)
     loc = (pid - first) * BLOCK + tl.arange(0, BLOCK)
     mask = loc < n
@@ -64,9 +69,13 @@ def adamw_multi_kernel(
     # ---- the fp32 master
     if MODE == 0:
         p_ptr = paddr.to(tl.pointer_type(tl.float32))
+        if ALIGNED:
+            p_ptr = tl.multiple_of(p_ptr, 16)
         p32 = tl.load(p_ptr + loc, mask=mask, other=0.0)
     else:
         p_ptr = paddr.to(tl.pointer_type(tl.bfloat16))
+        if ALIGNED:
+            p_ptr = tl.multiple_of(p_ptr, 16)
         if MODE == 1:
             p32 = tl.load(w_ptr + offs, mask=mask, other=0.0)
         else:  # merge: high = param_bits - (remainder < 0); bits = high * 65536 + (remainder & 0xFFFF)
@@ -81,9 +90,16 @@ def adamw_multi_kernel(
     m1 = mask & (gk == 1)
     m2 = mask & (gk == 2)
     m3 = mask & (gk == 3)
-    gb = widen_bf16(tl.load(gaddr.to(tl.pointer_type(tl.bfloat16)) + loc, mask=m1, other=0.0))
-    gf = tl.load(gaddr.to(tl.pointer_type(tl.float32)) + loc, mask=m2, other=0.0)
-    gh = tl.load(gaddr.to(tl.pointer_type(tl.float16)) + loc, mask=m3, other=0.0).to(tl.float32)
+    gpb = gaddr.to(tl.pointer_type(tl.bfloat16))
+    gpf = gaddr.to(tl.pointer_type(tl.float32))
+    gph = gaddr.to(tl.pointer_type(tl.float16))
+    if ALIGNED:
+        gpb = tl.multiple_of(gpb, 16)
+        gpf = tl.multiple_of(gpf, 16)
+        gph = tl.multiple_of(gph, 16)
+    gb = widen_bf16(tl.load(gpb + loc, mask=m1, other=0.0))
+    gf = tl.load(gpf + loc, mask=m2, other=0.0)
+    gh = tl.load(gph + loc, mask=m3, other=0.0).to(tl.float32)
     g = tl.where(m1, gb, tl.where(m2, gf, tl.where(m3, gh, 0.0)))
     gmask = m1 | m2 | m3
     tl.store(z_ptr + pid, tl.sum(((g == 0.0) & gmask).to(tl.int32), axis=0))
