@@ -3,12 +3,15 @@
     python3 bench/gpu_speed.py --out bench/results                 # on the GPU: gpu_speed_raw.json + gpu_speed.csv
     python3 bench/gpu_speed.py --report bench/results/gpu_speed_raw.json --csv bench/results/gpu_speed.csv
     python3 bench/gpu_speed.py --out /tmp/x --device cpu --tiny    # the same code paths on CPU, tiny models
+    TRITON_INTERPRET=1 python3 bench/gpu_speed.py --out /tmp/x --device cpu --tiny --kernel triton   # + the kernel
     python3 bench/gpu_speed.py --out DIR --only dense,moe --merge EARLIER/gpu_speed_raw.json   # add sections
 
 Sections (each timed; each row written to the CSV as soon as its section ends; a failing section is recorded and the
 next one runs):
-  check        the fused AdamW kernel on the GPU against the host torch-op update (every storage mode, fp32 and bf16
-               moments): bitwise equal or not; which attention / expert paths the build chose.
+  check        the multi-tensor fused AdamW kernel against the host torch-op update (bench/fused_check.py: every
+               storage mode, fp32 and bf16 moments, awkward shard sizes, a skipped step): bitwise equal or not; the
+               device clip scale vs the host coefficient; the kernel alone on 268 M elements in 200 shards against
+               a plain copy's rate; which attention / expert paths the build chose.
   pao_bitwise  tiny-moe in bf16 on CUDA, PAO vs fp32 master, 50 steps in lockstep (same gradient bits): weights equal.
   recompute    tiny-moe bf16, packed SFT data (sequences of unequal lengths): 4 steps with recompute none / selective /
                full; 1 = completed; first losses compared.
@@ -18,8 +21,12 @@ next one runs):
                (MixedPrecisionPolicy bf16 compute, fp32 reduce; fp32 parameters; torch AdamW fused): tokens/s of whole
                optimizer steps, phase split (forward+backward, optimizer), MFU = model FLOPs/token x tokens/s /
                989 TFLOP/s. Optimizer phase alone (grads present, norm + clip + update, repeated): lite fp32 master,
-               lite PAO, and torch (clip_grad_norm_ foreach + AdamW(fused=True)) on fp32 tensors of the same shapes.
-  offload      DENSE_SMALL (~0.15 B), one micro-batch: offload_fraction 1.0 vs resident step time.
+               lite PAO, and torch (clip_grad_norm_ foreach + AdamW(fused=True)) on fp32 tensors of the same shapes;
+               the lite phase against the memory-traffic floor (30 bytes/param at the card's measured copy rate).
+  offload      DENSE_SMALL (~0.15 B), one micro-batch: offload_fraction 1.0 vs resident step time; then the host
+               update alone, previous implementation vs current, same element count (bench/offload_host_speed.py).
+  aligned      the kernel variant with alignment hints (vector accesses; not used by the runtime yet): bitwise equal
+               to the plain one, and its bandwidth.
   compile      RuntimeConfig.compile=True on the dense model, 1 and 4 micro-batches (raw JSON only).
 """
 
@@ -29,6 +36,7 @@ import argparse
 import csv
 import gc
 import json
+import math
 import sys
 import time
 import traceback
@@ -79,6 +87,10 @@ class Env:
         self.dense, self.moe = (TINY_DENSE, TINY_MOE) if tiny else (DENSE_1B, MOE_SMALL)
         self.small = TINY_DENSE if tiny else DENSE_SMALL
         self.warm, self.iters = (1, 2) if tiny else (2, 4)
+        self.copy_rate = None
+        """Device copy rate (bytes/s), measured once (the optimizer floor's denominator)."""
+        self.kernel = "auto"
+        """ShardedAdamW update path of the lite runs (``triton`` on CPU under TRITON_INTERPRET=1: the smoke)."""
 
     def sync(self):
         import torch
@@ -177,6 +189,7 @@ def lite_run(env, cfg, mbs_list, opt=None, **kw):
     """Throughput of the lite runtime at each micro-batch count; returns (results, runtime, handle)."""
     rt = _runtime(env, cfg, opt, **kw)
     h = rt.build_model()
+    h.optimizer.kernel = env.kernel
     out = {}
     for n_mb in mbs_list:
         mbs = _batches(env, n_mb, cfg["vocab_size"])
@@ -207,7 +220,11 @@ def lite_optimizer_phase(env, rt, h, reps=5):
     dt = (time.perf_counter() - t) / reps
     n = sum(s.param.numel() for s in h.optimizer.slots)
     rt.zero_grad(h)
-    return {"s": dt, "params": n, "bytes_per_s_at_30B": 30 * n / dt}
+    out = {"s": dt, "params": n, "bytes_per_s_at_30B": 30 * n / dt}
+    if env.copy_rate:  # the memory-traffic floor: 30 bytes per parameter at the card's measured copy rate
+        out["floor_s"] = 30 * n / env.copy_rate
+        out["vs_floor"] = dt / out["floor_s"]
+    return out
 
 
 def torch_fused_phase(env, shapes, reps=5):
@@ -278,6 +295,9 @@ def hf_run(env, cfg, mbs_list):
 
 def _model_section(env, res, key, cfg):
     out = res.setdefault(key, {})
+    if env.device == "cuda" and not env.copy_rate:
+        env.copy_rate = copy_bandwidth(env)
+    out["copy_bytes_per_s"] = env.copy_rate
     lite, rt, h = lite_run(env, cfg, (1, 4))
     out["lite"] = lite
     out["lite_optimizer"] = lite_optimizer_phase(env, rt, h)
@@ -293,6 +313,7 @@ def _model_section(env, res, key, cfg):
     env.free()
     rt = _runtime(env, cfg, {"use_precision_aware_optimizer": True})
     h = rt.build_model()
+    h.optimizer.kernel = env.kernel
     out["lite_pao_optimizer"] = lite_optimizer_phase(env, rt, h)
     del rt, h
     env.free()
@@ -301,6 +322,22 @@ def _model_section(env, res, key, cfg):
     env.free()
     for mb in ("mb1", "mb4"):
         out[f"ratio_{mb}"] = out["lite"][mb]["tokens_per_s"] / out["hf_fsdp2"][mb]["tokens_per_s"]
+    _print_optimizer(key, out)
+
+
+def _print_optimizer(key, out):
+    """The optimizer phase next to torch's fused AdamW and the 30 bytes/param floor."""
+    tf = out.get("torch_fused", {}).get("with_clip_s")
+    for name in ("lite_optimizer", "lite_pao_optimizer"):
+        r = out.get(name)
+        if not r:
+            continue
+        line = f"   {key} {name}: {r['s'] * 1e3:.2f} ms for {r['params'] / 1e9:.3f} B params"
+        if tf:
+            line += f" = {r['s'] / tf:.2f} x torch clip+fused AdamW ({tf * 1e3:.2f} ms)"
+        if "floor_s" in r:
+            line += f" = {r['vs_floor']:.2f} x the 30 B/param floor ({r['floor_s'] * 1e3:.2f} ms at the copy rate)"
+        print(line, flush=True)
 
 
 def _paths(h) -> dict:
@@ -311,88 +348,120 @@ def _paths(h) -> dict:
 
 
 def sec_check(env, res):
-    """GPU kernel vs host torch-op update, bitwise, every mode."""
+    """The multi-tensor kernel vs the host torch-op update, bitwise (bench/fused_check.py: every storage mode, fp32
+    and bf16 moments, awkward shard sizes, a skipped step), the device clip scale vs the host coefficient, the
+    kernel's bandwidth against a plain copy, and which attention / expert paths the build chose. On CPU the kernel
+    part runs only under ``TRITON_INTERPRET=1``."""
+    import os
+
     import torch
 
     from mlite.runtime.models.attention import packed_path
     from mlite.runtime.models.moe import expert_path
     from mlite.runtime.optim import fused
-    from mlite.runtime.optim.adamw import (
-        AdamWHyper,
-        adamw_inplace,
-        scratch,
-        step_scalars,
-    )
-    from mlite.runtime.optim.master import split_fp32
 
     out = {
         "packed_path": packed_path(env.device, torch.bfloat16),
         "expert_path": expert_path(env.device, torch.bfloat16),
         "have_triton": fused.HAVE_TRITON,
-        "cases": {},
     }
-    if env.device != "cuda":
-        res["check"] = out
+    res["check"] = out
+    out["clip_scale_equals_host"] = _check_clip_scale(env.device)
+    if not fused.HAVE_TRITON or (env.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1"):
         return
     import triton
+    from fused_check import check
 
     out["triton"] = triton.__version__
-    g = torch.Generator().manual_seed(0)
-    n = (1 << 20) + 77
-    master = torch.randn(n, generator=g)
-    grad = torch.randn(n, generator=g).bfloat16()
-    grad[::101] = 0
-    m0, v0 = torch.randn(n, generator=g) * 0.1, torch.rand(n, generator=g) * 0.01
-    all_ok = True
-    cases = [
-        (torch.float32, True, 0.37, (fused.MODE_MASTER, fused.MODE_REMAINDER, fused.MODE_PARAM)),
-        (torch.float32, False, 0.5, (fused.MODE_MASTER,)),
-        (torch.bfloat16, True, 1.0, (fused.MODE_REMAINDER,)),
-    ]
-    for mdt, decoupled, clip, modes in cases:
-        sc = step_scalars(
-            AdamWHyper(
-                lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3, decoupled=decoupled, clip_coef=clip
-            )
-        )
-        ref, mr, vr = master.clone(), m0.to(mdt, copy=True), v0.to(mdt, copy=True)
-        adamw_inplace(ref, grad, mr, vr, sc, scratch(n, "cpu"))
-        hi, rr = split_fp32(ref)
-        for mode in modes:
-            p16, rem = split_fp32(master)
-            if mode == fused.MODE_PARAM:
-                p, w = master.cuda(), None
-            else:
-                p, w = p16.cuda(), (master.cuda() if mode == fused.MODE_MASTER else rem.cuda())
-            mt, vt = m0.to(mdt, copy=True).cuda(), v0.to(mdt, copy=True).cuda()
-            z = torch.zeros(fused.blocks(n), dtype=torch.int32, device="cuda")
-            fused.launch(p, grad.cuda(), w, mt, vt, z, mode, sc)
-            ok = {"m": _bits_equal(mt, mr), "v": _bits_equal(vt, vr), "zeros": int(z.sum()) == int((grad == 0).sum())}
-            if mode == fused.MODE_PARAM:
-                ok["p"] = _bits_equal(p, ref)
-            else:
-                ok["p"] = _bits_equal(p, hi)
-                ok["w"] = _bits_equal(w, ref if mode == fused.MODE_MASTER else rr)
-            out["cases"][f"{str(mdt)[6:]} dec={decoupled} clip={clip} mode={mode}"] = ok
-            all_ok &= all(ok.values())
-    out["kernel_equals_host_update"] = all_ok
-    res["check"] = out
+    r = check(env.device)
+    out["cases"] = r["cases"]
+    out["shards"], out["elements"] = r["shards"], r["elements"]
+    out["kernel_equals_host_update"] = r["all_equal"]
+    if env.device == "cuda":
+        out["bandwidth"] = kernel_bandwidth(env)
 
 
-def _bits_equal(a, b) -> bool:
-    """Same bits (``a`` on the device, ``b`` on the host; 2- or 4-byte elements)."""
-    view = {2: torch_int(16), 4: torch_int(32)}
-    return bool(
-        a.dtype == b.dtype
-        and a.shape == b.shape
-        and (a.cpu().view(view[a.element_size()]) == b.view(view[b.element_size()])).all()
-    )
-
-
-def torch_int(bits_: int):
+def _check_clip_scale(device) -> bool:
+    """``clip_scale`` on ``device`` == ``clip_coefficient`` on the host rounded to fp32, for 4000 norms."""
     import torch
 
-    return torch.int16 if bits_ == 16 else torch.int32
+    from mlite.runtime.optim.clip import clip_coefficient, clip_scale
+
+    g = torch.Generator().manual_seed(3)
+    norms = torch.cat([torch.rand(2000, generator=g) * 3, torch.rand(2000, generator=g) * 1e4]).double()
+    got = clip_scale(norms.to(device), 1.0).cpu()  # elementwise: the same float64 ops as on one norm
+    want = torch.tensor([clip_coefficient(x, 1.0) for x in norms.tolist()], dtype=torch.float32)
+    ok = bool(torch.equal(got[0], want) and bool((got[1] == 1).all()))
+    if torch.device(device).type == "cuda":  # the device norm's sqrt is math.sqrt's (CPU runs use math.sqrt)
+        sq = norms * 1e3
+        ok &= torch.equal(
+            sq.to(device).sqrt().cpu(), torch.tensor([math.sqrt(x) for x in sq.tolist()], dtype=torch.float64)
+        )
+    return ok
+
+
+def copy_bandwidth(env, nbytes: int = 1 << 31) -> float:
+    """Device-to-device copy rate (bytes read + written per second) of a ``nbytes`` buffer."""
+    import torch
+
+    a = torch.empty(nbytes, dtype=torch.uint8, device=env.device)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    env.sync()
+    t = time.perf_counter()
+    for _ in range(5):
+        b.copy_(a)
+    env.sync()
+    dt = (time.perf_counter() - t) / 5
+    del a, b
+    env.free()
+    return 2 * nbytes / dt
+
+
+def kernel_bandwidth(env, numel: int = 1 << 28, shards: int = 200, aligned: bool = False) -> dict:
+    """The fused kernel alone on ``numel`` elements in ``shards`` shards (fp32 master and PAO): time per launch and
+    the rate at 28 / 26 bytes per element, next to a plain copy's rate (``aligned``: the variant with alignment
+    hints; shard sizes are multiples of 8 either way)."""
+    import torch
+
+    from mlite.runtime.optim import fused
+    from mlite.runtime.optim.adamw import AdamWHyper, step_scalars
+
+    sizes = [numel // shards // 8 * 8] * (shards - 1)
+    sizes.append(numel - sum(sizes))
+    offsets = [sum(sizes[:i]) for i in range(shards)]
+    dev = env.device
+    out = {
+        "numel": numel,
+        "shards": shards,
+        "aligned": aligned,
+        "copy_bytes_per_s": env.copy_rate or copy_bandwidth(env),
+    }
+    env.copy_rate = out["copy_bytes_per_s"]
+    sc = step_scalars(AdamWHyper(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=2, clip_coef=0.5))
+    for mode, key, bpe in ((fused.MODE_MASTER, "master", 28), (fused.MODE_REMAINDER, "remainder", 26)):
+        params = [torch.randn(n, device=dev).bfloat16() for n in sizes]
+        grads = [torch.randn(n, device=dev).bfloat16() * 1e-3 for n in sizes]
+        w = (
+            torch.randn(numel, device=dev)
+            if mode == fused.MODE_MASTER
+            else torch.zeros(numel, dtype=torch.int16, device=dev)
+        )
+        m, v = torch.zeros(numel, device=dev), torch.zeros(numel, device=dev)
+        launch = fused.MultiTensorLaunch(sizes, offsets, dev, aligned=aligned)
+        scale = fused.scale_tensor(1.0, dev)
+        launch(params, grads, w, m, v, mode, sc, scale)
+        env.sync()
+        t = time.perf_counter()
+        for _ in range(5):
+            launch(params, grads, w, m, v, mode, sc, scale)
+        env.sync()
+        dt = (time.perf_counter() - t) / 5
+        out[key] = {"s": dt, "bytes_per_elem": bpe, "bytes_per_s": bpe * numel / dt}
+        out[key]["of_copy_rate"] = out[key]["bytes_per_s"] / out["copy_bytes_per_s"]
+        del params, grads, w, m, v, launch
+        env.free()
+    return out
 
 
 def sec_pao(env, res):
@@ -439,14 +508,65 @@ def sec_recompute(env, res):
 
 
 def sec_offload(env, res):
+    """offload_fraction 1.0 vs resident step time on DENSE_SMALL, then the host update alone (previous
+    implementation vs current, bench/offload_host_speed.py) on the same element count."""
     out = {}
+    n = 0
     for name, opt in (("resident", {}), ("offload_1.0", {"offload_fraction": 1.0})):
         r, rt, h = lite_run(env, env.small, (1,), opt)
         out[name] = r["mb1"]
+        n = sum(s.param.numel() for s in h.optimizer.slots)
         del rt, h
         env.free()
     out["ratio"] = out["offload_1.0"]["step_s"] / out["resident"]["step_s"]
     res["offload"] = out
+    _save(env, res)
+    from offload_host_speed import measure as host_measure
+
+    out["host_update"] = host_measure(n, reps=2)
+    for mode, m in out["host_update"]["modes"].items():
+        print(
+            f"   host update {mode}: previous {m['previous']['s'] * 1e3:.1f} ms, current {m['current']['s'] * 1e3:.1f}"
+            f" ms ({m['previous/current']:.2f}x, bitwise equal {m['bitwise_equal']}), {n / 1e6:.0f} M elements,"
+            f" {out['host_update']['threads']} threads",
+            flush=True,
+        )
+
+
+def sec_aligned(env, res):
+    """The kernel variant with alignment hints (not used by the runtime yet): bitwise equal to the plain one over two
+    steps on shards of multiple-of-8 sizes (fp32 master and PAO), and its bandwidth."""
+    import torch
+
+    from mlite.runtime.optim import fused
+    from mlite.runtime.optim.adamw import AdamWHyper, step_scalars
+
+    out = {}
+    res["aligned"] = out
+    sizes = [8, 2048 * 8, 8 * 1001, 1 << 20, 2048 * 3 + 8]
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    n = sum(sizes)
+    for mode in (fused.MODE_MASTER, fused.MODE_REMAINDER):
+        finals = []
+        for aligned in (False, True):
+            g = torch.Generator(device=env.device).manual_seed(1)
+            params = [torch.randn(k, device=env.device, generator=g).bfloat16() for k in sizes]
+            if mode == fused.MODE_MASTER:
+                w = torch.randn(n, device=env.device, generator=g)
+            else:
+                w = (torch.randn(n, device=env.device, generator=g) * 1000).to(torch.int16)
+            m, v = torch.zeros(n, device=env.device), torch.zeros(n, device=env.device)
+            launch = fused.MultiTensorLaunch(sizes, offsets, env.device, aligned=aligned)
+            for step in (1, 2):
+                grads = [torch.randn(k, device=env.device, generator=g).bfloat16() for k in sizes]
+                sc = step_scalars(
+                    AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=step, clip_coef=0.5)
+                )
+                launch(params, grads, w, m, v, mode, sc, fused.scale_tensor(0.5, env.device))
+            finals.append([torch.cat(params).view(torch.int16), w.view(-1), m, v])
+        out[f"mode={mode} equal"] = all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*finals))
+    if env.device == "cuda":
+        out["bandwidth"] = kernel_bandwidth(env, aligned=True)
 
 
 def sec_compile(env, res):
@@ -465,6 +585,7 @@ SECTIONS = {
     "dense": lambda env, res: _model_section(env, res, "dense", env.dense),
     "moe": lambda env, res: _model_section(env, res, "moe", env.moe),
     "offload": sec_offload,
+    "aligned": sec_aligned,
     "compile": sec_compile,
 }
 
@@ -542,6 +663,7 @@ def measure(a) -> int:
 
     env = Env(a.device, a.tiny)
     env.out = a.out
+    env.kernel = a.kernel
     res = {
         "gpu": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
         "torch_version": torch.__version__,
@@ -602,6 +724,12 @@ def main() -> int:
     ap.add_argument("--csv", default=None)
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--tiny", action="store_true", help="tiny models (debugging the script on CPU)")
+    ap.add_argument(
+        "--kernel",
+        default="auto",
+        choices=("auto", "triton", "torch"),
+        help="update path of the lite runs (triton on CPU: with TRITON_INTERPRET=1)",
+    )
     ap.add_argument("--deadline-s", type=float, default=420.0, help="skip sections that would start after this")
     ap.add_argument("--only", default="", help="comma-separated sections, in this order")
     ap.add_argument("--merge", default=None, help="start from an earlier raw JSON (sections run now replace its)")

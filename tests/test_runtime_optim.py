@@ -103,6 +103,42 @@ def test_in_place_host_forms_equal_split_and_merge_on_every_edge_class(patterns)
     assert torch.equal(bits(p2), bits(hi)) and torch.equal(r2, rem)
 
 
+def test_half_word_host_forms_equal_split_and_merge_on_every_edge_class(patterns):
+    """The host update's int16 half-word forms (``high - (low >> 15)``, ``param + (remainder >> 15)``) give
+    split/merge's bits, and a whole PAO chunk update through them equals merge -> AdamW -> split."""
+    from mlite.runtime.optim.adamw import adamw_inplace, scratch, step_scalars
+    from mlite.runtime.optim.host import bf16_of_master_, halves, master_of_pair_, update_chunk, work_buffers
+
+    n = patterns.numel()
+    hi, rem = split_fp32(patterns)
+    out = torch.empty(n, dtype=torch.bfloat16)
+    bf16_of_master_(patterns, out, torch.empty(n, dtype=torch.int16))
+    assert torch.equal(bits(out), bits(hi))
+    master = master_of_pair_(hi, rem, torch.empty(n, 2, dtype=torch.int16))
+    assert torch.equal(bits(master), bits(patterns))
+    assert torch.equal(halves(master)[0], rem)
+    # one update of finite masters: remainder mode and master mode write what split_fp32 of the reference writes
+    fin = patterns[torch.isfinite(patterns) & (patterns.abs() < 1e30)][:50_000].contiguous()
+    k = fin.numel()
+    g = torch.Generator().manual_seed(2)
+    grad = torch.randn(k, generator=g).bfloat16()
+    sc = step_scalars(_hyper(2, clip_coef=0.3))
+    m0, v0 = torch.randn(k, generator=g) * 0.01, torch.rand(k, generator=g) * 1e-4
+    ref, mr, vr = fin.clone(), m0.clone(), v0.clone()
+    adamw_inplace(ref, grad, mr, vr, sc, scratch(k, "cpu"))
+    ref_hi, ref_rem = split_fp32(ref)
+    p16, r16 = split_fp32(fin)
+    st = {"remainder": r16.clone(), "exp_avg": m0.clone(), "exp_avg_sq": v0.clone()}
+    p = p16.clone()
+    update_chunk("remainder", p, grad, st, 0, k, sc, work_buffers(k, "cpu"))
+    assert torch.equal(bits(p), bits(ref_hi)) and torch.equal(st["remainder"], ref_rem)
+    assert torch.equal(st["exp_avg"], mr) and torch.equal(st["exp_avg_sq"], vr)
+    st = {"master": fin.clone(), "exp_avg": m0.clone(), "exp_avg_sq": v0.clone()}
+    p = p16.clone()
+    update_chunk("master", p, grad, st, 0, k, sc, work_buffers(k, "cpu"))
+    assert torch.equal(bits(p), bits(ref_hi)) and torch.equal(bits(st["master"]), bits(ref))
+
+
 def test_remainder_is_the_signed_bit_distance_to_the_param(patterns):
     hi, rem = split_fp32(patterns)
     high, low = halves(patterns)
@@ -424,3 +460,101 @@ def test_pao_run_equals_fp32_master_run_bitwise_over_50_steps():
 def _cuda_pao_worker(rank, world):
     # backward on CUDA is not bitwise reproducible: feed both runs the same gradients (see runtime_workers.lockstep)
     return lockstep(rank, "cuda", {}, {"use_precision_aware_optimizer": True}, 50)
+
+
+def test_clip_scale_on_the_device_equals_the_host_coefficient():
+    """clip_scale (tensor ops, no host wait) gives clip_coefficient's value rounded to fp32, bit for bit."""
+    from mlite.runtime.optim.clip import clip_scale, global_norm_tensor
+
+    g = torch.Generator().manual_seed(9)
+    norms = torch.cat([torch.rand(2000, generator=g) * 3, torch.rand(2000, generator=g) * 1e4, torch.tensor([1.0])])
+    for clip_grad in (1.0, 0.3, 0.0, None):
+        for x in norms.double().tolist():
+            c, finite = clip_scale(torch.tensor(x, dtype=torch.float64), clip_grad).tolist()
+            assert finite == 1.0 and c == float(torch.tensor(clip_coefficient(x, clip_grad), dtype=torch.float32))
+    for bad in (math.inf, math.nan):
+        assert clip_scale(torch.tensor(bad, dtype=torch.float64), 1.0).tolist() == [1.0, 0.0]
+    grads = [torch.randn(s, generator=g).bfloat16() for s in (100, 7, 33)]
+    groups = [(grads[:2], None), (grads[2:], None)]
+    sq = [sum(float(torch.linalg.vector_norm(t.float())) ** 2 for t in gs) for gs, _ in groups]
+    assert float(global_norm_tensor(groups, "cpu")) == pytest.approx(math.sqrt(sum(sq)), rel=1e-6)
+    # bit for bit: the norm is math.sqrt of the float64 sum of squares (as before the device form existed)
+    from mlite.runtime.optim.clip import local_sq_lists
+
+    total = float(torch.stack(local_sq_lists([g for g, _ in groups], "cpu")).sum())
+    assert float(global_norm_tensor(groups, "cpu")) == math.sqrt(total)
+
+
+def _skip_worker(rank, world):
+    from runtime_workers import runtime_config, same_bits, snapshot, synthetic_microbatches
+
+    from mlite.runtime.optim.optimizer import local
+    from mlite.runtime.runtime import create_runtime
+
+    out = {}
+    rt = create_runtime(runtime_config("tiny-moe"))
+    h = rt.build_model()
+    before = snapshot(h)
+    rt.forward_backward(h, synthetic_microbatches(0, rank))
+    p0 = next(p for p in h.model.parameters() if p.grad is not None)
+    local(p0.grad).view(-1)[3] = math.inf
+    local(p0.grad).view(-1)[:3] = 0
+    expect_zeros = sum(int((local(p.grad) == 0).sum()) for p in h.model.parameters() if p.grad is not None)
+    ok, norm, zeros = rt.optimizer_step(h)
+    out["skipped"] = (ok, math.isinf(norm), zeros == expect_zeros, h.optimizer.step_count)
+    out["unchanged"] = same_bits(snapshot(h)["params"], before["params"])
+    rt.zero_grad(h)
+    rt.forward_backward(h, synthetic_microbatches(1, rank))
+    out["then"] = rt.optimizer_step(h)[0], h.optimizer.step_count
+    # a fresh run that only takes the finite step ends in the same bits (the skipped step left no trace)
+    rt2 = create_runtime(runtime_config("tiny-moe"))
+    h2 = rt2.build_model()
+    rt2.forward_backward(h2, synthetic_microbatches(1, rank))
+    rt2.optimizer_step(h2)
+    out["same_as_fresh"] = same_bits(snapshot(h)["params"], snapshot(h2)["params"])
+    return out
+
+
+def test_inf_norm_skips_the_update_and_its_step_count():
+    from mlite.runtime.dist import run_local
+
+    r = run_local(_skip_worker, 1, timeout_s=240)[0]
+    assert r["skipped"] == (False, True, True, 0)
+    assert r["unchanged"] == []
+    assert r["then"] == (True, 1)
+    assert r["same_as_fresh"] == []
+
+
+def test_staged_host_update_equals_the_resident_update_across_chunk_and_shard_boundaries(monkeypatch):
+    """The offload path (staging buffers, chunks that start as shards land, shards copied back as their last chunk
+    ends) forced on CPU, with chunks smaller than and straddling the shards and a shard without a gradient: the
+    same bits and zero counts as the resident update."""
+    monkeypatch.setattr(optimizer_mod, "CHUNK", 29)
+    staged_calls = []
+
+    def staged(self, g):
+        staged_calls.append(g.offload)
+        return g.offload
+
+    res = {}
+    for name, frac in (("resident", 0.0), ("staged", 1.0)):
+        if name == "staged":
+            monkeypatch.setattr(ShardedAdamW, "_staged", staged)
+        cfg = OptimizerConfig(use_precision_aware_optimizer=True, offload_fraction=frac)
+        params = _plain_params(torch.bfloat16)
+        opt = ShardedAdamW(params, cfg, expert_names=set(), device="cpu")
+        g = torch.Generator().manual_seed(4)
+        zeros = []
+        for t in range(6):
+            for i, (_, p) in enumerate(params):
+                p.grad = None if (i == 1 and t % 2) else (torch.randn(p.shape, generator=g) * 0.1).bfloat16()
+                if p.grad is not None:
+                    p.grad.view(-1)[: t + 1] = 0
+            zeros.append(opt.step(lr=1e-2, clip_coef=0.5 if t % 3 == 0 else 1.0))
+        res[name] = ({n: p.detach().clone() for n, p in params}, zeros, opt)
+    assert staged_calls and all(staged_calls)
+    assert same_bits(res["resident"][0], res["staged"][0]) == []
+    assert res["resident"][1] == res["staged"][1]
+    for a, b in zip(res["resident"][2].slots, res["staged"][2].slots):
+        assert torch.equal(a.state["remainder"], b.state["remainder"])
+        assert torch.equal(a.state["exp_avg_sq"], b.state["exp_avg_sq"])

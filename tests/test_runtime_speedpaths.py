@@ -84,6 +84,24 @@ def test_fused_kernel_equals_torch_update_bitwise(monkeypatch):
         assert all(ok), (case, ok)
 
 
+def _multi_tensor_worker(rank, world):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from fused_check import check
+
+    return check("cpu")
+
+
+def test_multi_tensor_kernel_equals_torch_update_bitwise_on_many_awkward_shards(monkeypatch):
+    """One launch over shards of sizes 0, 1, < a block, a block +- 1, ragged multi-block, a shard without a gradient,
+    mixed gradient dtypes, bf16 moments, a skipped step; two steps, the second with new gradient addresses."""
+    r = _interpreted(monkeypatch, _multi_tensor_worker)
+    assert r["all_equal"], r["cases"]
+    assert len(r["cases"]) == 8 and r["shards"] >= 10
+
+
 def _plain_params(seed=3):
     g = torch.Generator().manual_seed(seed)
     shapes = {"w1.weight": (67, 41), "w1.bias": (67,), "norm.weight": (41,), "w2.weight": (5, 67)}

@@ -66,8 +66,9 @@ from .fsdp import build_meshes, check_lite_parallel, expert_modules, expert_para
 from .optim.clip import (
     LOCAL,
     clip_coefficient,
-    global_norm,
+    clip_scale,
     global_norm_and_zeros,
+    global_norm_tensor,
     global_zeros,
 )
 from .optim.offload import move_model, release_device_cache
@@ -342,21 +343,28 @@ class LiteRuntime:
     def optimizer_step(self, handle: ModelHandle) -> tuple[bool, float, int]:
         """Clip on the global norm and update: ``(ok, grad_norm, num_zeros)``; ``ok=False`` (no update) when the
         norm is inf or nan. The norm is one fused multi-tensor pass; the zero count comes out of the update pass
-        (a separate pass only when the update is skipped)."""
+        (a separate pass only when TP-split shards are present). dist_opt all-gathers the parameters after it."""
         groups = self._grad_groups(handle)
+        opt = handle.optimizer
         if len(groups) > 2:  # TP-split shards: the update pass's per-group zero counts do not split by TP
             norm, zeros = global_norm_and_zeros(groups, self.device)
-        else:
-            norm, zeros = global_norm(groups, self.device), None
+            if not math.isfinite(norm):
+                return False, norm, zeros
+            opt.step(lr=handle.scheduler.lr, clip_coef=clip_coefficient(norm, self.cfg.optimizer.clip_grad))
+            if self.ddp is not None:
+                self.ddp.gather_params()
+            return True, norm, zeros
+        # the norm, the clip scale and the update are queued without a host wait; the zero counts come out of
+        # the update pass (also when the kernel skips the update on an inf/nan norm); one wait at the end
+        norm_t = global_norm_tensor(groups, self.device)
+        dense0, expert0 = opt.step_async(lr=handle.scheduler.lr, scale=clip_scale(norm_t, self.cfg.optimizer.clip_grad))
+        zeros = global_zeros([(dense0, groups[0][1]), (expert0, groups[1][1])], self.device)
+        norm = float(norm_t)
         if not math.isfinite(norm):
-            return False, norm, global_norm_and_zeros(groups, self.device)[1] if zeros is None else zeros
-        coef = clip_coefficient(norm, self.cfg.optimizer.clip_grad)
-        dense0, expert0 = handle.optimizer.step(lr=handle.scheduler.lr, clip_coef=coef)
+            opt.cancel_step()
+            return False, norm, zeros
         if self.ddp is not None:
             self.ddp.gather_params()
-        if zeros is None:
-            g_dense, g_expert = groups[0][1], groups[1][1]
-            zeros = global_zeros([(dense0, g_dense), (expert0, g_expert)], self.device)
         return True, norm, zeros
 
     def lr_scheduler_step(self, handle: ModelHandle, increment: int = 1) -> float:

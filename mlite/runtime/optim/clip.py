@@ -6,9 +6,11 @@ Every rank holds a disjoint shard of every gradient (FSDP2 ``Shard(0)``, padding
 ``torch._foreach_norm`` over the gradient shards (fp32 accumulation, one pass over the gradients, deterministic),
 whose per-tensor norms are squared and summed in fp64. ``num_zeros`` counts gradient elements equal to zero, summed
 the same way (Megatron logs it as ``num zeros``): the optimizer step counts them inside its update pass
-(:meth:`~mlite.runtime.optim.optimizer.ShardedAdamW.step`); :func:`local_zeros` is the separate pass for when no update
-runs. Clipping is Megatron's: ``coef = clip_grad / (norm + 1e-6)``, applied only when ``coef < 1``; the runtime
-applies it inside the fp32 update (the bf16 gradients are not rewritten).
+(:meth:`~mlite.runtime.optim.optimizer.ShardedAdamW.step`, also when it skips the update); :func:`local_zeros` is
+the separate pass. Clipping is Megatron's: ``coef = clip_grad / (norm + 1e-6)``, applied only when ``coef < 1``; the
+runtime applies it inside the fp32 update (the bf16 gradients are not rewritten). :func:`global_norm_tensor` and
+:func:`clip_scale` compute the norm and the coefficient on the device (the same float64 operations as the host forms),
+so the optimizer step is queued without waiting for them.
 
 dist_opt (:mod:`mlite.runtime.ddp`) sums the same way over the shards of the reduced gradient buffers; without the
 distributed optimizer a group may be :data:`LOCAL`: every rank already holds those gradients whole, nothing is summed.
@@ -33,15 +35,27 @@ def _reduce(t: torch.Tensor, group) -> None:
 
 def local_sq(grads: Iterable[torch.Tensor | None], device) -> torch.Tensor:
     """Sum of squares (float64 scalar on ``device``) over local gradient shards; None and empty add nothing."""
-    gs = [g for g in grads if g is not None and g.numel() > 0]
-    acc = torch.zeros((), dtype=torch.float64, device=device)
-    by_dev: dict = {}
-    for g in gs:
-        by_dev.setdefault((g.device, g.dtype), []).append(g)
-    for ts in by_dev.values():
-        norms = torch._foreach_norm(ts, 2, dtype=torch.float32)
-        acc += torch.stack(norms).to(device=device, dtype=torch.float64).square().sum()
-    return acc
+    return local_sq_lists([grads], device)[0]
+
+
+def local_sq_lists(lists: list[Iterable[torch.Tensor | None]], device) -> list[torch.Tensor]:
+    """:func:`local_sq` of several lists with one ``torch._foreach_norm`` per (device, dtype) over all of them."""
+    lists = [[g for g in gs if g is not None and g.numel() > 0] for gs in lists]
+    buckets: dict = {}  # (device, dtype) -> [(list index, tensor)], lists in order
+    for i, gs in enumerate(lists):
+        for g in gs:
+            buckets.setdefault((g.device, g.dtype), []).append((i, g))
+    accs = [torch.zeros((), dtype=torch.float64, device=device) for _ in lists]
+    for items in buckets.values():
+        norms = torch._foreach_norm([g for _, g in items], 2, dtype=torch.float32)
+        sq = torch.stack(norms).to(device=device, dtype=torch.float64).square()
+        start = 0
+        for i in range(len(lists)):
+            k = sum(1 for j, _ in items if j == i)
+            if k:
+                accs[i] += sq[start : start + k].sum()
+            start += k
+    return accs
 
 
 def local_zeros(grads: Iterable[torch.Tensor | None], device) -> torch.Tensor:
@@ -53,14 +67,24 @@ def local_zeros(grads: Iterable[torch.Tensor | None], device) -> torch.Tensor:
     return acc
 
 
+def global_norm_tensor(
+    groups: list[tuple[list[torch.Tensor | None], dist.ProcessGroup | None]], device
+) -> torch.Tensor:
+    """Global L2 norm (float64 scalar on ``device``, no host wait) from ``[(local grad shards, process group), ...]``."""
+    if not groups:
+        return torch.zeros((), dtype=torch.float64, device=device)
+    parts = local_sq_lists([g for g, _ in groups], device)
+    for acc, (_, group) in zip(parts, groups):
+        _reduce(acc, group)
+    total = torch.stack(parts).sum()
+    if total.device.type == "cpu":  # torch's CPU float64 sqrt is not always correctly rounded; math.sqrt is
+        return torch.tensor(math.sqrt(float(total)), dtype=torch.float64)
+    return total.sqrt()  # IEEE on CUDA; sqrt keeps inf and nan
+
+
 def global_norm(groups: list[tuple[list[torch.Tensor | None], dist.ProcessGroup | None]], device) -> float:
     """Global L2 norm from ``[(local grad shards, process group), ...]`` (one host sync)."""
-    parts = []
-    for grads, group in groups:
-        acc = local_sq(grads, device)
-        _reduce(acc, group)
-        parts.append(acc)
-    return math.sqrt(float(torch.stack(parts).sum())) if parts else 0.0  # sqrt keeps inf and nan
+    return float(global_norm_tensor(groups, device))
 
 
 def global_zeros(counts: list[tuple[torch.Tensor | int, dist.ProcessGroup | None]], device) -> int:
@@ -88,3 +112,16 @@ def clip_coefficient(norm: float, clip_grad: float | None) -> float:
         return 1.0
     coef = clip_grad / (norm + 1.0e-6)
     return coef if coef < 1.0 else 1.0
+
+
+def clip_scale(norm: torch.Tensor, clip_grad: float | None) -> torch.Tensor:
+    """fp32 ``[clip_coef, finite]`` on the norm's device, computed there (no host wait): :func:`clip_coefficient`
+    in the same float64 operations (a true division, not a reciprocal), and 1.0 / 0.0 for a finite / inf-nan norm."""
+    finite = torch.isfinite(norm)
+    one = torch.ones_like(norm)
+    if clip_grad:
+        coef = torch.div(torch.full_like(norm, float(clip_grad)), norm + 1.0e-6)
+        coef = torch.where(finite & (coef < 1.0), coef, one)
+    else:
+        coef = one
+    return torch.stack([coef, finite.to(norm.dtype)]).to(torch.float32)

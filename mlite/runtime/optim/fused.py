@@ -1,15 +1,27 @@
-"""The fused AdamW kernel (Triton): one pass over one parameter's local shard.
+"""The fused AdamW kernel (Triton): one launch updates every shard of a state group, one pass over its memory.
 
-Per element it reads the gradient, the moments and the master -- stored whole (fp32) or rebuilt from the bf16
-parameter and its int16 remainder (PAO) -- applies the clip scale, runs the update of :mod:`.adamw` in the same
-order of operations, and writes the moments, the bf16 parameter (round to nearest, ties away from zero, see
-:mod:`.master`) and either the fp32 master or the remainder. Both storage modes go through this one kernel and only
-differ in where the master comes from and goes to, so a PAO run and an fp32-master run stay bitwise identical.
-It is compiled with ``enable_fp_fusion=False`` and uses ``div_rn`` / ``sqrt_rn`` so that it computes the same bits
-as the torch-op path the host update runs (:func:`.adamw.adamw_inplace`).
+Multi-tensor layout. The optimizer's own state (fp32 master or int16 remainder, both moments) lives in flat per-group
+buffers; the parameters and gradients are separate tensors owned by FSDP2. A launch reads a small device table with
+one column per shard -- parameter address, gradient address (0: no gradient), gradient dtype, element count, start in
+the group buffers, first block -- and a block -> shard map; each program casts the shard's int64 address to a typed
+pointer and updates ``BLOCK`` elements of it. :class:`MultiTensorLaunch` builds the map once (it only depends on the
+element counts) and rebuilds the table only when an address changes, so a steady-state step is one table comparison
+on the host and one kernel per group.
 
-Each program also writes the number of exactly-zero gradient elements of its block to its own slot of an int32
-buffer (Megatron's ``num_zeros``; no atomics, so the count is deterministic).
+Per element the kernel reads the gradient, the moments and the master -- stored whole (fp32) or rebuilt from the bf16
+parameter and its int16 remainder (PAO) -- applies the clip scale, runs the update of :mod:`.adamw` in the same order
+of operations, and writes the moments, the bf16 parameter (round to nearest, ties away from zero, see :mod:`.master`)
+and either the fp32 master or the remainder. Both storage modes go through this one kernel and only differ in where the
+master comes from and goes to, so a PAO run and an fp32-master run stay bitwise identical. It is compiled with
+``enable_fp_fusion=False`` and uses ``div_rn`` / ``sqrt_rn`` so that it computes the same bits as the host update
+(:func:`.adamw.adamw_inplace`). bf16 values are widened and rounded (nearest even) with integer bit operations, which is
+what the GPU's conversion instructions do and what Triton's interpreter (the CPU test of this kernel) does not do for
+subnormals and ties.
+
+The clip scale is read from device memory (``scale = [clip_coef, finite]``, fp32): the host never waits for the grad
+norm. When ``finite`` is 0 the kernel stores nothing but the zero counts (the step is skipped, as Megatron skips it on
+an inf/nan norm). Each program writes the number of exactly-zero gradient elements of its block to its own slot of an
+int32 buffer (Megatron's ``num_zeros``; no atomics, so the count is deterministic).
 
 Bytes moved per element (bf16 parameter and gradient, fp32 moments): fp32 master 28, PAO remainder 26 (plus 2 for the
 gradient-norm pass), the memory-traffic floor of the arithmetic.
@@ -18,6 +30,8 @@ gradient-norm pass), the memory-traffic floor of the arithmetic.
 from __future__ import annotations
 
 import importlib.util
+import os
+from collections.abc import Sequence
 
 import torch
 
@@ -32,6 +46,12 @@ BLOCK = 2048
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 """Whether this environment has Triton (the CUDA update uses the kernel when it does)."""
 
+GRAD_KIND = {torch.bfloat16: 1, torch.float32: 2, torch.float16: 3}
+"""Gradient dtype codes of the table (0: the shard has no gradient this step)."""
+
+ROWS = 6
+"""Table rows: param address, grad address, grad kind, numel, start in the group buffers, first block."""
+
 _KERNEL: dict = {}
 
 
@@ -41,96 +61,9 @@ def blocks(n: int) -> int:
 
 
 def _build():
-    import triton
-    import triton.language as tl
+    from .fused_kernel import adamw_multi_kernel
 
-    @triton.jit(do_not_specialize=["n"])
-    def adamw_kernel(
-        p_ptr,
-        g_ptr,
-        w_ptr,
-        m_ptr,
-        v_ptr,
-        z_ptr,
-        n,
-        clip,
-        b1,
-        omb1,
-        b2,
-        omb2,
-        ibc1,
-        ibc2,
-        eps,
-        wd,
-        lr,
-        MODE: tl.constexpr,
-        HAS_GRAD: tl.constexpr,
-        WD: tl.constexpr,
-        DECOUPLED: tl.constexpr,
-        M_BF16: tl.constexpr,
-        V_BF16: tl.constexpr,
-        BLOCK: tl.constexpr,
-    ):
-        pid = tl.program_id(0)
-        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        # ---- the fp32 master
-        if MODE == 0:
-            p32 = tl.load(p_ptr + offs, mask=mask, other=0.0)
-        elif MODE == 1:
-            p32 = tl.load(w_ptr + offs, mask=mask, other=0.0)
-        else:  # merge: high = param_bits - (remainder < 0); bits = high * 65536 + (remainder & 0xFFFF)
-            hi = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.int16, bitcast=True).to(tl.int32)
-            rem = tl.load(w_ptr + offs, mask=mask, other=0).to(tl.int32)
-            neg = (rem < 0).to(tl.int32)
-            hi = hi - neg
-            hi = tl.where(hi < -32768, hi + 65536, hi)
-            p32 = (hi * 65536 + (rem + neg * 65536)).to(tl.float32, bitcast=True)
-        # ---- gradient (zero count of this block)
-        if HAS_GRAD:
-            graw = tl.load(g_ptr + offs, mask=mask, other=1.0)
-            tl.store(z_ptr + pid, tl.sum((graw == 0).to(tl.int32), axis=0))
-            g = graw.to(tl.float32)
-        else:
-            g = tl.zeros([BLOCK], dtype=tl.float32)
-        g = g * clip  # always (x * 1.0 == x exactly): no kernel variant appears when clipping starts or stops
-        if WD and not DECOUPLED:
-            g = g + p32 * wd
-        # ---- moments and update (same order as adamw_inplace)
-        m = tl.load(m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        m = m * b1 + g * omb1
-        num = m * ibc1
-        v = v * b2 + (g * g) * omb2
-        den = tl.sqrt_rn(v * ibc2) + eps
-        u = tl.div_rn(num, den)
-        if WD and DECOUPLED:
-            u = u + p32 * wd
-        new = p32 - u * lr
-        if M_BF16:
-            tl.store(m_ptr + offs, m.to(tl.bfloat16, fp_downcast_rounding="rtne"), mask=mask)
-        else:
-            tl.store(m_ptr + offs, m, mask=mask)
-        if V_BF16:
-            tl.store(v_ptr + offs, v.to(tl.bfloat16, fp_downcast_rounding="rtne"), mask=mask)
-        else:
-            tl.store(v_ptr + offs, v, mask=mask)
-        # ---- write back
-        if MODE == 0:
-            tl.store(p_ptr + offs, new, mask=mask)
-        else:  # split: low >= 0x8000 rounds the high half up (ties away from zero); remainder = signed low half
-            bits = new.to(tl.int32, bitcast=True)
-            low = bits & 0xFFFF
-            up = (low >= 0x8000).to(tl.int32)
-            hi2 = (bits >> 16) + up
-            hi2 = tl.where(hi2 > 32767, hi2 - 65536, hi2)
-            tl.store(p_ptr + offs, hi2.to(tl.int16).to(tl.bfloat16, bitcast=True), mask=mask)
-            if MODE == 1:
-                tl.store(w_ptr + offs, new, mask=mask)
-            else:
-                tl.store(w_ptr + offs, (low - up * 65536).to(tl.int16), mask=mask)
-
-    return adamw_kernel
+    return adamw_multi_kernel
 
 
 def kernel():
@@ -138,6 +71,138 @@ def kernel():
     if "k" not in _KERNEL:
         _KERNEL["k"] = _build()
     return _KERNEL["k"]
+
+
+def interpreted() -> bool:
+    """Triton's interpreter is on (``TRITON_INTERPRET=1``: kernels run on CPU tensors, for tests)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def scale_tensor(clip: float, device, apply: bool = True) -> torch.Tensor:
+    """The kernel's ``[clip_coef, finite]`` (fp32) from host values (an asynchronous copy, no host wait)."""
+    t = torch.tensor([clip, 1.0 if apply else 0.0], dtype=torch.float32)
+    return t.to(device, non_blocking=True) if torch.device(device).type != "cpu" else t
+
+
+class MultiTensorLaunch:
+    """One kernel launch over the shards of a state group (see the module docstring).
+
+    ``numels``: element count of each shard; ``offsets``: its start in the flat state buffers. The block map depends
+    only on these; the address table is rebuilt (one small asynchronous host-to-device copy) whenever a parameter or
+    gradient address or a gradient dtype differs from the previous call."""
+
+    def __init__(self, numels: Sequence[int], offsets: Sequence[int], device, aligned: bool = False):
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:  # "cuda" -> "cuda:N", as tensors report their device
+            dev = torch.device("cuda", torch.cuda.current_device())
+        self.device = dev
+        self.aligned = aligned
+        """Compile the variant with alignment hints (16-byte addresses, starts of 8 elements: vector loads and
+        stores); the table build checks every address and start and refuses shards that break it."""
+        if aligned and any(a % 8 for a in offsets):
+            raise ValueError("aligned launch: every start offset must be a multiple of 8 elements")
+        self.numels = [int(n) for n in numels]
+        self.offsets = [int(a) for a in offsets]
+        nb = [blocks(n) for n in self.numels]
+        self.first, acc = [], 0
+        for b in nb:
+            self.first.append(acc)
+            acc += b
+        self.nblocks = acc
+        """Programs of one launch (= zero-count slots)."""
+        counts = torch.tensor(nb, dtype=torch.int64)
+        self.bmap = torch.repeat_interleave(torch.arange(len(nb), dtype=torch.int32), counts).to(self.device)
+        self.zeros = torch.zeros(max(1, acc), dtype=torch.int32, device=self.device)
+        """Per-block zero counts of the last launch."""
+        self._key: tuple | None = None
+        self._table: torch.Tensor | None = None
+
+    def table(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> torch.Tensor:
+        """The device table for these shards (cached while every address and gradient dtype stays the same)."""
+        pp, gp, gk = [], [], []
+        for p, g, n in zip(params, grads, self.numels):
+            pp.append(p.data_ptr())
+            if g is None or n == 0:
+                gp.append(0)
+                gk.append(0)
+            else:
+                gp.append(g.data_ptr())
+                gk.append(GRAD_KIND[g.dtype])
+        key = (*pp, *gp, *gk)
+        if key != self._key:
+            self._check(params, grads)
+            rows = [pp, gp, gk, self.numels, self.offsets, self.first]
+            host = torch.tensor(rows, dtype=torch.int64)
+            self._table = host.to(self.device, non_blocking=True) if self.device.type != "cpu" else host
+            self._key = key
+        return self._table
+
+    def _check(self, params, grads) -> None:
+        if len(params) != len(self.numels) or len(grads) != len(self.numels):
+            raise ValueError(f"{len(params)} params / {len(grads)} grads for a launch over {len(self.numels)} shards")
+        for i, (p, g, n) in enumerate(zip(params, grads, self.numels)):
+            if p.numel() != n or not p.is_contiguous() or p.device != self.device:
+                raise ValueError(f"shard {i}: param of {p.numel()} elements on {p.device} (want {n}, contiguous)")
+            if g is not None and n and (g.numel() != n or not g.is_contiguous() or g.dtype not in GRAD_KIND):
+                raise ValueError(f"shard {i}: gradient of {g.numel()} {g.dtype} elements (want {n}, contiguous)")
+            if self.aligned and (p.data_ptr() % 16 or (g is not None and n and g.data_ptr() % 16)):
+                raise ValueError(f"shard {i}: address not 16-byte aligned (use an unaligned launch)")
+
+    def __call__(
+        self,
+        params: Sequence[torch.Tensor],
+        grads: Sequence[torch.Tensor | None],
+        master: torch.Tensor | None,
+        exp_avg: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
+        mode: int,
+        s: StepScalars,
+        scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Update every shard in place; returns the zero-gradient count (int64 device scalar, no host sync).
+
+        ``master``: the group's flat fp32 master (MODE_MASTER), int16 remainder (MODE_REMAINDER) or None
+        (MODE_PARAM); ``exp_avg`` / ``exp_avg_sq``: the flat moments; ``scale``: fp32 ``[clip_coef, finite]`` on the
+        device (default: ``s.clip``, applied)."""
+        if self.nblocks == 0:
+            return torch.zeros((), dtype=torch.int64, device=self.device)
+        tab = self.table(params, grads)
+        if self.aligned:
+            for t in (master, exp_avg, exp_avg_sq):
+                if t is not None and t.data_ptr() % 16:
+                    raise ValueError("aligned launch: state buffers must be 16-byte aligned")
+        if scale is None:
+            scale = scale_tensor(s.clip, self.device)
+        extra = {} if interpreted() else {"enable_fp_fusion": False}
+        kernel()[(self.nblocks,)](
+            tab,
+            self.bmap,
+            master if master is not None else exp_avg,
+            exp_avg,
+            exp_avg_sq,
+            self.zeros,
+            scale,
+            len(self.numels),
+            s.b1,
+            s.omb1,
+            s.b2,
+            s.omb2,
+            s.ibc1,
+            s.ibc2,
+            s.eps,
+            s.wd,
+            s.lr,
+            MODE=mode,
+            WD=s.wd != 0.0,
+            DECOUPLED=s.decoupled,
+            M_BF16=exp_avg.dtype == torch.bfloat16,
+            V_BF16=exp_avg_sq.dtype == torch.bfloat16,
+            BLOCK=BLOCK,
+            ALIGNED=self.aligned,
+            num_warps=8,
+            **extra,
+        )
+        return self.zeros[: self.nblocks].sum()
 
 
 def launch(
@@ -149,46 +214,40 @@ def launch(
     zeros: torch.Tensor,
     mode: int,
     s: StepScalars,
+    scale: torch.Tensor | None = None,
 ) -> None:
-    """Update one flat shard in place. ``master``: the fp32 master (MODE_MASTER), the int16 remainder
-    (MODE_REMAINDER) or None (MODE_PARAM); ``zeros``: int32[:func:`blocks`(n)] receives the per-block zero counts."""
+    """Update one flat shard in place (a one-shard :class:`MultiTensorLaunch`). ``master``: the fp32 master
+    (MODE_MASTER), the int16 remainder (MODE_REMAINDER) or None (MODE_PARAM); ``zeros``: int32[:func:`blocks`(n)]
+    receives the per-block zero counts."""
     n = param.numel()
     if n == 0:
         return
-    w = master if master is not None else param
-    g = grad if grad is not None else param
-    extra = {} if _interpreted() else {"enable_fp_fusion": False}
-    kernel()[(blocks(n),)](
-        param,
-        g,
-        w,
-        exp_avg,
-        exp_avg_sq,
-        zeros,
-        n,
-        s.clip,
-        s.b1,
-        s.omb1,
-        s.b2,
-        s.omb2,
-        s.ibc1,
-        s.ibc2,
-        s.eps,
-        s.wd,
-        s.lr,
-        MODE=mode,
-        HAS_GRAD=grad is not None,
-        WD=s.wd != 0.0,
-        DECOUPLED=s.decoupled,
-        M_BF16=exp_avg.dtype == torch.bfloat16,
-        V_BF16=exp_avg_sq.dtype == torch.bfloat16,
-        BLOCK=BLOCK,
-        num_warps=8,
-        **extra,
+    mt = MultiTensorLaunch([n], [0], param.device)
+    mt(
+        [param.view(-1)],
+        [None if grad is None else grad.view(-1)],
+        None if master is None else master.view(-1),
+        exp_avg.view(-1),
+        exp_avg_sq.view(-1),
+        mode,
+        s,
+        scale,
     )
+    zeros[: mt.nblocks].copy_(mt.zeros[: mt.nblocks])
 
 
-def _interpreted() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+def launch_group(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+    offsets: Sequence[int],
+    master: torch.Tensor | None,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    mode: int,
+    s: StepScalars,
+    scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Update a list of shards whose state sits at ``offsets`` of flat buffers in one launch (uncached; keep a
+    :class:`MultiTensorLaunch` to reuse the map and table across steps). Returns the zero count (device scalar)."""
+    mt = MultiTensorLaunch([p.numel() for p in params], offsets, params[0].device)
+    return mt(params, grads, master, exp_avg, exp_avg_sq, mode, s, scale)

@@ -24,12 +24,15 @@ checkpoint with state is loaded). The master starts as the exact fp32 value of t
 
 How a group is updated (chosen from where its state and parameters live):
 
-* device state on CUDA with Triton: the fused kernel of :mod:`.fused`, one launch per parameter shard, one pass over
-  the shard's memory (merge the remainder, clip scale, AdamW, write the bf16 param and the remainder or the master);
+* device state on CUDA with Triton: the fused kernel of :mod:`.fused`, one launch per group over all its shards (a
+  cached device table of shard addresses), one pass over the memory (merge the remainder, clip scale, AdamW, write
+  the bf16 param and the remainder or the master); the clip scale and the finite flag come from device memory
+  (:meth:`ShardedAdamW.step_async`), so the step never waits for the grad norm;
 * CPU state with the parameters on another device (``offload_fraction``): the group's gradients (and, for PAO, the bf16
   params) are copied into a pinned host buffer of the group, the update runs over the flat group buffers on the host
-  in chunks of :data:`CHUNK` elements with preallocated work buffers, and the new parameters are copied back
-  asynchronously. Extra host memory: one gradient and one parameter copy of the offloaded parameters;
+  in chunks of :data:`CHUNK` elements (:mod:`.host`) as the gradients land, and each shard's new parameters are
+  copied back asynchronously as soon as its last chunk is done. Extra host memory: one gradient and one parameter
+  copy of the offloaded parameters;
 * otherwise (CPU runs, CUDA without Triton): the same torch-op update per shard, chunked.
 
 All three evaluate the same operation sequence (:mod:`.adamw`), so the storage modes, the offload split and the
@@ -40,23 +43,16 @@ and the PAO mode, so the two modes are bitwise identical.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from ...errors import MliteError
 from ..config import OptimizerConfig
-from . import fused
-from .adamw import AdamWHyper, StepScalars, adamw_inplace, scratch, step_scalars
-from .master import (
-    LITTLE_ENDIAN,
-    high_half_into_,
-    merge_fp32,
-    merged_into_,
-    split_fp32,
-    split_from_pair_,
-)
+from . import fused, host
+from .adamw import AdamWHyper, StepScalars, step_scalars
+from .master import merge_fp32
 from .offload import offload_split
 
 CHUNK = 1 << 20
@@ -67,6 +63,11 @@ STATE_KEYS = ("master", "remainder", "exp_avg", "exp_avg_sq")
 
 _TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _MODE_ID = {"param": fused.MODE_PARAM, "master": fused.MODE_MASTER, "remainder": fused.MODE_REMAINDER}
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    """A gradient as the kernel reads it (FSDP2's are contiguous already; a copy is only read)."""
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -116,16 +117,10 @@ class StateGroup:
     """Flat state buffers by name."""
     staging: dict = field(default_factory=dict)
     """Host copies (gradient, parameter) of an offloaded group whose parameters are on another device."""
-
-
-def _work(n: int, device) -> dict:
-    """Work buffers of the torch-op update for chunks of up to ``n`` elements (allocated once per group update)."""
-    return {
-        "fp": scratch(n, device),
-        "i32": torch.empty(n, dtype=torch.int32, device=device),
-        "i16": torch.empty(n, dtype=torch.int16, device=device),
-        "pair": torch.empty(n, 2, dtype=torch.int16, device=device),
-    }
+    launch: Any = None
+    """The group's cached :class:`~.fused.MultiTensorLaunch` (device groups on the Triton path)."""
+    work: dict = field(default_factory=dict)
+    """Work buffers of the torch-op update (allocated once, reused every step)."""
 
 
 class ShardedAdamW:
@@ -220,6 +215,7 @@ class ShardedAdamW:
             dev = self._group_device(g)
             if any(t.device != dev for t in g.bufs.values()):
                 g.bufs = {k: t.to(dev) for k, t in g.bufs.items()}
+                g.launch, g.work = None, {}
                 self._bind(g)
 
     # ------------------------------------------------------------------ update
@@ -227,11 +223,22 @@ class ShardedAdamW:
     def step(self, lr: float, clip_coef: float = 1.0) -> tuple[int, int]:
         """One AdamW step on every local shard (call only after a finite global grad norm); returns the local
         zero-gradient counts ``(dense, expert)``."""
+        dense, expert = self.step_async(lr, fused.scale_tensor(clip_coef, self.home))
+        self.last_zeros = (int(dense), int(expert))
+        return self.last_zeros
+
+    @torch.no_grad()
+    def step_async(self, lr: float, scale: torch.Tensor) -> tuple[torch.Tensor | int, torch.Tensor | int]:
+        """One AdamW step without a host wait on device-resident groups. ``scale``: fp32 ``[clip_coef, finite]``
+        on the home device (:func:`.clip.clip_scale`); where ``finite`` is 0 nothing is updated (the caller then
+        calls :meth:`cancel_step`). Returns the local zero-gradient counts ``(dense, expert)`` (device scalars or
+        ints); they are counted whether or not the update applies. Host groups (CPU runs, ``offload_fraction``)
+        read the scale on the host, after every device kernel and staging copy is queued."""
         self.init_state()
         self.step_count += 1
         c = self.cfg
         counts: dict = {False: [], True: []}
-        pending = []
+        later = []
         for g in self.groups:
             h = AdamWHyper(
                 lr=lr,
@@ -241,21 +248,32 @@ class ShardedAdamW:
                 weight_decay=c.weight_decay if g.decay else 0.0,
                 step=self.step_count,
                 decoupled=c.decoupled,
-                clip_coef=clip_coef,
             )
-            sc = step_scalars(h)
             dev = self._group_device(g)
             pdev = local(g.slots[0].param).device
             if self._fused(dev) and dev.type == pdev.type:
-                counts[g.expert].append(self._update_fused(g, sc))
-            elif dev.type != pdev.type:
-                pending.append((g, sc, self._stage_in(g)))
+                counts[g.expert].append(self._update_fused(g, step_scalars(h), scale.to(dev, non_blocking=True)))
+            elif self._staged(g):
+                later.append((g, h, "staged", self._stage_in(g)))
             else:
-                counts[g.expert].append(self._update_torch(g, sc))
-        for g, sc, event in pending:  # host updates after every device kernel is queued
-            counts[g.expert].append(self._update_staged(g, sc, event))
-        self.last_zeros = (int(sum(int(x) for x in counts[False])), int(sum(int(x) for x in counts[True])))
-        return self.last_zeros
+                later.append((g, h, "torch", None))
+        if later:  # host updates after every device kernel and copy is queued
+            clip, finite = scale.tolist()
+            for g, h, kind, event in later:
+                sc = step_scalars(replace(h, clip_coef=clip))
+                if kind == "torch":
+                    counts[g.expert].append(self._update_torch(g, sc, finite != 0.0))
+                else:
+                    counts[g.expert].append(self._update_staged(g, sc, event, finite != 0.0))
+        return sum(counts[False], 0), sum(counts[True], 0)
+
+    def cancel_step(self) -> None:
+        """Undo the step count of a :meth:`step_async` whose ``finite`` flag was 0 (nothing was updated)."""
+        self.step_count -= 1
+
+    def _staged(self, g: StateGroup) -> bool:
+        """The group's state is on the host and its parameters elsewhere: staged host update."""
+        return self._group_device(g).type != local(g.slots[0].param).device.type
 
     def _fused(self, dev: torch.device) -> bool:
         if self.kernel == "auto":
@@ -273,77 +291,60 @@ class ShardedAdamW:
     def _grad(s: ParamSlot) -> torch.Tensor | None:
         return None if s.param.grad is None else local(s.param.grad).reshape(-1)
 
-    def _update_fused(self, g: StateGroup, sc: StepScalars) -> torch.Tensor:
-        """Triton: one kernel per shard; returns the group's zero count (a device scalar)."""
-        sizes = [fused.blocks(local(s.param).numel()) for s in g.slots]
-        zeros = torch.zeros(max(1, sum(sizes)), dtype=torch.int32, device=g.bufs["exp_avg"].device)
-        mode = _MODE_ID[g.mode]
-        z0 = 0
-        for s, nb in zip(g.slots, sizes):
-            key = "master" if g.mode == "master" else "remainder" if g.mode == "remainder" else None
-            fused.launch(
-                self._shard(s),
-                self._grad(s),
-                s.state[key] if key else None,
-                s.state["exp_avg"],
-                s.state["exp_avg_sq"],
-                zeros[z0 : z0 + nb],
-                mode,
-                sc,
-            )
-            z0 += nb
-        return zeros.sum()
+    def _update_fused(self, g: StateGroup, sc: StepScalars, scale: torch.Tensor) -> torch.Tensor:
+        """Triton: one launch over the group's shards; returns the group's zero count (a device scalar)."""
+        params = [local(s.param) for s in g.slots]
+        if g.launch is None:
+            g.launch = fused.MultiTensorLaunch([p.numel() for p in params], g.offsets, g.bufs["exp_avg"].device)
+        grads = [None if (x := self._grad(s)) is None else _contiguous(x) for s in g.slots]  # dist_opt: buffer views
+        key = "master" if g.mode == "master" else "remainder" if g.mode == "remainder" else None
+        w = g.bufs[key] if key else None
+        return g.launch(params, grads, w, g.bufs["exp_avg"], g.bufs["exp_avg_sq"], _MODE_ID[g.mode], sc, scale)
 
-    def _update_torch(self, g: StateGroup, sc: StepScalars) -> int:
+    @staticmethod
+    def _work_for(g: StateGroup, n: int, device) -> dict:
+        """The group's cached work buffers for chunks of up to ``n`` elements on ``device``."""
+        key = (str(device), n)
+        if g.work.get("key") != key:
+            g.work = {"key": key, "bufs": host.work_buffers(n, device)}
+        return g.work["bufs"]
+
+    def _update_torch(self, g: StateGroup, sc: StepScalars, apply: bool = True):
         """Torch ops on the shard's own device, chunk by chunk (CPU runs; CUDA without Triton)."""
-        work = None
         zeros = 0
+        work = None
         for s in g.slots:
             lp, grad = self._shard(s), self._grad(s)
             n = lp.numel()
-            if grad is not None:
-                zeros += int((grad == 0).sum())
+            if grad is not None and n:
+                zeros = zeros + (n - torch.count_nonzero(grad))
+            if not apply:
+                continue
+            if work is None:
+                work = self._work_for(g, min(CHUNK, max(local(x.param).numel() for x in g.slots)), lp.device)
             for a in range(0, n, CHUNK):
                 b = min(a + CHUNK, n)
-                if work is None:
-                    work = _work(min(CHUNK, max(x.param.numel() for x in g.slots)), lp.device)
-                self._chunk(g.mode, lp[a:b], None if grad is None else grad[a:b], s.state, a, b, sc, work)
+                host.update_chunk(g.mode, lp[a:b], None if grad is None else grad[a:b], s.state, a, b, sc, work)
         return zeros
 
     @staticmethod
     def _chunk(mode: str, p: torch.Tensor, grad, state: dict, a: int, b: int, sc: StepScalars, work: dict) -> None:
-        """Update ``p`` (param chunk, on the state's device) and ``state[a:b]`` in place (``work``: :func:`_work`)."""
-        m, v = state["exp_avg"][a:b], state["exp_avg_sq"][a:b]
-        fp = work["fp"]
-        if mode == "param":
-            adamw_inplace(p, grad, m, v, sc, fp)
-        elif mode == "master":
-            master = state["master"][a:b]
-            adamw_inplace(master, grad, m, v, sc, fp)
-            if LITTLE_ENDIAN:
-                high_half_into_(master, p, work["i32"])
-            else:
-                p.copy_(split_fp32(master)[0])
-        else:
-            rem = state["remainder"][a:b]
-            if LITTLE_ENDIAN:
-                master = merged_into_(p, rem, work["pair"], work["i16"])
-                adamw_inplace(master, grad, m, v, sc, fp)
-                split_from_pair_(master, work["pair"], p, rem, work["i32"])
-            else:
-                master = merge_fp32(p, rem)
-                adamw_inplace(master, grad, m, v, sc, fp)
-                hi, r = split_fp32(master)
-                rem.copy_(r)
-                p.copy_(hi)
+        """Update ``p`` (param chunk, on the state's device) and ``state[a:b]`` in place (``work``:
+        :func:`.host.work_buffers`); see :func:`.host.update_chunk`."""
+        host.update_chunk(mode, p, grad, state, a, b, sc, work)
 
     def _stage_in(self, g: StateGroup):
-        """Queue the copies of an offloaded group's gradients (and PAO / fp32 params) into pinned host buffers."""
+        """Queue the copies of an offloaded group's gradients (and PAO / fp32 params) into pinned host buffers and
+        count the zero gradients where they are (on the device: no host pass). Returns ``(zero count, events)``;
+        ``events``: ``[(start offset, event)]`` per shard on CUDA (the host update starts on a chunk as soon as the
+        copies it needs have landed), else None."""
         pdtype = local(g.slots[0].param).dtype
         if not g.staging:
             pin = torch.cuda.is_available()
             g.staging = {k: torch.empty(g.numel, dtype=pdtype, pin_memory=pin) for k in ("grad", "param")}
         gs, ps = g.staging["grad"], g.staging["param"]
+        cuda = torch.cuda.is_available() and local(g.slots[0].param).is_cuda
+        events, zeros = [], 0
         for s, a in zip(g.slots, g.offsets):
             lp, grad = self._shard(s), self._grad(s)
             n = lp.numel()
@@ -351,28 +352,42 @@ class ShardedAdamW:
                 gs[a : a + n].zero_()
             else:
                 gs[a : a + n].copy_(grad, non_blocking=True)
+                if n:
+                    zeros = zeros + (n - torch.count_nonzero(grad))
             if g.mode != "master":
                 ps[a : a + n].copy_(lp, non_blocking=True)
-        if torch.cuda.is_available() and local(g.slots[0].param).is_cuda:
-            ev = torch.cuda.Event()
-            ev.record()
-            return ev
-        return None
+            if cuda and n:
+                ev = torch.cuda.Event()
+                ev.record()
+                events.append((a, ev))
+        return zeros, (events if cuda else None)
 
-    def _update_staged(self, g: StateGroup, sc: StepScalars, event) -> int:
-        """Host update of an offloaded group over its flat buffers, then copy the new parameters back."""
-        if event is not None:
-            event.synchronize()
-        gs, ps = g.staging["grad"], g.staging["param"]
-        zeros = int((gs == 0).sum()) - sum(local(s.param).numel() for s in g.slots if s.param.grad is None)
-        work = _work(min(CHUNK, g.numel), "cpu")
-        for a in range(0, g.numel, CHUNK):
-            b = min(a + CHUNK, g.numel)
-            self._chunk(g.mode, ps[a:b], gs[a:b], g.bufs, a, b, sc, work)
-        for s, a in zip(g.slots, g.offsets):
-            lp = self._shard(s)
-            lp.copy_(ps[a : a + lp.numel()], non_blocking=True)
+    def _update_staged(self, g: StateGroup, sc: StepScalars, staged, apply: bool = True):
+        """Host update of an offloaded group over its flat buffers, chunk by chunk as its gradients land; each
+        shard's new parameters are copied back as soon as its last chunk is done. Returns the zero count."""
+        zeros, events = staged
+        pending = list(events or [])
+        if apply:
+            gs, ps = g.staging["grad"], g.staging["param"]
+            work = self._work_for(g, min(CHUNK, g.numel), "cpu")
+            ends = [a + local(s.param).numel() for s, a in zip(g.slots, g.offsets)]
+            back = 0  # next slot to copy back
+            for a in range(0, g.numel, CHUNK):
+                b = min(a + CHUNK, g.numel)
+                while pending and pending[0][0] < b:  # every shard that starts before b has landed
+                    pending.pop(0)[1].synchronize()
+                host.update_chunk(g.mode, ps[a:b], gs[a:b], g.bufs, a, b, sc, work)
+                while back < len(g.slots) and ends[back] <= b:
+                    self._copy_back(g, back)
+                    back += 1
+        for _, ev in pending:
+            ev.synchronize()
         return zeros
+
+    def _copy_back(self, g: StateGroup, i: int) -> None:
+        s, a = g.slots[i], g.offsets[i]
+        lp = self._shard(s)
+        lp.copy_(g.staging["param"][a : a + lp.numel()], non_blocking=True)
 
     # ------------------------------------------------------------------ introspection / checkpoint
     def master_weight(self, s: ParamSlot) -> torch.Tensor:
