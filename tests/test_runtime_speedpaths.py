@@ -180,6 +180,45 @@ def test_dist_opt_updates_through_the_fused_kernel_as_through_torch_ops(monkeypa
     assert r["params"] == [] and r["moved"] == r["n"]  # every parameter moved, to the same bits
 
 
+class _PaddedAdamW(ShardedAdamW):
+    """The GPU layout on the host: every shard's state starts on a multiple of STATE_ALIGN elements."""
+
+    @staticmethod
+    def _state_align(device):
+        from mlite.runtime.optim.optimizer import STATE_ALIGN
+
+        return STATE_ALIGN
+
+
+def _padded_worker(rank, world):
+    out = {}
+    for name, cls in (("plain", ShardedAdamW), ("padded", _PaddedAdamW)):
+        params = _plain_params()
+        opt = cls(params, OptimizerConfig(use_precision_aware_optimizer=True), expert_names=set(), device="cpu")
+        opt.kernel = "triton"
+        g = torch.Generator().manual_seed(4)
+        for t in range(5):
+            for _, p in params:
+                p.grad = (torch.randn(p.shape, generator=g) * 0.1).bfloat16()
+            opt.step(lr=3e-2, clip_coef=0.5 if t % 2 else 1.0)
+        out[name] = (
+            {n: p.detach().clone() for n, p in params},
+            opt.padding_numel,
+            {k: v["bytes"] for k, v in opt.memory().items()},
+            [a for g_ in opt.groups for a in g_.offsets],
+        )
+    (pw, pad0, mem0, _), (qw, pad1, mem1, offs) = out["plain"], out["padded"]
+    return {"params": same_bits(pw, qw), "pad": (pad0, pad1), "mem_equal": mem0 == mem1, "offsets": offs}
+
+
+def test_padded_state_layout_updates_the_same_bits(monkeypatch):
+    """The GPU's state layout (shard starts aligned for vector accesses) through the kernel equals the packed one;
+    memory() counts the shards' state only (the padding is reported by padding_numel)."""
+    r = _interpreted(monkeypatch, _padded_worker)
+    assert r["params"] == [] and r["mem_equal"]
+    assert r["pad"][0] == 0 and r["pad"][1] > 0 and all(a % 8 == 0 for a in r["offsets"])
+
+
 def test_state_lives_in_flat_group_buffers():
     params = _plain_params()
     opt = ShardedAdamW(

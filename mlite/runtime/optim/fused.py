@@ -91,14 +91,15 @@ class MultiTensorLaunch:
     only on these; the address table is rebuilt (one small asynchronous host-to-device copy) whenever a parameter or
     gradient address or a gradient dtype differs from the previous call."""
 
-    def __init__(self, numels: Sequence[int], offsets: Sequence[int], device, aligned: bool = False):
+    def __init__(self, numels: Sequence[int], offsets: Sequence[int], device, aligned: bool | None = None):
         dev = torch.device(device)
         if dev.type == "cuda" and dev.index is None:  # "cuda" -> "cuda:N", as tensors report their device
             dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
         self.aligned = aligned
-        """Compile the variant with alignment hints (16-byte addresses, starts of 8 elements: vector loads and
-        stores); the table build checks every address and start and refuses shards that break it."""
+        """True: compile the variant with alignment hints (16-byte addresses, starts of 8 elements: vector loads
+        and stores) and refuse shards that break it; False: never; None: whenever the shards and buffers of the
+        call allow it (checked when the table is built)."""
         if aligned and any(a % 8 for a in offsets):
             raise ValueError("aligned launch: every start offset must be a multiple of 8 elements")
         self.numels = [int(n) for n in numels]
@@ -110,12 +111,22 @@ class MultiTensorLaunch:
             acc += b
         self.nblocks = acc
         """Programs of one launch (= zero-count slots)."""
-        counts = torch.tensor(nb, dtype=torch.int64)
-        self.bmap = torch.repeat_interleave(torch.arange(len(nb), dtype=torch.int32), counts).to(self.device)
+        # two launches: the whole blocks of every shard (no element mask), then each shard's partial last block
+        full = [(i, j) for i, n in enumerate(self.numels) for j in range(n // BLOCK)]
+        tail = [(i, n // BLOCK) for i, n in enumerate(self.numels) if n % BLOCK]
+        self.nfull = len(full)
+        """Programs of the whole-block launch (zero-count slots ``[0, nfull)``; the partial blocks follow)."""
+        pairs = torch.tensor(full + tail, dtype=torch.int32).reshape(-1, 2)
+        self.bmap = pairs[:, 0].contiguous().to(self.device)
+        """Shard of each program (whole blocks first)."""
+        self.bidx = pairs[:, 1].contiguous().to(self.device)
+        """Block within its shard of each program."""
         self.zeros = torch.zeros(max(1, acc), dtype=torch.int32, device=self.device)
         """Per-block zero counts of the last launch."""
         self._key: tuple | None = None
         self._table: torch.Tensor | None = None
+        self._gkind = 0
+        self._vec = False
 
     def table(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> torch.Tensor:
         """The device table for these shards (cached while every address and gradient dtype stays the same)."""
@@ -131,6 +142,11 @@ class MultiTensorLaunch:
         key = (*pp, *gp, *gk)
         if key != self._key:
             self._check(params, grads)
+            kinds = {k for k, n in zip(gk, self.numels) if n}
+            self._gkind = kinds.pop() if len(kinds) == 1 else 0  # 0 also when a shard has no gradient
+            self._vec = self.aligned is True or (
+                self.aligned is None and not any(a % 8 for a in self.offsets) and not any(a % 16 for a in (*pp, *gp))
+            )
             rows = [pp, gp, gk, self.numels, self.offsets, self.first]
             host = torch.tensor(rows, dtype=torch.int64)
             self._table = host.to(self.device, non_blocking=True) if self.device.type != "cpu" else host
@@ -167,20 +183,28 @@ class MultiTensorLaunch:
         if self.nblocks == 0:
             return torch.zeros((), dtype=torch.int64, device=self.device)
         tab = self.table(params, grads)
-        if self.aligned:
-            for t in (master, exp_avg, exp_avg_sq):
-                if t is not None and t.data_ptr() % 16:
-                    raise ValueError("aligned launch: state buffers must be 16-byte aligned")
+        bufs_aligned = not any(t is not None and t.data_ptr() % 16 for t in (master, exp_avg, exp_avg_sq))
+        if self.aligned and not bufs_aligned:
+            raise ValueError("aligned launch: state buffers must be 16-byte aligned")
         if scale is None:
             scale = scale_tensor(s.clip, self.device)
+        for lo, hi, whole in ((0, self.nfull, True), (self.nfull, self.nblocks, False)):
+            if hi > lo:
+                self._launch(
+                    tab, lo, hi, whole, self._vec and bufs_aligned, master, exp_avg, exp_avg_sq, mode, s, scale
+                )
+        return self.zeros[: self.nblocks].sum()
+
+    def _launch(self, tab, lo, hi, whole, vec, master, exp_avg, exp_avg_sq, mode, s, scale) -> None:
         extra = {} if interpreted() else {"enable_fp_fusion": False}
-        kernel()[(self.nblocks,)](
+        kernel()[(hi - lo,)](
             tab,
-            self.bmap,
+            self.bmap[lo:hi],
+            self.bidx[lo:hi],
             master if master is not None else exp_avg,
             exp_avg,
             exp_avg_sq,
-            self.zeros,
+            self.zeros[lo:hi],
             scale,
             len(self.numels),
             s.b1,
@@ -198,11 +222,12 @@ class MultiTensorLaunch:
             M_BF16=exp_avg.dtype == torch.bfloat16,
             V_BF16=exp_avg_sq.dtype == torch.bfloat16,
             BLOCK=BLOCK,
-            ALIGNED=self.aligned,
+            ALIGNED=vec,
+            FULL=whole,
+            GKIND=self._gkind,
             num_warps=8,
             **extra,
         )
-        return self.zeros[: self.nblocks].sum()
 
 
 def launch(

@@ -24,6 +24,7 @@ def round_bf16_rne(x):
 def adamw_multi_kernel(
     tab_ptr,
     bmap_ptr,
+    bidx_ptr,
     w_ptr,
     m_ptr,
     v_ptr,
@@ -46,9 +47,12 @@ def adamw_multi_kernel(
     V_BF16: tl.constexpr,
     BLOCK: tl.constexpr,
     ALIGNED: tl.constexpr = False,
+    FULL: tl.constexpr = False,
+    GKIND: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
-    t = tl.load(bmap_ptr + pid).to(tl.int64)
+    t = tl.load(bmap_ptr + pid).to(tl.int64)  # the shard of this program
+    j = tl.load(bidx_ptr + pid).to(tl.int64)  # its block within the shard
     paddr = tl.load(tab_ptr + t)
     gaddr = tl.load(tab_ptr + T + t)
     gkind = tl.load(tab_ptr + 2 * T + t)
@@ -58,9 +62,11 @@ def adamw_multi_kernel(
         paddr = tl.multiple_of(paddr, 16)
         gaddr = tl.multiple_of(gaddr, 16)
         start = tl.multiple_of(start, 8)
-    first = tl.load(tab_ptr + 5 * T + t)
-    loc = (pid - first) * BLOCK + tl.arange(0, BLOCK)
-    mask = loc < n
+    loc = j * BLOCK + tl.arange(0, BLOCK)
+    if FULL:  # a whole block: a mask constant over the block (the loads and stores can be vector accesses)
+        mask = tl.full([BLOCK], 1, tl.int1)
+    else:  # the shard's last, partial block (n is read from the table: its divisibility is unknown)
+        mask = loc < n
     offs = start + loc
     clip = tl.load(scale_ptr)
     # per-program scalars broadcast to the block before they meet the masks (vector & vector only)
@@ -85,11 +91,8 @@ def adamw_multi_kernel(
             hi = hi - neg
             hi = tl.where(hi < -32768, hi + 65536, hi)
             p32 = (hi * 65536 + (rem + neg * 65536)).to(tl.float32, bitcast=True)
-    # ---- gradient of this shard (its dtype is per shard; the two other loads are masked off) + zero count
-    gk = tl.zeros([BLOCK], dtype=tl.int64) + gkind
-    m1 = mask & (gk == 1)
-    m2 = mask & (gk == 2)
-    m3 = mask & (gk == 3)
+    # ---- gradient of this shard + zero count: GKIND > 0 when every shard of the launch has a gradient of that
+    # dtype (one load); 0: the dtype is per shard (the two other loads are masked off; no gradient: all three)
     gpb = gaddr.to(tl.pointer_type(tl.bfloat16))
     gpf = gaddr.to(tl.pointer_type(tl.float32))
     gph = gaddr.to(tl.pointer_type(tl.float16))
@@ -97,11 +100,25 @@ def adamw_multi_kernel(
         gpb = tl.multiple_of(gpb, 16)
         gpf = tl.multiple_of(gpf, 16)
         gph = tl.multiple_of(gph, 16)
-    gb = widen_bf16(tl.load(gpb + loc, mask=m1, other=0.0))
-    gf = tl.load(gpf + loc, mask=m2, other=0.0)
-    gh = tl.load(gph + loc, mask=m3, other=0.0).to(tl.float32)
-    g = tl.where(m1, gb, tl.where(m2, gf, tl.where(m3, gh, 0.0)))
-    gmask = m1 | m2 | m3
+    if GKIND == 1:
+        g = widen_bf16(tl.load(gpb + loc, mask=mask, other=0.0))
+        gmask = mask
+    elif GKIND == 2:
+        g = tl.load(gpf + loc, mask=mask, other=0.0)
+        gmask = mask
+    elif GKIND == 3:
+        g = tl.load(gph + loc, mask=mask, other=0.0).to(tl.float32)
+        gmask = mask
+    else:
+        gk = tl.zeros([BLOCK], dtype=tl.int64) + gkind
+        m1 = mask & (gk == 1)
+        m2 = mask & (gk == 2)
+        m3 = mask & (gk == 3)
+        gb = widen_bf16(tl.load(gpb + loc, mask=m1, other=0.0))
+        gf = tl.load(gpf + loc, mask=m2, other=0.0)
+        gh = tl.load(gph + loc, mask=m3, other=0.0).to(tl.float32)
+        g = tl.where(m1, gb, tl.where(m2, gf, tl.where(m3, gh, 0.0)))
+        gmask = m1 | m2 | m3
     tl.store(z_ptr + pid, tl.sum(((g == 0.0) & gmask).to(tl.int32), axis=0))
     g = g * clip  # always (x * 1.0 == x exactly): no kernel variant appears when clipping starts or stops
     if WD and not DECOUPLED:

@@ -55,6 +55,8 @@ from .adamw import AdamWHyper, StepScalars, step_scalars
 from .master import merge_fp32
 from .offload import offload_split
 
+STATE_ALIGN = 8
+"""Elements a GPU state group aligns each shard's start to (16 bytes of fp32 state)."""
 CHUNK = 1 << 20
 """Elements per chunk of the torch-op update (4 MiB per fp32 work buffer)."""
 
@@ -183,10 +185,14 @@ class ShardedAdamW:
             by_key.setdefault((s.offload, s.mode, s.decay, s.expert), []).append(s)
         self.groups = []
         for (off, mode, decay, expert), slots in by_key.items():
+            # on a GPU each shard's state starts on a multiple of STATE_ALIGN elements: the kernel's state
+            # accesses are then 16-byte vectors (at most STATE_ALIGN - 1 unused elements per shard, not counted
+            # in memory(): see padding_numel); on the host the buffers are exactly the shards
+            align = self._state_align(torch.device("cpu") if off else self.home)
             offsets, n = [], 0
             for s in slots:
                 offsets.append(n)
-                n += local(s.param).numel()
+                n += -(-local(s.param).numel() // align) * align
             g = StateGroup(slots=slots, offsets=offsets, numel=n, offload=off, mode=mode, decay=decay, expert=expert)
             dev = self._group_device(g)
             if mode == "master":
@@ -418,6 +424,16 @@ class ShardedAdamW:
                     d[k] = t.view(p.shape)
             out[s.name] = d
         return out
+
+    @staticmethod
+    def _state_align(device: torch.device) -> int:
+        """Alignment (elements) of each shard's start in a state group on ``device``."""
+        return STATE_ALIGN if device.type == "cuda" else 1
+
+    @property
+    def padding_numel(self) -> int:
+        """Elements of the group buffers between shards (the GPU alignment of each shard's state; 0 on the host)."""
+        return sum(g.numel - sum(local(x.param).numel() for x in g.slots) for g in self.groups)
 
     def memory(self) -> dict:
         """``{state_name: {"bytes", "numel", "by_device": {device: bytes}}}`` of the allocated state."""
