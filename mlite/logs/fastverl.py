@@ -19,7 +19,7 @@ import re
 try:
     import msgspec
 except ImportError:  # pragma: no cover - msgspec is a dependency; without it every line takes the general parser
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]
 
 _DECODE = msgspec.json.Decoder(list[dict[str, float]]).decode if msgspec is not None else None
 _DECODE_ERRORS = (msgspec.DecodeError,) if msgspec is not None else ()

@@ -16,6 +16,7 @@ Megatron ``iteration N/M |`` head, a non-blank JSONL line) but could not be pars
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import fastverl, megatron, npscan, pipe, tensorboard, verl_console, verl_jsonl
@@ -30,6 +31,12 @@ from .text import clean, split_prefix, strip_ansi
 
 _VERL, _ITER, _VAL, _PIPE, _TB, _RAY, _EVT = range(7)
 _METRIC_KW = {_VERL: (b"step:",), _ITER: (b"iteration",), _VAL: (b"validation loss at",), _PIPE: (b"Step:",)}
+
+
+def _decode_one(text) -> dict[str, float] | None:
+    """One plain verl line through the batch decoder (None: the general parser reads it)."""
+    r = fastverl.decode([text])
+    return r[0] if r else None
 
 
 class _Scanner:
@@ -281,9 +288,14 @@ class _Scanner:
         batch that fails a check is retried line by line, and a line that still fails is read by :meth:`verl`."""
         batch = list(self.batch)
         self.batch.clear()  # emptied in place: block() holds the same list
-        ds = fastverl.decode([block[b:le] for _, _, _, b, le in batch])
-        if ds is None:
-            ds = [None] if len(batch) == 1 else [(fastverl.decode([block[b:le]]) or [None])[0] for *_, b, le in batch]
+        decoded = fastverl.decode([block[b:le] for _, _, _, b, le in batch])
+        ds: Sequence[dict[str, float] | None]
+        if decoded is not None:
+            ds = decoded
+        elif len(batch) == 1:
+            ds = [None]
+        else:
+            ds = [_decode_one(block[b:le]) for *_, b, le in batch]
         for (step, line_no, ls, _, le), d in zip(batch, ds):
             if d is not None:
                 self.emit_dict(step, d, line_no)

@@ -40,9 +40,9 @@ def local_sq(grads: Iterable[torch.Tensor | None], device) -> torch.Tensor:
 
 def local_sq_lists(lists: list[Iterable[torch.Tensor | None]], device) -> list[torch.Tensor]:
     """:func:`local_sq` of several lists with one ``torch._foreach_norm`` per (device, dtype) over all of them."""
-    lists = [[g for g in gs if g is not None and g.numel() > 0] for gs in lists]
+    present = [[g for g in gs if g is not None and g.numel() > 0] for gs in lists]
     buckets: dict = {}  # (device, dtype) -> [(list index, tensor)], lists in order
-    for i, gs in enumerate(lists):
+    for i, gs in enumerate(present):
         for g in gs:
             buckets.setdefault((g.device, g.dtype), []).append((i, g))
     accs = [torch.zeros((), dtype=torch.float64, device=device) for _ in lists]

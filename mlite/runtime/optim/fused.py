@@ -151,6 +151,7 @@ class MultiTensorLaunch:
             host = torch.tensor(rows, dtype=torch.int64)
             self._table = host.to(self.device, non_blocking=True) if self.device.type != "cpu" else host
             self._key = key
+        assert self._table is not None
         return self._table
 
     def _check(self, params, grads) -> None:

@@ -317,7 +317,7 @@ class ShardedAdamW:
 
     def _update_torch(self, g: StateGroup, sc: StepScalars, apply: bool = True):
         """Torch ops on the shard's own device, chunk by chunk (CPU runs; CUDA without Triton)."""
-        zeros = 0
+        zeros: torch.Tensor | int = 0
         work = None
         for s in g.slots:
             lp, grad = self._shard(s), self._grad(s)
@@ -350,7 +350,8 @@ class ShardedAdamW:
             g.staging = {k: torch.empty(g.numel, dtype=pdtype, pin_memory=pin) for k in ("grad", "param")}
         gs, ps = g.staging["grad"], g.staging["param"]
         cuda = torch.cuda.is_available() and local(g.slots[0].param).is_cuda
-        events, zeros = [], 0
+        events: list = []
+        zeros: torch.Tensor | int = 0
         for s, a in zip(g.slots, g.offsets):
             lp, grad = self._shard(s), self._grad(s)
             n = lp.numel()
