@@ -186,3 +186,27 @@ def test_numpy_head_search_and_line_count_match_bytes_find(tmp_path, monkeypatch
         assert bool(calls) == (limit == 1 << 16)
         calls.clear()
     assert out[0] == out[1] and len(out[0][0]) > 900
+
+
+def test_numpy_unwrap_equals_bytes_unwrap():
+    """The numpy unwrapping of numpy reprs (long texts) accepts only texts the bytes version accepts, with the same
+    result: random texts from the pieces that matter (reprs, broken reprs, parentheses, separators, newlines), and
+    a long block of real-looking lines (both accept it)."""
+    pieces = [b"np.float64(", b"np.int64(", b")", b" - ", b"\n", b"a", b":", b"1", b"(", b"np.", b" ", b"-"]
+    pieces += [b"np.float6", b"4(", b"n", b"p", b"np.int32("]
+    rnd = random.Random(11)
+    accepted = 0
+    for _ in range(60000):
+        text = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 9)))
+        got = fastverl.unwrap_numpy_np(text)
+        if got is not None:
+            accepted += 1
+            assert got == fastverl.unwrap_numpy_bytes(text), text
+    assert accepted > 1000
+    lines = [
+        f"a/{j}:np.float64({rnd.random()!r}) - b:{j} - n:np.int64({j}) - c:np.float64(-{j}e-3)".encode()
+        for j in range(3000)
+    ]
+    text = b"\n".join(lines)
+    assert len(text) >= fastverl._NP_COUNT_BYTES
+    assert fastverl.unwrap_numpy_np(text) == fastverl.unwrap_numpy_bytes(text) is not None
