@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import struct
 
 import pytest
@@ -210,3 +211,42 @@ def test_numpy_unwrap_equals_bytes_unwrap():
     text = b"\n".join(lines)
     assert len(text) >= fastverl._NP_COUNT_BYTES
     assert fastverl.unwrap_numpy_np(text) == fastverl.unwrap_numpy_bytes(text) is not None
+
+
+def test_numpy_separators_equal_replace():
+    """The numpy separator rewrite (long texts) gives bytes.replace's text and the number of separators, or None
+    only where separators overlap."""
+    pieces = [b" - ", b" ", b"-", b"a", b"1", b":", b"\n", b"--", b"  ", b"0", b".", b"e", b"E", b":-0"]
+    rnd = random.Random(5)
+    int_zero = re.compile(rb":-0(?![.eE0-9])")
+    for _ in range(30000):
+        text = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 10)))
+        got = fastverl.separators_np(text)
+        want = text.replace(b" - ", b',\t"')
+        if got is None:
+            assert b" - - " in text or int_zero.search(text), text
+        else:
+            assert got == (want, want.count(b"\t")), text
+            assert not int_zero.search(text), text
+
+
+def test_long_batch_numpy_paths_match_general_parser():
+    """A batch long enough for the numpy rewrites (plain and numpy-repr values, hard tokens) decodes in one go to
+    exactly what the general parser reads on each line; one integer -0 anywhere sends it back."""
+    from mlite.logs.verl_console import unwrap_numpy
+
+    rnd = random.Random(13)
+    tokens = [t for t in _tokens(rnd, 6000) if fastverl.decode([f"x:{t}".encode()])]
+    lines = []
+    for j in range(0, len(tokens) - 6, 6):
+        parts = [f"k/{i}:{t}" if i % 3 else f"k/{i}:np.float64({t})" for i, t in enumerate(tokens[j : j + 6])]
+        lines.append(" - ".join(parts + [f"n:np.int64({j})"]).encode())
+    assert sum(map(len, lines)) >= fastverl._NP_COUNT_BYTES
+    for batch in (lines, [b.replace(b"np.float64(", b"").replace(b"np.int64(", b"").replace(b")", b"") for b in lines]):
+        got = fastverl.decode(batch)
+        assert got is not None
+        for body, d in zip(batch, got):
+            keys, vals, bad = parse_body(unwrap_numpy(body.decode()))
+            assert not bad and list(d) == keys
+            assert [_bits(v) for v in d.values()] == [_bits(v) for v in vals], body
+        assert fastverl.decode(batch[:-1] + [b"a:1 - z:-0"]) is None

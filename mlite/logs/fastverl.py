@@ -37,10 +37,31 @@ _NP_COUNT_BYTES = 64 << 10
 """Longer texts have their tabs counted by numpy (faster than ``bytes.count`` once imported)."""
 
 
-def _count_tabs(t: bytes) -> int:
+def separators_np(text: bytes) -> tuple[bytes, int] | None:
+    """``(text.replace(b" - ", b',\\t"'), number of separators)`` from the ``-`` positions found by numpy (one
+    comparison, then the separators written in place into one copy): faster than the replace and the tab count on
+    long texts. None when two separators overlap (`` - - ``: the text is no plain line anyway) or a value is an
+    integer ``-0`` (``:-0`` not followed by ``.``, ``e``, ``E`` or a digit: what :func:`decode` rejects)."""
     import numpy as np
 
-    return int(np.count_nonzero(np.frombuffer(t, np.uint8) == 9))
+    a = np.frombuffer(text, np.uint8)
+    n = len(a)
+    dash = np.flatnonzero(a == 45)
+    dash = dash[(dash >= 1) & (dash + 1 < n)]
+    z = dash[(a[dash - 1] == 58) & (a[dash + 1] == 48)]  # ':-0'
+    if len(z):
+        nxt = a[np.minimum(z + 2, n - 1)]
+        more = (nxt == 46) | (nxt == 101) | (nxt == 69) | ((nxt >= 48) & (nxt <= 57))
+        if bool(((z + 2 >= n) | ~more).any()):
+            return None  # an integer -0 (msgspec gives +0.0)
+    d = dash[(a[dash - 1] == 32) & (a[dash + 1] == 32)]
+    if len(d) > 1 and bool((np.diff(d) == 2).any()):
+        return None
+    out = a.copy()
+    out[d - 1] = 44
+    out[d] = 9
+    out[d + 1] = 34
+    return out.tobytes(), len(d)
 
 
 def unwrap_numpy_bytes(text: bytes) -> bytes | None:
@@ -165,11 +186,17 @@ def decode(bodies: list[bytes]) -> list[dict[str, float]] | None:
             return None  # the general path's regex case
         text = unwrapped
     # ',<tab>"': the same length (a faster replace) and JSON white space; the tabs count the separators
-    t = text.replace(b" - ", b',\t"')
+    if len(text) < _NP_COUNT_BYTES:
+        t = text.replace(b" - ", b',\t"')
+        nsep = t.count(b"\t")
+    else:
+        sep = separators_np(text)
+        if sep is None:
+            return None
+        t, nsep = sep
     if b" " in t:
         return None  # a space outside the separators (the general path strips and flags it)
-    nsep = t.count(b"\t") if len(t) < _NP_COUNT_BYTES else _count_tabs(t)
-    if b":-0" in t:
+    if b":-0" in t and len(text) < _NP_COUNT_BYTES:  # (separators_np looked for integer -0 already)
         k = t.find(b":-0")
         while k != -1:
             nxt = t[k + 3 : k + 4]
