@@ -250,3 +250,22 @@ def test_long_batch_numpy_paths_match_general_parser():
             assert not bad and list(d) == keys
             assert [_bits(v) for v in d.values()] == [_bits(v) for v in vals], body
         assert fastverl.decode(batch[:-1] + [b"a:1 - z:-0"]) is None
+
+
+def test_tricky_lines_through_the_large_block_paths(tmp_path, monkeypatch):
+    """With every block 'large' (npscan's head search and the verl-only block loop) and every batch 'long' (the
+    numpy rewrites), the tricky lines still give the general parser's records."""
+    from mlite.logs import npscan
+
+    clean = [f"x/{j}:np.float64({j / 7!r}) - y:{j}" for j in range(40)]
+    path = _write_log(tmp_path, clean + TRICKY * 3 + clean, tail="step:999 - a:1 - b:2")
+    slow = _records(path, False, monkeypatch)
+    monkeypatch.setattr(npscan, "MIN_BYTES", 1)
+    monkeypatch.setattr(fastverl, "_NP_COUNT_BYTES", 1)
+    assert _records(path, True, monkeypatch) == slow
+    for body in TRICKY:
+        path = _write_log(tmp_path, clean[:20] + [body] + clean[20:])
+        monkeypatch.setattr(npscan, "MIN_BYTES", 1 << 60)
+        want = _records(path, False, monkeypatch)
+        monkeypatch.setattr(npscan, "MIN_BYTES", 1)
+        assert _records(path, True, monkeypatch) == want, body

@@ -14,6 +14,12 @@ _P_COLON = ord("p") | ord(":") << 8
 
 def verl_heads(block: bytes, start: int) -> list[int]:
     """Offsets ``i >= start`` of ``step:<digit>`` in ``block``, the first one of each line only."""
+    return verl_head_lines(block, start)[0]
+
+
+def verl_head_lines(block: bytes, start: int) -> tuple[list[int], list[int]]:
+    """:func:`verl_heads` and the end of each head's line (its newline's offset, ``len(block)`` for a last line
+    without one): the search finds it anyway."""
     import numpy as np
 
     n = len(block)
@@ -25,6 +31,7 @@ def verl_heads(block: bytes, start: int) -> list[int]:
     q = q[(a[q - 3] == 115) & (a[q - 2] == 116) & (a[q - 1] == 101) & (a[q + 2] >= 48) & (a[q + 2] <= 57)]
     q.sort()
     out: list[int] = []
+    ends: list[int] = []
     find = block.find
     le = -1
     for p in q.tolist():
@@ -34,8 +41,10 @@ def verl_heads(block: bytes, start: int) -> list[int]:
         out.append(i)
         le = find(b"\n", p + 2)
         if le == -1:
+            ends.append(n)
             break
-    return out
+        ends.append(le)
+    return out, ends
 
 
 def newline_counter(block: bytes):

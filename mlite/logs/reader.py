@@ -178,6 +178,8 @@ class _Scanner:
         block, code)``."""
         n = len(block)
         skip_until = self.resume(block, base)
+        if not extra and len(kws) == 1 and kws[0][1] == _VERL and self.fast and n >= npscan.MIN_BYTES:
+            return self.block_verl(block, base, skip_until)
         hits: list[tuple[int, int]] = [h for h in extra if h[0] >= skip_until] if extra else []
         find = block.find
         for kw, code in kws:
@@ -276,6 +278,38 @@ class _Scanner:
                 found = classify_line(raw, line_no, self.last_step)
                 self.text_events.extend(found)
                 self.interrupts.extend(e for e in found if e.kind in INTERRUPTION_KINDS)
+        return self._end_of_block(block, cur_pos, cur_line, base)
+
+    def block_verl(self, block: bytes, base: int, skip_until: int) -> int:
+        """:meth:`block` of a large block when only verl heads are searched (iter_records, the export): the same
+        lines read the same way (a line whose only hit is a verl head), without the general loop's hit list."""
+        heads, ends = npscan.verl_head_lines(block, skip_until)
+        if not heads:
+            return base + block.count(b"\n") if self.count_lines else base
+        count_lines = self.count_lines
+        count = npscan.newline_counter(block) if count_lines else None
+        cur_pos, cur_line = 0, base
+        batch = self.batch
+        line_body = fastverl.line_body
+        rfind = block.rfind
+        line_no = 0
+        for pos, le in zip(heads, ends):
+            ls = rfind(b"\n", 0, pos) + 1
+            if ls < skip_until:
+                continue
+            if count is not None:
+                line_no = cur_line + count(b"\n", cur_pos, ls)
+                cur_pos, cur_line = ls, line_no
+            r = line_body(block, ls, le, pos)
+            if r is not None:
+                batch.append((r[0], line_no, ls, r[1], le))
+                continue
+            if batch:
+                self.flush_batch(block)
+            raw = block[ls:le].decode("utf-8", "replace")
+            head = verl_console.first_head(raw)
+            if head >= 0 or verl_console.is_candidate(raw):
+                skip_until = max(skip_until, self.verl(raw, line_no, block, le, head))
         return self._end_of_block(block, cur_pos, cur_line, base)
 
     def _end_of_block(self, block: bytes, cur_pos: int, cur_line: int, base: int) -> int:
