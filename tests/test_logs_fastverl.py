@@ -269,3 +269,26 @@ def test_tricky_lines_through_the_large_block_paths(tmp_path, monkeypatch):
         want = _records(path, False, monkeypatch)
         monkeypatch.setattr(npscan, "MIN_BYTES", 1)
         assert _records(path, True, monkeypatch) == want, body
+
+
+def test_head_lines_second_head_flag_matches_find_loop():
+    """npscan.verl_head_lines' flag for a later non-word 'step:' on a head's line is what fastverl.line_body's find
+    loop decides, on random lines of heads, prose 'step:', word-glued 'global_step:' and block edges."""
+    from mlite.logs import npscan
+
+    rnd = random.Random(17)
+    parts = ["step:1 - ", "step:", "global_step:3", " step:x", "a:1 - ", "/step:2", "(x)step:4 - ", "\n", " ", "-"]
+    for _ in range(3000):
+        block = "".join(rnd.choice(parts) for _ in range(rnd.randint(1, 12))).encode()
+        heads, ends, seconds = npscan.verl_head_lines(block, 0)
+        want, pos = [], 0
+        for line in block.split(b"\n"):  # the first 'step:<digit>' of each line
+            m = re.search(rb"step:[0-9]", line)
+            if m:
+                want.append(pos + m.start())
+            pos += len(line) + 1
+        assert heads == want and len(ends) == len(seconds) == len(heads), block
+        for i, le, second in zip(heads, ends, seconds):
+            assert le == (block.find(b"\n", i) if b"\n" in block[i:] else len(block))
+            ls = block.rfind(b"\n", 0, i) + 1
+            assert fastverl.line_body(block, ls, le, i, second) == fastverl.line_body(block, ls, le, i), block

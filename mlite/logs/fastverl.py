@@ -133,10 +133,11 @@ def available() -> bool:
     return _DECODE is not None
 
 
-def line_body(block: bytes, ls: int, le: int, i: int) -> tuple[int, int] | None:
+def line_body(block: bytes, ls: int, le: int, i: int, second: bool | None = None) -> tuple[int, int] | None:
     """``(step, body offset)`` of the line ``block[ls:le]`` whose first ``step:<digit>`` is at ``i``, when the
     general reader would parse it with :func:`verl_console.parse_clean_line`'s one-head path and join no next line
-    to it; else None (the caller uses the general path)."""
+    to it; else None (the caller uses the general path). ``second``: whether a later ``step:`` on the line follows
+    a non-word byte, when the caller knows (:func:`npscan.verl_head_lines`)."""
     if i > ls and block[i - 1] in WORD_BEFORE:
         return None
     m = HEAD_RE.match(block, i, le)
@@ -144,11 +145,15 @@ def line_body(block: bytes, ls: int, le: int, i: int) -> tuple[int, int] | None:
         return None
     me = m.end()
     find = block.find
-    j = find(b"step:", me, le)
-    while j != -1:  # a second head on the line: the general path splits it
-        if block[j - 1] not in WORD_BEFORE:
-            return None
-        j = find(b"step:", j + 5, le)
+    if second is not None:
+        if second:
+            return None  # a second head on the line: the general path splits it
+    else:
+        j = find(b"step:", me, le)
+        while j != -1:  # a second head on the line: the general path splits it
+            if block[j - 1] not in WORD_BEFORE:
+                return None
+            j = find(b"step:", j + 5, le)
     if block[le - 1] == 13:  # CRLF / carriage-return progress: the general path
         return None
     p = le + 1

@@ -12,14 +12,19 @@ _P_COLON = ord("p") | ord(":") << 8
 """``p:`` as a little-endian 16-bit word."""
 
 
+_WORD_BYTES = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/."
+"""``fastverl.WORD_BEFORE``: bytes that, before ``step:``, make it part of a word."""
+
+
 def verl_heads(block: bytes, start: int) -> list[int]:
     """Offsets ``i >= start`` of ``step:<digit>`` in ``block``, the first one of each line only."""
     return verl_head_lines(block, start)[0]
 
 
-def verl_head_lines(block: bytes, start: int) -> tuple[list[int], list[int]]:
-    """:func:`verl_heads` and the end of each head's line (its newline's offset, ``len(block)`` for a last line
-    without one): the search finds it anyway."""
+def verl_head_lines(block: bytes, start: int) -> tuple[list[int], list[int], list[bool]]:
+    """:func:`verl_heads`, the end of each head's line (its newline's offset, ``len(block)`` for a last line
+    without one: the search finds it anyway) and whether a later ``step:`` on that line follows a non-word byte
+    (what :func:`fastverl.line_body` looks for with a ``find`` loop per line)."""
     import numpy as np
 
     n = len(block)
@@ -27,9 +32,15 @@ def verl_head_lines(block: bytes, start: int) -> tuple[list[int], list[int]]:
     even = np.flatnonzero(np.frombuffer(block, "<u2", n // 2) == _P_COLON) * 2
     odd = np.flatnonzero(np.frombuffer(block, "<u2", (n - 1) // 2, offset=1) == _P_COLON) * 2 + 1
     q = np.concatenate((even, odd))  # offsets of the 'p' of 'p:'
-    q = q[(q >= start + 3) & (q + 2 < n)]
-    q = q[(a[q - 3] == 115) & (a[q - 2] == 116) & (a[q - 1] == 101) & (a[q + 2] >= 48) & (a[q + 2] <= 57)]
+    q = q[(q >= 3) & (q + 1 < n)]
+    q = q[(a[q - 3] == 115) & (a[q - 2] == 116) & (a[q - 1] == 101)]  # every 'step:'
     q.sort()
+    word = np.zeros(256, bool)
+    word[np.frombuffer(_WORD_BYTES, np.uint8)] = True
+    later = q[q >= 4]
+    free = later[~word[a[later - 4]]] - 3  # 'step:' after a non-word byte (a later head on a line)
+    q = q[(q >= start + 3) & (q + 2 < n)]
+    q = q[(a[q + 2] >= 48) & (a[q + 2] <= 57)]
     out: list[int] = []
     ends: list[int] = []
     find = block.find
@@ -44,7 +55,11 @@ def verl_head_lines(block: bytes, start: int) -> tuple[list[int], list[int]]:
             ends.append(n)
             break
         ends.append(le)
-    return out, ends
+    if not out:
+        return out, ends, []
+    k = np.searchsorted(free, out, "right")
+    second = (k < len(free)) & (free[np.minimum(k, len(free) - 1)] < ends) if len(free) else np.zeros(len(out), bool)
+    return out, ends, second.tolist()
 
 
 def newline_counter(block: bytes):

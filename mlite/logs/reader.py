@@ -283,7 +283,7 @@ class _Scanner:
     def block_verl(self, block: bytes, base: int, skip_until: int) -> int:
         """:meth:`block` of a large block when only verl heads are searched (iter_records, the export): the same
         lines read the same way (a line whose only hit is a verl head), without the general loop's hit list."""
-        heads, ends = npscan.verl_head_lines(block, skip_until)
+        heads, ends, seconds = npscan.verl_head_lines(block, skip_until)
         if not heads:
             return base + block.count(b"\n") if self.count_lines else base
         count_lines = self.count_lines
@@ -293,14 +293,14 @@ class _Scanner:
         line_body = fastverl.line_body
         rfind = block.rfind
         line_no = 0
-        for pos, le in zip(heads, ends):
+        for pos, le, second in zip(heads, ends, seconds):
             ls = rfind(b"\n", 0, pos) + 1
             if ls < skip_until:
                 continue
             if count is not None:
                 line_no = cur_line + count(b"\n", cur_pos, ls)
                 cur_pos, cur_line = ls, line_no
-            r = line_body(block, ls, le, pos)
+            r = line_body(block, ls, le, pos, second)
             if r is not None:
                 batch.append((r[0], line_no, ls, r[1], le))
                 continue
