@@ -114,16 +114,16 @@ def unwrap_numpy_np(text: bytes) -> bytes | None:
         keep[(pi[:, None] + np.arange(-8, 1)).ravel()] = False
     t = a[keep]
     m = len(t)
-    c = np.flatnonzero(t == 41)  # in the unwrapped text: a ')' before ' - ', a newline or the end goes
-    if len(c):
-        at = np.minimum(c[:, None] + np.arange(1, 4), m - 1)
+    closes = np.flatnonzero(t == 41)  # in the unwrapped text: a ')' before ' - ', a newline or the end goes
+    if len(closes):
+        at = np.minimum(closes[:, None] + np.arange(1, 4), m - 1)
         nxt = t[at]
-        last = c + 1 >= m
+        last = closes + 1 >= m
         drop = last | ((nxt[:, 0] == 10) & ~last)
-        drop |= (c + 3 < m) & (nxt[:, 0] == 32) & (nxt[:, 1] == 45) & (nxt[:, 2] == 32)
+        drop |= (closes + 3 < m) & (nxt[:, 0] == 32) & (nxt[:, 1] == 45) & (nxt[:, 2] == 32)
         if drop.any():
             keep2 = np.ones(m, bool)
-            keep2[c[drop]] = False
+            keep2[closes[drop]] = False
             t = t[keep2]
     return t.tobytes()
 
