@@ -56,6 +56,8 @@ def compose(config_name: str, overrides: list[str]):
         from hydra import compose as hydra_compose
         from hydra import initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
     except ImportError:
         raise MliteError("hydra-core is not installed: pip install 'mlite-lab[verl]' to validate launchers") from None
     import warnings
@@ -66,9 +68,7 @@ def compose(config_name: str, overrides: list[str]):
             warnings.simplefilter("ignore")
             with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None, job_name="mlite"):
                 return hydra_compose(config_name=config_name, overrides=list(overrides))
-    except MliteError:
-        raise
-    except Exception as e:  # noqa: BLE001 - Hydra's ConfigCompositionException, MissingConfigException, OverrideParseException
+    except (HydraException, OmegaConfBaseException) as e:  # composition, missing config, override parse; bad keys
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MliteError(f"{config_name}: {first}") from None
     finally:

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             for ref in done:
                 try:
                     ray.get(ref)
-                except Exception as e:  # noqa: BLE001 -- RayTaskError (the worker raised) or RayActorError (it died)
+                except ray.exceptions.RayError as e:  # RayTaskError (the worker raised) or RayActorError (it died)
                     exit_code = 1
                     fallback = fallback or f"worker {refs[ref]} (Ray actor) failed: {_first_line(e)}"
             if exit_code:

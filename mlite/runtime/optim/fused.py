@@ -3,8 +3,9 @@
 Multi-tensor layout. The optimizer's own state (fp32 master or int16 remainder, both moments) lives in flat per-group
 buffers; the parameters and gradients are separate tensors owned by FSDP2. A launch reads a small device table with
 one column per shard -- parameter address, gradient address (0: no gradient), gradient dtype, element count, start in
-the group buffers, first block -- and a block -> shard map; each program casts the shard's int64 address to a typed
-pointer and updates ``BLOCK`` elements of it. :class:`MultiTensorLaunch` builds the map once (it only depends on the
+the group buffers -- and a program -> (shard, block of the shard) map; each program casts the shard's int64 address
+to a typed pointer and updates ``BLOCK`` elements of it. Whole blocks and each shard's partial last block go to two
+launches, so the whole blocks need no element mask. :class:`MultiTensorLaunch` builds the map once (it only depends on the
 element counts) and rebuilds the table only when an address changes, so a steady-state step is one table comparison
 on the host and one kernel per group.
 
@@ -49,8 +50,8 @@ HAVE_TRITON = importlib.util.find_spec("triton") is not None
 GRAD_KIND = {torch.bfloat16: 1, torch.float32: 2, torch.float16: 3}
 """Gradient dtype codes of the table (0: the shard has no gradient this step)."""
 
-ROWS = 6
-"""Table rows: param address, grad address, grad kind, numel, start in the group buffers, first block."""
+ROWS = 5
+"""Table rows: param address, grad address, grad kind, numel, start in the group buffers."""
 
 _KERNEL: dict = {}
 
@@ -104,24 +105,23 @@ class MultiTensorLaunch:
             raise ValueError("aligned launch: every start offset must be a multiple of 8 elements")
         self.numels = [int(n) for n in numels]
         self.offsets = [int(a) for a in offsets]
-        nb = [blocks(n) for n in self.numels]
-        self.first, acc = [], 0
-        for b in nb:
-            self.first.append(acc)
-            acc += b
-        self.nblocks = acc
-        """Programs of one launch (= zero-count slots)."""
         # two launches: the whole blocks of every shard (no element mask), then each shard's partial last block
-        full = [(i, j) for i, n in enumerate(self.numels) for j in range(n // BLOCK)]
-        tail = [(i, n // BLOCK) for i, n in enumerate(self.numels) if n % BLOCK]
-        self.nfull = len(full)
+        n = torch.tensor(self.numels, dtype=torch.int64)
+        whole = n // BLOCK
+        shard = torch.arange(len(n), dtype=torch.int64)
+        first = torch.cumsum(whole, 0) - whole  # first program of each shard in the whole-block launch
+        self.nfull = int(whole.sum())
         """Programs of the whole-block launch (zero-count slots ``[0, nfull)``; the partial blocks follow)."""
-        pairs = torch.tensor(full + tail, dtype=torch.int32).reshape(-1, 2)
-        self.bmap = pairs[:, 0].contiguous().to(self.device)
+        full_shard = torch.repeat_interleave(shard, whole)
+        full_block = torch.arange(self.nfull, dtype=torch.int64) - torch.repeat_interleave(first, whole)
+        ragged = n % BLOCK != 0
+        self.bmap = torch.cat([full_shard, shard[ragged]]).to(torch.int32).to(self.device)
         """Shard of each program (whole blocks first)."""
-        self.bidx = pairs[:, 1].contiguous().to(self.device)
+        self.bidx = torch.cat([full_block, whole[ragged]]).to(torch.int32).to(self.device)
         """Block within its shard of each program."""
-        self.zeros = torch.zeros(max(1, acc), dtype=torch.int32, device=self.device)
+        self.nblocks = len(self.bmap)
+        """Programs of both launches (= zero-count slots)."""
+        self.zeros = torch.zeros(max(1, self.nblocks), dtype=torch.int32, device=self.device)
         """Per-block zero counts of the last launch."""
         self._key: tuple | None = None
         self._table: torch.Tensor | None = None
@@ -147,7 +147,7 @@ class MultiTensorLaunch:
             self._vec = self.aligned is True or (
                 self.aligned is None and not any(a % 8 for a in self.offsets) and not any(a % 16 for a in (*pp, *gp))
             )
-            rows = [pp, gp, gk, self.numels, self.offsets, self.first]
+            rows = [pp, gp, gk, self.numels, self.offsets]
             host = torch.tensor(rows, dtype=torch.int64)
             self._table = host.to(self.device, non_blocking=True) if self.device.type != "cpu" else host
             self._key = key

@@ -333,12 +333,6 @@ class ShardedAdamW:
                 host.update_chunk(g.mode, lp[a:b], None if grad is None else grad[a:b], s.state, a, b, sc, work)
         return zeros
 
-    @staticmethod
-    def _chunk(mode: str, p: torch.Tensor, grad, state: dict, a: int, b: int, sc: StepScalars, work: dict) -> None:
-        """Update ``p`` (param chunk, on the state's device) and ``state[a:b]`` in place (``work``:
-        :func:`.host.work_buffers`); see :func:`.host.update_chunk`."""
-        host.update_chunk(mode, p, grad, state, a, b, sc, work)
-
     def _stage_in(self, g: StateGroup):
         """Queue the copies of an offloaded group's gradients (and PAO / fp32 params) into pinned host buffers and
         count the zero gradients where they are (on the device: no host pass). Returns ``(zero count, events)``;
