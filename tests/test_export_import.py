@@ -259,6 +259,8 @@ def test_rollout_knobs_round_trip(tmp_path, target):
         "max_num_seqs": 64,
         "enforce_eager": True,
         "update_weights_bucket_megabytes": 512,
+        "data_parallel_size": 2,
+        "expert_parallel_size": 8,
     }
     plan = ExportPlan(
         model="Qwen3-30B-A3B",
@@ -294,8 +296,10 @@ def test_rollout_knobs_round_trip(tmp_path, target):
         "gpu_memory_utilization",
         "prompt_length",
         "response_length",
+        "ref",  # the launcher writes use_kl_loss=False, use_kl_in_reward=False: no reference, as the plan says
     ]:
         assert getattr(got, f) == getattr(want, f), f
+    assert got.ref == "none"
     again = imp.to_export_plan()
     assert again.rollout_knobs == knobs
     assert again.rollout_options == replace(want, train_batch_size=again.rollout_options.train_batch_size)

@@ -390,14 +390,64 @@ def test_cli_text_names_the_peak_and_exit_1_when_it_does_not_fit():
     [
         (["--rollout-tp", "3"], "--rollout-tp 3"),
         (["--mem-fraction-static", "0.5"], "--mem-fraction-static"),
-        (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
+        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization 1.5"),
+        (["--gpu-memory-utilization", "0"], "--gpu-memory-utilization 0"),
+        (["--gpu-memory-utilization", "0.5", "--mem-fraction-static", "0.5"], "not allowed with"),
+        (["--rollout", "sglang", "--mem-fraction-static", "1.5"], "--mem-fraction-static 1.5"),
+        (["--rollout", "sgl"], "--rollout"),
+        (["--rollout-dp", "3"], "--ngpu 8"),
+        (["--rollout-dp", "0"], "--rollout-dp"),
         (["--prompt-len", "0"], "--prompt-len"),
+        (["--max-model-len", "0"], "max_model_len"),
         (["--host-mem", "-1"], "host"),
         (["--sleep-level", "3"], "--sleep-level"),
+        (["--ref", "frozen"], "--ref"),
     ],
 )
 def test_cli_bad_input_exits_2_with_one_line(extra, needle):
     assert_one_line_error(run_cli("rl-memory", *ARGS, *extra), needle)
+
+
+def test_rollout_tp_and_kv_heads_one_divides_the_other():
+    """vLLM's and SGLang's ``QKVParallelLinear`` split the KV heads over TP (``divide(kv_heads, tp)``) or replicate
+    them past it (``divide(tp, kv_heads)``): Qwen2.5-Math-7B's 4 KV heads take TP 1, 2, 4 or a multiple of 4, not 7
+    (which divides its 28 attention heads)."""
+    c = _cfg("Qwen2.5-Math-7B-derived")
+    assert (c["num_attention_heads"], c["num_key_value_heads"]) == (28, 4)
+    spec = from_hf_config("Qwen2.5-Math-7B-derived")
+    o = TrainingOptions(seq_len=1024, gpu_memory_gib=141.0)
+    plan = resolve(spec, 14, ParallelConfig(), seq_len=1024)
+    with pytest.raises(MliteError, match="--rollout-tp 7 and the 4 KV heads"):
+        rl_estimate(spec, plan, o, RolloutOptions(tensor_model_parallel_size=7))
+    assert rl_estimate(spec, plan, o, RolloutOptions(tensor_model_parallel_size=2)).phases
+    # past the KV heads they are replicated: Qwen3-8B's 8 at TP 16 is accepted, one head per GPU
+    plan16 = resolve(Q8, 16, ParallelConfig(), seq_len=1024)
+    e = rl_estimate(Q8, plan16, o, RolloutOptions(tensor_model_parallel_size=16))
+    assert e.engine.layout.kv_heads_per_gpu == 1
+    args = ["Qwen2.5-Math-7B-derived", "--ngpu", "14", *ARGS[3:]]
+    assert_one_line_error(run_cli("rl-memory", *args, "--rollout-tp", "7"), "--rollout-tp 7", "4 KV heads")
+
+
+def test_cli_from_another_directory_with_a_relative_config_creates_nothing(tmp_path):
+    """The config may be a relative path; a good run and a refused one leave the working directory as it was."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(MODELS / "Qwen3-8B.json", tmp_path / "q8.json")
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore")
+
+    def run(*extra):
+        cmd = [sys.executable, "-m", "mlite", "rl-memory", "q8.json", *ARGS[1:], *extra]
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    ok = run("--gpu-memory-utilization", "0.6", "--param-offload", "--optimizer-offload", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert set(json.loads(ok.stdout)["phases"]) == set(PHASES)
+    bad = run("--gpu-memory-utilization", "1.5")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and not bad.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q8.json"]
 
 
 def test_cli_unmodelled_model_exits_2():
@@ -469,6 +519,9 @@ def test_rollout_keys_round_trip_both_ways():
         prompt_length=777,
         response_length=3333,
         train_batch_size=96,
+        data_parallel_size=2,
+        expert_parallel_size=8,
+        ref="none",  # no KL key in the overrides: verl builds no reference
     )
     ov = rollout_overrides(r)
     assert set(ov) == {k for _, k in ROLLOUT_KEYS}
@@ -490,6 +543,9 @@ def test_reference_read_from_the_kl_settings():
         == "none"
     )
     assert rollout_kwargs({"actor_rollout_ref.ref.megatron.param_offload": "True"})["ref_param_offload"] is True
+    # neither key set: verl's defaults (both False, need_reference_policy) build no reference
+    assert rollout_kwargs({})["ref"] == "none"
+    assert rollout_kwargs({"algorithm.use_kl_in_reward": "True"})["ref"] == "colocated"
 
 
 @pytest.mark.parametrize("target", ["verl-mlite-grpo", "verl-megatron-grpo"])
@@ -562,6 +618,48 @@ def test_engine_weights_per_gpu_match_vllms_model_loading_line():
     assert abs(w - log["gib"] * GIB) < abs(naive - log["gib"] * GIB)
 
 
+def test_rollout_data_parallel_splits_only_the_routed_experts():
+    """vLLM flattens TP across DP for the MoE layers (``FusedMoEParallelConfig.make``): with rollout DP the routed
+    experts are split over TP x DP, attention and the dense parts over TP only; expert_parallel_size = TP x DP holds
+    the same bytes; a dense model does not change; the replicas of TP x DP GPUs must tile the GPUs."""
+    c = Q30.components
+    tp1 = rollout_weights(Q30, RolloutOptions(tensor_model_parallel_size=2))
+    dp4 = rollout_weights(Q30, RolloutOptions(tensor_model_parallel_size=2, data_parallel_size=4))
+    assert tp1 - dp4 == pytest.approx(c["routed_experts"] * 2 * (1 / 2 - 1 / 8))
+    ep = RolloutOptions(tensor_model_parallel_size=2, data_parallel_size=4, expert_parallel_size=8)
+    assert rollout_weights(Q30, ep) == dp4
+    dense = [rollout_weights(Q8, RolloutOptions(data_parallel_size=d)) for d in (1, 4)]
+    assert dense[0] == dense[1]
+    with pytest.raises(MliteError, match="expert_parallel_size 4 must be 1 or"):
+        RolloutOptions(tensor_model_parallel_size=2, data_parallel_size=4, expert_parallel_size=4)
+    o = TrainingOptions(seq_len=1536, gpu_memory_gib=141.0)
+    plan = resolve(Q30, 8, ParallelConfig(ep=8), seq_len=1536)
+    with pytest.raises(MliteError, match="must divide --ngpu 8"):
+        rl_estimate(Q30, plan, o, RolloutOptions(tensor_model_parallel_size=2, data_parallel_size=3))
+    e = rl_estimate(Q30, plan, o, RolloutOptions(tensor_model_parallel_size=2, data_parallel_size=4))
+    assert e.engine.weights == dp4 and e.phases["rollout"].gpu["engine_weights"] == dp4
+    cli = run_cli("rl-memory", "Qwen3-30B-A3B", "--ep", "8", *ARGS[1:], "--rollout-dp", "4", "--json").json()
+    assert cli["phases"]["rollout"]["parts"]["engine_weights"] == round(dp4)
+
+
+def test_launcher_rollout_data_and_expert_parallel_reach_the_engine():
+    """verl's Qwen3.5-397B example runs its rollout at TP 8 x DP 16 with EP 128: import-launcher reads both, and the
+    engine holds a 128th of the routed experts, not an 8th (which would not fit an H200 at 0.6)."""
+    from mlite.export import import_launcher
+
+    path = REPO / "tests/data/launchers/verl/main/examples/grpo_trainer/run_qwen3_5_397b_megatron.sh"
+    imp = import_launcher(path)
+    r = RolloutOptions(**imp.rollout)
+    assert (r.tensor_model_parallel_size, r.data_parallel_size, r.expert_parallel_size) == (8, 16, 128)
+    spec = from_hf_config(imp.model_ref())
+    mp, training = imp.estimate(gpu_memory_gib=141.0)
+    e = rl_estimate(spec, mp, training.options, r)
+    assert e.engine.weights == rollout_weights(spec, r)
+    tp_only = rollout_weights(spec, replace(r, data_parallel_size=1, expert_parallel_size=1))
+    assert e.engine.weights < 0.2 * tp_only and tp_only > 0.6 * 141 * GIB
+    assert not any("would not start" in x for x in e.errors), e.errors
+
+
 def test_unresolved_launcher_values_are_left_out_not_fatal():
     from mlite.memory.rl_keys import rollout_kwargs
 
@@ -570,7 +668,7 @@ def test_unresolved_launcher_values_are_left_out_not_fatal():
         {"actor_rollout_ref.rollout.tensor_model_parallel_size": "$ROLLOUT_TP", "actor_rollout_ref.rollout.n": 4},
         problems=problems,
     )
-    assert kw == {"n": 4} and len(problems) == 1 and "tensor_model_parallel_size" in problems[0]
+    assert kw == {"n": 4, "ref": "none"} and len(problems) == 1 and "tensor_model_parallel_size" in problems[0]
 
 
 # ------------------------------------------------------------------------------------------------ the widget

@@ -7,40 +7,23 @@ Exit 0 when every phase fits and the engine starts, 1 when not (or the actor mes
 
 from __future__ import annotations
 
-import argparse
-
 COMMAND = "rl-memory"
 ORDER = 31
 
 
 def _add_training_flags(p) -> None:
-    """The mesh and training flags of ``mlite memory`` (its own definitions; the one place this module couples to
-    them), plus ``--grad-offload`` when ``mlite memory`` does not define it."""
+    """The mesh and training flags of ``mlite memory`` (both from :mod:`mlite.options`: the offload flags
+    ``--param-offload``, ``--optimizer-offload``, ``--grad-offload`` are its rows); the actor trains on P + R tokens
+    unless ``--seq-len`` says otherwise."""
     from .memory import add_memory_flags
     from .mesh import add_mesh_flags
 
     add_mesh_flags(p)
     add_memory_flags(p)
-    # the actor trains on P + R tokens unless --seq-len says otherwise
     p.set_defaults(seq_len=None)
     for action in p._actions:
         if action.dest == "seq_len":
             action.help = "tokens per actor micro-batch row (default: --prompt-len + --response-len)"
-    try:
-        p.add_argument("--grad-offload", action="store_true", help="runtime context offload of gradients")
-    except argparse.ArgumentError:  # mlite memory's flags already define it
-        pass
-
-
-def _training_options(args):
-    from dataclasses import replace
-
-    from .memory import options_from_args
-
-    o = options_from_args(args)
-    if getattr(args, "grad_offload", False) and not o.grad_offload:
-        o = replace(o, grad_offload=True)
-    return o
 
 
 def add_parser(sub):
@@ -56,6 +39,12 @@ def add_parser(sub):
     g = p.add_argument_group("rollout (verl actor_rollout_ref.rollout.*)")
     g.add_argument("--rollout", choices=("vllm", "sglang"), required=True, help="rollout.name")
     g.add_argument("--rollout-tp", type=int, required=True, help="rollout.tensor_model_parallel_size")
+    g.add_argument(
+        "--rollout-dp",
+        type=int,
+        default=1,
+        help="rollout.data_parallel_size: DP ranks of one engine (routed experts split over TP x DP; default 1)",
+    )
     share = g.add_mutually_exclusive_group()
     share.add_argument(
         "--gpu-memory-utilization",
@@ -114,11 +103,15 @@ def rollout_from_args(args):
 
     if args.mem_fraction_static is not None and args.rollout != "sglang":
         raise MliteError("--mem-fraction-static is SGLang's; for vLLM give --gpu-memory-utilization")
+    flag = "--mem-fraction-static" if args.mem_fraction_static is not None else "--gpu-memory-utilization"
     u = args.mem_fraction_static if args.mem_fraction_static is not None else args.gpu_memory_utilization
+    if u is not None and not 0.0 < u <= 1.0:
+        raise MliteError(f"{flag} {u:g} must be in (0, 1]: it is a fraction of the device memory")
     kw = {} if u is None else {"gpu_memory_utilization": u}
     return RolloutOptions(
         name=args.rollout,
         tensor_model_parallel_size=args.rollout_tp,
+        data_parallel_size=args.rollout_dp,
         free_cache_engine=args.free_cache_engine,
         sleep_level=args.sleep_level,
         prompt_length=args.prompt_len,
@@ -137,13 +130,14 @@ def _inputs(args):
     """``(spec, mesh plan, training options, rollout options)`` of parsed ``mlite rl-memory`` arguments."""
     from ..mesh import resolve
     from ..models import from_hf_config
+    from .memory import options_from_args
     from .mesh import parallel_from_args
 
     r = rollout_from_args(args)
     if args.seq_len is None:
         args.seq_len = r.seq_tokens
     spec = from_hf_config(args.config)
-    o = _training_options(args)
+    o = options_from_args(args)
     plan = resolve(spec, args.ngpu, parallel_from_args(args), seq_len=o.seq_len, gpus_per_node=args.gpus_per_node)
     return spec, plan, o, r
 
@@ -171,7 +165,7 @@ def run(args) -> int:
     from ..memory.rl import PHASES, rl_estimate
     from . import print_invalid_mesh, print_json
 
-    for flag in ("ngpu", "rollout_tp", "prompt_len", "response_len", "rollout_n", "rollout_batch"):
+    for flag in ("ngpu", "rollout_tp", "rollout_dp", "prompt_len", "response_len", "rollout_n", "rollout_batch"):
         v = getattr(args, flag)
         if v < 1:
             raise MliteError(f"--{flag.replace('_', '-')} must be a positive integer, got {v}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import MliteError
 from ..memory import TrainingOptions
+from ..memory.rl_keys import ROLLOUT_KEYS
 from ..memory.rl_options import RolloutOptions
 from ..mesh import MeshPlan, ParallelConfig, resolve
 
@@ -125,12 +126,12 @@ class ExportPlan:
                 f"rollout_gpu_memory_utilization must be in (0, 1), got {self.rollout_gpu_memory_utilization}"
             )
         owned = set(ROLLOUT_OWNED)
+        writable = [f for f, _key in ROLLOUT_KEYS if f not in owned]
         for k in self.rollout_knobs:
-            if k in owned or k not in RolloutOptions.__dataclass_fields__:
+            if k not in writable:
                 raise MliteError(
-                    f"rollout_knobs: '{k}' is not a rollout knob of its own (n, TP, the memory share and "
-                    "the lengths have their own fields; others: "
-                    f"{', '.join(f for f in RolloutOptions.__dataclass_fields__ if f not in owned)})"
+                    f"rollout_knobs: '{k}' is not a rollout knob of its own that a launcher writes (n, TP, the "
+                    f"memory share and the lengths have their own fields; others: {', '.join(writable)})"
                 )
         _ = self.rollout_options  # RolloutOptions validates the knob values
         if self.max_prompt_length is not None and self.max_prompt_length >= self.options.seq_len:
@@ -194,8 +195,10 @@ class ExportPlan:
 
     @property
     def rollout_options(self) -> RolloutOptions:
-        """The rollout engine as :func:`mlite.memory.rl.rl_estimate` sees it: this plan's fields plus its knobs."""
+        """The rollout engine as :func:`mlite.memory.rl.rl_estimate` sees it: this plan's fields plus its knobs, and no
+        reference model (the GRPO launchers write ``use_kl_loss=False`` and ``use_kl_in_reward=False``)."""
         return RolloutOptions(
+            ref="none",
             tensor_model_parallel_size=self.rollout_tensor_parallel,
             gpu_memory_utilization=self.rollout_gpu_memory_utilization,
             n=self.rollout_n,

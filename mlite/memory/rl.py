@@ -43,6 +43,7 @@ from .estimate import GIB, estimate
 from .optimizer import state_bytes
 from .options import TrainingOptions
 from .rl_engine import EngineMemory, start_engine
+from .rl_kv import FULL_KINDS
 from .rl_options import RolloutOptions
 
 PHASES = ("rollout", "old_log_prob", "ref", "actor_update", "weight_sync")
@@ -141,13 +142,25 @@ class RLEstimate:
 
 
 def _check_mesh(spec, plan, r: RolloutOptions) -> None:
-    tp = r.tensor_model_parallel_size
-    if plan.ngpu % tp:
-        raise MliteError(f"--rollout-tp {tp} must divide --ngpu {plan.ngpu} (each engine instance takes {tp} GPUs)")
+    """The rollout layout the engines accept: verl's replicas of TP x DP GPUs (``RolloutReplica`` in
+    ``verl/workers/rollout/replica.py``) tile the GPUs; vLLM and SGLang split the attention heads over TP and the KV
+    heads over TP or replicate them past it (``QKVParallelLinear`` in ``vllm/model_executor/layers/linear.py`` and
+    ``python/sglang/srt/layers/linear.py``: ``divide(kv_heads, tp)`` or ``divide(tp, kv_heads)``)."""
+    tp, dp = r.tensor_model_parallel_size, r.data_parallel_size
+    if plan.ngpu % (tp * dp):
+        what = f"--rollout-tp {tp}" + (f" x rollout data_parallel_size {dp}" if dp > 1 else "")
+        raise MliteError(f"{what} must divide --ngpu {plan.ngpu} (each engine instance takes {tp * dp} GPUs)")
     if spec.num_attention_heads % tp:
         raise MliteError(
             f"--rollout-tp {tp} must divide the {spec.num_attention_heads} attention heads of "
             f"{spec.name} (vLLM and SGLang split heads over TP)"
+        )
+    kv = spec.num_key_value_heads
+    full = any(layer.attention in FULL_KINDS for layer in spec.main_layers)
+    if full and kv and kv % tp and tp % kv:
+        raise MliteError(
+            f"--rollout-tp {tp} and the {kv} KV heads of {spec.name}: one must divide the other (vLLM and SGLang "
+            f"split KV heads over TP or replicate them past it); use a TP that divides {kv} or a multiple of it"
         )
 
 
@@ -301,7 +314,8 @@ def rl_estimate(
         cap = min(kvd["max_concurrent_seqs"], r.max_num_seqs)
         if demand > cap:
             warnings.append(
-                f"each of the {instances} engine instances gets {demand} sequences of P + R = "
+                f"each of the {instances} engine {'instances' if r.data_parallel_size == 1 else 'data-parallel ranks'}"
+                f" gets {demand} sequences of P + R = "
                 f"{r.seq_tokens} tokens but runs at most {cap} at once (KV holds "
                 f"{kvd['max_concurrent_seqs']}, max_num_seqs {r.max_num_seqs}): generation runs in waves"
                 + (

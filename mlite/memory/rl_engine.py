@@ -60,12 +60,17 @@ class EngineMemory:
 def rollout_weights(spec, r: RolloutOptions) -> float:
     """Engine weight bytes on one GPU: the main model (and a vision tower if the config has one; MTP layers only
     with MTP rollout) in ``r.dtype``, split over the rollout TP (vocab-parallel embedding and head, column/row
-    parallel layers, experts split over TP or EP) except the MoE router and the residual norms, which every rank
-    holds whole (vLLM's ``ReplicatedLinear`` gate, ``RMSNorm``)."""
+    parallel layers) except the MoE router and the residual norms, which every rank holds whole (vLLM's
+    ``ReplicatedLinear`` gate, ``RMSNorm``). The routed experts are split over TP x DP: vLLM's
+    ``FusedMoEParallelConfig.make`` (``vllm/model_executor/layers/fused_moe/config.py``) flattens TP across DP for
+    the MoE layers, tensor-split without expert parallelism and one expert group per rank with it."""
     c = spec.components
     replicated = c.get("router", 0) + c.get("norms", 0)
+    experts = c.get("routed_experts", 0)
     params = spec.total - (0 if r.mtp_rollout else spec.mtp) + (spec.vision_params or 0)
-    return ((params - replicated) / r.tensor_model_parallel_size + replicated) * dtype_bytes(r.dtype)
+    tp = r.tensor_model_parallel_size
+    split = (params - replicated - experts) / tp + experts / (tp * r.data_parallel_size)
+    return (split + replicated) * dtype_bytes(r.dtype)
 
 
 def profile_activations(spec, r: RolloutOptions) -> float:

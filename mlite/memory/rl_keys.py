@@ -18,6 +18,8 @@ _R = "actor_rollout_ref.rollout"
 ROLLOUT_KEYS: tuple[tuple[str, str], ...] = (
     ("name", f"{_R}.name"),
     ("tensor_model_parallel_size", f"{_R}.tensor_model_parallel_size"),
+    ("data_parallel_size", f"{_R}.data_parallel_size"),
+    ("expert_parallel_size", f"{_R}.expert_parallel_size"),
     ("gpu_memory_utilization", f"{_R}.gpu_memory_utilization"),
     ("free_cache_engine", f"{_R}.free_cache_engine"),
     ("n", f"{_R}.n"),
@@ -89,7 +91,8 @@ def _coerce(field: str, value, key: str):
 def rollout_kwargs(cfg: dict, *, problems: list | None = None) -> dict:
     """RolloutOptions keyword arguments from a verl config: nested (verl's printed config) or flat overrides.
     Keys absent or null keep the field's default; the reference is ``colocated`` when verl builds one (a KL loss
-    or a KL reward), and its offload comes from the backend's ``param_offload``. A value that is not of the field's
+    or a KL reward: ``need_reference_policy`` in ``verl/trainer/ppo/utils.py``, both keys False by default, so a
+    config that sets neither has no reference), and its offload comes from the backend's ``param_offload``. A value that is not of the field's
     type raises :class:`MliteError`, or, when ``problems`` is a list, is left out and its message appended there
     (a launcher's unresolved ``$VAR``)."""
     flat = cfg if any("." in k for k in cfg) else flatten(cfg)
@@ -104,10 +107,8 @@ def rollout_kwargs(cfg: dict, *, problems: list | None = None) -> dict:
             continue
         if v is not None:
             out[field] = v
-    kl_loss = flat.get("actor_rollout_ref.actor.use_kl_loss")
-    kl_reward = flat.get("algorithm.use_kl_in_reward")
-    if kl_loss is not None or kl_reward is not None:
-        out["ref"] = "colocated" if str(kl_loss).lower() == "true" or str(kl_reward).lower() == "true" else "none"
+    kl = (flat.get("actor_rollout_ref.actor.use_kl_loss"), flat.get("algorithm.use_kl_in_reward"))
+    out["ref"] = "colocated" if any(str(v).lower() == "true" for v in kl) else "none"
     for key in REF_OFFLOAD_KEYS:
         if flat.get(key) is not None:
             out["ref_param_offload"] = str(flat[key]).lower() == "true"

@@ -24,7 +24,12 @@ class RolloutOptions:
     name: str = "vllm"
     """Rollout engine (``actor_rollout_ref.rollout.name``): ``vllm`` or ``sglang``."""
     tensor_model_parallel_size: int = 2
-    """Rollout TP (``rollout.tensor_model_parallel_size``): GPUs per engine instance."""
+    """Rollout TP (``rollout.tensor_model_parallel_size``): GPUs that split attention, dense layers and the KV heads."""
+    data_parallel_size: int = 1
+    """``rollout.data_parallel_size``: data-parallel ranks of one engine (each its own KV cache and requests at TP);
+    vLLM splits the routed experts over TP x DP (``FusedMoEParallelConfig.make``)."""
+    expert_parallel_size: int = 1
+    """``rollout.expert_parallel_size``: 1 (experts tensor-split) or TP x DP (expert parallel); the same bytes."""
     gpu_memory_utilization: float = 0.5
     """vLLM: share of TOTAL device memory for the whole instance; SGLang: ``mem_fraction_static``, the share of
     the memory FREE at engine start for weights + KV (verl passes this one key to both)."""
@@ -89,6 +94,8 @@ class RolloutOptions:
             raise MliteError(f"ref must be colocated or none, got {self.ref!r}")
         for f in (
             "tensor_model_parallel_size",
+            "data_parallel_size",
+            "expert_parallel_size",
             "prompt_length",
             "response_length",
             "n",
@@ -102,6 +109,12 @@ class RolloutOptions:
                 raise MliteError(f"{f} must be a positive integer, got {v!r}")
         if self.max_model_len is not None and (not isinstance(self.max_model_len, int) or self.max_model_len < 1):
             raise MliteError(f"max_model_len must be a positive integer, got {self.max_model_len!r}")
+        ep, tp_dp = self.expert_parallel_size, self.tensor_model_parallel_size * self.data_parallel_size
+        if ep not in (1, tp_dp):
+            raise MliteError(
+                f"expert_parallel_size {ep} must be 1 or tensor_model_parallel_size x data_parallel_size = {tp_dp} "
+                "(verl's RolloutConfig asserts EP = TP x DP)"
+            )
         u = self.gpu_memory_utilization
         if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < float(u) <= 1.0:
             raise MliteError(f"gpu_memory_utilization / mem_fraction_static must be in (0, 1], got {u!r}")
