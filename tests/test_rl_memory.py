@@ -483,6 +483,23 @@ def test_published_run_settings_are_read_from_verl_config_dumps():
         assert o.param_offload == cfg["actor_rollout_ref"]["actor"]["fsdp_config"]["param_offload"]
 
 
+def test_readme_rl_memory_example_is_what_the_cli_prints():
+    """The console example of the README's "RL memory" section: its command line, run today, prints its output."""
+    import shlex
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### RL memory") :]
+    block = section[section.index("```console\n$ mlite rl-memory") + len("```console\n") :]
+    block = block[: block.index("```")]
+    lines = block.splitlines()
+    n = next(i for i, ln in enumerate(lines) if not ln.rstrip().endswith("\\")) + 1
+    words = shlex.split(" ".join(ln.rstrip().rstrip("\\") for ln in lines[:n]).removeprefix("$ "))
+    assert words[:2] == ["mlite", "rl-memory"]
+    res = run_cli(*words[1:])
+    assert res.rc == 0, res.err
+    assert res.out.splitlines() == lines[n:], "README 'RL memory' example is stale: paste the command's output"
+
+
 def test_published_runs_table_predicted_next_to_logged():
     """The README table is what this code computes; where the run says how the engine shows in PyTorch's
     statistics, the prediction is within 15 % of the logged max_memory_allocated, and the actor alone is far below
@@ -493,6 +510,19 @@ def test_published_runs_table_predicted_next_to_logged():
     table = markdown_table(rows)
     readme = (REPO / "README.md").read_text()
     assert table in readme, "README 'RL memory' table is stale: paste markdown_table(compare_runs(...))"
+    # the figures the prose under the table quotes are today's too
+    logged = {r["run"]: r["logged"]["max_memory_allocated_gb"] for r in rows}
+    err = [(r["predicted"]["applies"] / logged[r["run"]] - 1) * 100 for r in rows if not r["run"].endswith("_h200")]
+    share = [r["predicted"]["outside"] / logged[r["run"]] * 100 for r in rows]
+    h200 = next(r for r in rows if r["run"].endswith("_h200"))
+    frees = h200["predicted"]["torch_frees"]
+    flat = " ".join(readme.split())
+    for quoted in (
+        f"within {round(min(err)):+d} % to {round(max(err)):+d} % of the logged peak",
+        f"predicted at {round(min(share))}-{round(max(share))} % of it",
+        f"pool freed, {frees:.1f} GiB, {round((frees / logged[h200['run']] - 1) * 100):+d} %",
+    ):
+        assert quoted in flat, f"README 'RL memory' prose is stale: {quoted!r}"
     for row in rows:
         logged = row["logged"]["max_memory_allocated_gb"]
         assert row["predicted"]["outside"] < 0.6 * logged

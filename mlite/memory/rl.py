@@ -192,7 +192,8 @@ def rl_estimate(
     framework = sum(act.other.values())
     ref_on = r.ref == "colocated"
     # the reference: the actor's weights in its layout, in bf16 (verl builds it in bf16 even when the FSDP actor
-    # keeps fp32 parameters: ``_build_model_optimizer`` in verl/workers/fsdp_workers.py), no grads nor optimizer
+    # keeps fp32 parameters: ``_build_model_optimizer`` in verl/workers/fsdp_workers.py @ 14667609; on main the
+    # forward-only engine, verl/workers/engine/fsdp/transformer_impl.py), no grads nor optimizer
     ref_w = act.params * 2 / state_bytes(o).param if ref_on else 0.0
     ref_gpu = ref_w if not r.ref_param_offload else 0.0
     ref_host = ref_w if r.ref_param_offload else 0.0

@@ -1,7 +1,9 @@
 """Hold ``rl_estimate`` against published verl runs: read the launch settings from verl's own start-up config dump
 in the log, the logged ``perf/*`` memory metrics from its step lines, and put predicted next to logged.
 
-What the logged metrics are (``update_actor`` in ``verl/workers/fsdp_workers.py`` / ``megatron_workers.py``):
+What the logged metrics are (``update_actor`` in ``verl/workers/fsdp_workers.py`` / ``megatron_workers.py`` at
+verl ``14667609``, the workers these runs used, removed in ``044bbba2``; on ``main``
+``TrainingWorker._postprocess_output`` in ``verl/workers/engine_workers.py`` logs the same three):
 ``perf/max_memory_allocated_gb`` and ``perf/max_memory_reserved_gb`` are ``torch.cuda.max_memory_allocated()`` /
 ``max_memory_reserved()`` of rank 0's worker process, never reset, read right after the update; they see the
 PyTorch allocator of that process only (the actor, a reference or critic fused into the same ``WorkerDict``, and a
