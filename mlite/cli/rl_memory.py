@@ -50,7 +50,8 @@ def add_parser(sub):
         "--gpu-memory-utilization",
         type=float,
         default=None,
-        help="vLLM: share of total device memory (default 0.5, verl's)",
+        help="vLLM: share of total device memory (default 0.5, verl's); with sglang verl passes it as "
+        "mem_fraction_static",
     )
     share.add_argument(
         "--mem-fraction-static",
