@@ -379,6 +379,43 @@ def test_cli_flags_reach_the_estimate():
     assert sg.rc in (0, 1) and "phases" in sg.json()
 
 
+def test_cli_rollout_flags_name_their_verl_keys_and_set_their_fields():
+    """Each rollout flag sets its RolloutOptions field, and --help names that field's verl key from the one rollout
+    key table (mlite.memory.rl_keys)."""
+    from mlite.cli import build_parser
+    from mlite.cli.rl_memory import rollout_from_args
+    from mlite.memory.rl_keys import REF_OFFLOAD_KEYS, ROLLOUT_KEYS
+
+    flags = {
+        "--rollout": ("name", "sglang"),
+        "--rollout-tp": ("tensor_model_parallel_size", 4),
+        "--rollout-dp": ("data_parallel_size", 2),
+        "--mem-fraction-static": ("gpu_memory_utilization", 0.7),
+        "--prompt-len": ("prompt_length", 100),
+        "--response-len": ("response_length", 200),
+        "--rollout-n": ("n", 3),
+        "--rollout-batch": ("train_batch_size", 5),
+        "--max-model-len": ("max_model_len", 400),
+    }
+    words = ["rl-memory", "Qwen3-8B", "--ngpu", "8"] + [str(w) for f, (_, v) in flags.items() for w in (f, v)]
+    words += ["--no-free-cache-engine", "--sleep-level", "1", "--ref", "none", "--ref-offload", "--host-mem", "64"]
+    r = rollout_from_args(build_parser().parse_args(words))
+    for field, value in flags.values():
+        assert getattr(r, field) == value, field
+    assert (r.free_cache_engine, r.sleep_level, r.ref, r.ref_param_offload, r.host_mem_gib) == (
+        False,
+        1,
+        "none",
+        True,
+        64,
+    )
+    text = " ".join(run_cli("rl-memory", "--help").out.split())
+    key = dict(ROLLOUT_KEYS)
+    for field, _ in flags.values():
+        assert key[field] in text, key[field]
+    assert key["free_cache_engine"] in text and all(k in text for k in REF_OFFLOAD_KEYS)
+
+
 def test_cli_text_names_the_peak_and_exit_1_when_it_does_not_fit():
     res = run_cli("rl-memory", *ARGS, "--gpu-mem", "80", "--gpu-memory-utilization", "0.9")
     assert res.rc == 1

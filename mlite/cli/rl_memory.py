@@ -35,29 +35,34 @@ def add_parser(sub):
     )
     p.add_argument("config", metavar="CONFIG", help="config.json path or a name in data/models/")
     p.add_argument("--ngpu", type=int, required=True, help="GPU count (world size)")
+    from ..memory.rl_keys import REF_OFFLOAD_KEYS, ROLLOUT_KEYS
+    from ..memory.rl_options import REF_MODES, ROLLOUT_NAMES
+
+    key = dict(ROLLOUT_KEYS)  # the verl key of each RolloutOptions field, from the one rollout key table
     _add_training_flags(p)
     g = p.add_argument_group("rollout (verl actor_rollout_ref.rollout.*)")
-    g.add_argument("--rollout", choices=("vllm", "sglang"), required=True, help="rollout.name")
-    g.add_argument("--rollout-tp", type=int, required=True, help="rollout.tensor_model_parallel_size")
+    g.add_argument("--rollout", choices=ROLLOUT_NAMES, required=True, help=key["name"])
+    g.add_argument("--rollout-tp", type=int, required=True, help=key["tensor_model_parallel_size"])
     g.add_argument(
         "--rollout-dp",
         type=int,
         default=1,
-        help="rollout.data_parallel_size: DP ranks of one engine (routed experts split over TP x DP; default 1)",
+        help=f"{key['data_parallel_size']}: DP ranks of one engine (routed experts split over TP x DP; default 1)",
     )
     share = g.add_mutually_exclusive_group()
     share.add_argument(
         "--gpu-memory-utilization",
         type=float,
         default=None,
-        help="vLLM: share of total device memory (default 0.5, verl's); with sglang verl passes it as "
-        "mem_fraction_static",
+        help=f"{key['gpu_memory_utilization']}, vLLM: share of total device memory (default 0.5, verl's); "
+        "with sglang verl passes it as mem_fraction_static",
     )
     share.add_argument(
         "--mem-fraction-static",
         type=float,
         default=None,
-        help="SGLang: share of the memory free at start for weights + KV",
+        help=f"SGLang's mem_fraction_static ({key['gpu_memory_utilization']} with sglang): share of the memory "
+        "free at start for weights + KV",
     )
     cache = g.add_mutually_exclusive_group()
     cache.add_argument(
@@ -65,13 +70,13 @@ def add_parser(sub):
         dest="free_cache_engine",
         action="store_true",
         default=True,
-        help="sleep the engine after generation (verl's default)",
+        help=f"{key['free_cache_engine']}=True: sleep the engine after generation (verl's default)",
     )
     cache.add_argument(
         "--no-free-cache-engine",
         dest="free_cache_engine",
         action="store_false",
-        help="keep weights and KV cache on the GPU through training",
+        help=f"{key['free_cache_engine']}=False: keep weights and KV cache on the GPU through training",
     )
     g.add_argument(
         "--sleep-level",
@@ -80,18 +85,23 @@ def add_parser(sub):
         default=None,
         help="1: weights to host RAM, KV freed; 2: both freed (default: verl's choice, 2 in hybrid mode)",
     )
-    g.add_argument("--prompt-len", type=int, required=True, help="data.max_prompt_length (P)")
-    g.add_argument("--response-len", type=int, required=True, help="data.max_response_length (R)")
-    g.add_argument("--rollout-n", type=int, required=True, help="rollout.n (K responses per prompt)")
-    g.add_argument("--rollout-batch", type=int, required=True, help="data.train_batch_size (B prompts per step)")
+    g.add_argument("--prompt-len", type=int, required=True, help=f"{key['prompt_length']} (P)")
+    g.add_argument("--response-len", type=int, required=True, help=f"{key['response_length']} (R)")
+    g.add_argument("--rollout-n", type=int, required=True, help=f"{key['n']} (K responses per prompt)")
+    g.add_argument("--rollout-batch", type=int, required=True, help=f"{key['train_batch_size']} (B prompts per step)")
     g.add_argument(
         "--max-model-len",
         type=int,
         default=None,
-        help="rollout.max_model_len (default: the model's max_position_embeddings, as verl sets it)",
+        help=f"{key['max_model_len']} (default: the model's max_position_embeddings, as verl sets it)",
     )
-    g.add_argument("--ref", choices=("colocated", "none"), default="colocated", help="reference model")
-    g.add_argument("--ref-offload", action="store_true", help="actor_rollout_ref.ref.*.param_offload")
+    g.add_argument(
+        "--ref",
+        choices=REF_MODES,
+        default="colocated",
+        help="reference model (verl builds one with actor.use_kl_loss or algorithm.use_kl_in_reward)",
+    )
+    g.add_argument("--ref-offload", action="store_true", help=" / ".join(REF_OFFLOAD_KEYS))
     g.add_argument("--host-mem", type=float, default=None, help="host RAM per node in GiB to check against")
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
