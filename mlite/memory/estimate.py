@@ -164,19 +164,19 @@ class MemoryEstimate:
         """The ``mlite memory --json`` document (bytes as integers)."""
         w = self.worst
         per_node = max(r.host_total for r in self.ranks) * min(self.options.gpus_per_node, self.plan.ngpu)
-        act = w.activation_total
-        persistent = sum(w.persistent.values())
-        other = sum(w.other.values()) + w.transient_peak + persistent
-        grads = w.grads + w.step_grads
+        # per_gpu adds up to ``total`` (what ``fits`` compares): the gradients alive at the forward/backward peak
+        # (the step's fp32 copies are not; fsdp2 may have freed its gradients), and ``other`` the rest of the peak
+        # (transients, persistent buffers, framework, padding; when the optimizer step is the peak, its grad copies
+        # and Adam temporaries, net of the activations freed by then); never negative (see ``RankMemory.peak``)
+        parts = {
+            "params": round(w.params),
+            "grads": round(w.grads if w.grads_at_peak is None else w.grads_at_peak),
+            "optimizer": round(w.optimizer),
+            "activations": round(w.activation_total),
+        }
+        total = round(w.total)
         return {
-            "per_gpu": {
-                "params": round(w.params),
-                "grads": round(grads),
-                "optimizer": round(w.optimizer),
-                "activations": round(act),
-                "other": round(other),
-                "total": round(w.params) + round(grads) + round(w.optimizer) + round(act) + round(other),
-            },
+            "per_gpu": {**parts, "other": total - sum(parts.values()), "total": total},
             "optimizer_detail": {
                 "master": round(w.master),
                 "exp_avg": round(w.exp_avg),
