@@ -186,3 +186,65 @@ def test_h200_rows_within_bounds():
         p = predict_row(r)
         assert p["predicted_static_bytes"] == pytest.approx(r["measured_static_bytes"], rel=0.03), r["name"]
         assert p["predicted_peak_bytes"] == pytest.approx(r["measured_peak_bytes"], rel=0.10), r["name"]
+
+
+def _raw_rows() -> dict:
+    return {r["name"]: r for r in json.loads((ROOT / "bench/results/mcore_memory_raw.json").read_text())}
+
+
+BF16_ROWS = sorted(n for n, r in _raw_rows().items() if r["grad"] == "bf16")
+
+
+@pytest.mark.parametrize("name", BF16_ROWS)
+def test_cli_grad_dtype_bf16_without_pao_gives_megatron_cores_bytes(name, tmp_path):
+    """``mlite memory CONFIG --grad-dtype bf16`` (no ``--pao``), run from another directory on a relative copy of the
+    row's model config, prints what Megatron-Core 0.19.2 held on the H200 for that row (static within 3 %, peak
+    within 10 %), the same bytes as the bench's prediction, and the fp32 main-grad copies it makes at the step."""
+    row = _raw_rows()[name]
+    case = OracleCase(seq=row["seq"], micro_batch=row["micro_batch"], recompute=row["recompute"], **row["model"])
+    (tmp_path / "model.json").write_text(json.dumps(case.hf_config()))
+    flags = ["--seq-len", row["seq"], "--micro-batch", row["micro_batch"], "--num-microbatches", row["num_microbatches"]]
+    flags += ["--recompute", row["recompute"], "--attention", row["attention"], "--grad-dtype", "bf16"]
+    flags += [] if row["dist_opt"] else ["--no-distributed-optimizer"]
+    p = subprocess.run(
+        [sys.executable, "-m", "mlite", "memory", "model.json", "--ngpu", "1", *map(str, flags), "--gpu-mem", "H200"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore"),
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "fp32 main-grad copies" in p.stdout and "Megatron-Core's optimizer" in p.stdout
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "mlite", "memory", "model.json", "--ngpu", "1", *map(str, flags), "--json"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore"),
+            check=True,
+        ).stdout
+    )
+    from mlite.memory.mcore_oracle import predict_row
+
+    want = predict_row(row)
+    assert (doc["static"], doc["peak"]) == (want["predicted_static_bytes"], want["predicted_peak_bytes"])
+    n = doc["local_params"]
+    assert n == row["params"] and doc["step_grads"] == 4 * n  # one GPU: d = 1
+    assert doc["per_gpu"]["grads"] == 2 * n
+    assert doc["static"] == pytest.approx(row["measured_static_bytes"], rel=0.03)
+    assert doc["peak"] == pytest.approx(row["measured_peak_bytes"], rel=0.10)
+
+
+def test_bf16_grad_buffer_holds_two_more_bytes_per_parameter_after_the_step_on_the_h200():
+    """The measured proof of the fp32 copies: the same dense model and attention buffer (b x s^2 equal), fp32 grads
+    (4 B) against bf16 grads (2 B + 4 B of fp32 copies at d = 1): Megatron-Core held 2 B per parameter more after the
+    step, and so does the estimate (the RoPE table of the longer sequence aside)."""
+    rows = _raw_rows()
+    bf16, fp32 = rows["dense_s4096_mb1_sel_bf16grad"], rows["dense_s2048_mb4_sel"]
+    n = bf16["params"]
+    rope = bf16["predicted_persistent"]["rope_table"] - fp32["predicted_persistent"]["rope_table"]
+    measured = bf16["measured_static_bytes"] - fp32["measured_static_bytes"]
+    assert measured == pytest.approx(2 * n + rope, rel=1e-4)
+    assert bf16["predicted_static_bytes"] - fp32["predicted_static_bytes"] == 2 * n + rope
