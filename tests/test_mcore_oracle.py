@@ -203,8 +203,8 @@ def test_cli_grad_dtype_bf16_without_pao_gives_megatron_cores_bytes(name, tmp_pa
     row = _raw_rows()[name]
     case = OracleCase(seq=row["seq"], micro_batch=row["micro_batch"], recompute=row["recompute"], **row["model"])
     (tmp_path / "model.json").write_text(json.dumps(case.hf_config()))
-    flags = ["--seq-len", row["seq"], "--micro-batch", row["micro_batch"], "--num-microbatches", row["num_microbatches"]]
-    flags += ["--recompute", row["recompute"], "--attention", row["attention"], "--grad-dtype", "bf16"]
+    flags = ["--seq-len", row["seq"], "--micro-batch", row["micro_batch"], "--recompute", row["recompute"]]
+    flags += ["--num-microbatches", row["num_microbatches"], "--attention", row["attention"], "--grad-dtype", "bf16"]
     flags += [] if row["dist_opt"] else ["--no-distributed-optimizer"]
     p = subprocess.run(
         [sys.executable, "-m", "mlite", "memory", "model.json", "--ngpu", "1", *map(str, flags), "--gpu-mem", "H200"],
