@@ -115,6 +115,11 @@ def test_unfused_components_equal_megatron_core(oracle, name):
     else:
         assert {"norms", "attention", "moe" if case.experts else "mlp"} <= set(layer)
         assert ("attention_core" in layer) == (case.recompute == "none")
+    # MoE layers part by part: the router, the token dispatcher's permutation buffers, the experts
+    assert got["moe_parts"] == want["moe_parts"]
+    if case.experts and case.recompute != "full":
+        assert all(set(p) == {"router", "dispatcher", "experts"} for p in got["moe_parts"])
+        assert sum(got["moe_parts"][0].values()) == layer["moe"]
 
 
 @pytest.mark.parametrize("name", list(FLASH))
@@ -125,6 +130,7 @@ def test_flash_components_equal_megatron_core_with_sdpa(oracle, name):
     for m, w in zip(got["layers"], want["layers"], strict=True):
         for k in set(m) | set(w):
             assert m.get(k, 0) == pytest.approx(w.get(k, 0), rel=0.02, abs=64), k
+    assert got["moe_parts"] == want["moe_parts"]  # the SDPA swap leaves the MoE layer alone: exact
 
 
 @pytest.mark.parametrize("name", list(PERSIST))
@@ -248,3 +254,51 @@ def test_bf16_grad_buffer_holds_two_more_bytes_per_parameter_after_the_step_on_t
     measured = bf16["measured_static_bytes"] - fp32["measured_static_bytes"]
     assert measured == pytest.approx(2 * n + rope, rel=1e-4)
     assert bf16["predicted_static_bytes"] - fp32["predicted_static_bytes"] == 2 * n + rope
+
+
+@pytest.mark.parametrize("name", sorted(n for n, r in _raw_rows().items() if isinstance(r.get("saved"), dict)))
+def test_h200_saved_bytes_equal_todays_components(name):
+    """The per-component bytes Megatron-Core 0.19.2 saved on the H200 (``--saved``, fused CUDA RMSNorm) against
+    today's ``megatron`` components for CUDA: exact, except the flash kernel's RNG seed and offset (24 B a layer)."""
+    from mlite.memory.mcore_oracle import predicted
+
+    row = _raw_rows()[name]
+    case = OracleCase(seq=row["seq"], micro_batch=row["micro_batch"], recompute=row["recompute"], **row["model"])
+    got, want = row["saved"], predicted(case, device="cuda", attention=row["attention"])
+    bad = _compare(got, want)
+    if row["attention"] == "flash":
+        assert all(k == "attention_core" and 0 <= m - w <= 24 for _, k, m, w in bad), bad
+    else:
+        assert bad == [] and got["total"] == want["total"]
+
+
+def test_readme_table_shows_the_csv():
+    """The README's Megatron-Core table is ``bench/results/mcore_memory.csv``: every row, its settings, GiB and
+    errors as the CSV gives them."""
+    import csv
+    import re
+
+    with (ROOT / "bench/results/mcore_memory.csv").open(newline="") as f:
+        rows = {r["config"]: r for r in csv.DictReader(f)}
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Megatron-Core memory") :]
+    section = section[: section.index("\n#", 1)] if "\n#" in section[1:] else section  # up to the next heading
+    table = {}
+    for line in section.splitlines():
+        m = re.match(r"\| `([^`]+)` \| (.*) \|$", line)
+        if m:
+            table[m.group(1)] = [c.strip() for c in m.group(2).split("|")]
+    assert list(table) == list(rows)
+
+    def gib(b: str) -> str:
+        return f"{int(b) / 2**30:.2f}"
+
+    for name, r in rows.items():
+        att, shape, rec, dist, grad, static, static_err, peak, peak_err = table[name]
+        mb = f" × {r['num_microbatches']}" if r["num_microbatches"] != "1" else ""
+        assert att.startswith(r["attention"]) and shape == f"{r['seq']} × {r['micro_batch']}{mb}", name
+        assert (rec, dist, grad) == (r["recompute"], "on" if r["dist_opt"] == "True" else "off", r["grad_buffer"])
+        assert static == f"{gib(r['measured_static_bytes'])} ({gib(r['predicted_static_bytes'])})", name
+        assert peak == f"{gib(r['measured_peak_bytes'])} ({gib(r['predicted_peak_bytes'])})", name
+        assert (static_err, peak_err) == (f"{float(r['static_error']):+.2%}", f"{float(r['peak_error']):+.2%}"), name
+        assert abs(float(r["static_error"])) <= 0.03 and abs(float(r["peak_error"])) <= 0.10, name

@@ -315,13 +315,7 @@ def attention_buffer(spec, d: ActDims) -> float:
 
 def mcore_mlp_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
     """Megatron-Core's MLP (SwiGLU with ``bias_activation_fusion``: FC1 input, FC1 output, FC2 input) and MoE layer
-    (router, all-gather token dispatcher, ``SequentialMLP`` experts) by component.
-
-    MoE per token (D tokens; /t with sequence parallelism): the router's input 2h (bf16), fp32 scores 4E, top-k
-    probabilities 4k and two int64 top-k index tensors 16k; the aux loss keeps tokens-per-expert 8E once; the
-    dispatcher keeps the routing map E (bool), the probabilities by expert 2E (bf16) and the sorted indices 8k;
-    each routed token copy (top_k of them) keeps its permuted input 2h, its bf16 probability 2, FC1 output 4f and
-    FC2 input 2f (f / etp)."""
+    (the sum of :func:`mcore_moe_parts`) by component (``transformer/mlp.py``, ``transformer/moe/moe_layer.py``)."""
     D = d.s * d.b
     h, t = spec.hidden_size, d.t
     if kind == "none":
@@ -332,11 +326,36 @@ def mcore_mlp_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
         if d.dropout:
             x += _split(D * h, d)
         return {"mlp": x}
+    return {"moe": sum(mcore_moe_parts(spec, d).values())}
+
+
+def mcore_moe_parts(spec, d: ActDims) -> dict[str, float]:
+    """What one Megatron-Core MoE layer (local spec: ``TopKRouter``, ``MoEAllGatherTokenDispatcher``,
+    ``SequentialMLP`` experts) keeps for the backward, by the module that saves it (the CPU oracle's split).
+
+    Per token (D tokens; /t with sequence parallelism), sources under megatron/core/transformer/moe/:
+
+    * ``router`` (``router.py`` ``TopKRouter``; ``moe_utils.py`` ``topk_routing_with_score_function``,
+      ``switch_load_balancing_loss_func``): its input 2h (bf16, the gating GEMM's), the fp32 softmax scores 4E, the
+      top-k probabilities 4k and two int64 top-k index tensors 16k; the aux loss keeps tokens-per-expert 8E and a
+      fp32 scalar once per layer;
+    * ``dispatcher`` (``token_dispatcher.py`` ``MoEAllGatherTokenDispatcher.token_dispatch`` / ``token_combine``;
+      ``moe_utils.py`` ``permute`` / ``unpermute``): the routing map E (bool), the probabilities by expert 2E (bf16)
+      and the sorted permutation indices 8k (int64);
+    * ``experts`` (``experts.py`` ``SequentialMLP``), per routed token copy (top_k of them): its permuted input 2h,
+      its bf16 probability 2, FC1 output 4f and FC2 input 2f (f / etp);
+    * ``shared_experts`` (``shared_experts.py``): FC1 output and FC2 input of the shared width (its input is the
+      router's, kept once)."""
+    D = d.s * d.b
+    h, t = spec.hidden_size, d.t
     k, f, E = spec.moe_router_topk, spec.moe_ffn_hidden_size, spec.num_experts
     tokens = D / t if d.sp else D
-    router = tokens * (2 * h + 4 * E + 20 * k) + 8 * E + 4
-    dispatcher = tokens * (3 * E + 8 * k)
-    routed = k * tokens * (2 * h + 2 + 6 * f / d.etp)
+    parts = {
+        "router": tokens * (2 * h + 4 * E + 20 * k) + 8 * E + 4,
+        "dispatcher": tokens * (3 * E + 8 * k),
+        "experts": k * tokens * (2 * h + 2 + 6 * f / d.etp),
+    }
     fs = spec.shared_expert_ffn_hidden_size
-    shared = 6 * D * fs / t if fs else 0.0
-    return {"moe": router + dispatcher + routed + shared}
+    if fs:
+        parts["shared_experts"] = 6 * D * fs / t
+    return parts
