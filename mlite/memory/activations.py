@@ -182,7 +182,9 @@ def mlp_bytes(spec, kind: str, d: ActDims, *, gated: bool = True) -> dict[str, f
 
 
 def layer_bytes(spec, layer, d: ActDims) -> dict[str, float]:
-    """All activations one layer keeps for its backward, by component."""
+    """All activations one layer keeps for its backward, by component. Full recompute keeps only each layer's
+    input at its checkpoint boundary (megatron/core ``transformer/transformer_block.py`` ``_checkpointed_forward``,
+    uniform, one layer per checkpoint; ``tensor_parallel/random.py`` ``CheckpointFunction`` saves its inputs)."""
     D = d.s * d.b
     if d.recompute == "full":
         return {"layer_inputs": _split(2 * D * spec.hidden_size * max(1, spec.hc_mult), d)}
@@ -256,7 +258,16 @@ def mcore_attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
     rot) for q and for k per layer. With GQA and qk-norm on CUDA, q's reshape out of the grouped QKV layout is a
     copy that the fused q-norm keeps (on the CPU the composite norm keeps fp32 copies instead). Flash (TE /
     flash-attn kernels): q, k, v, the output (which is the out-projection's input) and a fp32 log-sum-exp per head
-    and token; no score matrix."""
+    and token; no score matrix.
+
+    Sources (megatron/core): ``transformer/attention.py`` (``SelfAttention.get_query_key_value_tensors``, the RoPE
+    calls, ``_checkpointed_attention_forward`` for selective recompute: ``checkpoint_core_attention``),
+    ``transformer/dot_product_attention.py`` (``DotProductAttention.forward``: ``repeat_interleave`` of K and V,
+    ``baddbmm`` into the global memory buffer, ``bmm`` with V), ``fusions/fused_softmax.py``
+    (``FusedScaleMaskSoftmax.forward_torch_softmax``: ``input.float()``, torch softmax, the bf16 cast),
+    ``transformer/utils.py`` (``get_default_causal_mask``), ``models/common/embeddings/rope_utils.py``
+    (``_apply_rotary_pos_emb_bshd``: ``cos_`` / ``sin_`` in the input dtype), ``models/gpt/gpt_layer_specs.py``
+    (``get_gpt_layer_local_spec``)."""
     D = d.s * d.b
     h, t, dh = spec.hidden_size, d.t, spec.head_dim
     a, kv = spec.num_attention_heads / t, spec.num_key_value_heads / t
@@ -309,7 +320,8 @@ def attention_transient(spec, d: ActDims) -> float:
 
 def attention_buffer(spec, d: ActDims) -> float:
     """Megatron's global memory buffer ("mpu") that ``baddbmm`` reads: b x heads x s x s bf16, allocated at the
-    first forward and kept for the life of the process (unfused attention only)."""
+    first forward and kept for the life of the process (unfused attention only; megatron/core ``utils.py``
+    ``GlobalMemoryBuffer``, reached through ``parallel_state.get_global_memory_buffer``)."""
     return 0.0 if d.flash else 2 * d.b * spec.num_attention_heads / d.t * d.s * d.s
 
 

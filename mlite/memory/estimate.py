@@ -402,7 +402,17 @@ def _megatron_parts(
     spec, plan, o, sp, cache, dims, vocab_local, sb
 ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Megatron-Core activations (per component, all micro-batches in flight), transients and persistent buffers
-    of one rank (the local spec's modules; see :mod:`mlite.memory.activations`)."""
+    of one rank (the local spec's modules; see :mod:`mlite.memory.activations`).
+
+    Root parts, sources under megatron/core: the embedding lookup keeps the int64 token ids
+    (``models/common/embeddings/language_model_embedding.py``); the unfused cross-entropy
+    (``models/common/language_module/language_module.py`` ``compute_language_model_loss`` ->
+    ``tensor_parallel/cross_entropy.py``: ``calculate_logits_max`` casts to fp32, ``save_for_backward(exp_logits,
+    target_mask, masked_target_1d)``) keeps the fp32 softmax, a bool mask and int64 targets next to the output
+    layer's input; the RoPE source table is fp32 and cached per length (``models/common/embeddings/
+    rotary_pos_embedding.py`` ``RotaryEmbedding.forward`` under ``lru_cache``); the all-gather dispatcher keeps
+    ``local_map``, ``local_probs`` and ``reversed_local_input_permutation_mapping`` as attributes until the next
+    forward (``transformer/moe/token_dispatcher.py`` ``MoEAllGatherTokenDispatcher``)."""
     D = dims.s * dims.b
     h = spec.hidden_size
     acts: dict[str, float] = {}
