@@ -302,3 +302,21 @@ def test_readme_table_shows_the_csv():
         assert peak == f"{gib(r['measured_peak_bytes'])} ({gib(r['predicted_peak_bytes'])})", name
         assert (static_err, peak_err) == (f"{float(r['static_error']):+.2%}", f"{float(r['peak_error']):+.2%}"), name
         assert abs(float(r["static_error"])) <= 0.03 and abs(float(r["peak_error"])) <= 0.10, name
+
+
+@pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        (("--attention", "unfused"), ("unfused = Megatron-Core's local spec (DotProductAttention", "mcore_memory.csv")),
+        (("--attention", "flash"), ("flash = Transformer Engine / flash-attn kernels", "PyTorch SDPA", "not measured")),
+        (("--activation-model", "lite"), ("the kit's lite runtime", "gpu_memory.csv")),
+    ],
+    ids=["unfused", "flash", "lite"],
+)
+def test_output_says_what_each_attention_choice_is_and_what_it_was_checked_against(flags, needles):
+    from conftest import run_cli
+
+    text = run_cli("memory", "Qwen3-8B", "--ngpu", "1", *flags).out
+    doc = run_cli("memory", "Qwen3-8B", "--ngpu", "1", *flags, "--json").json()
+    for n in needles:
+        assert n in text and n in doc["validated_against"], n

@@ -96,7 +96,7 @@ def run(args) -> int:
     print(f"  host        {g(doc['host']['per_gpu'])} per GPU, {g(doc['host']['per_node'])} per node")
     verdict = "fits" if est.fits else "does NOT fit"
     print(f"  {verdict}: {g(pg['total'])} vs usable {g(doc['usable'])} of {g(doc['gpu_mem'])}")
-    print(f"  activations validated against {doc['validated_against']}")
+    print(f"  activations: {doc['validated_against']}")
     if not isinstance(doc["fits"], bool):
         raise MliteError("internal: fits verdict missing")
     return 0 if est.fits else 1

@@ -225,16 +225,19 @@ class MemoryEstimate:
 def validated_against(o: TrainingOptions) -> str:
     """What the activation rows of this option set were checked against (the measurements in bench/results)."""
     if o.activation_model == "lite":
-        return "the kit's lite runtime on an H200 (bench/results/gpu_memory.csv)"
+        return "checked against the kit's lite runtime on an H200 (bench/results/gpu_memory.csv)"
     if o.attention == "unfused":
         where = (
-            "Megatron-Core 0.19.2, local spec (DotProductAttention), on an H200 (bench/results/mcore_memory.csv) "
+            "attention unfused = Megatron-Core's local spec (DotProductAttention: scores and fp32 softmax kept); "
+            "checked against Megatron-Core 0.19.2, local spec, on an H200 (bench/results/mcore_memory.csv) "
             "and Megatron-Core 0.16.1 on the CPU (tests/test_mcore_oracle.py)"
         )
     else:
         where = (
+            "attention flash = Transformer Engine / flash-attn kernels (no score matrix); checked against "
             "Megatron-Core 0.19.2 with PyTorch SDPA flash core attention on an H200 (bench/results/"
-            "mcore_memory.csv), standing in for Transformer Engine (not installed there)"
+            "mcore_memory.csv) and on the CPU (tests/test_mcore_oracle.py), standing in for Transformer Engine "
+            "(not installed there, not measured)"
         )
     return (
         where + "; GQA/MHA attention, dense SwiGLU and MoE layers at TP = PP = CP = 1; MLA, DSA, Gated DeltaNet "
