@@ -38,6 +38,10 @@ CASES = {
     "moe_none_mb2_s48_top3": OracleCase(experts=8, topk=3, qk_norm=False, micro_batch=2, seq=48),
     "moe_sel_mb1_s64": OracleCase(experts=4, topk=2, recompute="selective", seq=64),
     "moe_full_mb4_s32": OracleCase(experts=4, topk=2, recompute="full", micro_batch=4),
+    "moe_mha_sel_mb3_s40": OracleCase(
+        experts=6, topk=3, kv_heads=4, qk_norm=False, recompute="selective", micro_batch=3, seq=40
+    ),
+    "moe_gqa1_none_mb3_s24": OracleCase(experts=6, topk=2, heads=8, kv_heads=1, head_dim=8, micro_batch=3, seq=24),
 }
 FLASH = {  # core attention swapped for PyTorch SDPA (the flash rows of the H200 bench)
     "flash_dense_none_mb2_s64": OracleCase(micro_batch=2, seq=64),
