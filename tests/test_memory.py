@@ -8,6 +8,7 @@ from conftest import assert_one_line_error, run_cli
 from mlite.errors import MliteError
 from mlite.memory import GIB, TrainingOptions, estimate, mesh_table, sweep
 from mlite.memory.activations import gpt_layer_bytes
+from mlite.memory.optimizer import state_bytes
 from mlite.mesh import ParallelConfig, resolve
 from mlite.models import from_hf_config
 
@@ -246,18 +247,23 @@ def test_cli_bad_usage():
 def test_bf16_grads_without_pao_are_megatron_cores_bytes():
     """``--grad-dtype bf16`` without ``--pao`` is Megatron-Core's ``grad_reduce_in_fp32=False``: a bf16 grad buffer
     (2 B per local parameter) and, after the step, the optimizer's fp32 copies of its grad shard
-    (``shard_main_param.grad = shard_model_grad.float()``: 4 B per shard parameter) next to fp32 master, m, v."""
+    (``shard_main_param.grad = shard_model_grad.float()``: 4 B per shard parameter) next to fp32 master, m, v. The
+    copies are in ``static`` and ``step_grads``, not at the forward/backward peak, so not in ``per_gpu``'s grads."""
     n = L8.total
     res = run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--grad-dtype", "bf16", "--json")
     assert res.rc == 0, res.err
     doc = res.json()
     assert doc["per_gpu"]["params"] == 2 * n
-    assert doc["per_gpu"]["grads"] == round(2 * n + 4 * n / 8)
+    assert doc["per_gpu"]["grads"] == 2 * n
     assert doc["step_grads"] == round(4 * n / 8)
     assert doc["per_gpu"]["optimizer"] == round(12 * n / 8)
     assert doc["bytes_per_param"] == 2 + 2 + 12 / 8
+    persistent = sum(doc["persistent_detail"].values())
+    assert doc["static"] == round(2 * n + 2 * n + 4 * n / 8 + 12 * n / 8 + persistent)
     fp32 = run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--json").json()
     assert fp32["static"] - doc["static"] == round(4 * n - 2 * n - 4 * n / 8)
+    text = run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--grad-dtype", "bf16").out
+    assert f"+ {4 * n / 8 / GIB:.2f} GiB fp32 main-grad copies" in text and "Megatron-Core's optimizer" in text
     # the copies exist from the step to the next zero_grad: not during forward/backward
     e = _est(L8, 8, TrainingOptions(main_grads_dtype="bf16", seq_len=8192))
     w = e.worst
@@ -266,6 +272,47 @@ def test_bf16_grads_without_pao_are_megatron_cores_bytes():
     assert nodist.grads + nodist.step_grads == 6 * n
     pao = _est(L8, 8, TrainingOptions(main_grads_dtype="bf16", use_precision_aware_optimizer=True)).worst
     assert pao.step_grads == 0  # PAO hands the bf16 shard to the optimizer as decoupled_grad
+
+
+def test_bf16_grads_without_pao_in_the_lite_runtime_make_no_fp32_copies():
+    """The lite runtime's dist_opt reads the bf16 buffer and widens it chunk by chunk: no step copies there, and the
+    text says which runtime each figure is for."""
+    n = L8.total
+    lite = run_cli("memory", "Llama-3.1-8B", "--ngpu", "1", "--grad-dtype", "bf16", "--activation-model", "lite")
+    assert "no fp32 copies" in lite.out and "main-grad copies from the step" not in lite.out
+    doc = run_cli(
+        "memory", "Llama-3.1-8B", "--ngpu", "1", "--grad-dtype", "bf16", "--activation-model", "lite", "--json"
+    ).json()
+    assert doc["step_grads"] == 0 and doc["per_gpu"]["grads"] == 2 * n
+    assert doc["static"] == round(2 * n + 2 * n + 12 * n + sum(doc["persistent_detail"].values()))
+    assert state_bytes(TrainingOptions(main_grads_dtype="bf16", activation_model="lite")).step_grad_copy == 0
+    assert state_bytes(TrainingOptions(main_grads_dtype="bf16")).step_grad_copy == 4
+
+
+def test_bf16_grads_with_fsdp2_are_refused_as_the_lite_runtime_refuses_them():
+    assert_one_line_error(
+        run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--optimizer", "fsdp2", "--grad-dtype", "bf16"),
+        "main_grads_dtype=bf16 is dist_opt's gradient buffer",
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [(), ("--grad-dtype", "bf16"), ("--grad-dtype", "bf16", "--no-distributed-optimizer"), ("--optimizer", "fsdp2")],
+    ids=["fp32", "bf16", "bf16_nodist", "fsdp2"],
+)
+def test_per_gpu_adds_up_to_the_total_that_fits_compares(extra):
+    """``per_gpu`` is the peak's composition: its parts add up to ``total`` = peak + other (what ``fits`` and the
+    text's verdict line compare), none negative, also when the optimizer step is the peak (no distributed optimizer)
+    or the step's fp32 grad copies are in ``static``."""
+    res = run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", *extra, "--gpu-mem", "H200", "--json")
+    doc = res.json()
+    pg = doc["per_gpu"]
+    assert pg["total"] == sum(v for k, v in pg.items() if k != "total")
+    assert min(pg.values()) >= 0
+    assert abs(pg["total"] - doc["peak"] - sum(doc["other_detail"].values())) <= 1
+    assert abs(doc["phases"]["training"]["gpu"] - pg["total"]) <= 1
+    assert (res.rc == 0) == (pg["total"] <= doc["usable"]) == doc["fits"]
 
 
 def test_unknown_recompute_module_is_refused_naming_it():

@@ -61,9 +61,12 @@ def _draw(fig, sets) -> None:
 
 
 def _table(label: str, df) -> W.HTML:
+    """One set's rows; the Megatron-Core set also says what each row's attention was checked against."""
+    checked = "validated_against" in df
     rows = [
         [
             r.config,
+            *([r.validated_against] if checked else []),
             f"{r.measured_static_bytes / GIB:.2f}",
             f"{r.static_error:+.1%}",
             f"{r.measured_peak_bytes / GIB:.2f}",
@@ -71,7 +74,9 @@ def _table(label: str, df) -> W.HTML:
         ]
         for r in df.itertuples()
     ]
-    return W.HTML(f"<b>{label}</b>" + html_table(["configuration", "static GiB", "error", "peak GiB", "error"], rows))
+    header = ["configuration", *(["checked against"] if checked else []), "static GiB", "error", "peak GiB", "error"]
+    n = len(header)
+    return W.HTML(f"<b>{label}</b>" + html_table(header, rows, align_right=tuple(range(n - 4, n))))
 
 
 def _worst(label: str, df) -> str:

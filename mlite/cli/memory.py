@@ -25,6 +25,25 @@ def options_from_args(args):
     return TrainingOptions(**values_from_args(args, TRAINING))
 
 
+def grad_copy_note(o, doc) -> str:
+    """What a bf16 gradient buffer without PAO costs after the step, and which runtime that figure is for."""
+    if o.optimizer != "dist_opt" or o.main_grads_dtype != "bf16" or o.pao or o.param_dtype == "fp32":
+        return ""
+    gib = doc["step_grads"] / 2**30
+    if doc["step_grads"]:
+        return (
+            f"+ {gib:.2f} GiB fp32 main-grad copies from the step to zero_grad (in static, not at the forward/backward "
+            "peak): Megatron-Core's optimizer with grad_reduce_in_fp32=False; the lite runtime's dist_opt makes none "
+            "(--activation-model lite)"
+        )
+    if o.activation_model == "lite":
+        return (
+            "bf16 grad buffer read as it is: the lite runtime's dist_opt widens it chunk by chunk (no fp32 copies; "
+            "Megatron-Core's optimizer would add 4 B per shard parameter after the step)"
+        )
+    return ""
+
+
 def add_parser(sub):
     from .mesh import add_mesh_flags
 
@@ -70,10 +89,14 @@ def run(args) -> int:
     od = doc["optimizer_detail"]
     print(f"  optimizer = master {g(od['master'])} + exp_avg {g(od['exp_avg'])} + exp_avg_sq {g(od['exp_avg_sq'])}")
     print(f"  bytes/param {doc['bytes_per_param']:.3f} over {doc['local_params']:,} local parameters")
+    print(f"  static      {g(doc['static'])} after the optimizer step, peak {g(doc['peak'])} allocated")
+    note = grad_copy_note(o, doc)
+    if note:
+        print(f"  {note}")
     print(f"  host        {g(doc['host']['per_gpu'])} per GPU, {g(doc['host']['per_node'])} per node")
     verdict = "fits" if est.fits else "does NOT fit"
     print(f"  {verdict}: {g(pg['total'])} vs usable {g(doc['usable'])} of {g(doc['gpu_mem'])}")
-    print(f"  activations validated against {doc['validated_against']}")
+    print(f"  activations: {doc['validated_against']}")
     if not isinstance(doc["fits"], bool):
         raise MliteError("internal: fits verdict missing")
     return 0 if est.fits else 1

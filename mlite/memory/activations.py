@@ -182,7 +182,9 @@ def mlp_bytes(spec, kind: str, d: ActDims, *, gated: bool = True) -> dict[str, f
 
 
 def layer_bytes(spec, layer, d: ActDims) -> dict[str, float]:
-    """All activations one layer keeps for its backward, by component."""
+    """All activations one layer keeps for its backward, by component. Full recompute keeps only each layer's
+    input at its checkpoint boundary (megatron/core ``transformer/transformer_block.py`` ``_checkpointed_forward``,
+    uniform, one layer per checkpoint; ``tensor_parallel/random.py`` ``CheckpointFunction`` saves its inputs)."""
     D = d.s * d.b
     if d.recompute == "full":
         return {"layer_inputs": _split(2 * D * spec.hidden_size * max(1, spec.hc_mult), d)}
@@ -256,7 +258,16 @@ def mcore_attention_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
     rot) for q and for k per layer. With GQA and qk-norm on CUDA, q's reshape out of the grouped QKV layout is a
     copy that the fused q-norm keeps (on the CPU the composite norm keeps fp32 copies instead). Flash (TE /
     flash-attn kernels): q, k, v, the output (which is the out-projection's input) and a fp32 log-sum-exp per head
-    and token; no score matrix."""
+    and token; no score matrix.
+
+    Sources (megatron/core): ``transformer/attention.py`` (``SelfAttention.get_query_key_value_tensors``, the RoPE
+    calls, ``_checkpointed_attention_forward`` for selective recompute: ``checkpoint_core_attention``),
+    ``transformer/dot_product_attention.py`` (``DotProductAttention.forward``: ``repeat_interleave`` of K and V,
+    ``baddbmm`` into the global memory buffer, ``bmm`` with V), ``fusions/fused_softmax.py``
+    (``FusedScaleMaskSoftmax.forward_torch_softmax``: ``input.float()``, torch softmax, the bf16 cast),
+    ``transformer/utils.py`` (``get_default_causal_mask``), ``models/common/embeddings/rope_utils.py``
+    (``_apply_rotary_pos_emb_bshd``: ``cos_`` / ``sin_`` in the input dtype), ``models/gpt/gpt_layer_specs.py``
+    (``get_gpt_layer_local_spec``)."""
     D = d.s * d.b
     h, t, dh = spec.hidden_size, d.t, spec.head_dim
     a, kv = spec.num_attention_heads / t, spec.num_key_value_heads / t
@@ -309,19 +320,14 @@ def attention_transient(spec, d: ActDims) -> float:
 
 def attention_buffer(spec, d: ActDims) -> float:
     """Megatron's global memory buffer ("mpu") that ``baddbmm`` reads: b x heads x s x s bf16, allocated at the
-    first forward and kept for the life of the process (unfused attention only)."""
+    first forward and kept for the life of the process (unfused attention only; megatron/core ``utils.py``
+    ``GlobalMemoryBuffer``, reached through ``parallel_state.get_global_memory_buffer``)."""
     return 0.0 if d.flash else 2 * d.b * spec.num_attention_heads / d.t * d.s * d.s
 
 
 def mcore_mlp_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
     """Megatron-Core's MLP (SwiGLU with ``bias_activation_fusion``: FC1 input, FC1 output, FC2 input) and MoE layer
-    (router, all-gather token dispatcher, ``SequentialMLP`` experts) by component.
-
-    MoE per token (D tokens; /t with sequence parallelism): the router's input 2h (bf16), fp32 scores 4E, top-k
-    probabilities 4k and two int64 top-k index tensors 16k; the aux loss keeps tokens-per-expert 8E once; the
-    dispatcher keeps the routing map E (bool), the probabilities by expert 2E (bf16) and the sorted indices 8k;
-    each routed token copy (top_k of them) keeps its permuted input 2h, its bf16 probability 2, FC1 output 4f and
-    FC2 input 2f (f / etp)."""
+    (the sum of :func:`mcore_moe_parts`) by component (``transformer/mlp.py``, ``transformer/moe/moe_layer.py``)."""
     D = d.s * d.b
     h, t = spec.hidden_size, d.t
     if kind == "none":
@@ -332,11 +338,36 @@ def mcore_mlp_bytes(spec, kind: str, d: ActDims) -> dict[str, float]:
         if d.dropout:
             x += _split(D * h, d)
         return {"mlp": x}
+    return {"moe": sum(mcore_moe_parts(spec, d).values())}
+
+
+def mcore_moe_parts(spec, d: ActDims) -> dict[str, float]:
+    """What one Megatron-Core MoE layer (local spec: ``TopKRouter``, ``MoEAllGatherTokenDispatcher``,
+    ``SequentialMLP`` experts) keeps for the backward, by the module that saves it (the CPU oracle's split).
+
+    Per token (D tokens; /t with sequence parallelism), sources under megatron/core/transformer/moe/:
+
+    * ``router`` (``router.py`` ``TopKRouter``; ``moe_utils.py`` ``topk_routing_with_score_function``,
+      ``switch_load_balancing_loss_func``): its input 2h (bf16, the gating GEMM's), the fp32 softmax scores 4E, the
+      top-k probabilities 4k and two int64 top-k index tensors 16k; the aux loss keeps tokens-per-expert 8E and a
+      fp32 scalar once per layer;
+    * ``dispatcher`` (``token_dispatcher.py`` ``MoEAllGatherTokenDispatcher.token_dispatch`` / ``token_combine``;
+      ``moe_utils.py`` ``permute`` / ``unpermute``): the routing map E (bool), the probabilities by expert 2E (bf16)
+      and the sorted permutation indices 8k (int64);
+    * ``experts`` (``experts.py`` ``SequentialMLP``), per routed token copy (top_k of them): its permuted input 2h,
+      its bf16 probability 2, FC1 output 4f and FC2 input 2f (f / etp);
+    * ``shared_experts`` (``shared_experts.py``): FC1 output and FC2 input of the shared width (its input is the
+      router's, kept once)."""
+    D = d.s * d.b
+    h, t = spec.hidden_size, d.t
     k, f, E = spec.moe_router_topk, spec.moe_ffn_hidden_size, spec.num_experts
     tokens = D / t if d.sp else D
-    router = tokens * (2 * h + 4 * E + 20 * k) + 8 * E + 4
-    dispatcher = tokens * (3 * E + 8 * k)
-    routed = k * tokens * (2 * h + 2 + 6 * f / d.etp)
+    parts = {
+        "router": tokens * (2 * h + 4 * E + 20 * k) + 8 * E + 4,
+        "dispatcher": tokens * (3 * E + 8 * k),
+        "experts": k * tokens * (2 * h + 2 + 6 * f / d.etp),
+    }
     fs = spec.shared_expert_ffn_hidden_size
-    shared = 6 * D * fs / t if fs else 0.0
-    return {"moe": router + dispatcher + routed + shared}
+    if fs:
+        parts["shared_experts"] = 6 * D * fs / t
+    return parts

@@ -164,19 +164,19 @@ class MemoryEstimate:
         """The ``mlite memory --json`` document (bytes as integers)."""
         w = self.worst
         per_node = max(r.host_total for r in self.ranks) * min(self.options.gpus_per_node, self.plan.ngpu)
-        act = w.activation_total
-        persistent = sum(w.persistent.values())
-        other = sum(w.other.values()) + w.transient_peak + persistent
-        grads = w.grads + w.step_grads
+        # per_gpu adds up to ``total`` (what ``fits`` compares): the gradients alive at the forward/backward peak
+        # (the step's fp32 copies are not; fsdp2 may have freed its gradients), and ``other`` the rest of the peak
+        # (transients, persistent buffers, framework, padding; when the optimizer step is the peak, its grad copies
+        # and Adam temporaries, net of the activations freed by then); never negative (see ``RankMemory.peak``)
+        parts = {
+            "params": round(w.params),
+            "grads": round(w.grads if w.grads_at_peak is None else w.grads_at_peak),
+            "optimizer": round(w.optimizer),
+            "activations": round(w.activation_total),
+        }
+        total = round(w.total)
         return {
-            "per_gpu": {
-                "params": round(w.params),
-                "grads": round(grads),
-                "optimizer": round(w.optimizer),
-                "activations": round(act),
-                "other": round(other),
-                "total": round(w.params) + round(grads) + round(w.optimizer) + round(act) + round(other),
-            },
+            "per_gpu": {**parts, "other": total - sum(parts.values()), "total": total},
             "optimizer_detail": {
                 "master": round(w.master),
                 "exp_avg": round(w.exp_avg),
@@ -225,16 +225,19 @@ class MemoryEstimate:
 def validated_against(o: TrainingOptions) -> str:
     """What the activation rows of this option set were checked against (the measurements in bench/results)."""
     if o.activation_model == "lite":
-        return "the kit's lite runtime on an H200 (bench/results/gpu_memory.csv)"
+        return "checked against the kit's lite runtime on an H200 (bench/results/gpu_memory.csv)"
     if o.attention == "unfused":
         where = (
-            "Megatron-Core 0.19.2, local spec (DotProductAttention), on an H200 (bench/results/mcore_memory.csv) "
+            "attention unfused = Megatron-Core's local spec (DotProductAttention: scores and fp32 softmax kept); "
+            "checked against Megatron-Core 0.19.2, local spec, on an H200 (bench/results/mcore_memory.csv) "
             "and Megatron-Core 0.16.1 on the CPU (tests/test_mcore_oracle.py)"
         )
     else:
         where = (
+            "attention flash = Transformer Engine / flash-attn kernels (no score matrix); checked against "
             "Megatron-Core 0.19.2 with PyTorch SDPA flash core attention on an H200 (bench/results/"
-            "mcore_memory.csv), standing in for Transformer Engine (not installed there)"
+            "mcore_memory.csv) and on the CPU (tests/test_mcore_oracle.py), standing in for Transformer Engine "
+            "(not installed there, not measured)"
         )
     return (
         where + "; GQA/MHA attention, dense SwiGLU and MoE layers at TP = PP = CP = 1; MLA, DSA, Gated DeltaNet "
@@ -402,7 +405,17 @@ def _megatron_parts(
     spec, plan, o, sp, cache, dims, vocab_local, sb
 ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Megatron-Core activations (per component, all micro-batches in flight), transients and persistent buffers
-    of one rank (the local spec's modules; see :mod:`mlite.memory.activations`)."""
+    of one rank (the local spec's modules; see :mod:`mlite.memory.activations`).
+
+    Root parts, sources under megatron/core: the embedding lookup keeps the int64 token ids
+    (``models/common/embeddings/language_model_embedding.py``); the unfused cross-entropy
+    (``models/common/language_module/language_module.py`` ``compute_language_model_loss`` ->
+    ``tensor_parallel/cross_entropy.py``: ``calculate_logits_max`` casts to fp32, ``save_for_backward(exp_logits,
+    target_mask, masked_target_1d)``) keeps the fp32 softmax, a bool mask and int64 targets next to the output
+    layer's input; the RoPE source table is fp32 and cached per length (``models/common/embeddings/
+    rotary_pos_embedding.py`` ``RotaryEmbedding.forward`` under ``lru_cache``); the all-gather dispatcher keeps
+    ``local_map``, ``local_probs`` and ``reversed_local_input_permutation_mapping`` as attributes until the next
+    forward (``transformer/moe/token_dispatcher.py`` ``MoEAllGatherTokenDispatcher``)."""
     D = dims.s * dims.b
     h = spec.hidden_size
     acts: dict[str, float] = {}

@@ -366,9 +366,12 @@ def component(name: str) -> tuple[int | None, str]:
 def saved_bytes(model, case: OracleCase, tokens=None) -> dict:
     """Bytes autograd keeps for the backward after one forward (+ loss) of ``model``, by layer and component.
 
-    Returns ``{"layers": [ {component: bytes} per layer ], "root": {component: bytes}, "total": bytes}``; the
-    loss is backpropagated afterwards so the graph is freed. Parameters are not counted; a storage counts once,
-    for the first module that saved any view of it."""
+    Returns ``{"layers": [ {component: bytes} per layer ], "root": {component: bytes}, "total": bytes,
+    "moe_parts": [ {part: bytes} per layer ]}``; ``moe_parts`` splits an MoE layer's ``moe`` bytes by the module
+    that saved them (``router``, ``dispatcher`` for the MoE layer itself, where the token dispatcher's permutation
+    runs, ``experts``, ``shared_experts``; empty for dense layers). The loss is backpropagated afterwards so the
+    graph is freed. Parameters are not counted; a storage counts once, for the first module that saved any view of
+    it."""
     import torch
 
     dev = next(model.parameters()).device
@@ -401,6 +404,7 @@ def saved_bytes(model, case: OracleCase, tokens=None) -> dict:
         for h in handles:
             h.remove()
     layers: list[dict[str, int]] = [{} for _ in range(case.layers)]
+    moe_parts: list[dict[str, int]] = [{} for _ in range(case.layers)]
     root: dict[str, int] = {}
     for name, nbytes in seen.values():
         i, comp = component(name)
@@ -411,14 +415,26 @@ def saved_bytes(model, case: OracleCase, tokens=None) -> dict:
             k = next(j for j, d in enumerate(layers) if "layer_inputs" not in d)
             layers[k]["layer_inputs"] = nbytes
             continue
-        if comp == "mlp" and case.experts:
+        if comp == "mlp" and case.experts and i is not None:
             comp = "moe"
+            part = moe_part(name)
+            moe_parts[i][part] = moe_parts[i].get(part, 0) + nbytes
         target = root if i is None else layers[i]
         target[comp] = target.get(comp, 0) + nbytes
     loss.float().sum().backward()
     keep.clear()
     total = sum(sum(d.values()) for d in layers) + sum(root.values())
-    return {"layers": layers, "root": root, "total": total}
+    return {"layers": layers, "root": root, "total": total, "moe_parts": moe_parts}
+
+
+def moe_part(name: str) -> str:
+    """The part of an MoE layer (``decoder.layers.N.mlp...``) a module name belongs to: ``router``, ``experts``,
+    ``shared_experts``, or ``dispatcher`` for the MoE layer module itself (the token dispatcher is not a module:
+    its permutation and combine run inside ``MoELayer.forward``)."""
+    rest = name.split(".")[4:]
+    if not rest:
+        return "dispatcher"
+    return {"router": "router", "experts": "experts", "shared_experts": "shared_experts"}.get(rest[0], rest[0])
 
 
 def measure(case: OracleCase) -> dict:
@@ -435,7 +451,7 @@ def predicted(case: OracleCase, device: str = "cpu", attention: str = "unfused")
     """The estimator's ``megatron`` components for ``case`` on one GPU, shaped like :func:`saved_bytes`."""
     from ..mesh import ParallelConfig, resolve
     from ..models import from_hf_config
-    from .activations import layer_bytes
+    from .activations import layer_bytes, mcore_moe_parts
     from .estimate import _act_dims, estimate
     from .options import TrainingOptions
 
@@ -456,7 +472,9 @@ def predicted(case: OracleCase, device: str = "cpu", attention: str = "unfused")
     if case.recompute == "full":
         root["rope"] = w.persistent["rope_table"]
     total = sum(sum(x.values()) for x in layers) + sum(root.values())
-    return {"layers": layers, "root": root, "total": total}
+    keep_moe = case.recompute != "full"
+    moe_parts = [mcore_moe_parts(spec, d) if layer.mlp == "moe" and keep_moe else {} for layer in spec.layers]
+    return {"layers": layers, "root": root, "total": total, "moe_parts": moe_parts}
 
 
 def _alive_storages(params: set[int]) -> dict[int, tuple]:

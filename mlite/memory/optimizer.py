@@ -7,7 +7,10 @@ dist_opt (Megatron-Core DDP + distributed optimizer), bytes per local parameter:
   bf16 main grads without PAO (``grad_reduce_in_fp32=False``): the optimizer copies its shard of the bf16 grad
   buffer to fp32 at the step (``shard_main_param.grad = shard_model_grad.float()``; non-distributed:
   ``main_param.grad = model_param.main_grad.float()``) and frees the copies at the next ``zero_grad``: +4/d after
-  the step; PAO hands the bf16 shard to the optimizer as ``decoupled_grad`` (no copy)
+  the step; PAO hands the bf16 shard to the optimizer as ``decoupled_grad`` (no copy). Sources (megatron/core):
+  ``optimizer/distrib_optimizer.py`` and ``optimizer/optimizer.py``, ``_copy_model_grads_to_main_grads``. The lite
+  runtime's dist_opt (``activation_model="lite"``) makes no copies: its update (``mlite/runtime/optim/distributed.py``)
+  reads the bf16 buffer and widens it chunk by chunk.
   master 4 (fp32), or 2 with PAO + store_param_remainders (int16 low half; the bf16 param is the high half)
   exp_avg, exp_avg_sq 4 each, or 2 each in bf16 (PAO). No distributed optimizer: d = 1.
   -> 18; 6 + 12/d; PAO: 16 (fp32 grads, remainders) ... 14 (bf16 grads, remainders); 10 (+ bf16 moments).
@@ -49,7 +52,8 @@ class StateBytes:
     """Optimizer state is sharded over d (distributed optimizer or fsdp2)."""
     step_grad_copy: int = 0
     """Bytes per shard parameter of the fp32 main-grad copy the optimizer makes at the step from a bf16 gradient
-    buffer (Megatron-Core without PAO, ``grad_reduce_in_fp32=False``); ``zero_grad`` frees it."""
+    buffer (Megatron-Core without PAO, ``grad_reduce_in_fp32=False``); ``zero_grad`` frees it. 0 for the lite
+    runtime's dist_opt."""
 
 
 def state_bytes(o) -> StateBytes:
@@ -70,7 +74,8 @@ def state_bytes(o) -> StateBytes:
             m = DTYPE_BYTES[o.exp_avg_dtype] if pao else 4
             v = DTYPE_BYTES[o.exp_avg_sq_dtype] if pao else 4
         grad = DTYPE_BYTES[o.main_grads_dtype]
-        copy = 4 if grad == 2 and not pao and not offload and pb != 4 else 0
+        lite = o.activation_model == "lite"  # the lite runtime's dist_opt widens the bf16 grads chunk by chunk
+        copy = 4 if grad == 2 and not pao and not offload and pb != 4 and not lite else 0
         return StateBytes(pb, grad, master, m, v, 16, False, o.use_distributed_optimizer, copy)
     m = DTYPE_BYTES[o.exp_avg_dtype]
     v = DTYPE_BYTES[o.exp_avg_sq_dtype]

@@ -48,7 +48,8 @@ class TrainingOptions:
     use_precision_aware_optimizer: bool = False
     """Megatron's precision-aware optimizer (PAO): allows bf16 main grads, bf16 moments and param remainders."""
     main_grads_dtype: str = "fp32"
-    """Gradient buffer dtype (``fp32`` or ``bf16``; bf16 without PAO is Megatron's ``grad_reduce_in_fp32=False``)."""
+    """dist_opt's gradient buffer dtype (``fp32`` or ``bf16``; bf16 without PAO is Megatron's
+    ``grad_reduce_in_fp32=False``); fsdp2 keeps gradients in the parameter dtype (only fp32, the default, passes)."""
     exp_avg_dtype: str = "fp32"
     """Adam first moment dtype (``fp32`` or ``bf16``; bf16 needs PAO)."""
     exp_avg_sq_dtype: str = "fp32"
@@ -116,6 +117,11 @@ class TrainingOptions:
             bf16 = [n for n in ("exp_avg_dtype", "exp_avg_sq_dtype") if getattr(self, n) == "bf16"]
             if bf16:
                 raise MliteError(f"{bf16[0]}=bf16 needs the precision-aware optimizer (--pao), as in Megatron-Core")
+        if self.optimizer == "fsdp2" and self.main_grads_dtype != "fp32":
+            raise MliteError(
+                f"main_grads_dtype={self.main_grads_dtype} is dist_opt's gradient buffer; fsdp2 keeps its gradients in "
+                "the parameter dtype: use --optimizer dist_opt or drop --grad-dtype"
+            )
         if self.use_precision_aware_optimizer and self.optimizer == "dist_opt" and not self.use_distributed_optimizer:
             raise MliteError(
                 "the precision-aware optimizer needs the distributed optimizer (drop --no-distributed-optimizer)"

@@ -1,4 +1,6 @@
-"""How good is the estimate: the committed GPU measurements (``bench/results/gpu_memory.csv``) with their errors."""
+"""How good is the estimate: the committed GPU measurements with their errors, for both measured sets: the lite
+runtime's (``bench/results/gpu_memory.csv``) and Megatron-Core's (``bench/results/mcore_memory.csv``, which has the
+same columns and more)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ COLUMNS = (
     "torch_version",
     "command",
 )
-"""The columns of ``gpu_memory.csv`` (the file's contract)."""
+"""The columns both measured sets have (``gpu_memory.csv``'s contract; ``mcore_memory.csv`` adds its own)."""
 BOUNDS = {"static": 0.03, "peak": 0.10}
 """Acceptance bounds of the relative error."""
 
