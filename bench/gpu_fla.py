@@ -691,6 +691,16 @@ def rows(raw: dict) -> list[dict]:
             res.get("auto_backend"),
             "gdn.backend_for(device, bf16) with MLITE_GDN_BACKEND=auto",
         )
+        warm = st.get("warm")
+        if warm:
+            wr = warm.get("result") or {}
+            if warm.get("rc") == 0:
+                add(f"{label} first fla call", wr.get("forward_backward_s"),
+                    f"s, one fwd+bwd of fla ({wr.get('variant')}) at the op shape, compilation included, "
+                    "run beside the other sites' probes")  # fmt: skip
+            else:
+                why = warm.get("error") or warm.get("skipped") or ""
+                add(f"{label} first fla call", "failed", f"({wr.get('variant')}) {why}"[:400])
         for v, rec in ((k.removeprefix("op_"), r) for k, r in st.items() if k.startswith("op_")):
             r = rec.get("result") or {}
             if rec.get("skipped"):

@@ -81,7 +81,10 @@ def test_smoke_report_writes_the_csv_contract(smoke, tmp_path):
 def _gpu_raw():
     """A GPU-shaped record: one site whose probe refused (the Hopper guard), one whose kernels ran."""
     diff = {n: {"max_abs": 0.01, "max_rel": 0.004, "ref_max": 2.5} for n in g.GRADS}
-    steps = [{"step": i, "loss": 10.0 - i, "grad_norm": 1.0, "ok": True, "step_s": s} for i, s in ((1, 9.0), (2, 0.5), (3, 0.7))]
+    steps = [
+        {"step": i, "loss": 10.0 - i, "grad_norm": 1.0, "ok": True, "step_s": s}
+        for i, s in ((1, 9.0), (2, 0.5), (3, 0.7))
+    ]
     fla_steps = [dict(s, loss=s["loss"] + 0.002 * s["step"]) for s in steps]
     guard = "fla kernel failed (RuntimeError: Triton >= 3.4.0 and < 3.7.1 on Hopper GPUs produces incorrect results)"
     return {
@@ -99,6 +102,7 @@ def _gpu_raw():
                 "steps": {
                     "env": {"rc": 0, "result": {"versions": {"fla_core": "0.6.0"}, "auto_backend": "torch",
                                                 "probe": {"ran": True, "ok": False, "message": guard}}},
+                    "warm": {"rc": 1, "result": {"variant": "fla_native"}, "error": "RuntimeError: Triton >= 3.4.0 ..."},
                     "train_fla": {"skipped": f"probe did not pass: {guard}"},
                     "op_fla": {"rc": 1, "error": "mlite.errors.MliteError: MLITE_GDN_BACKEND=fla: ..."},
                 }
@@ -107,6 +111,7 @@ def _gpu_raw():
                 "steps": {
                     "env": {"rc": 0, "result": {"versions": {"fla_core": "0.6.0"}, "auto_backend": "fla",
                                                 "probe": {"ran": True, "ok": True, "message": "ok"}}},
+                    "warm": {"rc": 0, "result": {"variant": "fla_native", "forward_backward_s": 41.5}},
                     "op_fla": {"rc": 0, "result": {"median_ms": 6.0, "times_ms": [6.0] * 20,
                                                    "backends": {"cuda/bfloat16/fla": 24}}},
                     "train_fla": {"rc": 0, "result": {"steps": fla_steps, "backends": {"cuda/bfloat16/fla": 9}}},
@@ -125,6 +130,8 @@ def test_rows_of_a_gpu_record():
     assert v["a probe ok"] == 0 and "Hopper" in u["a probe ok"] and v["a auto backend"] == "torch"
     assert v["a fla"] == "failed" and "MLITE_GDN_BACKEND=fla" in u["a fla"]
     assert v["a train_fla"] == "skipped"
+    assert v["a first fla call"] == "failed" and u["a first fla call"].startswith("(fla_native) RuntimeError: Triton")
+    assert v["b first fla call"] == 41.5
     assert v["b probe ok"] == 1 and v["b auto backend"] == "fla" and v["b fla backend"] == "cuda/bfloat16/fla"
     assert v["b fla fwd+bwd"] == 6.0 and v["b fla speedup over torch"] == 3.0 and v["gdn torch fwd+bwd"] == 18.0
     assert v["b fla vs_torch max_rel dbeta"] == 0.004
