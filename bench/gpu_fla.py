@@ -328,6 +328,8 @@ def step_op(a, variant: str, res: dict, save) -> None:
     dev = _device(a)
     shape = OP_SMOKE if a.smoke else OP_GPU
     dtype = torch.float32 if variant == "ref" else torch.bfloat16
+    if variant == "ref":  # a true fp32 reference: no TF32 in its matrix products
+        torch.backends.cuda.matmul.allow_tf32 = False
     seen = _record_backends()
     fla_logs = _capture_fla_logs() if dev.type == "cuda" else []
     xs, do = _op_inputs(shape, dev, dtype)
