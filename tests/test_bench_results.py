@@ -40,7 +40,13 @@ def _rows(path: Path) -> list[dict]:
 
 
 def test_results_have_csvs():
-    assert {p.name for p in CSVS} >= {"gpu_memory.csv", "gpu_speed.csv", "mcore_memory.csv", "gpu_verl_sft.csv", "gpu_fla.csv"}
+    assert {p.name for p in CSVS} >= {
+        "gpu_memory.csv",
+        "gpu_speed.csv",
+        "mcore_memory.csv",
+        "gpu_verl_sft.csv",
+        "gpu_fla.csv",
+    }
 
 
 @pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
