@@ -210,6 +210,54 @@ def test_memory_cli_reports_the_same_per_rank_bytes(mesh_results):
     assert (params, grads, opt) == (per["params"], per["grads"], per["optimizer"])
 
 
+# ---------------------------------------------------------------------- the fused AdamW kernel on a mesh
+KERNEL_MESHES = [
+    ("tiny-hybrid", {"tp": 2}, "fsdp2"),
+    ("tiny-moe", {"ep": 2}, "fsdp2"),
+    ("tiny-moe", {"ep": 2}, "dist_opt"),
+]
+"""2-rank meshes run through the multi-tensor kernel (Triton, interpreted) and the torch-op update: TP (its split
+shards make the step take the synchronous path: norm and zero count first, then the update) and EP (the queued
+path: the zero counts of the dense and the expert groups come out of the kernel), fsdp2 and dist_opt; PAO with
+bf16 params."""
+
+
+def _kernel_worker(rank, world):
+    from mlite.runtime.runtime import create_runtime
+
+    out = {}
+    for model, par, opt in KERNEL_MESHES:
+        runs = {}
+        for kernel in ("torch", "triton"):
+            cfg = _config(model, par, param_dtype="bf16", optimizer=opt, use_precision_aware_optimizer=True)
+            rt = create_runtime(cfg)
+            h = rt.build_model()
+            h.optimizer.kernel = kernel
+            before = snapshot(h)["masters"]
+            curve = []
+            for k in range(3):
+                m = rt.train_step(h, synthetic_microbatches(k, rt.pstate.dp_rank, num_microbatches=2))
+                curve.append((m["loss"], m["grad_norm"], m["num_zeros"]))
+            launched = {g.launch is not None for g in h.optimizer.groups}
+            runs[kernel] = (curve, snapshot(h), before, launched)
+        (ct, st, _, lt), (ck, sk, before, lk) = runs["torch"], runs["triton"]
+        assert (lt, lk) == ({False}, {True}), (model, par, opt, lt, lk)  # the kernel ran on every group
+        differ = same_bits(st["params"], sk["params"]) + same_bits(st["masters"], sk["masters"])
+        out[(model, str(par), opt)] = (ct, ck, differ, len(same_bits(sk["masters"], before)), len(before))
+    return out
+
+
+def test_the_fused_kernel_updates_a_mesh_run_as_the_torch_ops_do(monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # read by Triton at import, in the fresh worker processes
+    results = run_local(_kernel_worker, 2, timeout_s=600)
+    for r in results:
+        assert len(r) == len(KERNEL_MESHES)
+        for key, (curve_torch, curve_kernel, differ, moved, n) in r.items():
+            assert curve_kernel == curve_torch, (key, curve_kernel, curve_torch)  # loss, grad norm, zero count
+            assert differ == [] and moved == n, (key, differ[:3], moved, n)  # every master moved, to the same bits
+
+
 # ---------------------------------------------------------------------- the packed CP split (no processes)
 def test_cp_split_of_a_packed_batch_is_load_balanced_and_reassembles():
     seqs = [list(range(1, 6)), list(range(10, 22)), [7, 8, 9]]
@@ -301,6 +349,22 @@ def test_cli_mesh_run_sees_the_data_parallel_runs_data_and_matches_the_estimate(
     rows = {r["item"]: r for r in memory_rows(rd.read_config(), mem)}
     for item in ("parameters", "gradients", "optimizer state"):
         assert rows[item]["measured"] == rows[item]["estimated"], (item, rows[item])
+    # the run view attached to the finished run (its form left at the defaults: tiny-moe, 2 processes, no mesh)
+    # shows the run's mesh and, per item, the measured bytes next to the estimate of the same mesh, ratio 1.00x
+    from mlite.launch import RunHandle
+    from widgets.run_monitor import fmt_bytes
+    from widgets.run_view import RunView
+
+    view = RunView()
+    assert "cp 1 · ep 1" in view._mesh.value
+    view.attach(RunHandle.open(tmp_path / "mesh"))
+    view.wait(timeout=60)
+    assert view._mesh.value == "mesh: tp 1 · cp 2 · ep 2 · etp 1 · dp 1 · edp 1 · measured on 2 ranks"
+    assert "estimated (mlite memory, fsdp2)" in view._memory.value
+    cells = [c.split("<", 1)[0] for c in view._memory.value.split('padding:1px 10px 1px 0">')[1:]]
+    for item in ("parameters", "gradients", "optimizer state"):
+        got = cells[cells.index(item) + 1 : cells.index(item) + 4]
+        assert got == [fmt_bytes(rows[item]["measured"]), fmt_bytes(rows[item]["estimated"]), "1.00x"], (item, got)
 
 
 def test_run_config_carries_the_mesh():
