@@ -1,9 +1,11 @@
-"""The lite runtime on a mesh (gloo, CPU, 1-4 processes): EP, CP (and EP x CP) runs equal the data-parallel run
-with the same DP step for step (loss and grad norm, fp32 params, relative 1e-5), PAO stays bitwise equal to the
-fp32 master on every mesh (TP too), the measured per-rank parameter / gradient / optimizer bytes equal the estimator's
-(``mlite memory --optimizer fsdp2``) for 18 meshes, the packed-batch CP split, and bad meshes refused before any
-process starts. The equivalence runs are 10 steps of 2 micro-batches of 2 packed sequences (12-24 tokens) per DP
-rank, so CP pads and splits packed sequences and TP pads the stream."""
+"""The lite runtime on a mesh (gloo, CPU, 1-4 processes): EP, CP, TP, EP x CP (and TP x CP, TP x EP, TP x CP x EP
+on tiny-hybrid) runs equal the data-parallel run with the same DP step for step (loss and grad norm, fp32 params,
+relative 1e-5), PAO stays bitwise equal to the fp32 master on every mesh, the measured per-rank parameter / gradient /
+optimizer bytes equal the estimator's (``mlite memory --optimizer fsdp2``) for 18 meshes (fp32 master) and for 3
+meshes x {PAO, PAO + bf16 moments}, the fused AdamW kernel (Triton, interpreted) updates TP and EP mesh runs as the
+torch ops do, the run view shows a mesh run's measured bytes next to the estimate, the packed-batch CP split, and bad
+meshes refused before any process starts. The equivalence runs are 10 steps of 2 micro-batches of 2 packed sequences
+(12-24 tokens) per DP rank, so CP pads and splits packed sequences and TP pads the stream."""
 
 from __future__ import annotations
 
@@ -64,6 +66,14 @@ MEMORY_MESHES = {
     + [("tiny-hybrid", {"ep": 4}), ("tiny-hybrid", {"tp": 2, "cp": 2})],
 }
 """Meshes whose measured per-rank bytes are checked against the estimator (bf16 params, fp32 master)."""
+OPTION_KINDS = {
+    "PAO": {"use_precision_aware_optimizer": True},
+    "PAO + bf16 moments": {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
+}
+"""Optimizer options besides the fp32 master (runtime OptimizerConfig fields; the estimator's TrainingOptions use the
+same names): int16 remainders (10 bytes of state per element), and bf16 moments too (6)."""
+OPTION_MESHES = {4: [("tiny-moe", {"tp": 2, "cp": 2, "ep": 2}), ("tiny-moe", {"ep": 4}), ("tiny-dense", {"cp": 2})]}
+"""Meshes whose measured bytes are checked against the estimator for every kind of :data:`OPTION_KINDS`."""
 UNEVEN = {("tiny-hybrid", 4)}
 """(model, world) where FSDP2's dim-0 chunking gives ranks different shards (tiny-hybrid's ``shared_expert_gate``
 is ``[1, 64]``, ``A_log`` ``[4]``...): there the estimator's figure is the mean over ranks, checked exactly."""
@@ -105,6 +115,17 @@ def _mesh_worker(rank, world):
             (model, par, st["params"]["bytes"], st["grads"]["bytes"], st["optimizer_bytes"], st["mesh"])
         )
         rt.zero_grad(h)
+    for model, par in OPTION_MESHES.get(world, []):
+        for kind, kw in OPTION_KINDS.items():
+            rt = create_runtime(_config(model, par, param_dtype="bf16", **kw))
+            h = rt.build_model()
+            rt.forward_backward(h, synthetic_microbatches(0, rt.pstate.dp_rank))
+            rt.optimizer_step(h)
+            st = rt.memory_stats(h)
+            kinds = sorted(k for k in ("master", "remainder") if st[k]["bytes"])
+            out.setdefault("options", []).append(
+                (model, par, kind, st["params"]["bytes"], st["grads"]["bytes"], st["optimizer_bytes"], kinds)
+            )
     for model, par in EXPORT_MESHES.get(world, []):
         from mlite.runtime.models import build_lite_model
 
@@ -137,6 +158,8 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-30)
 
 
+# every model x {EP 2, CP 2, TP 2, EP 2 x CP 2}, but EP on tiny-dense: it has no routed experts, and that mesh is
+# refused before start (test_bad_mesh_is_refused_before_anything_starts); 10 + 3 extra TP meshes of tiny-hybrid
 @pytest.mark.parametrize(
     "model,par",
     [(m, p) for m in MODELS for p in ({"ep": 2}, {"cp": 2}, {"tp": 2}, {"ep": 2, "cp": 2}) if m in MOE or "ep" not in p]
@@ -190,6 +213,28 @@ def test_measured_per_rank_bytes_equal_the_estimate(mesh_results):
                 assert got == [want] * world, (model, world, par, got, want)
             checked += 1
     assert checked == sum(len(m) for m in MEMORY_MESHES.values()) == 18
+
+
+def test_measured_per_rank_bytes_equal_the_estimate_with_pao_and_bf16_moments(mesh_results):
+    from mlite.memory import TrainingOptions, estimate
+    from mlite.mesh import resolve
+    from mlite.models import from_hf_config
+
+    checked = 0
+    for world, meshes in OPTION_MESHES.items():
+        rows = [r["options"] for r in mesh_results[world]]
+        for i, (model, par, kind) in enumerate((m, p, k) for m, p in meshes for k in OPTION_KINDS):
+            spec = from_hf_config(model)
+            o = TrainingOptions(optimizer="fsdp2", param_dtype="bf16", **OPTION_KINDS[kind])
+            per = estimate(spec, resolve(spec, world, ParallelConfig(**par), seq_len=4096), o).to_dict()["per_gpu"]
+            want = (per["params"], per["grads"], per["optimizer"])
+            for rank_rows in rows:
+                m, p, k, params, grads, opt, kinds = rank_rows[i]
+                assert (m, p, k) == (model, par, kind)
+                assert kinds == ["remainder"], (model, par, kind, kinds)  # the PAO run really kept remainders
+                assert (params, grads, opt) == want, (model, par, kind, (params, grads, opt), want)
+            checked += 1
+    assert checked == 6
 
 
 def test_export_weights_gives_the_full_weights_on_a_mesh(mesh_results):
