@@ -357,6 +357,42 @@ def test_bad_mesh_is_refused_before_anything_starts(tmp_path, args, needles):
     assert not out.exists()
 
 
+def test_bad_mesh_of_a_users_relative_config_is_refused_and_nothing_is_created(tmp_path):
+    """As a user runs it: from their own folder, their own copies of the configs by relative path, a relative --out;
+    the torchrun and the Ray launchers: exit 2, one line with the planner's reason, the folder left as it was."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO, CliResult
+
+    home = tmp_path / "work"
+    home.mkdir()
+    for name, copy in (("tiny-moe", "moe.json"), ("tiny-dense", "dense.json")):
+        shutil.copy(REPO / "data" / "models" / f"{name}.json", home / copy)
+    before = sorted(p.name for p in home.iterdir())
+    cases = [
+        (["moe.json", "--nproc", "3", "--ep", "2"], "ngpu 3 is not divisible by ETP*EP*PP = 1*2*1 = 2"),
+        (["moe.json", "--nproc", "3", "--cp", "2"], "ngpu 3 is not divisible by TP*CP*PP = 1*2*1 = 2"),
+        (["moe.json", "--nproc", "2", "--tp", "2", "--cp", "2"], "ngpu 2 is not divisible by TP*CP*PP = 2*2*1 = 4"),
+        (["moe.json", "--nproc", "3", "--tp", "3"], "num_attention_heads 4 is not divisible by TP 3"),
+        (["moe.json", "--nproc", "4", "--tp", "4"], "num_key_value_heads (query groups) 2 is not divisible by TP 4"),
+        (["moe.json", "--nproc", "3", "--ep", "3"], "routed experts 8 are not divisible by EP 3"),
+        (["dense.json", "--nproc", "2", "--ep", "2"], "dense has no routed experts"),
+        (["moe.json", "--nproc", "2", "--etp", "2"], "use --etp 1"),
+    ]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(REPO), MLITE_RUNS=str(tmp_path / "default-runs"))
+    for launcher, some in (("torchrun", cases), ("ray", cases[::3])):  # (the same check: a few for Ray)
+        for args, needle in some:
+            cmd = [sys.executable, "-m", "mlite", "run", "--model", *args, "--launcher", launcher]
+            cmd += ["--steps", "2", "--device", "cpu", "--out", "runs/r1"]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=home, env=env)
+            assert_one_line_error(CliResult(p.returncode, p.stdout, p.stderr), needle)
+            assert sorted(q.name for q in home.iterdir()) == before, (args, launcher)
+    assert not (tmp_path / "default-runs").exists()
+
+
 def test_cli_mesh_run_sees_the_data_parallel_runs_data_and_matches_the_estimate(tmp_path):
     """``mlite run --nproc 2 --cp 2 --ep 2`` (DP 1) trains on the same sequences as ``--nproc 1`` (data rank = DP
     rank): equal loss and grad norm per step; memory.json carries the mesh and equals the run view's estimate."""
