@@ -1,6 +1,7 @@
 """``optimizer dist_opt`` in the lite runtime (Megatron-Core DDP + distributed optimizer; gloo, CPU, 2 and 4
-processes): the losses and grad norms equal the fsdp2 run's on the same mesh (fp32 params, relative 1e-5, 10 steps of
-2 micro-batches), plain DDP (``use_distributed_optimizer=False``) too; PAO stays bitwise equal to the fp32 master;
+processes): the losses and grad norms equal the fsdp2 run's on the same mesh and, on EP, EP x CP and TP meshes, the
+dist_opt run's with the same DP (fp32 params, relative 1e-5, 10 steps of 2 micro-batches), plain DDP
+(``use_distributed_optimizer=False``) too; PAO stays bitwise equal to the fp32 master;
 and for 7 meshes x {dist_opt, + PAO + bf16 grads, + bf16 moments, no distributed optimizer} the measured per-rank
 parameter, gradient and optimizer bytes equal ``mlite memory``'s (18, 6 + 12/d, 4 + 10/d, 4 + 6/d bytes/param).
 
@@ -27,10 +28,18 @@ pytestmark = pytest.mark.slow
 
 STEPS = 10
 EQUIV = {
+    1: [("tiny-hybrid", {})],
     2: [("tiny-moe", {}), ("tiny-moe", {"ep": 2}), ("tiny-hybrid", {"tp": 2})],
     4: [("tiny-moe", {"cp": 2, "ep": 2})],
 }
-"""(model, mesh) per world size whose dist_opt runs are compared with fsdp2 on the same mesh."""
+"""(model, mesh) per world size whose dist_opt runs are compared with fsdp2 on the same mesh (and, for the mesh
+runs, with the dist_opt run of the same DP: :data:`SAME_DP`)."""
+SAME_DP = [
+    (("tiny-moe", {"ep": 2}, 2), ("tiny-moe", {}, 2)),
+    (("tiny-moe", {"cp": 2, "ep": 2}, 4), ("tiny-moe", {}, 2)),
+    (("tiny-hybrid", {"tp": 2}, 2), ("tiny-hybrid", {}, 1)),
+]
+"""(mesh run, data-parallel run with the same DP) as (model, mesh, world): EP, EP x CP and TP under dist_opt."""
 KINDS = {
     "dist_opt": {},
     "dist_opt + PAO + bf16 grads": {"use_precision_aware_optimizer": True, "main_grads_dtype": "bf16"},
@@ -77,7 +86,7 @@ def _worker(rank, world):
                 m = rt.train_step(h, synthetic_microbatches(k, rt.pstate.dp_rank, num_microbatches=2))
                 curve.append((m["loss"], m["grad_norm"], m["num_zeros"]))
             out["train"][(model, str(par), name)] = curve
-    for model, par in MEMORY_MESHES[world]:
+    for model, par in MEMORY_MESHES.get(world, []):
         for kind, kw in KINDS.items():
             rt = create_runtime(_config(model, par, param_dtype="bf16", optimizer="dist_opt", **kw))
             h = rt.build_model()
@@ -105,7 +114,7 @@ def _worker(rank, world):
         got = dict(rt.export_weights(h))
         ref = dict(build_lite_model(model, param_dtype=torch.float32, seed=0).named_parameters())
         out.setdefault("export", {})[str(par)] = same_bits(got, {n: p.detach() for n, p in ref.items()})
-    for par in PAO_MESHES[world]:
+    for par in PAO_MESHES.get(world, []):
         runs = []
         for pao in (False, True):
             kw = {"use_precision_aware_optimizer": True} if pao else {}
@@ -124,7 +133,7 @@ def _worker(rank, world):
 
 @pytest.fixture(scope="module")
 def results():
-    return {w: run_local(_worker, w, timeout_s=600) for w in (2, 4)}
+    return {w: run_local(_worker, w, timeout_s=600) for w in (1, 2, 4)}
 
 
 def _rel(a: float, b: float) -> float:
@@ -147,7 +156,22 @@ def test_dist_opt_equals_fsdp2_step_for_step(results):
                     assert abs(za - zb) <= 2, (model, par, name, step, za, zb)
                 assert got[-1][0] < got[0][0]
                 checked += 1
-    assert checked == 8
+    assert checked == 10
+
+
+@pytest.mark.parametrize("mesh_run,dp_run", SAME_DP, ids=lambda r: f"{r[0]} {r[1]} x{r[2]}")
+def test_dist_opt_mesh_run_equals_the_data_parallel_dist_opt_run(results, mesh_run, dp_run):
+    """The global batch does not depend on TP, CP or EP: a dist_opt mesh run and the dist_opt run with the same DP
+    see the same sequences, with the same loss and grad norm per step (fp32 params, relative 1e-5, 10 steps)."""
+    (model, par, world), (ref_model, ref_par, ref_world) = mesh_run, dp_run
+    assert ref_model == model and world // (par.get("cp", 1) * par.get("tp", 1)) == ref_world  # DP = world / TP·CP
+    for name in ("dist_opt", "ddp"):
+        got = results[world][0]["train"][(model, str(par), name)]
+        ref = results[ref_world][0]["train"][(model, str(ref_par), name)]
+        assert len(got) == len(ref) == STEPS
+        for step, ((la, ga, _), (lb, gb, _)) in enumerate(zip(got, ref)):
+            assert _rel(la, lb) <= 1e-5, (model, par, name, step, la, lb)
+            assert _rel(ga, gb) <= 1e-5, (model, par, name, step, ga, gb)
 
 
 def test_pao_is_bitwise_equal_to_the_fp32_master_under_dist_opt(results):

@@ -1,9 +1,11 @@
-"""The lite runtime on a mesh (gloo, CPU, 1-4 processes): EP, CP (and EP x CP) runs equal the data-parallel run
-with the same DP step for step (loss and grad norm, fp32 params, relative 1e-5), PAO stays bitwise equal to the
-fp32 master on every mesh (TP too), the measured per-rank parameter / gradient / optimizer bytes equal the estimator's
-(``mlite memory --optimizer fsdp2``) for 18 meshes, the packed-batch CP split, and bad meshes refused before any
-process starts. The equivalence runs are 10 steps of 2 micro-batches of 2 packed sequences (12-24 tokens) per DP
-rank, so CP pads and splits packed sequences and TP pads the stream."""
+"""The lite runtime on a mesh (gloo, CPU, 1-4 processes): EP, CP, TP, EP x CP (and TP x CP, TP x EP, TP x CP x EP
+on tiny-hybrid) runs equal the data-parallel run with the same DP step for step (loss and grad norm, fp32 params,
+relative 1e-5), PAO stays bitwise equal to the fp32 master on every mesh, the measured per-rank parameter / gradient /
+optimizer bytes equal the estimator's (``mlite memory --optimizer fsdp2``) for 18 meshes (fp32 master) and for 3
+meshes x {PAO, PAO + bf16 moments}, the fused AdamW kernel (Triton, interpreted) updates TP and EP mesh runs as the
+torch ops do, the run view shows a mesh run's measured bytes next to the estimate, the packed-batch CP split, and bad
+meshes refused before any process starts. The equivalence runs are 10 steps of 2 micro-batches of 2 packed sequences
+(12-24 tokens) per DP rank, so CP pads and splits packed sequences and TP pads the stream."""
 
 from __future__ import annotations
 
@@ -64,6 +66,14 @@ MEMORY_MESHES = {
     + [("tiny-hybrid", {"ep": 4}), ("tiny-hybrid", {"tp": 2, "cp": 2})],
 }
 """Meshes whose measured per-rank bytes are checked against the estimator (bf16 params, fp32 master)."""
+OPTION_KINDS = {
+    "PAO": {"use_precision_aware_optimizer": True},
+    "PAO + bf16 moments": {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
+}
+"""Optimizer options besides the fp32 master (runtime OptimizerConfig fields; the estimator's TrainingOptions use the
+same names): int16 remainders (10 bytes of state per element), and bf16 moments too (6)."""
+OPTION_MESHES = {4: [("tiny-moe", {"tp": 2, "cp": 2, "ep": 2}), ("tiny-moe", {"ep": 4}), ("tiny-dense", {"cp": 2})]}
+"""Meshes whose measured bytes are checked against the estimator for every kind of :data:`OPTION_KINDS`."""
 UNEVEN = {("tiny-hybrid", 4)}
 """(model, world) where FSDP2's dim-0 chunking gives ranks different shards (tiny-hybrid's ``shared_expert_gate``
 is ``[1, 64]``, ``A_log`` ``[4]``...): there the estimator's figure is the mean over ranks, checked exactly."""
@@ -105,6 +115,17 @@ def _mesh_worker(rank, world):
             (model, par, st["params"]["bytes"], st["grads"]["bytes"], st["optimizer_bytes"], st["mesh"])
         )
         rt.zero_grad(h)
+    for model, par in OPTION_MESHES.get(world, []):
+        for kind, kw in OPTION_KINDS.items():
+            rt = create_runtime(_config(model, par, param_dtype="bf16", **kw))
+            h = rt.build_model()
+            rt.forward_backward(h, synthetic_microbatches(0, rt.pstate.dp_rank))
+            rt.optimizer_step(h)
+            st = rt.memory_stats(h)
+            kinds = sorted(k for k in ("master", "remainder") if st[k]["bytes"])
+            out.setdefault("options", []).append(
+                (model, par, kind, st["params"]["bytes"], st["grads"]["bytes"], st["optimizer_bytes"], kinds)
+            )
     for model, par in EXPORT_MESHES.get(world, []):
         from mlite.runtime.models import build_lite_model
 
@@ -137,6 +158,8 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-30)
 
 
+# every model x {EP 2, CP 2, TP 2, EP 2 x CP 2}, but EP on tiny-dense: it has no routed experts, and that mesh is
+# refused before start (test_bad_mesh_is_refused_before_anything_starts); 10 + 3 extra TP meshes of tiny-hybrid
 @pytest.mark.parametrize(
     "model,par",
     [(m, p) for m in MODELS for p in ({"ep": 2}, {"cp": 2}, {"tp": 2}, {"ep": 2, "cp": 2}) if m in MOE or "ep" not in p]
@@ -192,6 +215,28 @@ def test_measured_per_rank_bytes_equal_the_estimate(mesh_results):
     assert checked == sum(len(m) for m in MEMORY_MESHES.values()) == 18
 
 
+def test_measured_per_rank_bytes_equal_the_estimate_with_pao_and_bf16_moments(mesh_results):
+    from mlite.memory import TrainingOptions, estimate
+    from mlite.mesh import resolve
+    from mlite.models import from_hf_config
+
+    checked = 0
+    for world, meshes in OPTION_MESHES.items():
+        rows = [r["options"] for r in mesh_results[world]]
+        for i, (model, par, kind) in enumerate((m, p, k) for m, p in meshes for k in OPTION_KINDS):
+            spec = from_hf_config(model)
+            o = TrainingOptions(optimizer="fsdp2", param_dtype="bf16", **OPTION_KINDS[kind])
+            per = estimate(spec, resolve(spec, world, ParallelConfig(**par), seq_len=4096), o).to_dict()["per_gpu"]
+            want = (per["params"], per["grads"], per["optimizer"])
+            for rank_rows in rows:
+                m, p, k, params, grads, opt, kinds = rank_rows[i]
+                assert (m, p, k) == (model, par, kind)
+                assert kinds == ["remainder"], (model, par, kind, kinds)  # the PAO run really kept remainders
+                assert (params, grads, opt) == want, (model, par, kind, (params, grads, opt), want)
+            checked += 1
+    assert checked == 6
+
+
 def test_export_weights_gives_the_full_weights_on_a_mesh(mesh_results):
     for world, meshes in EXPORT_MESHES.items():
         for r in mesh_results[world]:
@@ -208,6 +253,54 @@ def test_memory_cli_reports_the_same_per_rank_bytes(mesh_results):
         m for m in mesh_results[4][0]["memory"] if m[:2] == ("tiny-moe", {"ep": 2, "cp": 2})
     )
     assert (params, grads, opt) == (per["params"], per["grads"], per["optimizer"])
+
+
+# ---------------------------------------------------------------------- the fused AdamW kernel on a mesh
+KERNEL_MESHES = [
+    ("tiny-hybrid", {"tp": 2}, "fsdp2"),
+    ("tiny-moe", {"ep": 2}, "fsdp2"),
+    ("tiny-moe", {"ep": 2}, "dist_opt"),
+]
+"""2-rank meshes run through the multi-tensor kernel (Triton, interpreted) and the torch-op update: TP (its split
+shards make the step take the synchronous path: norm and zero count first, then the update) and EP (the queued
+path: the zero counts of the dense and the expert groups come out of the kernel), fsdp2 and dist_opt; PAO with
+bf16 params."""
+
+
+def _kernel_worker(rank, world):
+    from mlite.runtime.runtime import create_runtime
+
+    out = {}
+    for model, par, opt in KERNEL_MESHES:
+        runs = {}
+        for kernel in ("torch", "triton"):
+            cfg = _config(model, par, param_dtype="bf16", optimizer=opt, use_precision_aware_optimizer=True)
+            rt = create_runtime(cfg)
+            h = rt.build_model()
+            h.optimizer.kernel = kernel
+            before = snapshot(h)["masters"]
+            curve = []
+            for k in range(3):
+                m = rt.train_step(h, synthetic_microbatches(k, rt.pstate.dp_rank, num_microbatches=2))
+                curve.append((m["loss"], m["grad_norm"], m["num_zeros"]))
+            launched = {g.launch is not None for g in h.optimizer.groups}
+            runs[kernel] = (curve, snapshot(h), before, launched)
+        (ct, st, _, lt), (ck, sk, before, lk) = runs["torch"], runs["triton"]
+        assert (lt, lk) == ({False}, {True}), (model, par, opt, lt, lk)  # the kernel ran on every group
+        differ = same_bits(st["params"], sk["params"]) + same_bits(st["masters"], sk["masters"])
+        out[(model, str(par), opt)] = (ct, ck, differ, len(same_bits(sk["masters"], before)), len(before))
+    return out
+
+
+def test_the_fused_kernel_updates_a_mesh_run_as_the_torch_ops_do(monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # read by Triton at import, in the fresh worker processes
+    results = run_local(_kernel_worker, 2, timeout_s=600)
+    for r in results:
+        assert len(r) == len(KERNEL_MESHES)
+        for key, (curve_torch, curve_kernel, differ, moved, n) in r.items():
+            assert curve_kernel == curve_torch, (key, curve_kernel, curve_torch)  # loss, grad norm, zero count
+            assert differ == [] and moved == n, (key, differ[:3], moved, n)  # every master moved, to the same bits
 
 
 # ---------------------------------------------------------------------- the packed CP split (no processes)
@@ -264,6 +357,42 @@ def test_bad_mesh_is_refused_before_anything_starts(tmp_path, args, needles):
     assert not out.exists()
 
 
+def test_bad_mesh_of_a_users_relative_config_is_refused_and_nothing_is_created(tmp_path):
+    """As a user runs it: from their own folder, their own copies of the configs by relative path, a relative --out;
+    the torchrun and the Ray launchers: exit 2, one line with the planner's reason, the folder left as it was."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO, CliResult
+
+    home = tmp_path / "work"
+    home.mkdir()
+    for name, copy in (("tiny-moe", "moe.json"), ("tiny-dense", "dense.json")):
+        shutil.copy(REPO / "data" / "models" / f"{name}.json", home / copy)
+    before = sorted(p.name for p in home.iterdir())
+    cases = [
+        (["moe.json", "--nproc", "3", "--ep", "2"], "ngpu 3 is not divisible by ETP*EP*PP = 1*2*1 = 2"),
+        (["moe.json", "--nproc", "3", "--cp", "2"], "ngpu 3 is not divisible by TP*CP*PP = 1*2*1 = 2"),
+        (["moe.json", "--nproc", "2", "--tp", "2", "--cp", "2"], "ngpu 2 is not divisible by TP*CP*PP = 2*2*1 = 4"),
+        (["moe.json", "--nproc", "3", "--tp", "3"], "num_attention_heads 4 is not divisible by TP 3"),
+        (["moe.json", "--nproc", "4", "--tp", "4"], "num_key_value_heads (query groups) 2 is not divisible by TP 4"),
+        (["moe.json", "--nproc", "3", "--ep", "3"], "routed experts 8 are not divisible by EP 3"),
+        (["dense.json", "--nproc", "2", "--ep", "2"], "dense has no routed experts"),
+        (["moe.json", "--nproc", "2", "--etp", "2"], "use --etp 1"),
+    ]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(REPO), MLITE_RUNS=str(tmp_path / "default-runs"))
+    for launcher, some in (("torchrun", cases), ("ray", cases[::3])):  # (the same check: a few for Ray)
+        for args, needle in some:
+            cmd = [sys.executable, "-m", "mlite", "run", "--model", *args, "--launcher", launcher]
+            cmd += ["--steps", "2", "--device", "cpu", "--out", "runs/r1"]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=home, env=env)
+            assert_one_line_error(CliResult(p.returncode, p.stdout, p.stderr), needle)
+            assert sorted(q.name for q in home.iterdir()) == before, (args, launcher)
+    assert not (tmp_path / "default-runs").exists()
+
+
 def test_cli_mesh_run_sees_the_data_parallel_runs_data_and_matches_the_estimate(tmp_path):
     """``mlite run --nproc 2 --cp 2 --ep 2`` (DP 1) trains on the same sequences as ``--nproc 1`` (data rank = DP
     rank): equal loss and grad norm per step; memory.json carries the mesh and equals the run view's estimate."""
@@ -301,6 +430,22 @@ def test_cli_mesh_run_sees_the_data_parallel_runs_data_and_matches_the_estimate(
     rows = {r["item"]: r for r in memory_rows(rd.read_config(), mem)}
     for item in ("parameters", "gradients", "optimizer state"):
         assert rows[item]["measured"] == rows[item]["estimated"], (item, rows[item])
+    # the run view attached to the finished run (its form left at the defaults: tiny-moe, 2 processes, no mesh)
+    # shows the run's mesh and, per item, the measured bytes next to the estimate of the same mesh, ratio 1.00x
+    from mlite.launch import RunHandle
+    from widgets.run_monitor import fmt_bytes
+    from widgets.run_view import RunView
+
+    view = RunView()
+    assert "cp 1 · ep 1" in view._mesh.value
+    view.attach(RunHandle.open(tmp_path / "mesh"))
+    view.wait(timeout=60)
+    assert view._mesh.value == "mesh: tp 1 · cp 2 · ep 2 · etp 1 · dp 1 · edp 1 · measured on 2 ranks"
+    assert "estimated (mlite memory, fsdp2)" in view._memory.value
+    cells = [c.split("<", 1)[0] for c in view._memory.value.split('padding:1px 10px 1px 0">')[1:]]
+    for item in ("parameters", "gradients", "optimizer state"):
+        got = cells[cells.index(item) + 1 : cells.index(item) + 4]
+        assert got == [fmt_bytes(rows[item]["measured"]), fmt_bytes(rows[item]["estimated"]), "1.00x"], (item, got)
 
 
 def test_run_config_carries_the_mesh():

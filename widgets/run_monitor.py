@@ -6,6 +6,7 @@ curves PNG, memory rows, byte and peak wording). It builds no widget; matplotlib
   the metrics file's size) and renders the curves to PNG.
 * :func:`draw_curves` / :func:`curves_png` -- loss and grad norm against step.
 * :func:`fmt_bytes`, :func:`peak_note` -- how the memory table words its figures.
+* :func:`mesh_text` -- the mesh line over the memory table (the estimate's plan; the ranks ``memory.json`` measured).
 """
 
 from __future__ import annotations
@@ -74,6 +75,24 @@ def draw_curves(fig, df, total_steps: int | None = None) -> None:
     fig.tight_layout()
 
 
+MESH_KEYS = ("tp", "cp", "ep", "etp", "dp", "edp")
+"""The mesh line's fields, in Megatron-Core's order (dense axes, then expert axes)."""
+
+
+def mesh_text(est, measured: dict | None = None) -> str:
+    """``mesh: tp T · cp C · ep E · etp 1 · dp D · edp F`` of an estimate's plan; with ``memory.json``'s content,
+    how many ranks it measured and, should any rank report another mesh, that rank's mesh."""
+    plan = est.plan.to_dict()
+    text = "mesh: " + " · ".join(f"{k} {plan[k]}" for k in MESH_KEYS)
+    ranks = [r for r in (measured or {}).get("ranks") or [] if r.get("mesh")]
+    if ranks:
+        text += f" · measured on {len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
+        other = [r["mesh"] for r in ranks if any(r["mesh"].get(k) != plan[k] for k in MESH_KEYS)]
+        if other:
+            text += " (a rank measured " + " · ".join(f"{k} {other[0].get(k)}" for k in MESH_KEYS) + ")"
+    return text
+
+
 def curves_png(df, total_steps: int | None = None, *, size=(9.0, 3.0), dpi: int = 90) -> bytes:
     """PNG bytes of :func:`draw_curves`."""
     return figure_png(lambda fig: draw_curves(fig, df, total_steps), size=size, dpi=dpi)
@@ -127,6 +146,20 @@ class RunMonitor:
         if self.estimate is None:
             self.estimate = estimate_for(cfg)
         return memory_rows(cfg, self.handle.memory(), self.estimate)
+
+    def mesh_line(self) -> str | None:
+        """:func:`mesh_text` of the run's config and its ``memory.json`` (None for a run without a config)."""
+        cfg = self.handle.config
+        if cfg is None:
+            return None
+        if self.estimate is None:
+            self.estimate = estimate_for(cfg)
+        return mesh_text(self.estimate, self.handle.memory())
+
+    def optimizer(self) -> str | None:
+        """The run's optimizer (``fsdp2`` or ``dist_opt``): the estimate column is ``mlite memory --optimizer`` it."""
+        cfg = self.handle.config
+        return None if cfg is None else cfg.optimizer
 
 
 def _num(row, key):

@@ -11,9 +11,10 @@ once a second. Stop writes the run's stop request and returns at once; the worke
 status turns ``stopped``. Bad input (an invalid form) shows one line in the inline error banner; a failed run
 shows its reason in red in the status line.
 
-The mesh line under the memory table (``mlite-run-mesh``) names the run's mesh with its DP and EDP; the table is
-this mesh's per-rank bytes (measured: the largest rank of ``memory.json``) next to ``mlite memory`` for the same
-model, mesh and options.
+The mesh line under the memory table (``mlite-run-mesh``) names the mesh with its DP and EDP -- the form's before a
+run, the shown run's (its config, and how many ranks its ``memory.json`` measured) once one is attached; the table
+is this mesh's per-rank bytes (measured: the largest rank of ``memory.json``) next to ``mlite memory --optimizer
+<the run's optimizer>`` for the same model, mesh and options.
 
 CSS classes for tests: ``mlite-run-view`` (the view), ``mlite-run-<field>`` (model, steps, nproc, tp, cp, ep, etp,
 device, launcher, trainer (toggle: ``lite`` | ``verl SFT``),
@@ -37,7 +38,7 @@ from mlite.launch.memory_check import estimate_for, memory_rows
 from mlite.rundir import COMPLETED, FAILED, FINAL, RUNNING, STOPPED
 
 from ._common import ErrorBanner, esc, html_table
-from .run_monitor import RunMonitor, curves_png, fmt_bytes, peak_note
+from .run_monitor import RunMonitor, curves_png, fmt_bytes, mesh_text, peak_note
 
 POLL_S = 0.5
 """Seconds between two looks at the run's files."""
@@ -266,13 +267,12 @@ class RunView(W.VBox):
         cfg.check_mesh()  # the planner's reasons, as mlite run gives them
         est = estimate_for(cfg)
         self._mesh.value = self.mesh_html(est)
-        self._memory.value = self._memory_html(memory_rows(cfg, None, est), None)
+        self._memory.value = self._memory_html(memory_rows(cfg, None, est), None, cfg.optimizer)
 
     @staticmethod
-    def mesh_html(est) -> str:
-        """``mesh: tp T · cp C · ep E · etp 1 · dp D · edp F`` of an estimate's plan."""
-        m = est.plan.to_dict()
-        return "mesh: " + " · ".join(f"{k} {m[k]}" for k in ("tp", "cp", "ep", "etp", "dp", "edp"))
+    def mesh_html(est, measured: dict | None = None) -> str:
+        """``mesh: tp T · cp C · ep E · etp 1 · dp D · edp F`` of an estimate's plan (:func:`mesh_text`)."""
+        return esc(mesh_text(est, measured))
 
     # ------------------------------------------------------------------ actions
     def start(self, **overrides):
@@ -387,7 +387,10 @@ class RunView(W.VBox):
         """Curves, memory table and log tail from the presenter."""
         self._stale = False
         self._plot.value = mon.png()
-        self._memory.value = self._memory_html(mon.memory_rows(), run.memory())
+        self._memory.value = self._memory_html(mon.memory_rows(), run.memory(), mon.optimizer())
+        mesh = mon.mesh_line()
+        if mesh is not None:  # the shown run's mesh, not the form's
+            self._mesh.value = esc(mesh)
         self._log.value = f"<pre style='font-size:11px;max-height:14em;overflow:auto'>{esc(run.log_tail(8))}</pre>"
 
     def _show(self, snap: dict) -> None:
@@ -420,7 +423,7 @@ class RunView(W.VBox):
         return html
 
     @staticmethod
-    def _memory_html(rows: list[dict], measured: dict | None) -> str:
+    def _memory_html(rows: list[dict], measured: dict | None, optimizer: str | None = "fsdp2") -> str:
         body = [
             [
                 r["item"],
@@ -431,7 +434,7 @@ class RunView(W.VBox):
             for r in rows
         ]
         table = html_table(
-            ["", "measured", "estimated (mlite memory, fsdp2)", "measured / estimated"],
+            ["", "measured", f"estimated (mlite memory, {optimizer or 'fsdp2'})", "measured / estimated"],
             body,
             css="mlite-table mlite-run-memory-table",
             align_right=(1, 2, 3),
