@@ -395,3 +395,26 @@ def test_memory_and_export_refuse_unknown_option_values(tmp_path, words, needle)
         run_cli("export", MODEL, "--nodes", "1", "--target", TARGETS[0], "--out", str(out), *words), needle
     )
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------- mlite run, verl-sft
+def test_every_run_field_says_what_verl_sft_does_with_it():
+    """``mlite run --trainer verl-sft``: each RunConfig field is a Hydra key, reaches verl another way, or is not run
+    (then refused); a new RunConfig row fails here until it is placed."""
+    from mlite.options.table import RUN_VERL_KEYS, RUN_VERL_NOT_RUN, RUN_VERL_OTHER
+
+    tables = (set(RUN_VERL_KEYS), set(RUN_VERL_OTHER), set(RUN_VERL_NOT_RUN))
+    assert sorted(f for t in tables for f in t) == sorted(r.field for r in RUN)  # each field exactly once
+
+
+@pytest.mark.parametrize("field", ["layers", "experts", "vocab", "hf_checkpoint", "num_microbatches", "crash_at_step"])
+def test_verl_sft_refuses_what_it_does_not_run(field, tmp_path):
+    from mlite.errors import MliteError
+    from mlite.options.table import RUN_VERL_NOT_RUN
+
+    row = {r.field: r for r in RUN}[field]
+    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2}.get(field, 2)
+    with pytest.raises(MliteError, match=f"{field}: --trainer verl-sft does not run {row.flag}"):
+        RunConfig(trainer="verl-sft", model="tiny-dense", steps=3, nproc=1, **{field: value})
+    assert field in RUN_VERL_NOT_RUN
+    RunConfig(trainer="lite", model="tiny-dense", steps=3, nproc=1, **{field: value})  # the kit's trainer runs it

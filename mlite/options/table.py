@@ -746,3 +746,30 @@ RUN_VERL_KEYS: dict[str, str] = {
 }
 """``mlite run --trainer verl-sft``: RunConfig field -> the Hydra key it is written as (values: see
 :mod:`mlite.launch.verl_sft`)."""
+
+RUN_VERL_OTHER: dict[str, str] = {
+    "model": "model.path: hf_model_from_tiny_config/ in the run directory (config.json + the kit's tokenizer)",
+    "nproc": "torchrun --nproc-per-node and trainer.n_gpus_per_node",
+    "device": "trainer.device",
+    "out": "the run directory (trainer.default_local_dir, hydra.run.dir, trainer.experiment_name)",
+    "trainer": "verl-sft: this table",
+    "verl_overrides": "appended to the Hydra overrides (engine.* and optim.override_optimizer_config.* checked)",
+    "threads": "OMP_NUM_THREADS of each worker",
+    "launcher": "torchrun only (ray refused)",
+    "use_distributed_optimizer": "a dist_opt setting (refused without dist_opt)",
+    "grad_dtype": "a dist_opt setting (refused without dist_opt)",
+}
+"""``mlite run --trainer verl-sft``: RunConfig fields that reach verl another way than one Hydra key."""
+
+RUN_VERL_NOT_RUN: dict[str, str] = {
+    "layers": "the model folder verl reads holds the whole config; cut the config.json itself",
+    "experts": "the model folder verl reads holds the whole config; cut the config.json itself",
+    "vocab": "verl tokenizes with the kit's tokenizer, whose ids need the whole vocabulary",
+    "hf_checkpoint": "the lite engine initialises the weights from engine.seed",
+    "num_microbatches": "verl packs micro-batches by token budget (data.max_token_len_per_gpu: --tokens-per-microbatch)",
+    "crash_at_step": "the failure hook is the kit's trainer's",
+    "compile": "the lite engine builds its model without torch.compile",
+}
+"""``mlite run --trainer verl-sft``: RunConfig fields verl's SFT trainer does not run, and why; a value other than
+the default is refused before anything starts (every RunConfig field is in exactly one of ``RUN_VERL_KEYS``,
+``RUN_VERL_OTHER`` and this table)."""
