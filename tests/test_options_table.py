@@ -106,8 +106,7 @@ def test_parser_defaults_and_help_come_from_the_table(command):
             assert a.default == ",".join(r.default)
         elif r.cli != "gpu":
             assert a.default == r.default, r.flag
-        if r.group != "mesh":  # --seq-len and --gpus-per-node come with the mesh flags
-            assert a.help == r.help and tuple(a.choices or ()) == r.choices, r.flag
+        assert a.help == r.help and tuple(a.choices or ()) == r.choices, r.flag  # mesh rows too
     # no flag is spelled twice and every CLI flag that was there before is still there
     for flag in (
         "--optimizer",

@@ -19,10 +19,10 @@ def _flag_rows(rows, skip_groups=()) -> dict[str, list]:
     return out
 
 
-def add_flags(parser, rows, *, skip_groups=("mesh",)) -> dict:
-    """Add the flags of ``rows`` to ``parser`` (argparse groups by the rows' ``group``; ``mesh`` rows are added by
-    :func:`mlite.cli.mesh.add_mesh_flags`); returns the groups made, by title."""
-    groups: dict = {}
+def add_flags(parser, rows, *, skip_groups=("mesh",), groups: dict | None = None) -> dict:
+    """Add the flags of ``rows`` to ``parser`` (argparse groups by the rows' ``group``, made unless ``groups`` holds
+    one of that title; ``mesh`` rows are added by :func:`mlite.cli.mesh.add_mesh_flags`); returns the groups."""
+    groups = dict(groups or {})
     for flag, same in _flag_rows(rows, skip_groups).items():
         r = same[0]
         if r.group is not None and r.group not in groups:
