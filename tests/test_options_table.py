@@ -187,6 +187,22 @@ def test_the_widget_prints_what_the_cli_parses():
     assert options_from_args(build_parser().parse_args(cmd[1:])) == view.options()
 
 
+def test_the_run_view_keeps_what_it_has_no_control_for(tmp_path):
+    """The run view's form over a config with options it shows no control for (grad dtype, cuts, batch details):
+    the config it starts is the one it was given, flag for flag."""
+    from widgets.run_view import RunView
+
+    cfg = RunConfig(
+        model="tiny-moe", steps=6, nproc=2, optimizer="dist_opt", grad_dtype="bf16", pao=True, layers=2, experts=4,
+        tokens_per_microbatch=256, num_microbatches=2, lr_warmup_steps=1, recompute="selective", seed=3, lr=1e-3,
+        param_dtype="bf16", threads=1, clip_grad=0.5, out=str(tmp_path / "r"),
+    )  # fmt: skip
+    view = RunView(cfg)
+    assert view.config() == cfg and view.config().cli_args() == cfg.cli_args()
+    view._steps.value = 7  # a control still changes its field, and only it
+    assert view.config() == RunConfig(**{**cfg.to_dict(), "steps": 7})
+
+
 @pytest.mark.parametrize("row", RUN, ids=lambda r: r.field)
 def test_run_flags_round_trip(row, tmp_path):
     from mlite.cli.run import _config
