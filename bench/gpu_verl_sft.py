@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_configs import DENSE_1B  # noqa: E402  (bench/ is not a package)
 
-from mlite.units import GIB  # noqa: E402
+from mlite.units import GIB  # noqa: E402  (after the sys.path lines)
 
 COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
 """The CSV contract of the GPU rows (issue 13)."""

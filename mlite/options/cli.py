@@ -45,7 +45,8 @@ def add_flags(parser, rows, *, skip_groups=("mesh",), groups: dict | None = None
     return groups
 
 
-def _gpu_gib(text: str, flag: str) -> float:
+def gpu_gib(text: str, flag: str) -> float:
+    """GiB of a ``--gpu-mem`` argument: a GPU name (:data:`GPU_MEMORY_GIB`) or a number."""
     name = str(text).upper()
     if name in GPU_MEMORY_GIB:
         return GPU_MEMORY_GIB[name]
@@ -67,7 +68,7 @@ def values_from_args(args, rows) -> dict:
         elif r.cli == "negate":
             v = not v
         elif r.cli == "gpu":
-            v = _gpu_gib(v, r.flag)
+            v = gpu_gib(v, r.flag)
         elif r.type is tuple:
             v = tuple(m for m in str(v or "").split(",") if m)
         out[r.field] = v
