@@ -52,6 +52,7 @@ def home(tmp_path) -> Path:
     cfg.pop("mlp_only_layers", None)
     (cwd / "my-config.json").write_text(json.dumps(cfg))
     (cwd / "bad.json").write_text('{"model_type": "qwen3_moe", "hidden_size": ')
+    (cwd / "bad.parquet").write_text("not a parquet file")
     for name in ("mlite_tiny_moe_fsdp2", "mlite_tiny_moe_pao"):
         shutil.copytree(SAMPLES / name, cwd / "logs" / name)
     return cwd
@@ -219,6 +220,7 @@ BAD = [
     ((*RUN, "--model", "missing.json"), "missing.json"),
     ((*RUN, "--model", "bad.json"), "invalid JSON"),
     ((*RUN, *CFG, "--dataset", "missing.parquet"), "missing.parquet"),
+    ((*RUN, *CFG, "--dataset", "bad.parquet"), "not a readable parquet file"),
     # invalid mesh for --nproc / bad numbers
     (("run", *CFG, "--steps", "2", "--nproc", "5000", "--device", "cpu", "--out", "runs/r1"), "--nproc"),
     (("run", *CFG, "--steps", "2", "--nproc", "0", "--device", "cpu", "--out", "runs/r1"), "nproc"),
@@ -294,6 +296,21 @@ def test_dist_opt_on_cuda_passes_the_edge_as_the_worker_runs_it(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(MliteError, match="nproc: 2 processes but 1 GPU"):
         cfg.check_environment()
+
+
+def test_the_workers_dataset_reader_names_the_file_and_column(tmp_path):
+    """``load_sft_dataset`` (what a worker reads) turns pyarrow's refusals into one line naming the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mlite.errors import MliteError
+    from mlite.runtime.data import load_sft_dataset
+
+    pq.write_table(pa.table({"text": ["a"]}), tmp_path / "nocol.parquet")
+    (tmp_path / "bad.parquet").write_text("not a parquet file")
+    for name in ("nocol.parquet", "bad.parquet"):
+        with pytest.raises(MliteError, match=f"dataset: cannot read column 'messages' of .*{name}"):
+            load_sft_dataset(tmp_path / name)
 
 
 def test_an_older_run_is_not_touched_without_overwrite(home):
