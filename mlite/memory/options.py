@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..errors import MliteError
+from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 
 GPU_MEMORY_GIB = {
     "H100": 80.0,
@@ -65,7 +66,7 @@ class TrainingOptions:
     """Runtime context offload: gradients move to CPU between training phases (verl ``grad_offload``)."""
     param_dtype: str = "bf16"
     """Parameter (and compute) dtype: ``bf16``, ``fp16`` or ``fp32``."""
-    seq_len: int = 4096
+    seq_len: int = DEFAULT_SEQ_LEN
     """Tokens per sequence (per micro-batch row)."""
     micro_batch_size: int = 1
     """Sequences per micro-batch."""
@@ -93,7 +94,7 @@ class TrainingOptions:
     """Share of device memory kept free (allocator fragmentation, spikes) in the fits verdict."""
     framework_overhead_gib: float = 2.0
     """CUDA context, NCCL buffers and workspace outside PyTorch's allocator (documented guess, GiB)."""
-    gpus_per_node: int = 8
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     """GPU processes per node (host memory per node)."""
     extra: dict = field(default_factory=dict)
     """Free-form notes carried along (not used by the estimate)."""

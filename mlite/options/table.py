@@ -16,6 +16,7 @@ then round-trips it through every spelling without further edits (and fails unti
 from __future__ import annotations
 
 from ..memory.options import GPU_MEMORY_GIB, RECOMPUTE
+from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option
 
 __all__ = ["EXPORT", "GPU_MEMORY_GIB", "NOT_OPTIONS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
@@ -308,7 +309,14 @@ TRAINING: tuple[Option, ...] = (
         megatron=Key("{megatron}.dtype", values=TORCH_DTYPE_NAMES, verl_default="bf16"),
     ),
     Option(
-        "seq_len", int, 4096, "--seq-len", "sequence length (default 4096)", group="mesh", mlite=_SEQ, megatron=_SEQ
+        "seq_len",
+        int,
+        DEFAULT_SEQ_LEN,
+        "--seq-len",
+        f"sequence length (default {DEFAULT_SEQ_LEN})",
+        group="mesh",
+        mlite=_SEQ,
+        megatron=_SEQ,
     ),
     Option(
         "micro_batch_size",
@@ -465,9 +473,9 @@ TRAINING: tuple[Option, ...] = (
     Option(
         "gpus_per_node",
         int,
-        8,
+        DEFAULT_GPUS_PER_NODE,
         "--gpus-per-node",
-        "GPUs per node (default 8)",
+        f"GPUs per node (default {DEFAULT_GPUS_PER_NODE})",
         group="mesh",
         mlite=Key("trainer.n_gpus_per_node", write="cluster"),
         megatron=Key("trainer.n_gpus_per_node", write="cluster"),
