@@ -238,6 +238,10 @@ BAD = [
     (("memory", "my-config.json", "--ngpu", "2", "--gpu-mem", "X1"), "--gpu-mem"),
     (("memory", "my-config.json", "--ngpu", "2", "--optimizer", "adam"), "--optimizer"),
     (("export", "my-config.json", "--nodes", "1", "--target", "nope", "--out", "exported"), "--target"),
+    (
+        ("export", "my-config.json", "--nodes", "1", "--target", "verl-lite-sft", "--out", "exported"),
+        "--optimizer fsdp2",
+    ),
     (("logs", "plot", "logs/mlite_tiny_moe_fsdp2", "-o", "p.png", "--metrics", "nope"), "nope"),
     (("logs", "check", "logs/", "--fail-on", "nope"), "--fail-on"),
     (("mesh", "my-config.json", "--ngpu", "2", "--list", "--limit", "0"), "--limit"),

@@ -433,3 +433,33 @@ def test_verl_sft_refuses_what_it_does_not_run(field, tmp_path):
         RunConfig(trainer="verl-sft", model="tiny-dense", steps=3, nproc=1, **{field: value})
     assert field in RUN_VERL_NOT_RUN
     RunConfig(trainer="lite", model="tiny-dense", steps=3, nproc=1, **{field: value})  # the kit's trainer runs it
+
+
+@pytest.mark.parametrize("row", TRAINING, ids=lambda r: r.field)
+def test_the_local_target_reads_back_as_its_cluster_target(row):
+    """``verl-lite-sft`` (the local variant, :data:`mlite.options.table.ENGINE_SWITCH`) writes the keys of
+    ``verl-mlite-sft`` with fsdp2 (the lite engine's optimizer): import-launcher reads the same options back from both,
+    and only the switched keys differ between the two launchers."""
+    from dataclasses import replace
+
+    from mlite.options.table import ENGINE_SWITCH
+
+    (local,) = ENGINE_SWITCH
+    cluster, switched = ENGINE_SWITCH[local]
+    o = replace(training_sample(row, cluster), optimizer="fsdp2")
+    got, raw = {}, {}
+    for target in (cluster, local):
+        plan = ExportPlan(model=MODEL, target=target, parallel=MESH, options=o, nodes=1, gpus_per_node=o.gpus_per_node)
+        res = render(plan)
+        imp = import_launcher("launcher", text=res.files[res.launcher])
+        got[target], raw[target] = imp.training_options(), {ov.key: ov.raw for ov in imp.overrides}
+    assert got[local] == got[cluster]
+    if row.field not in not_expressible(cluster):
+        assert _fields(got[local])[row.field] == getattr(o, row.field)
+    # the two launchers' overrides differ exactly in the switched keys, each holding its target's value
+    switched_keys = {k for k, _, _ in switched}
+    assert {k: v for k, v in raw[local].items() if k not in switched_keys} == {
+        k: v for k, v in raw[cluster].items() if k not in switched_keys
+    }
+    for k, cluster_value, local_value in switched:
+        assert (raw[cluster].get(k), raw[local].get(k)) == (cluster_value, local_value), k
