@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_configs import DENSE_1B  # noqa: E402  (bench/ is not a package)
 
+from mlite.rundir import COMPLETED, CONSOLE_FILE, LOG_FILE, METRICS_FILE, STATUS_FILE  # noqa: E402  (after sys.path)
 from mlite.units import GIB  # noqa: E402  (after the sys.path lines)
 
 COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
@@ -176,7 +177,7 @@ def rows(raw: dict) -> list[dict]:
         out.append(_row(f"verl_sft {n} peak/estimate", round(pk["peak_allocated_bytes"] / est, 4),
                         "measured max_memory_allocated / estimated peak"))  # fmt: skip
     if raw.get("status") is not None:
-        out.append(_row(f"verl_sft {n} completed", int(raw["status"] == "completed"), "1 = completed"))
+        out.append(_row(f"verl_sft {n} completed", int(raw["status"] == COMPLETED), "1 = completed"))
     return out
 
 
@@ -281,7 +282,7 @@ class Bench:
     def poll(self) -> None:
         """Stamp every new complete line of verl's metrics.jsonl."""
         try:
-            text = (self.run_dir / "metrics.jsonl").read_text(errors="replace")
+            text = (self.run_dir / METRICS_FILE).read_text(errors="replace")
         except FileNotFoundError:
             return
         now = time.perf_counter() - self.t0
@@ -307,7 +308,7 @@ class Bench:
     def run(self) -> int:
         a = self.a
         if self.run_dir.exists():  # an earlier run's metrics.jsonl would be stamped as this run's steps
-            if not (self.run_dir / "status.json").is_file() and any(self.run_dir.iterdir()):
+            if not (self.run_dir / STATUS_FILE).is_file() and any(self.run_dir.iterdir()):
                 print(f"gpu_verl_sft: FAILED: --run-dir {self.run_dir} exists and is no run directory", flush=True)
                 return 2
             shutil.rmtree(self.run_dir)
@@ -339,15 +340,15 @@ class Bench:
         except json.JSONDecodeError:
             self.raw["summary"] = None
             self.raw["stdout_tail"] = stdout[-3000:]
-        self.raw["console_tail"] = _tail(self.run_dir / "console.log", 40)
-        self.raw["train_log_tail"] = _tail(self.run_dir / "train.log", 10)
+        self.raw["console_tail"] = _tail(self.run_dir / CONSOLE_FILE, 40)
+        self.raw["train_log_tail"] = _tail(self.run_dir / LOG_FILE, 10)
         self.raw["mlite_output_tail"] = _tail(log_path, 40)
         self.raw.update(environment(a.device, with_gpu=True))
         status = (self.raw["summary"] or {}).get("status") or _run_status(self.run_dir)
         self.raw["status"] = status
         if timed_out:
             self.raw["errors"].append(f"deadline: stopped after {a.deadline_s:.0f} s (status {status})")
-        elif status != "completed":
+        elif status != COMPLETED:
             self.raw["errors"].append(f"run: status {status}, exit code {self.proc.returncode}")
         if timed(self.raw) is None:
             self.raw["errors"].append(f"steps: logged {sorted(map(int, self.raw['steps']))} of 1..{a.steps}")
@@ -370,7 +371,7 @@ class Bench:
         workers, SIGKILL to its process group after a grace period), then the ``mlite run`` process."""
         from mlite.launch.handle import RunHandle
 
-        if (self.run_dir / "status.json").is_file():
+        if (self.run_dir / STATUS_FILE).is_file():
             RunHandle.open(self.run_dir).kill(grace=15.0)
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -381,7 +382,7 @@ class Bench:
         self.poll()
         self.raw["status"] = _run_status(self.run_dir)
         self.raw["errors"].append("terminated (SIGTERM) before the run ended")
-        self.raw["console_tail"] = _tail(self.run_dir / "console.log", 40)
+        self.raw["console_tail"] = _tail(self.run_dir / CONSOLE_FILE, 40)
         self.raw.update(environment(self.a.device, with_gpu=True))
         self.write()
         self.say_failed("terminated (SIGTERM); the rows measured so far are written")
@@ -419,7 +420,7 @@ def _tail(path: Path, n: int) -> list[str]:
 
 def _run_status(run_dir: Path) -> str | None:
     try:
-        return json.loads((run_dir / "status.json").read_text()).get("status")
+        return json.loads((run_dir / STATUS_FILE).read_text()).get("status")
     except (OSError, ValueError):
         return None
 
