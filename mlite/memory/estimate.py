@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
+from ..runtime.chunks import ce_chunk_rows
 from ..units import GIB
 from .activations import (
     ActDims,
@@ -484,7 +485,7 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
     root_acts, root_t = lite.root_parts(spec, dims)
     acts.update(root_acts)
     root_numel = sum(g.numel for g in spec.pre + spec.post)
-    multi = tokens > lite.ce_chunk(spec.vocab_size)
+    multi = tokens > ce_chunk_rows(spec.vocab_size)
     dw = spec.vocab_size * spec.hidden_size * (4 if multi else ab)
     transients = {
         "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation
