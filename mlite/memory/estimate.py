@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
 from ..runtime.chunks import ce_chunk_rows
-from ..units import GIB
+from ..units import GIB, MIB
 from .activations import (
     ActDims,
     attention_buffer,
@@ -33,7 +33,7 @@ from .optimizer import state_bytes
 from .options import TrainingOptions
 from .params import StageParams, stage_params
 
-CUBLAS_WORKSPACE = 64 * 2**20
+CUBLAS_WORKSPACE = 64 * MIB
 """cuBLAS + cuBLASLt workspaces PyTorch takes from its caching allocator on Hopper (32 MiB each; measured: every
 Megatron-Core row on the H200 holds 64 MiB more after the step than its state and buffers)."""
 
