@@ -7,13 +7,15 @@ Exit 0 when every phase fits and the engine starts, 1 when not (or the actor mes
 
 from __future__ import annotations
 
+import argparse
+
 COMMAND = "rl-memory"
 ORDER = 31
 
 
 def _add_training_flags(p) -> None:
-    """The mesh and training flags of ``mlite memory`` (from the options table; the one place this module couples
-    to them)."""
+    """The mesh and training flags of ``mlite memory`` (its own definitions; the one place this module couples to
+    them), plus ``--grad-offload`` when ``mlite memory`` does not define it."""
     from .memory import add_memory_flags
     from .mesh import add_mesh_flags
 
@@ -24,6 +26,21 @@ def _add_training_flags(p) -> None:
     for action in p._actions:
         if action.dest == "seq_len":
             action.help = "tokens per actor micro-batch row (default: --prompt-len + --response-len)"
+    try:
+        p.add_argument("--grad-offload", action="store_true", help="runtime context offload of gradients")
+    except argparse.ArgumentError:  # mlite memory's flags already define it
+        pass
+
+
+def _training_options(args):
+    from dataclasses import replace
+
+    from .memory import options_from_args
+
+    o = options_from_args(args)
+    if getattr(args, "grad_offload", False) and not o.grad_offload:
+        o = replace(o, grad_offload=True)
+    return o
 
 
 def add_parser(sub):
@@ -120,14 +137,13 @@ def _inputs(args):
     """``(spec, mesh plan, training options, rollout options)`` of parsed ``mlite rl-memory`` arguments."""
     from ..mesh import resolve
     from ..models import from_hf_config
-    from .memory import options_from_args
     from .mesh import parallel_from_args
 
     r = rollout_from_args(args)
     if args.seq_len is None:
         args.seq_len = r.seq_tokens
     spec = from_hf_config(args.config)
-    o = options_from_args(args)
+    o = _training_options(args)
     plan = resolve(spec, args.ngpu, parallel_from_args(args), seq_len=o.seq_len, gpus_per_node=args.gpus_per_node)
     return spec, plan, o, r
 
