@@ -71,12 +71,12 @@ def _stale(path: Path, committed: list[dict], fresh: list[dict]) -> str | None:
 
 @pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
 def test_a_stale_predicted_column_is_caught(path):
-    """The check fails on a CSV whose predicted figures are not today's (one cell moved by one unit)."""
+    """The check fails on a CSV whose predicted figures are not today's (one cell changed)."""
     rows = _rows(path)
     assert _stale(path, rows, rows) is None
     col = next((c for c in rows[0] if c.startswith("predicted")), "value")
     # value CSVs: the estimator's row where there is one (gpu_verl_sft.csv), else the first
     r = next((i for i, row in enumerate(rows) if "estimate" in row.get("measurement", "")), 0)
     doctored = [dict(row) for row in rows]
-    doctored[r][col] = str(float(doctored[r][col]) + 1)
+    doctored[r][col] += "1"  # 123 -> 1231, 0.25 -> 0.251, a text value gets a character more
     assert "is stale" in (_stale(path, rows, doctored) or "")
