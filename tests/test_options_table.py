@@ -446,7 +446,13 @@ def test_the_local_target_reads_back_as_its_cluster_target(row):
 
     (local,) = ENGINE_SWITCH
     cluster, switched = ENGINE_SWITCH[local]
-    o = replace(training_sample(row, cluster), optimizer="fsdp2")
+    from mlite.errors import MliteError
+
+    try:
+        o = replace(training_sample(row, cluster), optimizer="fsdp2")
+    except MliteError as e:  # a dist_opt-only value: fsdp2, the local target's optimizer, refuses it by name
+        assert row.field in e.message
+        return
     got, raw = {}, {}
     for target in (cluster, local):
         plan = ExportPlan(model=MODEL, target=target, parallel=MESH, options=o, nodes=1, gpus_per_node=o.gpus_per_node)
