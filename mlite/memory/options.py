@@ -23,6 +23,25 @@ GPU_MEMORY_GIB = {
 RECOMPUTE = ("none", "selective", "full")
 """Recompute granularities (Megatron's ``--recompute-granularity``)."""
 
+OPTIMIZERS = ("dist_opt", "fsdp2")
+"""mlite's optimizer backends (Megatron-Core DDP + distributed optimizer, PyTorch fully_shard)."""
+DTYPES = ("fp32", "bf16")
+"""Storage dtypes of main grads and Adam moments."""
+PARAM_DTYPES = ("bf16", "fp16", "fp32")
+"""Parameter (compute) dtypes of the estimator."""
+ATTENTION = ("flash", "unfused")
+"""Attention kernels the estimator knows."""
+ACTIVATION_MODELS = ("megatron", "lite")
+"""Activation accounting: Megatron layers or the lite runtime's modules."""
+LITE_DEVICES = ("cuda", "cpu")
+"""Devices of a lite-runtime run (the estimator's view)."""
+
+
+def _one_of(values) -> str:
+    """``a, b or c``."""
+    return ", ".join(values[:-1]) + " or " + values[-1]
+
+
 RECOMPUTE_MODULES = (
     "core_attn",
     "attention",
@@ -104,13 +123,13 @@ class TrainingOptions:
 
     def validate(self) -> None:
         """Raise :class:`MliteError` naming the first inconsistent option."""
-        if self.optimizer not in ("dist_opt", "fsdp2"):
-            raise MliteError(f"optimizer must be dist_opt or fsdp2, got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise MliteError(f"optimizer must be {_one_of(OPTIMIZERS)}, got {self.optimizer!r}")
         for name in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
-            if getattr(self, name) not in ("fp32", "bf16"):
-                raise MliteError(f"{name} must be fp32 or bf16, got {getattr(self, name)!r}")
-        if self.param_dtype not in ("bf16", "fp16", "fp32"):
-            raise MliteError(f"param_dtype must be bf16, fp16 or fp32, got {self.param_dtype!r}")
+            if getattr(self, name) not in DTYPES:
+                raise MliteError(f"{name} must be {_one_of(DTYPES)}, got {getattr(self, name)!r}")
+        if self.param_dtype not in PARAM_DTYPES:
+            raise MliteError(f"param_dtype must be {_one_of(PARAM_DTYPES)}, got {self.param_dtype!r}")
         if not self.use_precision_aware_optimizer:
             # bf16 main grads run without PAO in Megatron-Core (grad_reduce_in_fp32=False: a bf16 grad buffer, fp32
             # copies of the shard at the step); bf16 moments need PAO
@@ -125,12 +144,12 @@ class TrainingOptions:
             raise MliteError(f"offload_fraction must be in [0, 1], got {self.offload_fraction}")
         if self.recompute not in RECOMPUTE:
             raise MliteError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        if self.attention not in ("flash", "unfused"):
-            raise MliteError(f"attention must be flash or unfused, got {self.attention!r}")
-        if self.lite_device not in ("cuda", "cpu"):
-            raise MliteError(f"lite_device must be cuda or cpu, got {self.lite_device!r}")
-        if self.activation_model not in ("megatron", "lite"):
-            raise MliteError(f"activation_model must be megatron or lite, got {self.activation_model!r}")
+        if self.attention not in ATTENTION:
+            raise MliteError(f"attention must be {_one_of(ATTENTION)}, got {self.attention!r}")
+        if self.lite_device not in LITE_DEVICES:
+            raise MliteError(f"lite_device must be {_one_of(LITE_DEVICES)}, got {self.lite_device!r}")
+        if self.activation_model not in ACTIVATION_MODELS:
+            raise MliteError(f"activation_model must be {_one_of(ACTIVATION_MODELS)}, got {self.activation_model!r}")
         for name in ("seq_len", "micro_batch_size", "num_microbatches", "gpus_per_node"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

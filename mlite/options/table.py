@@ -15,27 +15,26 @@ then round-trips it through every spelling without further edits (and fails unti
 
 from __future__ import annotations
 
-from ..memory.options import GPU_MEMORY_GIB, RECOMPUTE
+from ..memory.options import (
+    ACTIVATION_MODELS,
+    ATTENTION,
+    DTYPES,
+    GPU_MEMORY_GIB,
+    LITE_DEVICES,
+    OPTIMIZERS,
+    PARAM_DTYPES,
+    RECOMPUTE,
+)
 from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option
 
 __all__ = ["EXPORT", "GPU_MEMORY_GIB", "NOT_OPTIONS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
 
 # ---------------------------------------------------------------------------------------------- vocabularies
-OPTIMIZERS = ("dist_opt", "fsdp2")
-"""mlite's optimizer backends (Megatron-Core DDP + distributed optimizer, PyTorch fully_shard)."""
-DTYPES = ("fp32", "bf16")
-"""Storage dtypes of main grads and Adam moments."""
-PARAM_DTYPES = ("bf16", "fp16", "fp32")
-"""Parameter (compute) dtypes of the estimator."""
+# OPTIMIZERS, DTYPES, PARAM_DTYPES, ATTENTION, ACTIVATION_MODELS, LITE_DEVICES: mlite/memory/options.py, beside the
+# TrainingOptions fields they are the values of (its validation reads them too)
 TORCH_DTYPE_NAMES = (("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
 """mlite dtype name <-> verl's ``dtype`` value."""
-ATTENTION = ("flash", "unfused")
-"""Attention kernels the estimator knows."""
-ACTIVATION_MODELS = ("megatron", "lite")
-"""Activation accounting: Megatron layers or the lite runtime's modules."""
-LITE_DEVICES = ("cuda", "cpu")
-"""Devices of a lite-runtime run (the estimator's view)."""
 MEGATRON_RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe")
 """Megatron-Core ``recompute_modules`` choices (verl's engine/megatron.yaml)."""
 
