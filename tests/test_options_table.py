@@ -469,3 +469,37 @@ def test_the_local_target_reads_back_as_its_cluster_target(row):
     }
     for k, cluster_value, local_value in switched:
         assert (raw[cluster].get(k), raw[local].get(k)) == (cluster_value, local_value), k
+
+
+@pytest.mark.parametrize("optimizer", ["dist_opt", "fsdp2"])
+@pytest.mark.parametrize("pao", [False, True])
+def test_what_the_memory_view_disables_does_not_apply(optimizer, pao):
+    """``inapplicable`` (the controls the memory view disables): each listed option, moved off the value it takes,
+    is either refused by TrainingOptions or changes nothing in the estimate (oracle: ``mlite.memory.estimate``);
+    each option not listed there that the view can disable does change it or is legal."""
+    from mlite.errors import MliteError
+    from mlite.memory import estimate
+    from mlite.memory.options import inapplicable
+    from mlite.mesh import resolve
+    from mlite.models import from_hf_config
+
+    spec = from_hf_config(MODEL)
+    plan = resolve(spec, 8, MESH)
+    base = {"optimizer": optimizer, "use_precision_aware_optimizer": pao}
+    off = inapplicable(optimizer, pao)
+    assert (
+        estimate(spec, plan, TrainingOptions(**base, **off)).to_dict()
+        == estimate(spec, plan, TrainingOptions(**base)).to_dict()
+    )
+    moved = {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16", "store_param_remainders": False,
+             "main_grads_dtype": "bf16", "use_distributed_optimizer": False}  # fmt: skip
+    for field, value in moved.items():
+        try:
+            o = TrainingOptions(
+                **{**base, **off, field: value, **({"exp_avg_sq_dtype": value} if field == "exp_avg_dtype" else {})}
+            )
+        except MliteError:
+            assert field in off or (pao and field == "use_distributed_optimizer"), field  # refused: not applicable
+            continue
+        same = estimate(spec, plan, o).to_dict() == estimate(spec, plan, TrainingOptions(**base, **off)).to_dict()
+        assert same == (field in off), (field, optimizer, pao)

@@ -37,6 +37,20 @@ LITE_DEVICES = ("cuda", "cpu")
 """Devices of a lite-runtime run (the estimator's view)."""
 
 
+def inapplicable(optimizer: str, pao: bool) -> dict:
+    """The options that do not apply to ``optimizer`` with (or without) PAO -> the value each takes then: without PAO
+    bf16 moments and the param remainders (Megatron-Core rejects bf16 moments, and remainders are PAO's); outside
+    dist_opt its gradient-buffer dtype and its distributed-optimizer switch (fsdp2 keeps gradients in the parameter
+    dtype). The memory view disables these controls; bf16 main grads without PAO do apply (Megatron-Core's
+    ``grad_reduce_in_fp32=False``)."""
+    out: dict = {}
+    if not pao:
+        out.update(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32", store_param_remainders=True)
+    if optimizer != "dist_opt":
+        out.update(main_grads_dtype="fp32", use_distributed_optimizer=True)
+    return out
+
+
 def _one_of(values) -> str:
     """``a, b or c``."""
     return ", ".join(values[:-1]) + " or " + values[-1]
