@@ -401,6 +401,9 @@ def test_run_refuses_unknown_option_values_before_anything_starts(tmp_path, word
         (["--grad-dtype", "fp8"], "--grad-dtype"),
         (["--gpu-mem", "H900"], "--gpu-mem"),
         (["--offload-fraction", "half"], "--offload-fraction"),
+        (["--headroom", "2"], "headroom must be in [0, 1)"),
+        (["--headroom", "-0.5"], "headroom must be in [0, 1)"),
+        (["--framework-overhead-gib", "-5"], "framework_overhead_gib must be a finite number >= 0"),
     ],
 )
 def test_memory_and_export_refuse_unknown_option_values(tmp_path, words, needle):

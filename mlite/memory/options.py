@@ -170,6 +170,10 @@ class TrainingOptions:
                 raise MliteError(f"{name} must be a positive integer, got {v!r}")
         if self.gpu_memory_gib <= 0:
             raise MliteError(f"gpu_memory_gib must be positive, got {self.gpu_memory_gib}")
+        if not 0.0 <= float(self.headroom) < 1.0:
+            raise MliteError(f"headroom must be in [0, 1) (a share of device memory kept free), got {self.headroom}")
+        if not 0.0 <= float(self.framework_overhead_gib) < float("inf"):
+            raise MliteError(f"framework_overhead_gib must be a finite number >= 0, got {self.framework_overhead_gib}")
         if isinstance(self.recompute_modules, str):
             self.recompute_modules = tuple(m for m in self.recompute_modules.split(",") if m)
         unknown = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
