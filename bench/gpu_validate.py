@@ -43,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_configs import MEMORY_CONFIGS, MODELS
 
+from mlite.units import GIB
+
 MEASURE_CMD = "python3 bench/gpu_validate.py measure --out bench/results/gpu_memory_raw.json"
 REPORT_CMD = "python3 bench/gpu_validate.py report bench/results/gpu_memory_raw.json --csv bench/results/gpu_memory.csv"
 
@@ -230,7 +232,7 @@ def cmd_measure(a) -> int:
         out["configs"].append(rec)
         last = rec.get("steps", [{}])[-1]
         print(
-            f"{name:45s} static {last.get('static', 0) / 2**30:7.3f} GiB  peak {last.get('peak', 0) / 2**30:7.3f} "
+            f"{name:45s} static {last.get('static', 0) / GIB:7.3f} GiB  peak {last.get('peak', 0) / GIB:7.3f} "
             f"GiB  ({rec['wall_s']} s){'  ERROR ' + rec['error'] if 'error' in rec else ''}",
             flush=True,
         )
@@ -296,8 +298,8 @@ def cmd_report(a) -> int:
             }
         )
         print(
-            f"{rec['config']:45s} static {m_static / 2**30:7.3f} GiB (pred {es:+6.1%})  peak "
-            f"{m_peak / 2**30:7.3f} GiB (pred {ep:+6.1%})"
+            f"{rec['config']:45s} static {m_static / GIB:7.3f} GiB (pred {es:+6.1%})  peak "
+            f"{m_peak / GIB:7.3f} GiB (pred {ep:+6.1%})"
         )
     print(f"worst error: static {worst[0]:.1%} (bound 3 %), peak {worst[1]:.1%} (bound 10 %)")
     if a.csv:

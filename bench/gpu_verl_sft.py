@@ -15,8 +15,9 @@ ones / the wall-clock time between the last warm-up step's line and the last ste
 loading, batching, the engine's forward/backward and optimizer). Peak memory is the run's own record: verl's
 ``perf/max_memory_allocated_gb`` / ``perf/max_memory_reserved_gb`` (``torch.cuda.max_memory_allocated`` /
 ``max_memory_reserved`` of rank 0), next to ``mlite.memory``'s estimate of the same run
-(:func:`mlite.launch.memory_check.estimate_for`, taken when the run starts). verl's own ``train/mfu`` is kept as
-reported. The CSV is a function of the raw JSON alone (``--report``).
+(:func:`mlite.launch.memory_check.estimate_for` of :func:`run_config`, the RunConfig the run's flags come from),
+derived by the report with today's estimator. verl's own ``train/mfu`` is kept as reported. The CSV is a function of
+the raw JSON alone (``--report``; ``tests/test_bench_results.py`` re-runs it and fails when the CSV is stale).
 
 Results are written as they come: the raw JSON after every logged step, the CSV as soon as the timed steps are in
 (before verl's end-of-run checkpoint), again at the end. A failure (run failed, steps missing, deadline, SIGTERM)
@@ -43,13 +44,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_configs import DENSE_1B  # noqa: E402  (bench/ is not a package)
 
+from mlite.rundir import COMPLETED, CONSOLE_FILE, LOG_FILE, METRICS_FILE, STATUS_FILE  # noqa: E402  (after sys.path)
+from mlite.units import GIB  # noqa: E402  (after the sys.path lines)
+
 COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
 """The CSV contract of the GPU rows (issue 13)."""
 REPORT_CMD = (
     "python3 bench/gpu_verl_sft.py --report bench/results/gpu_verl_sft_raw.json --csv bench/results/gpu_verl_sft.csv"
 )
 """The step that turns the raw JSON into the CSV (tests/test_bench_results.py re-runs it)."""
-GIB = 2**30
 TINY = dict(
     DENSE_1B,
     hidden_size=128,
@@ -61,6 +64,8 @@ TINY = dict(
     vocab_size=512,
 )
 """The ``--tiny`` model: DENSE_1B's layout (Qwen3, tied embeddings), CPU-sized."""
+MODEL_FILES = {"tiny": "model_tiny_from_gpu_configs.json", "dense1b": "model_dense1b_from_gpu_configs.json"}
+"""The model config file of each ``params.name``, written beside the run directory."""
 LITE_ROW = ("dense", "lite", "mb4")
 """Where bench/results/gpu_speed_raw.json keeps the plain lite runtime's tokens/s of DENSE_1B, 4 x 4096 tokens."""
 
@@ -166,15 +171,45 @@ def rows(raw: dict) -> list[dict]:
     if pk["peak_reserved_bytes"] is not None:
         out.append(_row(f"verl_sft {n} peak reserved", pk["peak_reserved_bytes"],
                         f"bytes, {mem} max_memory_reserved (verl perf/max_memory_reserved_gb)"))  # fmt: skip
-    est = raw.get("estimate")
-    if est:
-        out.append(_row(f"verl_sft {n} estimated peak", int(est["peak"]), "bytes, mlite.memory estimate of the run"))
-        if pk["peak_allocated_bytes"] and cuda:
-            out.append(_row(f"verl_sft {n} peak/estimate", round(pk["peak_allocated_bytes"] / est["peak"], 4),
-                            "measured max_memory_allocated / estimated peak"))  # fmt: skip
+    est = estimated_peak(raw)
+    out.append(_row(f"verl_sft {n} estimated peak", round(est), "bytes, mlite.memory estimate of the run"))
+    if pk["peak_allocated_bytes"] and cuda:
+        out.append(_row(f"verl_sft {n} peak/estimate", round(pk["peak_allocated_bytes"] / est, 4),
+                        "measured max_memory_allocated / estimated peak"))  # fmt: skip
     if raw.get("status") is not None:
-        out.append(_row(f"verl_sft {n} completed", int(raw["status"] == "completed"), "1 = completed"))
+        out.append(_row(f"verl_sft {n} completed", int(raw["status"] == COMPLETED), "1 = completed"))
     return out
+
+
+def run_config(raw: dict, model: Path, out: Path | None = None):
+    """The :class:`~mlite.launch.RunConfig` of the measured run: its model config written at ``model``, the
+    parameters of the raw JSON (the flags :meth:`Bench.mlite_argv` passes are this config's)."""
+    from mlite.launch import RunConfig
+
+    p = raw["params"]
+    return RunConfig(
+        trainer="verl-sft",
+        model=str(model),
+        steps=p["steps"],
+        nproc=1,
+        device=p["device"],
+        tokens_per_microbatch=p["tokens_per_microbatch"],
+        train_batch_size=p["train_batch_size"],
+        out=None if out is None else str(out),
+    )
+
+
+def estimated_peak(raw: dict) -> float:
+    """``mlite.memory``'s peak bytes of the run in ``raw``, with the estimator as it is now."""
+    import tempfile
+
+    from mlite.launch.memory_check import estimate_for
+
+    p = raw["params"]
+    with tempfile.TemporaryDirectory() as d:
+        model = Path(d) / MODEL_FILES[p["name"]]
+        model.write_text(json.dumps(p["model"]))
+        return estimate_for(run_config(raw, model)).worst.peak
 
 
 def write_csv(raw: dict, path: Path) -> None:
@@ -226,20 +261,15 @@ class Bench:
         self.proc = None
 
     def model_file(self) -> Path:
-        path = self.work / (
-            "model_tiny_from_gpu_configs.json" if self.a.tiny else "model_dense1b_from_gpu_configs.json"
-        )
+        path = self.work / MODEL_FILES[self.raw["params"]["name"]]
         path.write_text(json.dumps(self.raw["params"]["model"], indent=2) + "\n")
         return path
 
     def mlite_argv(self, model: Path) -> list[str]:
-        a = self.a
-        return [
-            sys.executable, "-m", "mlite", "run", "--trainer", "verl-sft", "--model", str(model),
-            "--steps", str(a.steps), "--nproc", "1", "--device", a.device,
-            "--tokens-per-microbatch", str(a.tokens_per_microbatch), "--train-batch-size", str(a.train_batch_size),
-            "--out", str(self.run_dir), "--overwrite", "--json",
-        ]  # fmt: skip
+        """``python -m mlite run`` with the flags of :func:`run_config` (the config the report estimates)."""
+        cfg = run_config(self.raw, model, self.run_dir)
+        return [sys.executable, "-m", "mlite", "run", *cfg.cli_args(), "--out", str(self.run_dir), "--overwrite",
+                "--json"]  # fmt: skip
 
     def env(self) -> dict:
         env = dict(os.environ)
@@ -252,7 +282,7 @@ class Bench:
     def poll(self) -> None:
         """Stamp every new complete line of verl's metrics.jsonl."""
         try:
-            text = (self.run_dir / "metrics.jsonl").read_text(errors="replace")
+            text = (self.run_dir / METRICS_FILE).read_text(errors="replace")
         except FileNotFoundError:
             return
         now = time.perf_counter() - self.t0
@@ -269,21 +299,6 @@ class Bench:
                 self.write()
                 print(f"gpu_verl_sft: step {step} logged at {now:.2f} s", flush=True)
 
-    def estimate(self) -> None:
-        """mlite.memory's figures for the run's own RunConfig (as the run view shows them), once it exists."""
-        if "estimate" in self.raw or not (self.run_dir / "config.json").is_file():
-            return
-        from mlite.errors import MliteError
-        from mlite.launch.memory_check import estimate_for
-        from mlite.launch.rundir import RunDir
-
-        try:
-            w = estimate_for(RunDir(self.run_dir).read_config()).worst
-            self.raw["estimate"] = {"peak": w.peak, "params": w.params, "grads": w.grads, "optimizer": w.optimizer}
-        except (MliteError, ValueError, KeyError, TypeError, OSError) as e:  # the measured rows stay
-            self.raw["estimate"] = None
-            self.raw["errors"].append(f"estimate: {type(e).__name__}: {e}")
-
     def write(self) -> None:
         tmp = self.raw_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.raw, indent=1, default=str) + "\n")
@@ -293,7 +308,7 @@ class Bench:
     def run(self) -> int:
         a = self.a
         if self.run_dir.exists():  # an earlier run's metrics.jsonl would be stamped as this run's steps
-            if not (self.run_dir / "status.json").is_file() and any(self.run_dir.iterdir()):
+            if not (self.run_dir / STATUS_FILE).is_file() and any(self.run_dir.iterdir()):
                 print(f"gpu_verl_sft: FAILED: --run-dir {self.run_dir} exists and is no run directory", flush=True)
                 return 2
             shutil.rmtree(self.run_dir)
@@ -311,7 +326,6 @@ class Bench:
             timed_out = False
             while self.proc.poll() is None:
                 self.poll()
-                self.estimate()
                 if time.perf_counter() - self.t0 > a.deadline_s:
                     timed_out = True
                     self.stop_run()
@@ -319,7 +333,6 @@ class Bench:
                 time.sleep(0.002)
             stdout = self.proc.stdout.read() if self.proc.stdout else ""
         self.poll()
-        self.estimate()
         self.raw["wall_s"] = time.perf_counter() - self.t0
         self.raw["exit_code"] = self.proc.returncode
         try:
@@ -327,15 +340,15 @@ class Bench:
         except json.JSONDecodeError:
             self.raw["summary"] = None
             self.raw["stdout_tail"] = stdout[-3000:]
-        self.raw["console_tail"] = _tail(self.run_dir / "console.log", 40)
-        self.raw["train_log_tail"] = _tail(self.run_dir / "train.log", 10)
+        self.raw["console_tail"] = _tail(self.run_dir / CONSOLE_FILE, 40)
+        self.raw["train_log_tail"] = _tail(self.run_dir / LOG_FILE, 10)
         self.raw["mlite_output_tail"] = _tail(log_path, 40)
         self.raw.update(environment(a.device, with_gpu=True))
         status = (self.raw["summary"] or {}).get("status") or _run_status(self.run_dir)
         self.raw["status"] = status
         if timed_out:
             self.raw["errors"].append(f"deadline: stopped after {a.deadline_s:.0f} s (status {status})")
-        elif status != "completed":
+        elif status != COMPLETED:
             self.raw["errors"].append(f"run: status {status}, exit code {self.proc.returncode}")
         if timed(self.raw) is None:
             self.raw["errors"].append(f"steps: logged {sorted(map(int, self.raw['steps']))} of 1..{a.steps}")
@@ -358,7 +371,7 @@ class Bench:
         workers, SIGKILL to its process group after a grace period), then the ``mlite run`` process."""
         from mlite.launch.handle import RunHandle
 
-        if (self.run_dir / "status.json").is_file():
+        if (self.run_dir / STATUS_FILE).is_file():
             RunHandle.open(self.run_dir).kill(grace=15.0)
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -369,7 +382,7 @@ class Bench:
         self.poll()
         self.raw["status"] = _run_status(self.run_dir)
         self.raw["errors"].append("terminated (SIGTERM) before the run ended")
-        self.raw["console_tail"] = _tail(self.run_dir / "console.log", 40)
+        self.raw["console_tail"] = _tail(self.run_dir / CONSOLE_FILE, 40)
         self.raw.update(environment(self.a.device, with_gpu=True))
         self.write()
         self.say_failed("terminated (SIGTERM); the rows measured so far are written")
@@ -407,7 +420,7 @@ def _tail(path: Path, n: int) -> list[str]:
 
 def _run_status(run_dir: Path) -> str | None:
     try:
-        return json.loads((run_dir / "status.json").read_text()).get("status")
+        return json.loads((run_dir / STATUS_FILE).read_text()).get("status")
     except (OSError, ValueError):
         return None
 

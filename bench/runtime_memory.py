@@ -27,6 +27,7 @@ import torch
 from mlite.runtime.batch import PackedBatch
 from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
 from mlite.runtime.runtime import create_runtime
+from mlite.units import GIB
 
 MODELS = {
     # Qwen3-1.7B's shape (tied embeddings): ~1.7 B parameters
@@ -161,20 +162,19 @@ def main() -> int:
         rec = measure(a.model, mode, a.device, a.seq, a.steps)
         out.append(rec)
         last = rec["steps"][-1]
-        gib = 2**30
         parts = ", ".join(
-            f"{k}={v / gib:.3f}@{d}"
+            f"{k}={v / GIB:.3f}@{d}"
             for k in ("master", "remainder", "exp_avg", "exp_avg_sq")
             for d, v in last[k].items()
         )
         line = (
-            f"{a.model:16s} {mode:18s} N={rec['numel'] / 1e9:.3f}B params={sum(last['params'].values()) / gib:.3f}"
-            f" grads={last['grads_bytes'] / gib:.3f} state={last['optimizer_bytes'] / gib:.3f} GiB ({parts})"
+            f"{a.model:16s} {mode:18s} N={rec['numel'] / 1e9:.3f}B params={sum(last['params'].values()) / GIB:.3f}"
+            f" grads={last['grads_bytes'] / GIB:.3f} state={last['optimizer_bytes'] / GIB:.3f} GiB ({parts})"
         )
         if a.device == "cuda":
             line += (
-                f" | gpu static {last['static_runtime_bytes_on_gpu'] / gib:.3f} allocated "
-                f"{last['allocated_after_step'] / gib:.3f} peak {last['max_allocated'] / gib:.3f} GiB"
+                f" | gpu static {last['static_runtime_bytes_on_gpu'] / GIB:.3f} allocated "
+                f"{last['allocated_after_step'] / GIB:.3f} peak {last['max_allocated'] / GIB:.3f} GiB"
             )
         line += (
             f" | {last['tokens_per_s']:.0f} tok/s (fwd+bwd {last['forward_backward_s']:.3f} s, "

@@ -59,9 +59,30 @@ def test_csv_rederived_from_raw_json(path, tmp_path):
         argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONWARNINGS="ignore")
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    committed, fresh = _rows(path), _rows(out)
-    assert [r.get("config") or r.get("measurement") for r in fresh] == [
-        r.get("config") or r.get("measurement") for r in committed
-    ], f"{path.name}: rows differ"
+    why = _stale(path, _rows(path), _rows(out))
+    assert why is None, why
+
+
+def _stale(path: Path, committed: list[dict], fresh: list[dict]) -> str | None:
+    """Why the committed rows are not what the report gives now (None when they are)."""
+    name = lambda r: r.get("config") or r.get("measurement")
+    if [name(r) for r in fresh] != [name(r) for r in committed]:
+        return f"{path.name}: rows differ"
     for old, new in zip(committed, fresh, strict=True):
-        assert old == new, f"{path.name} is stale: regenerate it with `{' '.join(_report_step(path))}`"
+        if old != new:
+            diff = {k: (old.get(k), new.get(k)) for k in {*old, *new} if old.get(k) != new.get(k)}
+            return f"{path.name} is stale ({name(old)}: {diff}): regenerate it with `{' '.join(_report_step(path))}`"
+    return None
+
+
+@pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
+def test_a_stale_predicted_column_is_caught(path):
+    """The check fails on a CSV whose predicted figures are not today's (one cell changed)."""
+    rows = _rows(path)
+    assert _stale(path, rows, rows) is None
+    col = next((c for c in rows[0] if c.startswith("predicted")), "value")
+    # value CSVs: the estimator's row where there is one (gpu_verl_sft.csv), else the first
+    r = next((i for i, row in enumerate(rows) if "estimate" in row.get("measurement", "")), 0)
+    doctored = [dict(row) for row in rows]
+    doctored[r][col] += "1"  # 123 -> 1231, 0.25 -> 0.251, a text value gets a character more
+    assert "is stale" in (_stale(path, rows, doctored) or "")

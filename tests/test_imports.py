@@ -155,3 +155,37 @@ def test_mlite_has_no_import_cycle(lazy):
     assert not cycles, "import cycles in mlite/ (move the shared part into its own module): " + "; ".join(
         " <-> ".join(c) for c in cycles
     )
+
+
+CONTRACTS = ("mlite.options", "mlite.rundir", "mlite.mesh.checks", "mlite.errors", "mlite.units")
+"""The contracts layer of the README's Architecture section."""
+CONTRACT_VOCABULARY = {
+    "mlite.memory.options",
+    "mlite.mesh.config",
+    "mlite.mesh.layout",
+    "mlite.mesh.rules",
+    "mlite.models",
+}
+"""Logic modules the contracts may read: the dataclasses and vocabularies they describe (TrainingOptions' GPU names
+and recompute granularities, the mesh's config and layout, ModelSpec for typing)."""
+
+
+def _in(mod: str, prefixes) -> bool:
+    return any(mod == p or mod.startswith(p + ".") for p in prefixes)
+
+
+def test_the_layers_import_downwards_only():
+    """README, Architecture: views (``mlite.cli``) import logic and contracts, never the other way; the contracts
+    import each other and only the vocabularies above; nothing in ``mlite/`` imports ``widgets``."""
+    mods = _modules()
+    graph = import_graph(mods, lazy=True)
+    for mod, targets in graph.items():
+        if not _in(mod, ("mlite.cli", "mlite.__main__")):
+            assert not [t for t in targets if _in(t, ("mlite.cli",))], f"{mod} imports the CLI"
+        if _in(mod, CONTRACTS):
+            extra = {t for t in targets if not _in(t, CONTRACTS) and t not in CONTRACT_VOCABULARY}
+            assert not extra, f"contract {mod} imports logic {sorted(extra)}"
+    for mod, path in mods.items():
+        for node in _all_import_nodes(ast.parse(path.read_text(encoding="utf-8")).body):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            assert not [n for n in names if n == "widgets" or n.startswith("widgets.")], f"{mod} imports widgets"

@@ -106,8 +106,7 @@ def test_parser_defaults_and_help_come_from_the_table(command):
             assert a.default == ",".join(r.default)
         elif r.cli != "gpu":
             assert a.default == r.default, r.flag
-        if r.group != "mesh":  # --seq-len and --gpus-per-node come with the mesh flags
-            assert a.help == r.help and tuple(a.choices or ()) == r.choices, r.flag
+        assert a.help == r.help and tuple(a.choices or ()) == r.choices, r.flag  # mesh rows too
     # no flag is spelled twice and every CLI flag that was there before is still there
     for flag in (
         "--optimizer",
@@ -186,6 +185,22 @@ def test_the_widget_prints_what_the_cli_parses():
     from mlite.cli.memory import options_from_args
 
     assert options_from_args(build_parser().parse_args(cmd[1:])) == view.options()
+
+
+def test_the_run_view_keeps_what_it_has_no_control_for(tmp_path):
+    """The run view's form over a config with options it shows no control for (grad dtype, cuts, batch details):
+    the config it starts is the one it was given, flag for flag."""
+    from widgets.run_view import RunView
+
+    cfg = RunConfig(
+        model="tiny-moe", steps=6, nproc=2, optimizer="dist_opt", grad_dtype="bf16", pao=True, layers=2, experts=4,
+        tokens_per_microbatch=256, num_microbatches=2, lr_warmup_steps=1, recompute="selective", seed=3, lr=1e-3,
+        param_dtype="bf16", threads=1, clip_grad=0.5, out=str(tmp_path / "r"),
+    )  # fmt: skip
+    view = RunView(cfg)
+    assert view.config() == cfg and view.config().cli_args() == cfg.cli_args()
+    view._steps.value = 7  # a control still changes its field, and only it
+    assert view.config() == RunConfig(**{**cfg.to_dict(), "steps": 7})
 
 
 @pytest.mark.parametrize("row", RUN, ids=lambda r: r.field)
@@ -386,6 +401,9 @@ def test_run_refuses_unknown_option_values_before_anything_starts(tmp_path, word
         (["--grad-dtype", "fp8"], "--grad-dtype"),
         (["--gpu-mem", "H900"], "--gpu-mem"),
         (["--offload-fraction", "half"], "--offload-fraction"),
+        (["--headroom", "2"], "headroom must be in [0, 1)"),
+        (["--headroom", "-0.5"], "headroom must be in [0, 1)"),
+        (["--framework-overhead-gib", "-5"], "framework_overhead_gib must be a finite number >= 0"),
     ],
 )
 def test_memory_and_export_refuse_unknown_option_values(tmp_path, words, needle):
@@ -395,3 +413,96 @@ def test_memory_and_export_refuse_unknown_option_values(tmp_path, words, needle)
         run_cli("export", MODEL, "--nodes", "1", "--target", TARGETS[0], "--out", str(out), *words), needle
     )
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------- mlite run, verl-sft
+def test_every_run_field_says_what_verl_sft_does_with_it():
+    """``mlite run --trainer verl-sft``: each RunConfig field is a Hydra key, reaches verl another way, or is not run
+    (then refused); a new RunConfig row fails here until it is placed."""
+    from mlite.options.table import RUN_VERL_KEYS, RUN_VERL_NOT_RUN, RUN_VERL_OTHER
+
+    tables = (set(RUN_VERL_KEYS), set(RUN_VERL_OTHER), set(RUN_VERL_NOT_RUN))
+    assert sorted(f for t in tables for f in t) == sorted(r.field for r in RUN)  # each field exactly once
+
+
+@pytest.mark.parametrize("field", ["layers", "experts", "vocab", "hf_checkpoint", "num_microbatches", "crash_at_step"])
+def test_verl_sft_refuses_what_it_does_not_run(field, tmp_path):
+    from mlite.errors import MliteError
+    from mlite.options.table import RUN_VERL_NOT_RUN
+
+    row = {r.field: r for r in RUN}[field]
+    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2}.get(field, 2)
+    with pytest.raises(MliteError, match=f"{field}: --trainer verl-sft does not run {row.flag}"):
+        RunConfig(trainer="verl-sft", model="tiny-dense", steps=3, nproc=1, **{field: value})
+    assert field in RUN_VERL_NOT_RUN
+    RunConfig(trainer="lite", model="tiny-dense", steps=3, nproc=1, **{field: value})  # the kit's trainer runs it
+
+
+@pytest.mark.parametrize("row", TRAINING, ids=lambda r: r.field)
+def test_the_local_target_reads_back_as_its_cluster_target(row):
+    """``verl-lite-sft`` (the local variant, :data:`mlite.options.table.ENGINE_SWITCH`) writes the keys of
+    ``verl-mlite-sft`` with fsdp2 (the lite engine's optimizer): import-launcher reads the same options back from both,
+    and only the switched keys differ between the two launchers."""
+    from dataclasses import replace
+
+    from mlite.options.table import ENGINE_SWITCH
+
+    (local,) = ENGINE_SWITCH
+    cluster, switched = ENGINE_SWITCH[local]
+    from mlite.errors import MliteError
+
+    try:
+        o = replace(training_sample(row, cluster), optimizer="fsdp2")
+    except MliteError as e:  # a dist_opt-only value: fsdp2, the local target's optimizer, refuses it by name
+        assert row.field in e.message
+        return
+    got, raw = {}, {}
+    for target in (cluster, local):
+        plan = ExportPlan(model=MODEL, target=target, parallel=MESH, options=o, nodes=1, gpus_per_node=o.gpus_per_node)
+        res = render(plan)
+        imp = import_launcher("launcher", text=res.files[res.launcher])
+        got[target], raw[target] = imp.training_options(), {ov.key: ov.raw for ov in imp.overrides}
+    assert got[local] == got[cluster]
+    if row.field not in not_expressible(cluster):
+        assert _fields(got[local])[row.field] == getattr(o, row.field)
+    # the two launchers' overrides differ exactly in the switched keys, each holding its target's value
+    switched_keys = {k for k, _, _ in switched}
+    assert {k: v for k, v in raw[local].items() if k not in switched_keys} == {
+        k: v for k, v in raw[cluster].items() if k not in switched_keys
+    }
+    for k, cluster_value, local_value in switched:
+        assert (raw[cluster].get(k), raw[local].get(k)) == (cluster_value, local_value), k
+
+
+@pytest.mark.parametrize("optimizer", ["dist_opt", "fsdp2"])
+@pytest.mark.parametrize("pao", [False, True])
+def test_what_the_memory_view_disables_does_not_apply(optimizer, pao):
+    """``inapplicable`` (the controls the memory view disables): each listed option, moved off the value it takes,
+    is either refused by TrainingOptions or changes nothing in the estimate (oracle: ``mlite.memory.estimate``);
+    each option not listed there that the view can disable does change it or is legal."""
+    from mlite.errors import MliteError
+    from mlite.memory import estimate
+    from mlite.memory.options import inapplicable
+    from mlite.mesh import resolve
+    from mlite.models import from_hf_config
+
+    spec = from_hf_config(MODEL)
+    plan = resolve(spec, 8, MESH)
+    base = {"optimizer": optimizer, "use_precision_aware_optimizer": pao}
+    off = inapplicable(optimizer, pao)
+    assert (
+        estimate(spec, plan, TrainingOptions(**base, **off)).to_dict()
+        == estimate(spec, plan, TrainingOptions(**base)).to_dict()
+    )
+    moved = {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16", "store_param_remainders": False,
+             "main_grads_dtype": "bf16", "use_distributed_optimizer": False}  # fmt: skip
+    for field, value in moved.items():
+        try:
+            o = TrainingOptions(
+                **{**base, **off, field: value, **({"exp_avg_sq_dtype": value} if field == "exp_avg_dtype" else {})}
+            )
+        except MliteError:
+            assert field in off or (pao and field == "use_distributed_optimizer"), field  # refused: not applicable
+            continue
+        same = estimate(spec, plan, o).to_dict() == estimate(spec, plan, TrainingOptions(**base, **off)).to_dict()
+        assert same == (field in off), (field, optimizer, pao)

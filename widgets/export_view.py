@@ -23,6 +23,7 @@ from mlite.export import TARGETS, ExportPlan, InvalidMesh, write
 from mlite.memory import TrainingOptions
 from mlite.mesh import ParallelConfig
 from mlite.models import available_models
+from mlite.options.table import EXPORT, TRAINING, rows_by_field
 
 from ._common import ErrorBanner, esc
 
@@ -30,6 +31,9 @@ DEFAULT_OUT = "runs/export"
 """Files go to ``<out>/<experiment name>/``."""
 
 _MESH = ("tp", "pp", "vpp", "cp", "ep", "etp")
+_ROWS = rows_by_field(TRAINING)
+"""The options table's rows: choices, defaults and labels of the option controls."""
+_PLAN = rows_by_field(EXPORT)
 
 
 class ExportView(W.VBox):
@@ -51,12 +55,14 @@ class ExportView(W.VBox):
         )
         self._model.add_class("mlite-export-model")
         self._target = W.Dropdown(
-            options=list(TARGETS), value="verl-mlite-grpo", description="Target", layout=W.Layout(width="300px")
+            options=list(TARGETS), value=_PLAN["target"].default, description="Target", layout=W.Layout(width="300px")
         )
         self._target.add_class("mlite-export-target")
         self._nodes = W.BoundedIntText(value=1, min=1, max=4096, description="Nodes", layout=W.Layout(width="150px"))
         self._nodes.add_class("mlite-export-nodes")
-        self._gpus = W.BoundedIntText(value=8, min=1, max=64, description="GPUs/node", layout=W.Layout(width="160px"))
+        self._gpus = W.BoundedIntText(
+            value=_ROWS["gpus_per_node"].default, min=1, max=64, description="GPUs/node", layout=W.Layout(width="160px")
+        )
         self._gpus.add_class("mlite-export-gpus")
         small = W.Layout(width="110px")
         self._mesh = {
@@ -66,21 +72,33 @@ class ExportView(W.VBox):
             for k in _MESH
         }
         self._layout = W.Text(value="", placeholder="pp_layout (optional)", layout=W.Layout(width="260px"))
+        o = TrainingOptions()
         self._optimizer = W.Dropdown(
-            options=["dist_opt", "fsdp2"], value="dist_opt", description="Optimizer", layout=W.Layout(width="200px")
+            options=list(_ROWS["optimizer"].choices),
+            value=o.optimizer,
+            description=_ROWS["optimizer"].label,
+            layout=W.Layout(width="200px"),
         )
-        self._pao = W.Checkbox(value=False, description="PAO", indent=False, layout=W.Layout(width="70px"))
+        self._pao = W.Checkbox(
+            value=o.use_precision_aware_optimizer,
+            description=_ROWS["use_precision_aware_optimizer"].label,
+            indent=False,
+            layout=W.Layout(width="250px"),
+        )
         self._fraction = W.BoundedFloatText(
-            value=0.0,
+            value=o.offload_fraction,
             min=0.0,
             max=1.0,
             step=0.1,
-            description="offload_fraction",
+            description=_ROWS["offload_fraction"].label,
             style={"description_width": "110px"},
             layout=W.Layout(width="190px"),
         )
         self._recompute = W.Dropdown(
-            options=["none", "selective", "full"], value="none", description="Recompute", layout=W.Layout(width="200px")
+            options=list(_ROWS["recompute"].choices),
+            value=o.recompute,
+            description=_ROWS["recompute"].label,
+            layout=W.Layout(width="200px"),
         )
         self._out = W.Text(value=out, description="Folder", layout=W.Layout(width="420px"))
         self._out.add_class("mlite-export-out")

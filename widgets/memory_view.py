@@ -42,6 +42,7 @@ from mlite.memory import (
     mesh_table,
     state_bytes,
 )
+from mlite.memory.options import inapplicable
 from mlite.options.cli import memory_flags
 from mlite.options.table import TRAINING, rows_by_field
 
@@ -332,22 +333,17 @@ class MemoryView(W.VBox):
         self.refresh()
 
     def _sync_enabled(self) -> None:
-        """PAO off: bf16 moments and remainders do not apply (Megatron-Core rejects them); bf16 grads do
-        (Megatron-Core's ``grad_reduce_in_fp32=False``), under dist_opt only: fsdp2 keeps gradients in the param
-        dtype."""
+        """Disable the controls of the options that do not apply (:func:`mlite.memory.options.inapplicable`) and
+        set them to the value they take then."""
         c = self.controls
-        pao = c["use_precision_aware_optimizer"].value
-        dist = c["optimizer"].value == "dist_opt"
+        off = inapplicable(c["optimizer"].value, c["use_precision_aware_optimizer"].value)
         self._busy = True
         try:
-            if not pao:
-                c["moment_dtype"].value = "fp32"
-            if not dist:
-                c["main_grads_dtype"].value = "fp32"
-            c["main_grads_dtype"].disabled = not dist
-            c["moment_dtype"].disabled = not pao
-            c["store_param_remainders"].disabled = not pao
-            c["use_distributed_optimizer"].disabled = not dist
+            for name in ("moment_dtype", "main_grads_dtype", "store_param_remainders", "use_distributed_optimizer"):
+                field = "exp_avg_dtype" if name == "moment_dtype" else name
+                c[name].disabled = field in off
+                if field in off:
+                    c[name].value = off[field]
         finally:
             self._busy = False
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import ipywidgets as W
 
@@ -35,6 +36,7 @@ from mlite.errors import MliteError
 from mlite.launch import DEBUG_MODELS, RunConfig, start
 from mlite.launch.config import DEVICES, LAUNCHERS, MOMENT_DTYPES, OPTIMIZERS
 from mlite.launch.memory_check import estimate_for, memory_rows
+from mlite.options.table import TRAINING, rows_by_field
 from mlite.rundir import COMPLETED, FAILED, FINAL, RUNNING, STOPPED
 
 from ._common import ErrorBanner, esc, html_table
@@ -49,6 +51,9 @@ _COLORS = {RUNNING: "#1f6feb", COMPLETED: "#1a7f37", STOPPED: "#9a6700", FAILED:
 _BAR_STYLES = {COMPLETED: "success", FAILED: "danger", STOPPED: "warning"}
 
 
+_LABELS = {f: r.label for f, r in rows_by_field(TRAINING).items()}
+"""The options table's widget labels (the run's optimizer and offload controls are the same options)."""
+
 TRAINER_OPTIONS = (("lite", "lite"), ("verl SFT", "verl-sft"))
 """The trainer switch: label -> ``RunConfig.trainer`` (:data:`mlite.options.table.TRAINERS`)."""
 
@@ -57,7 +62,8 @@ class RunView(W.VBox):
     """The run view (see the module docstring)."""
 
     def __init__(self, config: RunConfig | None = None, **kwargs):
-        c = config or RunConfig()
+        c = self._base = config or RunConfig()
+        """The config given: the fields without a control (grad dtype, cuts, batch details, ...) are kept from it."""
         self.errors = ErrorBanner()
         self.run = None
         """The :class:`mlite.launch.RunHandle` shown (None before Start)."""
@@ -103,11 +109,14 @@ class RunView(W.VBox):
             "trainer",
         )
         self._optimizer = field(
-            W.Dropdown(options=OPTIMIZERS, value=c.optimizer, description="optimizer", layout=lay), "optimizer"
+            W.Dropdown(options=OPTIMIZERS, value=c.optimizer, description=_LABELS["optimizer"], layout=lay), "optimizer"
         )
-        self._pao = field(W.Checkbox(value=c.pao, description="precision-aware optimizer (PAO)", indent=False), "pao")
+        self._pao = field(
+            W.Checkbox(value=c.pao, description=_LABELS["use_precision_aware_optimizer"], indent=False), "pao"
+        )
         self._moments = field(
-            W.Dropdown(options=MOMENT_DTYPES, value=c.moment_dtype, description="moments", layout=lay), "moment-dtype"
+            W.Dropdown(options=MOMENT_DTYPES, value=c.moment_dtype, description=_LABELS["exp_avg_dtype"], layout=lay),
+            "moment-dtype",
         )
         self._offload = field(
             W.FloatSlider(
@@ -115,7 +124,7 @@ class RunView(W.VBox):
                 min=0.0,
                 max=1.0,
                 step=0.05,
-                description="offload_fraction",
+                description=_LABELS["offload_fraction"],
                 readout_format=".2f",
                 style={"description_width": "initial"},
                 continuous_update=False,
@@ -123,10 +132,11 @@ class RunView(W.VBox):
             "offload-fraction",
         )
         self._param_offload = field(
-            W.Checkbox(value=c.param_offload, description="param_offload", indent=False), "param-offload"
+            W.Checkbox(value=c.param_offload, description=_LABELS["param_offload"], indent=False), "param-offload"
         )
         self._opt_offload = field(
-            W.Checkbox(value=c.optimizer_offload, description="optimizer_offload", indent=False), "optimizer-offload"
+            W.Checkbox(value=c.optimizer_offload, description=_LABELS["optimizer_offload"], indent=False),
+            "optimizer-offload",
         )
         self._seed = field(W.BoundedIntText(value=c.seed, min=0, max=2**31 - 1, description="seed", layout=lay), "seed")
         self._lr = field(W.FloatText(value=c.lr, description="lr", layout=lay), "lr")
@@ -235,8 +245,9 @@ class RunView(W.VBox):
         )
 
     def config(self) -> RunConfig:
-        """The form as a RunConfig (raises MliteError for bad values)."""
-        return RunConfig(
+        """The form as a RunConfig over the config given (raises MliteError for bad values)."""
+        return replace(
+            self._base,
             model=self._model.value.strip(),
             steps=int(self._steps.value),
             nproc=int(self._nproc.value),

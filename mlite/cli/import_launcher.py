@@ -9,6 +9,8 @@ launch line, a mesh size it could not read, ``--estimate`` without a model confi
 
 from __future__ import annotations
 
+from ..units import GIB
+
 COMMAND = "import-launcher"
 ORDER = 45
 
@@ -30,8 +32,11 @@ def add_parser(sub):
         help="a variable the script reads from the environment (repeatable)",
     )
     p.add_argument("--estimate", action="store_true", help="add the training memory estimate of the imported plan")
+    from ..options.table import TRAINING, rows_by_field
+
+    gpu = rows_by_field(TRAINING)["gpu_memory_gib"]  # the same option as mlite memory's --gpu-mem
     p.add_argument(
-        "--gpu-mem", default=None, help="device memory for --estimate: GiB or a GPU name (H100, H200, B200); default 80"
+        gpu.flag, default=None, metavar=gpu.metavar, help=f"{gpu.help}, for --estimate (default {gpu.default:g})"
     )
     p.add_argument("--json", action="store_true")
     return p
@@ -39,18 +44,13 @@ def add_parser(sub):
 
 def _gpu_mem(value):
     from ..errors import MliteError
-    from ..memory import GPU_MEMORY_GIB
+    from ..options.cli import gpu_gib
 
     if value is None:
         return None
-    if str(value).upper() in GPU_MEMORY_GIB:
-        return GPU_MEMORY_GIB[str(value).upper()]
-    try:
-        gib = float(value)
-    except ValueError:
-        gib = 0.0
+    gib = gpu_gib(value, "--gpu-mem")
     if gib <= 0:
-        raise MliteError(f"--gpu-mem {value!r}: give GiB or one of {', '.join(GPU_MEMORY_GIB)}")
+        raise MliteError(f"--gpu-mem {value!r}: device memory must be positive (GiB or a GPU name)")
     return gib
 
 
@@ -139,15 +139,14 @@ def _print_estimate(est, d) -> None:
 
 def _print_rl(rl: dict) -> None:
     """The RL step by phase (GPU per GPU, host per node), as ``mlite rl-memory`` reports it."""
-    gib = 2**30
     kv = rl["kv_cache"]
     print(
         f"  RL step (rollout settings read from the launcher; verl's defaults for the rest): peak phase "
-        f"{rl['peak_phase']}, {'fits' if rl['fits'] else 'does NOT fit'}; KV cache {kv['bytes'] / gib:.2f} GiB = "
+        f"{rl['peak_phase']}, {'fits' if rl['fits'] else 'does NOT fit'}; KV cache {kv['bytes'] / GIB:.2f} GiB = "
         f"{kv['tokens']:,} tokens ({kv['max_concurrent_seqs']} sequences of prompt + response); host per node "
-        f"{rl['host_per_node'] / gib:.1f} GiB"
+        f"{rl['host_per_node'] / GIB:.1f} GiB"
     )
     for name, ph in rl["phases"].items():
-        print(f"    {name:<14} GPU {ph['gpu'] / gib:8.2f} GiB   host/GPU {ph['host_per_gpu'] / gib:7.2f} GiB")
+        print(f"    {name:<14} GPU {ph['gpu'] / GIB:8.2f} GiB   host/GPU {ph['host_per_gpu'] / GIB:7.2f} GiB")
     for e in rl["errors"]:
         print(f"    error: {e}")

@@ -19,9 +19,10 @@ def add_mesh_flags(p, *, with_seq_len: bool = True) -> None:
     g.add_argument("--ep", type=int, default=1, help="expert parallel size")
     g.add_argument("--etp", type=int, default=None, help="expert tensor parallel size (default 1)")
     g.add_argument("--pp-layout", default=None, help="uneven stages, e.g. 'E|t*5|t*6|t,m,L'")
-    g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
-    if with_seq_len:
-        g.add_argument("--seq-len", type=int, default=4096, help="sequence length (default 4096)")
+    from ..options import TRAINING, add_flags  # --seq-len and --gpus-per-node: the options table's mesh rows
+
+    rows = tuple(r for r in TRAINING if r.group == "mesh" and (with_seq_len or r.field != "seq_len"))
+    add_flags(p, rows, skip_groups=(), groups={"mesh": g})
 
 
 def parallel_from_args(args):

@@ -14,6 +14,7 @@ import sys
 import time
 
 from ..rundir import COMPLETED, FINAL
+from ..units import MIB
 
 COMMAND = "run"
 ORDER = 35
@@ -132,6 +133,6 @@ def run(args) -> int:
     else:
         tail = f" ({doc['reason']})" if doc["reason"] else ""
         loss = "n/a" if doc["final_loss"] is None else f"{doc['final_loss']:.4f}"
-        peak = "n/a" if doc["peak_memory_bytes"] is None else f"{doc['peak_memory_bytes'] / 2**20:.1f} MiB"
+        peak = "n/a" if doc["peak_memory_bytes"] is None else f"{doc['peak_memory_bytes'] / MIB:.1f} MiB"
         print(f"{doc['status']}{tail}: {doc['steps']} steps, final loss {loss}, peak memory {peak}\nlog: {doc['log']}")
     return 0 if doc["status"] == COMPLETED else 1

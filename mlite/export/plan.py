@@ -13,7 +13,7 @@ from ..errors import MliteError
 from ..memory import TrainingOptions
 from ..memory.rl_keys import ROLLOUT_KEYS
 from ..memory.rl_options import RolloutOptions
-from ..mesh import MeshPlan, ParallelConfig, resolve
+from ..mesh import DEFAULT_GPUS_PER_NODE, MeshPlan, ParallelConfig, resolve
 
 TARGETS = ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
 """What ``mlite export --target`` writes: verl SFT on the mlite engine, verl GRPO with the mlite actor, verl GRPO on
@@ -50,7 +50,7 @@ class ExportPlan:
     """Optimizer, PAO, offload, recompute, sequence length, micro-batches (as for the memory estimate)."""
     nodes: int = 1
     """Slurm nodes (``trainer.nnodes``)."""
-    gpus_per_node: int = 8
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     """GPUs per node (``trainer.n_gpus_per_node``, ``--gpus-per-node``)."""
     model_path: str | None = None
     """Hugging Face checkpoint directory on the cluster; default: the model name (a hub id style placeholder)."""

@@ -16,7 +16,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MliteError
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
@@ -28,6 +28,9 @@ from ..options.table import RUN_OPTIMIZERS as OPTIMIZERS
 from ..options.table import RUN_PARAM_DTYPES as PARAM_DTYPES
 from ..options.table import RUN_RECOMPUTE as RECOMPUTE
 from ..paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from ..runtime.config import RuntimeConfig
 
 __all__ = [
     "DEBUG_MODELS",
@@ -284,7 +287,7 @@ class RunConfig:
             return "cosine", self.steps
         return "constant", None
 
-    def runtime_config(self):
+    def runtime_config(self) -> RuntimeConfig:
         """The runtime's ``RuntimeConfig`` (Megatron Lite names) for this run."""
         from ..runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
 

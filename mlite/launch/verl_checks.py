@@ -13,6 +13,7 @@ from ..options.table import (
     LITE_OPTIM_OVERRIDES,
     RUN,
     RUN_VERL_KEYS,
+    RUN_VERL_NOT_RUN,
     TRAINERS,
     rows_by_field,
 )
@@ -34,6 +35,12 @@ def check_trainer(cfg) -> tuple:
             "optimizer: --trainer verl-sft runs verl's lite engine, which runs fsdp2 only; use --optimizer fsdp2 "
             "or --trainer lite for dist_opt"
         )
+    rows = rows_by_field(RUN)
+    for name, why in RUN_VERL_NOT_RUN.items():
+        if getattr(cfg, name) != rows[name].default:
+            raise MliteError(
+                f"{name}: --trainer verl-sft does not run {rows[name].flag} ({why}); drop it or use --trainer lite"
+            )
     for ov in ovs:
         check_override(ov)
     return ovs

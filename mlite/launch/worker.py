@@ -30,6 +30,7 @@ import time
 import traceback
 
 from ..errors import MliteError
+from ..rundir import COMPLETED, LIFECYCLE_PREFIX, STOPPED
 from ..units import GIB
 from .rundir import RunDir
 
@@ -217,7 +218,7 @@ def train(rd: RunDir) -> dict:
         rd.lifecycle(f"mesh: tp {ps.tp}, cp {ps.cp}, ep {ps.ep}, etp 1, dp {ps.dp}, edp {ps.edp}")
     offload = cfg.param_offload or cfg.optimizer_offload
     moves = dict(model=cfg.param_offload, optimizer=cfg.optimizer_offload, grad=cfg.param_offload)
-    outcome, step = "completed", 0
+    outcome, step = COMPLETED, 0
     for step in range(1, cfg.steps + 1):
         if cfg.crash_at_step == step and rank == world - 1:
             raise RuntimeError(f"crash_at_step={step}: worker {rank} raises on purpose (testing the failure path)")
@@ -264,7 +265,7 @@ def train(rd: RunDir) -> dict:
             if rank == 0:
                 rd.write_json(rd.memory_file, {"ranks": ranks})
         if stop and step < cfg.steps:
-            outcome = "stopped"
+            outcome = STOPPED
             if rank == 0:
                 rd.lifecycle(f"stop requested: the workers stopped after step {step} of {cfg.steps}")
             break
@@ -287,15 +288,15 @@ def report_failure(rd: RunDir, rank: int, exc: BaseException) -> None:
     try:
         if isinstance(exc, MliteError):
             line, tb = f"MliteError: {exc.message}", ""
-            text = f"[mlite] worker {rank} error: {exc.message}\n"
+            text = f"{LIFECYCLE_PREFIX}worker {rank} error: {exc.message}\n"
         else:
             tb = "".join(traceback.format_exception(exc))
             line = traceback.format_exception_only(exc)[-1].strip()
             earlier = [e for e in rd.read_errors() if e.get("rank") != rank]
             if earlier:  # a peer failed first; this one only lost its connection: one line, no second traceback
-                text = f"[mlite] worker {rank} ended after worker {earlier[0].get('rank')} failed: {line[:200]}\n"
+                text = f"{LIFECYCLE_PREFIX}worker {rank} ended after worker {earlier[0].get('rank')} failed: {line[:200]}\n"
             else:
-                text = f"[mlite] worker {rank} raised:\n{tb}"
+                text = f"{LIFECYCLE_PREFIX}worker {rank} raised:\n{tb}"
         rd.append_log(text)
         rd.write_error(rank, line, tb)
     except Exception:  # noqa: BLE001 -- the log folder itself is gone: nothing more to do (the exception re-raises)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from ..rundir import FAILED, LIFECYCLE_PREFIX, STATUS_PREFIX, STOPPED
 from .records import Event
 from .text import clean, split_prefix
 
@@ -37,7 +38,7 @@ LINE_KEYWORDS = (
     b"Node failure",
     b"Requeued job",
     b"job is preempted",
-    b"[mlite] ",
+    LIFECYCLE_PREFIX.encode(),
 )
 """Byte strings whose lines may hold a text event (searched with ``bytes.find`` before any regex)."""
 
@@ -77,7 +78,7 @@ _SRUN_RE = re.compile(
     r"|Segmentation fault.*|Aborted.*|Bus error.*)"
 )
 _EXIT_RE = re.compile(r"\b(?:[Ee]xit(?:ed)? (?:with )?(?:exit )?code|exitcode)\s*[:=]?\s*(-?\d+)")
-_MLITE_RE = re.compile(r"\[mlite\] status: (\w+)(.*)")
+_MLITE_RE = re.compile(re.escape(STATUS_PREFIX) + r"(\w+)(.*)")
 _MAX_MSG = 300
 
 
@@ -97,10 +98,10 @@ def classify_line(raw: str, line: int, step: int | None) -> list[Event]:
     m = _MLITE_RE.search(text)
     if m:
         status, why = m.group(1).lower(), m.group(2).strip(" :-()")
-        if status == "failed":
+        if status == FAILED:
             kind = "oom" if _OOM_RE.search(why) or "out of memory" in why.lower() else "exit_code"
             add(kind, f"mlite run failed{': ' + why if why else ''}")
-        elif status in ("stopped", "cancelled", "canceled"):
+        elif status in (STOPPED, "cancelled", "canceled"):
             add("cancelled", f"mlite run {status}{': ' + why if why else ''}")
         return out
     m = SLURM_RE.search(text)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from . import verl_console
+
 try:
     import msgspec
 except ImportError:  # pragma: no cover - msgspec is a dependency; without it every line takes the general parser
@@ -24,10 +26,10 @@ except ImportError:  # pragma: no cover - msgspec is a dependency; without it ev
 _DECODE = msgspec.json.Decoder(list[dict[str, float]]).decode if msgspec is not None else None
 _DECODE_ERRORS = (msgspec.DecodeError,) if msgspec is not None else ()
 
-HEAD_RE = re.compile(rb"step:(\d+) - ")
-"""The head of a verl metric line (bytes version of :data:`verl_console._HEAD_RE`)."""
-WORD_BEFORE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/.")
-"""Bytes that, before ``step:``, make it part of a word (``global_step:``), not a head."""
+HEAD_RE = re.compile(verl_console.HEAD_RE.pattern.encode())
+"""The head of a verl metric line (bytes version of :data:`verl_console.HEAD_RE`)."""
+WORD_BEFORE = frozenset(verl_console.WORD_CHARS.encode())
+"""Bytes that, before ``step:``, make it part of a word (:data:`verl_console.WORD_CHARS`), not a head."""
 
 
 _STRIP = frozenset(b" -\r")

@@ -5,6 +5,8 @@ reader's loop: the first such head of each line. numpy is imported on the first 
 
 from __future__ import annotations
 
+from .verl_console import WORD_CHARS
+
 MIN_BYTES = 256 << 10
 """Smaller blocks are searched with ``bytes.find`` (importing numpy costs more than it saves)."""
 
@@ -12,8 +14,8 @@ _P_COLON = ord("p") | ord(":") << 8
 """``p:`` as a little-endian 16-bit word."""
 
 
-_WORD_BYTES = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/."
-"""``fastverl.WORD_BEFORE``: bytes that, before ``step:``, make it part of a word."""
+_WORD_BYTES = WORD_CHARS.encode()
+"""Bytes that, before ``step:``, make it part of a word (:data:`verl_console.WORD_CHARS`)."""
 
 
 def verl_heads(block: bytes, start: int) -> list[int]:

@@ -19,8 +19,11 @@ from .text import clean, parse_value, parse_value_prefix, strip_ansi
 MARKER = "step:"
 """Every metric line contains this; the readers search for it before any regex runs."""
 
-_HEAD_RE = re.compile(r"step:(\d+) - ")
-_WORD_BEFORE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/.")
+HEAD_RE = re.compile(r"step:(\d+) - ")
+"""The head of a verl metric line (:mod:`.fastverl` and :mod:`.npscan` search its bytes)."""
+WORD_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/."
+"""Characters that, before ``step:``, make it part of a word (``global_step:``), not a head."""
+_WORD_BEFORE = frozenset(WORD_CHARS)
 
 
 def _markers(text: str) -> list[re.Match]:
@@ -29,7 +32,7 @@ def _markers(text: str) -> list[re.Match]:
     i = text.find(MARKER)
     while i != -1:
         if i == 0 or text[i - 1] not in _WORD_BEFORE:
-            m = _HEAD_RE.match(text, i)
+            m = HEAD_RE.match(text, i)
             if m:
                 out.append(m)
         i = text.find(MARKER, i + 5)
@@ -118,7 +121,7 @@ def parse_clean_line(text: str) -> list[tuple[int, list[str], list[float], bool]
     head, no carriage return, no ANSI code, no Ray repeat note is parsed without the general clean-up."""
     if "\r" in text or "\x1b" in text or "[repeated " in text:
         return parse_line(text)
-    m = _HEAD_RE.match(text)
+    m = HEAD_RE.match(text)
     if m is None:
         return parse_line(text)
     i = text.find(MARKER, m.end())
@@ -134,7 +137,7 @@ def first_head(text: str) -> int:
     """Offset of the first ``step:N - `` head in raw ``text``, or -1."""
     i = text.find(MARKER)
     while i != -1:
-        if (i == 0 or text[i - 1] not in _WORD_BEFORE) and _HEAD_RE.match(text, i):
+        if (i == 0 or text[i - 1] not in _WORD_BEFORE) and HEAD_RE.match(text, i):
             return i
         i = text.find(MARKER, i + 5)
     return -1

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
-from ..units import GIB
+from ..runtime.chunks import ce_chunk_rows
+from ..units import GIB, MIB
 from .activations import (
     ActDims,
     attention_buffer,
@@ -32,7 +33,7 @@ from .optimizer import state_bytes
 from .options import TrainingOptions
 from .params import StageParams, stage_params
 
-CUBLAS_WORKSPACE = 64 * 2**20
+CUBLAS_WORKSPACE = 64 * MIB
 """cuBLAS + cuBLASLt workspaces PyTorch takes from its caching allocator on Hopper (32 MiB each; measured: every
 Megatron-Core row on the H200 holds 64 MiB more after the step than its state and buffers)."""
 
@@ -497,7 +498,7 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
     root_acts, root_t = lite.root_parts(spec, dims)
     acts.update(root_acts)
     root_numel = sum(g.numel for g in spec.pre + spec.post)
-    multi = tokens > lite.ce_chunk(spec.vocab_size)
+    multi = tokens > ce_chunk_rows(spec.vocab_size)
     dw = spec.vocab_size * spec.hidden_size * (4 if multi else ab)
     transients = {
         "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..runtime.chunks import GDN_TORCH_CHUNK
+from ..runtime.chunks import GDN_TORCH_CHUNK, ce_chunk_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,19 +131,14 @@ def block_per_token(spec, layer, dims: LiteDims) -> dict[str, float]:
     return out
 
 
-def ce_chunk(vocab: int) -> int:
-    """Rows per cross-entropy chunk (``mlite.runtime.models.loss.default_chunk``)."""
-    return max(1024, (256 * 1024 * 1024) // max(1, vocab))
-
-
 def root_parts(spec, dims: LiteDims) -> tuple[dict, dict]:
     """(activations kept by the root, transients of the loss) for one micro-batch."""
     h, V, T, ab = spec.hidden_size, spec.vocab_size, dims.tokens, dims.act_bytes
     rot = int(spec.head_dim * float(spec.config.get("partial_rotary_factor", 1.0)))
-    multi = ce_chunk(V) < T
+    multi = ce_chunk_rows(V) < T
     dw = V * h * (4 if multi else ab)
     acts = {"root_norm_rope": T * (_norm(h, _zero_centered(spec), dims) + 2 * ab * rot), "loss": T * ab * h + dw}
-    chunk = min(T, ce_chunk(V))
+    chunk = min(T, ce_chunk_rows(V))
     logits = 4 + (ab if ab < 4 else 0)  # fp32 logits and, for bf16 runs, their bf16 copy
     transients = {"ce_forward": chunk * V * logits + (2 * dw if multi else dw), "loss_backward": dw + V * h * ab}
     return acts, transients

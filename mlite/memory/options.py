@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..errors import MliteError
+from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 
 GPU_MEMORY_GIB = {
     "H100": 80.0,
@@ -21,6 +22,39 @@ GPU_MEMORY_GIB = {
 
 RECOMPUTE = ("none", "selective", "full")
 """Recompute granularities (Megatron's ``--recompute-granularity``)."""
+
+OPTIMIZERS = ("dist_opt", "fsdp2")
+"""mlite's optimizer backends (Megatron-Core DDP + distributed optimizer, PyTorch fully_shard)."""
+DTYPES = ("fp32", "bf16")
+"""Storage dtypes of main grads and Adam moments."""
+PARAM_DTYPES = ("bf16", "fp16", "fp32")
+"""Parameter (compute) dtypes of the estimator."""
+ATTENTION = ("flash", "unfused")
+"""Attention kernels the estimator knows."""
+ACTIVATION_MODELS = ("megatron", "lite")
+"""Activation accounting: Megatron layers or the lite runtime's modules."""
+LITE_DEVICES = ("cuda", "cpu")
+"""Devices of a lite-runtime run (the estimator's view)."""
+
+
+def inapplicable(optimizer: str, pao: bool) -> dict:
+    """The options that do not apply to ``optimizer`` with (or without) PAO -> the value each takes then: without PAO
+    bf16 moments and the param remainders (Megatron-Core rejects bf16 moments, and remainders are PAO's); outside
+    dist_opt its gradient-buffer dtype and its distributed-optimizer switch (fsdp2 keeps gradients in the parameter
+    dtype). The memory view disables these controls; bf16 main grads without PAO do apply (Megatron-Core's
+    ``grad_reduce_in_fp32=False``)."""
+    out: dict = {}
+    if not pao:
+        out.update(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32", store_param_remainders=True)
+    if optimizer != "dist_opt":
+        out.update(main_grads_dtype="fp32", use_distributed_optimizer=True)
+    return out
+
+
+def _one_of(values) -> str:
+    """``a, b or c``."""
+    return ", ".join(values[:-1]) + " or " + values[-1]
+
 
 RECOMPUTE_MODULES = (
     "core_attn",
@@ -66,7 +100,7 @@ class TrainingOptions:
     """Runtime context offload: gradients move to CPU between training phases (verl ``grad_offload``)."""
     param_dtype: str = "bf16"
     """Parameter (and compute) dtype: ``bf16``, ``fp16`` or ``fp32``."""
-    seq_len: int = 4096
+    seq_len: int = DEFAULT_SEQ_LEN
     """Tokens per sequence (per micro-batch row)."""
     micro_batch_size: int = 1
     """Sequences per micro-batch."""
@@ -94,7 +128,7 @@ class TrainingOptions:
     """Share of device memory kept free (allocator fragmentation, spikes) in the fits verdict."""
     framework_overhead_gib: float = 2.0
     """CUDA context, NCCL buffers and workspace outside PyTorch's allocator (documented guess, GiB)."""
-    gpus_per_node: int = 8
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     """GPU processes per node (host memory per node)."""
     extra: dict = field(default_factory=dict)
     """Free-form notes carried along (not used by the estimate)."""
@@ -104,13 +138,13 @@ class TrainingOptions:
 
     def validate(self) -> None:
         """Raise :class:`MliteError` naming the first inconsistent option."""
-        if self.optimizer not in ("dist_opt", "fsdp2"):
-            raise MliteError(f"optimizer must be dist_opt or fsdp2, got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise MliteError(f"optimizer must be {_one_of(OPTIMIZERS)}, got {self.optimizer!r}")
         for name in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
-            if getattr(self, name) not in ("fp32", "bf16"):
-                raise MliteError(f"{name} must be fp32 or bf16, got {getattr(self, name)!r}")
-        if self.param_dtype not in ("bf16", "fp16", "fp32"):
-            raise MliteError(f"param_dtype must be bf16, fp16 or fp32, got {self.param_dtype!r}")
+            if getattr(self, name) not in DTYPES:
+                raise MliteError(f"{name} must be {_one_of(DTYPES)}, got {getattr(self, name)!r}")
+        if self.param_dtype not in PARAM_DTYPES:
+            raise MliteError(f"param_dtype must be {_one_of(PARAM_DTYPES)}, got {self.param_dtype!r}")
         if not self.use_precision_aware_optimizer:
             # bf16 main grads run without PAO in Megatron-Core (grad_reduce_in_fp32=False: a bf16 grad buffer, fp32
             # copies of the shard at the step); bf16 moments need PAO
@@ -130,18 +164,22 @@ class TrainingOptions:
             raise MliteError(f"offload_fraction must be in [0, 1], got {self.offload_fraction}")
         if self.recompute not in RECOMPUTE:
             raise MliteError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        if self.attention not in ("flash", "unfused"):
-            raise MliteError(f"attention must be flash or unfused, got {self.attention!r}")
-        if self.lite_device not in ("cuda", "cpu"):
-            raise MliteError(f"lite_device must be cuda or cpu, got {self.lite_device!r}")
-        if self.activation_model not in ("megatron", "lite"):
-            raise MliteError(f"activation_model must be megatron or lite, got {self.activation_model!r}")
+        if self.attention not in ATTENTION:
+            raise MliteError(f"attention must be {_one_of(ATTENTION)}, got {self.attention!r}")
+        if self.lite_device not in LITE_DEVICES:
+            raise MliteError(f"lite_device must be {_one_of(LITE_DEVICES)}, got {self.lite_device!r}")
+        if self.activation_model not in ACTIVATION_MODELS:
+            raise MliteError(f"activation_model must be {_one_of(ACTIVATION_MODELS)}, got {self.activation_model!r}")
         for name in ("seq_len", "micro_batch_size", "num_microbatches", "gpus_per_node"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise MliteError(f"{name} must be a positive integer, got {v!r}")
         if self.gpu_memory_gib <= 0:
             raise MliteError(f"gpu_memory_gib must be positive, got {self.gpu_memory_gib}")
+        if not 0.0 <= float(self.headroom) < 1.0:
+            raise MliteError(f"headroom must be in [0, 1) (a share of device memory kept free), got {self.headroom}")
+        if not 0.0 <= float(self.framework_overhead_gib) < float("inf"):
+            raise MliteError(f"framework_overhead_gib must be a finite number >= 0, got {self.framework_overhead_gib}")
         if isinstance(self.recompute_modules, str):
             self.recompute_modules = tuple(m for m in self.recompute_modules.split(",") if m)
         unknown = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]

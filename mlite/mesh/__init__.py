@@ -8,11 +8,11 @@ valid mesh, best first; ``build_device_mesh(...)`` -> torch DeviceMeshes for run
 
 from .checks import RULES, Inherited, MeshContext, run_rules
 from .choices import field_options, mesh_command, mesh_key, planner_rows
-from .config import ParallelConfig
+from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .device_mesh import DeviceMeshes, build_device_mesh
 from .enumerate import RankedMesh, enumerate_meshes, mesh_score
 from .layout import Stage, auto_layout, even_layout, layout_text, parse_layout
-from .plan import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, MeshPlan, resolve
+from .plan import MeshPlan, resolve
 from .ranks import GROUP_KINDS, RankLayout
 from .rules import Finding, divisors, fix_label, pad_vocab
 

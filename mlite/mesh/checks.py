@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..errors import MliteError
-from .config import ParallelConfig
+from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .layout import Stage, auto_layout, even_layout, layout_text, parse_layout
 from .rules import Finding, finding, nearest, pad_vocab
 
@@ -46,9 +46,9 @@ class MeshContext:
     """World size."""
     parallel: ParallelConfig
     """The mesh asked for."""
-    seq_len: int = 4096
+    seq_len: int = DEFAULT_SEQ_LEN
     """Sequence length (context-parallel rule)."""
-    gpus_per_node: int = 8
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     """GPUs per node (node-spanning warnings)."""
     auto_uneven: bool = False
     """Let the layers rule choose an uneven layout (a warning) instead of failing."""

@@ -3,8 +3,7 @@ line, and the rows of a table of ranked meshes. Widgets render these; they compu
 
 from __future__ import annotations
 
-from .config import ParallelConfig
-from .plan import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
+from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .rules import divisors
 
 FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp")

@@ -10,6 +10,11 @@ from dataclasses import asdict, dataclass
 
 from ..errors import MliteError
 
+DEFAULT_SEQ_LEN = 4096
+"""Sequence length when none is given (the planner, ``TrainingOptions``, ``--seq-len``)."""
+DEFAULT_GPUS_PER_NODE = 8
+"""GPUs per node when none is given (the planner, ``TrainingOptions``, ``ExportPlan``, ``--gpus-per-node``)."""
+
 
 @dataclass(kw_only=True, slots=True)
 class ParallelConfig:

@@ -18,8 +18,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .config import ParallelConfig
-from .plan import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, MeshPlan, resolve
+from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
+from .plan import MeshPlan, resolve
 from .rules import divisors
 
 

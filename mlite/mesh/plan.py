@@ -7,13 +7,10 @@ from dataclasses import dataclass, field
 
 from ..errors import MliteError
 from .checks import RULES, MeshContext, run_rules
-from .config import ParallelConfig
+from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .layout import Stage, layout_text
 from .ranks import RankLayout
 from .rules import Finding, pad_vocab
-
-DEFAULT_SEQ_LEN = 4096
-DEFAULT_GPUS_PER_NODE = 8
 
 
 @dataclass(kw_only=True)

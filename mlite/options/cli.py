@@ -19,10 +19,10 @@ def _flag_rows(rows, skip_groups=()) -> dict[str, list]:
     return out
 
 
-def add_flags(parser, rows, *, skip_groups=("mesh",)) -> dict:
-    """Add the flags of ``rows`` to ``parser`` (argparse groups by the rows' ``group``; ``mesh`` rows are added by
-    :func:`mlite.cli.mesh.add_mesh_flags`); returns the groups made, by title."""
-    groups: dict = {}
+def add_flags(parser, rows, *, skip_groups=("mesh",), groups: dict | None = None) -> dict:
+    """Add the flags of ``rows`` to ``parser`` (argparse groups by the rows' ``group``, made unless ``groups`` holds
+    one of that title; ``mesh`` rows are added by :func:`mlite.cli.mesh.add_mesh_flags`); returns the groups."""
+    groups = dict(groups or {})
     for flag, same in _flag_rows(rows, skip_groups).items():
         r = same[0]
         if r.group is not None and r.group not in groups:
@@ -45,7 +45,8 @@ def add_flags(parser, rows, *, skip_groups=("mesh",)) -> dict:
     return groups
 
 
-def _gpu_gib(text: str, flag: str) -> float:
+def gpu_gib(text: str, flag: str) -> float:
+    """GiB of a ``--gpu-mem`` argument: a GPU name (:data:`GPU_MEMORY_GIB`) or a number."""
     name = str(text).upper()
     if name in GPU_MEMORY_GIB:
         return GPU_MEMORY_GIB[name]
@@ -67,7 +68,7 @@ def values_from_args(args, rows) -> dict:
         elif r.cli == "negate":
             v = not v
         elif r.cli == "gpu":
-            v = _gpu_gib(v, r.flag)
+            v = gpu_gib(v, r.flag)
         elif r.type is tuple:
             v = tuple(m for m in str(v or "").split(",") if m)
         out[r.field] = v

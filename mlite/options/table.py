@@ -15,26 +15,26 @@ then round-trips it through every spelling without further edits (and fails unti
 
 from __future__ import annotations
 
-from ..memory.options import GPU_MEMORY_GIB, RECOMPUTE
+from ..memory.options import (
+    ACTIVATION_MODELS,
+    ATTENTION,
+    DTYPES,
+    GPU_MEMORY_GIB,
+    LITE_DEVICES,
+    OPTIMIZERS,
+    PARAM_DTYPES,
+    RECOMPUTE,
+)
+from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option
 
 __all__ = ["EXPORT", "GPU_MEMORY_GIB", "NOT_OPTIONS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
 
 # ---------------------------------------------------------------------------------------------- vocabularies
-OPTIMIZERS = ("dist_opt", "fsdp2")
-"""mlite's optimizer backends (Megatron-Core DDP + distributed optimizer, PyTorch fully_shard)."""
-DTYPES = ("fp32", "bf16")
-"""Storage dtypes of main grads and Adam moments."""
-PARAM_DTYPES = ("bf16", "fp16", "fp32")
-"""Parameter (compute) dtypes of the estimator."""
+# OPTIMIZERS, DTYPES, PARAM_DTYPES, ATTENTION, ACTIVATION_MODELS, LITE_DEVICES: mlite/memory/options.py, beside the
+# TrainingOptions fields they are the values of (its validation reads them too)
 TORCH_DTYPE_NAMES = (("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
 """mlite dtype name <-> verl's ``dtype`` value."""
-ATTENTION = ("flash", "unfused")
-"""Attention kernels the estimator knows."""
-ACTIVATION_MODELS = ("megatron", "lite")
-"""Activation accounting: Megatron layers or the lite runtime's modules."""
-LITE_DEVICES = ("cuda", "cpu")
-"""Devices of a lite-runtime run (the estimator's view)."""
 MEGATRON_RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe")
 """Megatron-Core ``recompute_modules`` choices (verl's engine/megatron.yaml)."""
 
@@ -308,7 +308,14 @@ TRAINING: tuple[Option, ...] = (
         megatron=Key("{megatron}.dtype", values=TORCH_DTYPE_NAMES, verl_default="bf16"),
     ),
     Option(
-        "seq_len", int, 4096, "--seq-len", "sequence length (default 4096)", group="mesh", mlite=_SEQ, megatron=_SEQ
+        "seq_len",
+        int,
+        DEFAULT_SEQ_LEN,
+        "--seq-len",
+        f"sequence length (default {DEFAULT_SEQ_LEN})",
+        group="mesh",
+        mlite=_SEQ,
+        megatron=_SEQ,
     ),
     Option(
         "micro_batch_size",
@@ -465,9 +472,9 @@ TRAINING: tuple[Option, ...] = (
     Option(
         "gpus_per_node",
         int,
-        8,
+        DEFAULT_GPUS_PER_NODE,
         "--gpus-per-node",
-        "GPUs per node (default 8)",
+        f"GPUs per node (default {DEFAULT_GPUS_PER_NODE})",
         group="mesh",
         mlite=Key("trainer.n_gpus_per_node", write="cluster"),
         megatron=Key("trainer.n_gpus_per_node", write="cluster"),
@@ -746,3 +753,30 @@ RUN_VERL_KEYS: dict[str, str] = {
 }
 """``mlite run --trainer verl-sft``: RunConfig field -> the Hydra key it is written as (values: see
 :mod:`mlite.launch.verl_sft`)."""
+
+RUN_VERL_OTHER: dict[str, str] = {
+    "model": "model.path: hf_model_from_tiny_config/ in the run directory (config.json + the kit's tokenizer)",
+    "nproc": "torchrun --nproc-per-node and trainer.n_gpus_per_node",
+    "device": "trainer.device",
+    "out": "the run directory (trainer.default_local_dir, hydra.run.dir, trainer.experiment_name)",
+    "trainer": "verl-sft: this table",
+    "verl_overrides": "appended to the Hydra overrides (engine.* and optim.override_optimizer_config.* checked)",
+    "threads": "OMP_NUM_THREADS of each worker",
+    "launcher": "torchrun only (ray refused)",
+    "use_distributed_optimizer": "a dist_opt setting (refused without dist_opt)",
+    "grad_dtype": "a dist_opt setting (refused without dist_opt)",
+}
+"""``mlite run --trainer verl-sft``: RunConfig fields that reach verl another way than one Hydra key."""
+
+RUN_VERL_NOT_RUN: dict[str, str] = {
+    "layers": "the model folder verl reads holds the whole config; cut the config.json itself",
+    "experts": "the model folder verl reads holds the whole config; cut the config.json itself",
+    "vocab": "verl tokenizes with the kit's tokenizer, whose ids need the whole vocabulary",
+    "hf_checkpoint": "the lite engine initialises the weights from engine.seed",
+    "num_microbatches": "verl packs micro-batches by token budget (data.max_token_len_per_gpu: --tokens-per-microbatch)",
+    "crash_at_step": "the failure hook is the kit's trainer's",
+    "compile": "the lite engine builds its model without torch.compile",
+}
+"""``mlite run --trainer verl-sft``: RunConfig fields verl's SFT trainer does not run, and why; a value other than
+the default is refused before anything starts (every RunConfig field is in exactly one of ``RUN_VERL_KEYS``,
+``RUN_VERL_OTHER`` and this table)."""

@@ -134,6 +134,7 @@ def load_sft_dataset(
     limit: int | None = None,
 ) -> list[list[dict]]:
     """Conversations of a verl-format SFT parquet file (a ``messages`` column of ``{role, content}`` lists)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     p = dataset_path(name_or_path, split)
@@ -141,7 +142,7 @@ def load_sft_dataset(
         raise MliteError(f"dataset: {p} not found; give a dataset name under data/datasets/ or a .parquet path")
     try:
         table = pq.read_table(p, columns=[messages_key])
-    except Exception as e:  # noqa: BLE001 -- unreadable file or missing column
+    except (pa.ArrowException, OSError) as e:  # not parquet, unreadable, or no such column (ArrowInvalid)
         raise MliteError(
             f"dataset: cannot read column '{messages_key}' of {p} ({str(e).splitlines()[0][:160]})"
         ) from None

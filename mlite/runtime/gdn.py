@@ -47,10 +47,6 @@ BACKENDS = ("auto", "torch", "fla")
 
 _FLA: dict = {}
 
-TORCH_CHUNK = GDN_TORCH_CHUNK
-"""Chunk size of the PyTorch path per device type: on an H200, T=4096 with 32 value heads of 128 takes 30 ms
-(fwd + bwd) at 64 and 17 ms at 128 (fewer sequential steps, bigger GEMMs); 64 keeps CPU work small."""
-
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x / sqrt(sum(x^2) + eps)`` over the last dim, in fp32 (fla's ``l2norm``)."""
@@ -205,12 +201,29 @@ def _backend_setting() -> str:
     return b
 
 
+def _fla_failures() -> tuple[type[BaseException], ...]:
+    """What fla's kernel raises when it cannot run here: its own refusals and CUDA errors (RuntimeError, e.g.
+    Hopper with Triton < 3.7.1), shape or API assertions and mismatches between fla and torch versions
+    (AssertionError, ValueError, TypeError, NotImplementedError), a backend it imports lazily (ImportError), and
+    Triton's compile and launch errors (TritonError: CompilationError, OutOfResources, PTXASError)."""
+    found: tuple[type[BaseException], ...] = (RuntimeError, AssertionError, ValueError, TypeError, ImportError)
+    try:
+        from triton.errors import TritonError
+    except ImportError:  # fla imported without triton's error module: the others still apply
+        return found
+    return (*found, TritonError)
+
+
 def _fla_probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
-    """Run fla's chunk kernel forward + backward on a tiny varlen problem and compare with the PyTorch version."""
+    """Run fla's chunk kernel forward + backward on a tiny varlen problem and compare with the PyTorch version.
+
+    A capability probe: a failure here means "fla's kernel does not run on this device", the caller then takes the
+    PyTorch path (or, with ``MLITE_GDN_BACKEND=fla``, refuses); only the failures :func:`_fla_failures` names are
+    caught, anything else is a bug and propagates."""
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    except Exception as e:  # noqa: BLE001
-        return False, f"fla does not import ({str(e).splitlines()[0][:160]})"
+    except (ImportError, RuntimeError, AttributeError) as e:  # not installed, or its import of triton / torch fails
+        return False, f"fla does not import ({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})"
     try:
         gen = torch.Generator(device=device).manual_seed(0)
         T, H, HV, Kd, Vd = 150, 2, 4, 64, 64
@@ -245,7 +258,7 @@ def _fla_probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
             if not close(a, b):
                 return False, f"fla backward (d{name}) disagrees with the PyTorch reference"
         return True, "ok"
-    except Exception as e:  # noqa: BLE001 -- fla refuses (e.g. Hopper + Triton < 3.7.1) or fails to compile
+    except _fla_failures() as e:  # fla refuses or fails to compile / launch here
         return False, f"fla kernel failed ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
 
 
@@ -280,8 +293,9 @@ def gated_delta_rule(
     chunk_size: int | None = None,
 ) -> torch.Tensor:
     """Packed ``q, k[T, H, K]``, ``v[T, HV, V]``, ``g, beta[T, HV]`` -> ``o[T, HV, V]``: fla's chunk kernel on CUDA
-    where it works, else :func:`chunk_gated_delta_rule_torch` (chunk :data:`TORCH_CHUNK` per device type unless
-    ``chunk_size`` is given). ``g`` should be fp32."""
+    where it works, else :func:`chunk_gated_delta_rule_torch` (chunk
+    :data:`~mlite.runtime.chunks.GDN_TORCH_CHUNK` per device type unless ``chunk_size`` is given). ``g`` should be
+    fp32."""
     if backend_for(q.device, q.dtype) == "fla":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
@@ -303,7 +317,7 @@ def gated_delta_rule(
             use_qk_l2norm_in_kernel=use_qk_l2norm,
         )
         return o[0]
-    chunk = chunk_size or TORCH_CHUNK.get(q.device.type, 64)
+    chunk = chunk_size or GDN_TORCH_CHUNK.get(q.device.type, GDN_TORCH_CHUNK["cpu"])
     o = chunk_gated_delta_rule_torch(
         q[None],
         k[None],

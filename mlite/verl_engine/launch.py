@@ -30,10 +30,11 @@ def main() -> None:
     run_dir = os.environ.get("MLITE_VERL_RUN_DIR")
     if run_dir and os.environ.get("RANK", "0") == "0":
         from ..launch.rundir import RunDir
+        from ..rundir import COMPLETED
 
         rd = RunDir(run_dir)
         recs = rd.read_metrics()
-        rd.write_result("completed", recs[-1][0] if recs else 0)
+        rd.write_result(COMPLETED, recs[-1][0] if recs else 0)
 
 
 if __name__ == "__main__":

@@ -26,11 +26,12 @@ from torch.utils.checkpoint import checkpoint
 
 from ...errors import MliteError
 from ..batch import PackedBatch
+from ..chunks import ce_chunk_rows
 from .attention import packed_path
 from .blocks import DecoderBlock, LiteConfig
 from .common import GatedRMSNorm, PackInfo, RMSNorm, rope_config
 from .deltanet import GatedDeltaNet
-from .loss import default_chunk, linear_cross_entropy
+from .loss import linear_cross_entropy
 from .moe import Experts, Router, expert_path
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen3_next", "qwen3_5_moe")
@@ -95,7 +96,7 @@ class LiteModel(nn.Module):
         # 0 = not computed
         self.moe_aux_loss_coeff = float(moe_aux_loss_coeff)
         # loss positions per chunk of the fused linear cross-entropy
-        self.ce_chunk_tokens = default_chunk(cfg.vocab_size)
+        self.ce_chunk_tokens = ce_chunk_rows(cfg.vocab_size)
         # tensor-parallel hook (mlite.runtime.parallel.tp): None = linear_cross_entropy over the whole vocabulary
         self.cross_entropy = None
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size, **kw)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..chunks import ce_chunk_rows
+
 _MM_OUT_DTYPE: dict = {}
 
 
@@ -61,16 +63,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return dh, dw, None, None, None
 
 
-def default_chunk(vocab_size: int) -> int:
-    """Rows per chunk: about 1 GiB of fp32 logits (3 chunks for 4096 tokens at a 152k vocabulary), at least 1024."""
-    return max(1024, (256 * 1024 * 1024) // max(1, vocab_size))
-
-
 def linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int | None = None
 ) -> torch.Tensor:
     """``sum_i CE(hidden[i] @ weight.T, targets[i])`` in fp32 (every target must be a valid class id)."""
     if hidden.shape[0] == 0:
         return (hidden.sum() + weight.sum()).float() * 0.0
-    chunk = int(chunk or default_chunk(weight.shape[0]))
+    chunk = int(chunk or ce_chunk_rows(weight.shape[0]))
     return _LinearCrossEntropy.apply(hidden, weight, targets, chunk, torch.is_grad_enabled())

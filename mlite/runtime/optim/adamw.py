@@ -104,7 +104,7 @@ def scratch(n: int, device) -> list[torch.Tensor]:
 
 def sqrt_rn_(x: torch.Tensor, work64: torch.Tensor | None) -> torch.Tensor:
     """In-place correctly rounded fp32 square root. PyTorch's vectorised CPU ``sqrt`` of float32 is not always
-    correctly rounded (1 ulp off on ~0.7 % of random inputs); the square root of the exact fp64 widening, rounded
+    correctly rounded (1 ulp off on some inputs); the square root of the exact fp64 widening, rounded
     once to fp32, is (53 >= 2 * 24 + 2 bits). CUDA's ``sqrt`` is IEEE already."""
     if work64 is None:
         return x.sqrt_()
