@@ -6,10 +6,7 @@ import csv
 import html
 import re
 
-import pytest
 from conftest import REPO
-
-pytest.importorskip("ipywidgets")
 
 RESULTS = REPO / "bench" / "results"
 

@@ -9,6 +9,8 @@ meshes refused before any process starts. The equivalence runs are 10 steps of 2
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from conftest import assert_one_line_error, run_cli
@@ -293,7 +295,7 @@ def _kernel_worker(rank, world):
 
 
 def test_the_fused_kernel_updates_a_mesh_run_as_the_torch_ops_do(monkeypatch):
-    pytest.importorskip("triton")
+    assert importlib.util.find_spec("triton"), "triton (the fla extra) is part of the test environment"
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # read by Triton at import, in the fresh worker processes
     results = run_local(_kernel_worker, 2, timeout_s=600)
     for r in results:

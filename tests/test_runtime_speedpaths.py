@@ -6,6 +6,8 @@ the ``compile`` option."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -33,7 +35,7 @@ from mlite.runtime.optim.optimizer import ShardedAdamW
 def _interpreted(monkeypatch, worker, *args):
     """Run ``worker`` in a fresh process with ``TRITON_INTERPRET=1`` (Triton reads it at import: its kernels then run
     on CPU tensors through numpy)."""
-    pytest.importorskip("triton")
+    assert importlib.util.find_spec("triton"), "triton (the fla extra) is part of the test environment"
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     return run_local(worker, 1, args, timeout_s=300)[0]
 

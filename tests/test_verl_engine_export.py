@@ -52,7 +52,6 @@ def test_local_variant_runs_on_cpu(tmp_path):
     import sys
     from pathlib import Path
 
-    pytest.importorskip("verl")
     from mlite.export import write
     from mlite.launch import RunConfig
     from mlite.launch.verl_sft import write_model_dir

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("ipywidgets")
-
 
 def test_trainer_switch_sets_the_run_config(tmp_path):
     from widgets.run_view import TRAINER_OPTIONS, RunView

@@ -383,7 +383,8 @@ TRAINING: tuple[Option, ...] = (
         str,
         "flash",
         "--attention",
-        "attention kernel whose memory is counted",
+        "attention whose memory is counted: unfused = Megatron-Core's local spec (DotProductAttention, scores kept); "
+        "flash = Transformer Engine / flash-attn kernels (no score matrix)",
         label="attention",
         choices=ATTENTION,
         group=_G,
