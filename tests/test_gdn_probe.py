@@ -70,3 +70,25 @@ def test_a_kernel_that_runs_and_agrees_passes(monkeypatch):
         False,
         "fla forward disagrees with the PyTorch reference",
     )
+
+
+@pytest.mark.parametrize(
+    "setting, probe, device, want",
+    [
+        ("auto", (True, "ok"), "cuda", "fla's chunk kernels (the probe passed)"),
+        ("auto", (False, "fla kernel failed (RuntimeError: Triton < 3.7.1)"), "cuda", "(fla kernel failed (Runtime"),
+        ("torch", (True, "ok"), "cuda", "(MLITE_GDN_BACKEND=torch)"),
+        ("auto", (True, "ok"), "cpu", "(fla's kernels need CUDA)"),
+    ],
+)
+def test_the_run_log_line_names_the_path_taken_and_why(monkeypatch, setting, probe, device, want):
+    """``backend_note`` is the train.log line of a hybrid run: the implementation taken and the probe's verdict."""
+    monkeypatch.setenv("MLITE_GDN_BACKEND", setting)
+    monkeypatch.setattr(gdn, "_FLA", {})
+    monkeypatch.setattr(gdn, "_WHY", {})
+    calls = []
+    monkeypatch.setattr(gdn, "_fla_probe", lambda d, t: calls.append(d) or probe)
+    note = gdn.backend_note(torch.device(device), torch.bfloat16)
+    assert want in note
+    assert note.startswith("fla") == (probe[0] and setting == "auto" and device == "cuda")
+    assert len(calls) == (1 if setting == "auto" and device == "cuda" else 0)  # probed once, on CUDA only

@@ -169,8 +169,10 @@ def train(rd: RunDir) -> dict:
     import psutil
     import torch
 
+    from ..runtime import gdn
     from ..runtime.data import sft_iterator
     from ..runtime.dist import destroy_distributed
+    from ..runtime.models.deltanet import GatedDeltaNet
     from ..runtime.runtime import (
         create_runtime,
         forward_backward,
@@ -216,6 +218,9 @@ def train(rd: RunDir) -> dict:
             f"{cfg.optimizer_offload}"
         )
         rd.lifecycle(f"mesh: tp {ps.tp}, cp {ps.cp}, ep {ps.ep}, etp 1, dp {ps.dp}, edp {ps.edp}")
+        deltanet = next((m for m in h.model.modules() if isinstance(m, GatedDeltaNet)), None)
+        if deltanet is not None:
+            rd.lifecycle(f"gated deltanet: {gdn.backend_note(dev, next(deltanet.parameters()).dtype)}")
     offload = cfg.param_offload or cfg.optimizer_offload
     moves = dict(model=cfg.param_offload, optimizer=cfg.optimizer_offload, grad=cfg.param_offload)
     outcome, step = COMPLETED, 0

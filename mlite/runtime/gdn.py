@@ -46,6 +46,7 @@ BACKENDS = ("auto", "torch", "fla")
 """``MLITE_GDN_BACKEND`` values: ``auto`` (fla on CUDA if its probe passes), ``torch``, ``fla``."""
 
 _FLA: dict = {}
+_WHY: dict = {}
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -250,6 +251,7 @@ def _fla_probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
         tol = 2e-3 if dtype == torch.float32 else 6e-2
 
         def close(a, b):
+            a, b = a.detach(), b.detach()
             return float((a - b).abs().max()) <= tol * max(1.0, float(b.abs().max()))
 
         if not close(outs[0], outs[1]):
@@ -276,7 +278,19 @@ def backend_for(device: torch.device, dtype: torch.dtype) -> str:
             log.warning("Gated DeltaNet: %s; using the pure-PyTorch chunked implementation", why)
             _FLA["warned"] = True
         _FLA[key] = "fla" if ok else "torch"
+        _WHY[key] = why
     return _FLA[key]
+
+
+def backend_note(device: torch.device, dtype: torch.dtype) -> str:
+    """Which implementation Gated DeltaNet takes for ``device`` and ``dtype``, and why (a run log line)."""
+    if backend_for(device, dtype) == "fla":
+        return "fla's chunk kernels (the probe passed)"
+    if _backend_setting() == "torch":
+        return "the PyTorch chunked implementation (MLITE_GDN_BACKEND=torch)"
+    if device.type != "cuda":
+        return "the PyTorch chunked implementation (fla's kernels need CUDA)"
+    return f"the PyTorch chunked implementation ({_WHY.get((str(device), dtype), 'the fla probe failed')})"
 
 
 def gated_delta_rule(
