@@ -32,7 +32,6 @@ recurrent reference (loaded from its file) stands in for the kernel variants whe
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.metadata
 import importlib.util
 import json
@@ -43,9 +42,11 @@ import sys
 import time
 from pathlib import Path
 
+from gpu_configs import HYBRID_SMALL  # bench/ is on sys.path: this file runs as a script
+from result_csv import write_measurements
+
 REPO = Path(__file__).resolve().parents[1]
 
-COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
 """The CSV contract of the GPU rows (issue 13)."""
 REPORT_CMD = "python3 bench/gpu_fla.py --report bench/results/gpu_fla_raw.json --csv bench/results/gpu_fla.csv"
 """The step that turns the raw JSON into the CSV (tests/test_bench_results.py re-runs it)."""
@@ -57,35 +58,17 @@ OP_GPU = dict(lengths=(1536, 1024, 768, 512, 256), H=16, HV=32, K=128, V=128)
 32 value heads of 128)."""
 OP_SMOKE = dict(lengths=(25, 15), H=2, HV=4, K=16, V=16)
 TRAIN_GPU = {
-    "model_type": "qwen3_5_moe_text",
-    "architectures": ["Qwen3_5MoeForCausalLM"],
-    "hidden_size": 1024,
+    **HYBRID_SMALL,
     "num_hidden_layers": 4,
-    "layer_types": ["linear_attention"] * 3 + ["full_attention"],
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
+    "layer_types": HYBRID_SMALL["layer_types"][:4],
     "linear_num_key_heads": OP_GPU["H"],
     "linear_num_value_heads": OP_GPU["HV"],
     "linear_key_head_dim": OP_GPU["K"],
     "linear_value_head_dim": OP_GPU["V"],
-    "linear_conv_kernel_dim": 4,
     "num_experts": 8,
     "num_experts_per_tok": 2,
-    "moe_intermediate_size": 512,
-    "shared_expert_intermediate_size": 512,
-    "norm_topk_prob": True,
-    "partial_rotary_factor": 0.25,
-    "attn_output_gate": True,
-    "mtp_num_hidden_layers": 0,
-    "vocab_size": 32000,
-    "tie_word_embeddings": False,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000000.0,
-    "max_position_embeddings": 40960,
-    "hidden_act": "silu",
 }
-"""The training run's model: bench/gpu_configs.py HYBRID_SMALL cut to 4 layers, with the op's GDN heads (the same
+"""The training run's model: bench/gpu_configs.py HYBRID_SMALL cut to 4 layers and 8 experts, with the op's GDN heads (the same
 kernel specialisations as the op steps)."""
 TRAIN_SEQS_GPU = OP_GPU["lengths"]
 TRAIN_SEQS_SMOKE = (40, 24)
@@ -759,14 +742,7 @@ def _train_rows(name: str, rec: dict, torch_rec: dict | None) -> list[dict]:
 
 
 def write_csv(raw: dict, path: Path) -> None:
-    command = f"{raw['command']} && {REPORT_CMD}"
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in rows(raw):
-            w.writerow({**r, "gpu": raw.get("gpu"), "torch_version": raw.get("torch_version"), "command": command})
-    tmp.replace(path)
+    write_measurements(raw, rows(raw), path, REPORT_CMD)
 
 
 def main(argv=None) -> int:

@@ -27,7 +27,6 @@ prints one ``gpu_verl_sft: FAILED ...`` line with the run's last log lines and e
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shlex
@@ -43,11 +42,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_configs import DENSE_1B  # noqa: E402  (bench/ is not a package)
+from result_csv import write_measurements  # noqa: E402
 
 from mlite.rundir import COMPLETED, CONSOLE_FILE, LOG_FILE, METRICS_FILE, STATUS_FILE  # noqa: E402  (after sys.path)
 from mlite.units import GIB  # noqa: E402  (after the sys.path lines)
 
-COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
 """The CSV contract of the GPU rows (issue 13)."""
 REPORT_CMD = (
     "python3 bench/gpu_verl_sft.py --report bench/results/gpu_verl_sft_raw.json --csv bench/results/gpu_verl_sft.csv"
@@ -213,14 +212,7 @@ def estimated_peak(raw: dict) -> float:
 
 
 def write_csv(raw: dict, path: Path) -> None:
-    command = f"{raw['command']} && {REPORT_CMD}"
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in rows(raw):
-            w.writerow({**r, "gpu": raw.get("gpu"), "torch_version": raw.get("torch_version"), "command": command})
-    tmp.replace(path)
+    write_measurements(raw, rows(raw), path, REPORT_CMD)
 
 
 def _row(measurement: str, value, unit: str) -> dict:

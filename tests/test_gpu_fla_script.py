@@ -16,6 +16,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "bench"))
 
 import gpu_fla as g
+import result_csv
 
 SCRIPT = REPO / "bench" / "gpu_fla.py"
 
@@ -71,7 +72,7 @@ def test_smoke_report_writes_the_csv_contract(smoke, tmp_path):
     assert res.returncode == 0, res.stderr
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    assert tuple(rows[0]) == g.COLUMNS
+    assert tuple(rows[0]) == result_csv.COLUMNS
     v = {r["measurement"]: r["value"] for r in rows}
     assert v["local auto backend"] == "torch" and v["local fla backend"] == "cpu/bfloat16/torch"
     assert v["local train_fla max loss diff vs torch"] == "0.0"

@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import gpu_verl_sft as g
 import gpu_verl_wheels as w
+import result_csv
 
 TOKENS = {1: 900, 2: 1000, 3: 1100, 4: 1200, 5: 1300}
 STAMPS = {1: 10.0, 2: 10.5, 3: 11.0, 4: 11.75, 5: 12.5}
@@ -128,7 +129,7 @@ def test_report_rewrites_the_csv_from_the_raw_json(tmp_path):
     assert (tmp_path / "again.csv").read_text() == (tmp_path / "first.csv").read_text()
     with open(tmp_path / "again.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert tuple(rows[0]) == g.COLUMNS
+    assert tuple(rows[0]) == result_csv.COLUMNS
     assert {r["command"] for r in rows} == {f"{raw['command']} && {g.REPORT_CMD}"}
     assert "bench/results/gpu_verl_sft.csv" in g.REPORT_CMD.split()
 
