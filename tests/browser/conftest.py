@@ -74,6 +74,8 @@ def png_digest(img) -> tuple[str, str]:
     return digest, src
 
 
+VIEWPORT = {"width": 1400, "height": 1000}
+"""The browser window of every test."""
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -256,7 +258,7 @@ def browser_context(tmp_path_factory):
             executable_path=CHROMIUM,
             headless=True,
             args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000},
+            viewport=VIEWPORT,
         )
     except Exception as e:  # noqa: BLE001 - any launch failure is reported as one test failure
         pw.stop()
@@ -369,10 +371,23 @@ def run_all_cells(page) -> None:
 
 
 def shot(page, name: str, locator=None) -> Path:
-    """Save ``artifacts/screenshots/<name>.png`` (whole page, or just ``locator``) and return the path."""
+    """Save ``artifacts/screenshots/<name>.png`` (whole page, or just ``locator``) and return the path. For an
+    element the window first grows to its height (JupyterLab scrolls the notebook inside the page, so an element
+    taller than the window would be cut at the window's edge), and is put back after."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    (locator or page).screenshot(path=str(path))
+    if locator is None:
+        page.screenshot(path=str(path))
+        return path
+    height = locator.evaluate("e => e.getBoundingClientRect().height")
+    page.set_viewport_size(
+        {"width": VIEWPORT["width"], "height": int(min(max(VIEWPORT["height"], height + 240), 4000))}
+    )
+    try:
+        locator.scroll_into_view_if_needed()
+        locator.screenshot(path=str(path))
+    finally:
+        page.set_viewport_size(VIEWPORT)
     return path
 
 

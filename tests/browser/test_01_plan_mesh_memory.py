@@ -39,19 +39,6 @@ def _expect_mesh(planner, cfg: ParallelConfig) -> None:
         expect(planner.locator(f".mlite-planner-{f} select")).to_have_value(str(want))
 
 
-def _shot_view(page, name: str, locator):
-    """``shot`` of a view taller than the window: grow the window to the view's height first (JupyterLab scrolls
-    the notebook inside the page, so an element screenshot is cut at the window's edge)."""
-    height = locator.evaluate("e => e.getBoundingClientRect().height")
-    page.set_viewport_size({"width": 1400, "height": int(min(max(1000, height + 240), 4000))})
-    try:
-        locator.scroll_into_view_if_needed()
-        expect(locator).to_be_visible()
-        return shot(page, name, locator)
-    finally:
-        page.set_viewport_size({"width": 1400, "height": 1000})
-
-
 def _plan_of(page):
     planner = page.locator(".mlite-planner")
     m = _mesh_of(planner)
@@ -87,7 +74,7 @@ def test_mesh_planner_errors_inline_picture_and_table(page):
     expect(planner.locator(".mlite-mesh-summary .mlite-mesh-invalid")).to_be_visible()
     tp_fix = next(f for f in oracle.errors if f.field == "tp" and f.nearest)
     fix = planner.locator(".mlite-mesh-nearest", has_text=re.compile(rf"^tp = {tp_fix.nearest[-1]}$"))
-    _shot_view(page, "01_plan_mesh_invalid", planner)
+    shot(page, "01_plan_mesh_invalid", planner)
     fix.click()
     expect(errors).to_have_count(0)  # fixed: the errors are gone
     expect(planner.locator(".mlite-planner-tp select")).to_have_value(str(tp_fix.nearest[-1]))
@@ -128,7 +115,7 @@ def test_mesh_planner_errors_inline_picture_and_table(page):
         g = plan.groups(rank)[kind]
         expect(groups).to_contain_text("[" + ", ".join(map(str, g[:8])) + ("]" if len(g) <= 8 else ""))
     expect(planner.locator(".mlite-gpu-focus input")).to_have_value(str(rank))
-    _shot_view(page, "01_plan_mesh_planner", planner)
+    shot(page, "01_plan_mesh_planner", planner)
 
     # the table: every valid mesh; a header click sorts, a second one reverses; a row click applies the mesh
     meshes = enumerate_meshes(spec, ngpu, seq_len=m["seq_len"])
@@ -214,7 +201,7 @@ def test_memory_offload_slider_moves_memory_to_the_host(page):
     expect(header).to_contain_text("▼")
     if n_fit < len(rows):
         expect(table.locator("tr.mlite-mesh-row").first.locator("td.mlite-oom").first).to_be_visible()
-    _shot_view(page, "01_plan_memory", view)
+    shot(page, "01_plan_memory", view)
     best = next(r for r in rows if r.fits)
     view.locator(".mlite-memory-apply-cheapest").click()
     _expect_mesh(planner, best.plan.parallel)
