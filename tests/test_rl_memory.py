@@ -778,5 +778,17 @@ def test_rl_view_follows_the_memory_view_and_agrees_with_the_cli():
     # a knob under verl's name re-estimates; bad input shows one line inline, no traceback
     rl.set(gpu_memory_utilization=0.3)
     assert rl.estimate.rollout.gpu_memory_utilization == 0.3
+    # rollout.data_parallel_size reaches the estimate and the command line (a dense model: every DP rank of the
+    # engine holds its whole TP shard, so the weights per GPU stay; the MoE split is tested on the CLI)
+    weights = rl.estimate.phases["rollout"].gpu["engine_weights"]
+    rl.set(data_parallel_size=2)
+    assert rl.estimate.rollout.data_parallel_size == 2
+    assert rl.estimate.phases["rollout"].gpu["engine_weights"] == weights
+    cmd = rl.command().split()
+    assert "--rollout-dp" in cmd and cmd[cmd.index("--rollout-dp") + 1] == "2"
+    res = run_cli(*cmd[1:], "--json")
+    assert res.rc in (0, 1), res.err
+    assert res.json() == rl.estimate.to_dict()
+    rl.set(data_parallel_size=1)
     rl.set(tensor_model_parallel_size=16)
     assert "--rollout-tp 16 must divide --ngpu 8" in rl.errors.message and rl.estimate is None

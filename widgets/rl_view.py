@@ -9,8 +9,8 @@ given); cards for the peak phase, the verdict, the KV capacity and the host peak
 the ``mlite rl-memory`` command line.
 
 CSS classes for tests: ``mlite-rl`` (the view), ``mlite-rl-<field>`` (controls named after the RolloutOptions
-fields: name, tensor_model_parallel_size, gpu_memory_utilization, free_cache_engine, sleep_level, prompt_length,
-response_length, n, train_batch_size, max_model_len, ref, ref_param_offload, host_mem_gib), ``mlite-rl-chart``
+fields: name, tensor_model_parallel_size, data_parallel_size, gpu_memory_utilization, free_cache_engine,
+sleep_level, prompt_length, response_length, n, train_batch_size, max_model_len, ref, ref_param_offload, host_mem_gib), ``mlite-rl-chart``
 (SVG; bars ``g.mlite-rl-bar[data-phase][data-bytes][data-fits]``, failing ones also ``.mlite-rl-oom``; host bars
 ``g.mlite-rl-host-bar[data-phase][data-bytes]``), ``mlite-rl-peak``, ``mlite-rl-fits``, ``mlite-rl-kv``,
 ``mlite-rl-host``, ``mlite-rl-messages``, ``mlite-rl-command``, ``mlite-rl-invalid``, ``mlite-error``.
@@ -197,6 +197,13 @@ class RLView(W.VBox):
                 style=st,
                 layout=lay("300px"),
             ),
+            "data_parallel_size": W.Dropdown(
+                options=[1, 2, 4, 8, 16],
+                value=r.data_parallel_size,
+                description="rollout.data_parallel_size",
+                style=st,
+                layout=lay("260px"),
+            ),
             "gpu_memory_utilization": W.FloatSlider(
                 value=r.gpu_memory_utilization,
                 min=0.05,
@@ -283,7 +290,8 @@ class RLView(W.VBox):
             list(ws), layout=W.Layout(flex_flow="row wrap", align_items="center", grid_gap="4px 12px")
         )
         self.children = [
-            row(c["name"], c["tensor_model_parallel_size"], c["free_cache_engine"], c["sleep_level"]),
+            row(c["name"], c["tensor_model_parallel_size"], c["data_parallel_size"], c["free_cache_engine"]),
+            row(c["sleep_level"]),
             row(c["gpu_memory_utilization"], c["max_model_len"]),
             row(c["prompt_length"], c["response_length"], c["n"], c["train_batch_size"]),
             row(c["ref"], c["ref_param_offload"], c["host_mem_gib"]),
@@ -306,6 +314,7 @@ class RLView(W.VBox):
         return RolloutOptions(
             name=c["name"].value,
             tensor_model_parallel_size=int(c["tensor_model_parallel_size"].value),
+            data_parallel_size=int(c["data_parallel_size"].value),
             gpu_memory_utilization=round(float(c["gpu_memory_utilization"].value), 4),
             free_cache_engine=c["free_cache_engine"].value,
             sleep_level=c["sleep_level"].value or None,
@@ -348,6 +357,7 @@ class RLView(W.VBox):
             f"--rollout-batch {r.train_batch_size}",
         ]
         flags = [
+            (f"--rollout-dp {r.data_parallel_size}", r.data_parallel_size != 1),
             ("--no-free-cache-engine", not r.free_cache_engine),
             (f"--sleep-level {r.sleep_level}", r.sleep_level),
             (f"--max-model-len {r.max_model_len}", r.max_model_len),
