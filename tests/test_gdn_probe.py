@@ -72,6 +72,21 @@ def test_a_kernel_that_runs_and_agrees_passes(monkeypatch):
     )
 
 
+def test_a_kernel_whose_backward_disagrees_fails_the_probe(monkeypatch):
+    """The forward alone is not the verdict: a 'kernel' with the reference's output but gradients 1.5x too large
+    (the value of ``o + (o / 2 - (o / 2).detach())`` is ``o``, its gradient 1.5 times ``o``'s) fails on the
+    backward."""
+
+    def wrong_backward(q, k, v, g, beta, cu_seqlens=None, use_qk_l2norm_in_kernel=True):
+        lens = torch.diff(cu_seqlens).tolist()
+        o = gdn.chunk_gated_delta_rule_torch(q, k, v, g, beta, lengths=lens, use_qk_l2norm=True)
+        return o + (o / 2 - (o / 2).detach()), None
+
+    _stub_fla(monkeypatch, wrong_backward)
+    ok, why = gdn._fla_probe(torch.device("cpu"), torch.float32)
+    assert not ok and why.startswith("fla backward (d") and why.endswith("disagrees with the PyTorch reference")
+
+
 @pytest.mark.parametrize(
     "setting, probe, device, want",
     [

@@ -26,6 +26,7 @@ from mlite.memory import TrainingOptions
 from mlite.mesh import ParallelConfig
 from mlite.options import EXPORT, NOT_OPTIONS, RUN, TRAINING, command_args, values_from_args
 from mlite.options.schema import DEFAULT, KEEP, NotExpressible
+from mlite.options.table import RUN_VERL_NOT_RUN
 from mlite.options.verl import mapping, not_expressible, target_view
 
 DEFAULTS = TrainingOptions()
@@ -425,16 +426,16 @@ def test_every_run_field_says_what_verl_sft_does_with_it():
     assert sorted(f for t in tables for f in t) == sorted(r.field for r in RUN)  # each field exactly once
 
 
-@pytest.mark.parametrize("field", ["layers", "experts", "vocab", "hf_checkpoint", "num_microbatches", "crash_at_step"])
+@pytest.mark.parametrize("field", sorted(RUN_VERL_NOT_RUN))
 def test_verl_sft_refuses_what_it_does_not_run(field, tmp_path):
+    """Every field of RUN_VERL_NOT_RUN (a new one included) is refused with its flag and the table's reason."""
     from mlite.errors import MliteError
-    from mlite.options.table import RUN_VERL_NOT_RUN
 
     row = {r.field: r for r in RUN}[field]
-    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2}.get(field, 2)
-    with pytest.raises(MliteError, match=f"{field}: --trainer verl-sft does not run {row.flag}"):
+    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2, "compile": True}.get(field, 2)
+    with pytest.raises(MliteError, match=f"{field}: --trainer verl-sft does not run {row.flag}") as err:
         RunConfig(trainer="verl-sft", model="tiny-dense", steps=3, nproc=1, **{field: value})
-    assert field in RUN_VERL_NOT_RUN
+    assert RUN_VERL_NOT_RUN[field] in str(err.value)
     RunConfig(trainer="lite", model="tiny-dense", steps=3, nproc=1, **{field: value})  # the kit's trainer runs it
 
 

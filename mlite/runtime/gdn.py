@@ -238,7 +238,7 @@ def _fla_probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
         cu = torch.tensor([0, lens[0], T], device=device, dtype=torch.long)
         for use_fla in (True, False):
             xs = [
-                x.to(dtype if i < 3 else (torch.float32 if i == 3 else dtype)).requires_grad_()
+                x.to(dtype if i < 3 else (torch.float32 if i == 3 else dtype), copy=True).requires_grad_()
                 for i, x in enumerate(base)
             ]
             if use_fla:
