@@ -432,7 +432,7 @@ def test_cli_text_names_the_peak_and_exit_1_when_it_does_not_fit():
         (["--gpu-memory-utilization", "0.5", "--mem-fraction-static", "0.5"], "not allowed with"),
         (["--rollout", "sglang", "--mem-fraction-static", "1.5"], "--mem-fraction-static 1.5"),
         (["--rollout", "sgl"], "--rollout"),
-        (["--rollout-dp", "3"], "--ngpu 8"),
+        (["--rollout-dp", "3"], "--rollout-tp 2 x --rollout-dp 3 must divide --ngpu 8"),
         (["--rollout-dp", "0"], "--rollout-dp"),
         (["--prompt-len", "0"], "--prompt-len"),
         (["--max-model-len", "0"], "max_model_len"),
