@@ -615,6 +615,18 @@ def test_reference_read_from_the_kl_settings():
     assert rollout_kwargs({"algorithm.use_kl_in_reward": "True"})["ref"] == "colocated"
 
 
+def test_export_plan_memory_share_is_the_rollout_engines_rule():
+    """The plan's rollout share obeys the one rule of RolloutOptions, (0, 1] as vLLM's ``gpu_memory_utilization``:
+    1.0 is a share ``mlite rl-memory`` takes, so the plan takes it too; 0 and 1.5 are refused by the same check."""
+    from mlite.export.plan import ExportPlan
+
+    plan = ExportPlan(model="Qwen3-8B", target="verl-mlite-grpo", nodes=1, rollout_gpu_memory_utilization=1.0)
+    assert plan.rollout_options.gpu_memory_utilization == 1.0
+    for bad in (0.0, 1.5):
+        with pytest.raises(MliteError, match=r"must be in \(0, 1\], got"):
+            ExportPlan(model="Qwen3-8B", target="verl-mlite-grpo", nodes=1, rollout_gpu_memory_utilization=bad)
+
+
 @pytest.mark.parametrize("target", ["verl-mlite-grpo", "verl-megatron-grpo"])
 def test_grpo_export_rollout_knobs_read_back_by_import_launcher(target, tmp_path):
     """What the GRPO launchers write today (name, TP, gpu_memory_utilization, n, P, R, free_cache_engine) comes back
