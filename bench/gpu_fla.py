@@ -47,7 +47,6 @@ from result_csv import write_measurements
 
 REPO = Path(__file__).resolve().parents[1]
 
-"""The CSV contract of the GPU rows (issue 13)."""
 REPORT_CMD = "python3 bench/gpu_fla.py --report bench/results/gpu_fla_raw.json --csv bench/results/gpu_fla.csv"
 """The step that turns the raw JSON into the CSV (tests/test_bench_results.py re-runs it)."""
 GRADS = ("o", "dq", "dk", "dv", "dg", "dbeta")
@@ -381,6 +380,7 @@ def step_warm(a, res: dict, save) -> None:
 def step_train(a, setting: str, res: dict, save) -> None:
     import torch
 
+    from mlite.models import from_hf_config
     from mlite.runtime.batch import PackedBatch
     from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
     from mlite.runtime.runtime import create_runtime
@@ -399,7 +399,7 @@ def step_train(a, setting: str, res: dict, save) -> None:
         )
     )
     h = rt.build_model()
-    vocab = 512 if a.smoke else TRAIN_GPU["vocab_size"]
+    vocab = from_hf_config(cfg).vocab_size
     gen = torch.Generator().manual_seed(1)
     seqs = TRAIN_SEQS_SMOKE if a.smoke else TRAIN_SEQS_GPU
     batches = [

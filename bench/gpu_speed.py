@@ -46,13 +46,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_configs import DENSE_1B, DENSE_SMALL, MOE_SMALL
+from result_csv import COLUMNS  # the CSV contract of the GPU rows (issue 13), one definition for every bench
 
 PEAK_BF16 = 989e12
 """H100/H200 SXM dense bf16 peak (vendor datasheet), the MFU denominator."""
 REPORT_CMD = "python3 bench/gpu_speed.py --report bench/results/gpu_speed_raw.json --csv bench/results/gpu_speed.csv"
 """The step that turns the raw JSON into the CSV (tests/test_bench_results.py re-runs it)."""
-COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
-"""The CSV contract (issue 13)."""
 
 TINY_DENSE = dict(
     DENSE_SMALL,

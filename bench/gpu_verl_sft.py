@@ -47,7 +47,6 @@ from result_csv import write_measurements  # noqa: E402
 from mlite.rundir import COMPLETED, CONSOLE_FILE, LOG_FILE, METRICS_FILE, STATUS_FILE  # noqa: E402  (after sys.path)
 from mlite.units import GIB  # noqa: E402  (after the sys.path lines)
 
-"""The CSV contract of the GPU rows (issue 13)."""
 REPORT_CMD = (
     "python3 bench/gpu_verl_sft.py --report bench/results/gpu_verl_sft_raw.json --csv bench/results/gpu_verl_sft.csv"
 )

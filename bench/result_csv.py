@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
+"""The CSV contract of the GPU rows (issue 13)."""
 
 
 def write_measurements(raw: dict, rows: Iterable[dict], path: Path, report_cmd: str) -> None:

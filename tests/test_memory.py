@@ -244,6 +244,15 @@ def test_cli_bad_usage():
     )
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_gpu_mem_must_be_finite_and_positive(value):
+    """A device memory that is not a finite positive number is refused at the flag (nan and inf used to reach the
+    estimate and end in a traceback), and by TrainingOptions itself."""
+    assert_one_line_error(run_cli("memory", "tiny-moe", "--ngpu", "2", "--gpu-mem", value), f"--gpu-mem '{value}'")
+    with pytest.raises(MliteError, match="gpu_memory_gib must be a finite positive number"):
+        TrainingOptions(gpu_memory_gib=float(value))
+
+
 def test_bf16_grads_without_pao_are_megatron_cores_bytes():
     """``--grad-dtype bf16`` without ``--pao`` is Megatron-Core's ``grad_reduce_in_fp32=False``: a bf16 grad buffer
     (2 B per local parameter) and, after the step, the optimizer's fp32 copies of its grad shard

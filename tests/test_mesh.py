@@ -238,10 +238,15 @@ def test_cli_contract():
         (["--ngpu", "0"], "ngpu"),
         (["--ngpu", "8", "--tp", "0"], "tp must be a positive"),
         (["--ngpu", "8", "--rank", "9"], "--rank 9"),
+        (["--ngpu", "8", "--seq-len", "0"], "--seq-len must be a positive integer, got 0"),
+        (["--ngpu", "8", "--gpus-per-node", "-1"], "--gpus-per-node must be a positive integer, got -1"),
     ],
 )
 def test_cli_bad_usage(args, needle):
-    assert_one_line_error(run_cli("mesh", "Qwen3-8B", *args), needle)
+    res = run_cli("mesh", "Qwen3-8B", *args)
+    assert_one_line_error(res, needle)
+    other = {"--seq-len": "--gpus-per-node", "--gpus-per-node": "--seq-len"}.get(args[2] if len(args) > 2 else "")
+    assert other is None or other not in res.err  # the line names the flag that is wrong, not its neighbour
 
 
 @pytest.mark.slow

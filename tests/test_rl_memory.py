@@ -432,11 +432,12 @@ def test_cli_text_names_the_peak_and_exit_1_when_it_does_not_fit():
         (["--gpu-memory-utilization", "0.5", "--mem-fraction-static", "0.5"], "not allowed with"),
         (["--rollout", "sglang", "--mem-fraction-static", "1.5"], "--mem-fraction-static 1.5"),
         (["--rollout", "sgl"], "--rollout"),
-        (["--rollout-dp", "3"], "--ngpu 8"),
+        (["--rollout-dp", "3"], "--rollout-tp 2 x --rollout-dp 3 must divide --ngpu 8"),
         (["--rollout-dp", "0"], "--rollout-dp"),
         (["--prompt-len", "0"], "--prompt-len"),
         (["--max-model-len", "0"], "max_model_len"),
         (["--host-mem", "-1"], "host"),
+        (["--host-mem", "nan"], "--host-mem"),  # nan compares False with every figure: the host check never failed
         (["--sleep-level", "3"], "--sleep-level"),
         (["--ref", "frozen"], "--ref"),
     ],
@@ -613,6 +614,18 @@ def test_reference_read_from_the_kl_settings():
     # neither key set: verl's defaults (both False, need_reference_policy) build no reference
     assert rollout_kwargs({})["ref"] == "none"
     assert rollout_kwargs({"algorithm.use_kl_in_reward": "True"})["ref"] == "colocated"
+
+
+def test_export_plan_memory_share_is_the_rollout_engines_rule():
+    """The plan's rollout share obeys the one rule of RolloutOptions, (0, 1] as vLLM's ``gpu_memory_utilization``:
+    1.0 is a share ``mlite rl-memory`` takes, so the plan takes it too; 0 and 1.5 are refused by the same check."""
+    from mlite.export.plan import ExportPlan
+
+    plan = ExportPlan(model="Qwen3-8B", target="verl-mlite-grpo", nodes=1, rollout_gpu_memory_utilization=1.0)
+    assert plan.rollout_options.gpu_memory_utilization == 1.0
+    for bad in (0.0, 1.5):
+        with pytest.raises(MliteError, match=r"must be in \(0, 1\], got"):
+            ExportPlan(model="Qwen3-8B", target="verl-mlite-grpo", nodes=1, rollout_gpu_memory_utilization=bad)
 
 
 @pytest.mark.parametrize("target", ["verl-mlite-grpo", "verl-megatron-grpo"])

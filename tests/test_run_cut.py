@@ -257,6 +257,18 @@ def test_from_plan_runs_the_plans_mesh_and_optimizer_shrunk(tmp_path, capsys):
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
 
 
+def test_from_plan_with_the_verl_trainer_is_refused_naming_both_flags(tmp_path, capsys):
+    """The plan's run is cut (layers, experts, vocabulary), which verl's SFT trainer does not run: one line naming
+    --from-plan and --trainer, not a refusal of a --layers or --optimizer the user never gave."""
+    plan = _export(tmp_path, capsys, "tiny-moe", "--optimizer", "fsdp2")
+    out = tmp_path / "run"
+    argv = ["--from-plan", str(plan), "--trainer", "verl-sft", "--steps", "2", "--nproc", "2", "--device", "cpu"]
+    rc, _, err = _run([*argv, "--out", str(out)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--from-plan with --trainer verl-sft" in err and "drop --trainer" in err
+    assert not out.exists()
+
+
 def test_plan_that_cannot_be_shrunk_exits_2(tmp_path, capsys):
     cases = [
         (

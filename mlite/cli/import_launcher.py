@@ -43,15 +43,9 @@ def add_parser(sub):
 
 
 def _gpu_mem(value):
-    from ..errors import MliteError
     from ..options.cli import gpu_gib
 
-    if value is None:
-        return None
-    gib = gpu_gib(value, "--gpu-mem")
-    if gib <= 0:
-        raise MliteError(f"--gpu-mem {value!r}: device memory must be positive (GiB or a GPU name)")
-    return gib
+    return None if value is None else gpu_gib(value, "--gpu-mem")
 
 
 def run(args) -> int:

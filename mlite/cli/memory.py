@@ -29,7 +29,9 @@ def grad_copy_note(o, doc) -> str:
     """What a bf16 gradient buffer without PAO costs after the step, and which runtime that figure is for."""
     if o.optimizer != "dist_opt" or o.main_grads_dtype != "bf16" or o.pao or o.param_dtype == "fp32":
         return ""
-    gib = doc["step_grads"] / 2**30
+    from ..units import GIB
+
+    gib = doc["step_grads"] / GIB
     if doc["step_grads"]:
         return (
             f"+ {gib:.2f} GiB fp32 main-grad copies from the step to zero_grad (in static, not at the forward/backward "

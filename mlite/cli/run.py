@@ -66,7 +66,14 @@ def _config_and_shrunk(args):
             raise MliteError("model: give --model (a data/models name or a config.json path) or --from-plan PLAN")
         return RunConfig(**values), []
     from ..launch.from_plan import plan_values, read_plan
+    from ..options.table import rows_by_field
 
+    trainer = rows_by_field(RUN)["trainer"]
+    if values.get("trainer") != trainer.default:
+        raise MliteError(
+            f"--from-plan with {trainer.flag} {values['trainer']}: the plan is debugged cut to this node (layers, "
+            f"experts, vocabulary), which only the lite trainer runs; drop {trainer.flag}"
+        )
     given = {r.field for r in RUN if values.get(r.field) != r.default}
     values, shrunk = plan_values(read_plan(args.from_plan), values, given)
     return RunConfig(**values), shrunk

@@ -121,10 +121,6 @@ class ExportPlan:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise MliteError(f"{name} must be a positive integer or None, got {v!r}")
-        if not 0 < self.rollout_gpu_memory_utilization < 1:
-            raise MliteError(
-                f"rollout_gpu_memory_utilization must be in (0, 1), got {self.rollout_gpu_memory_utilization}"
-            )
         owned = set(ROLLOUT_OWNED)
         writable = [f for f, _key in ROLLOUT_KEYS if f not in owned]
         for k in self.rollout_knobs:
@@ -133,7 +129,7 @@ class ExportPlan:
                     f"rollout_knobs: '{k}' is not a rollout knob of its own that a launcher writes (n, TP, the "
                     f"memory share and the lengths have their own fields; others: {', '.join(writable)})"
                 )
-        _ = self.rollout_options  # RolloutOptions validates the knob values
+        _ = self.rollout_options  # RolloutOptions validates the knob values and the memory share, (0, 1] as vLLM's
         if self.max_prompt_length is not None and self.max_prompt_length >= self.options.seq_len:
             raise MliteError(
                 f"max_prompt_length {self.max_prompt_length} leaves no room for responses in seq_len "

@@ -432,9 +432,7 @@ def moe_part(name: str) -> str:
     ``shared_experts``, or ``dispatcher`` for the MoE layer module itself (the token dispatcher is not a module:
     its permutation and combine run inside ``MoELayer.forward``)."""
     rest = name.split(".")[4:]
-    if not rest:
-        return "dispatcher"
-    return {"router": "router", "experts": "experts", "shared_experts": "shared_experts"}.get(rest[0], rest[0])
+    return rest[0] if rest else "dispatcher"
 
 
 def measure(case: OracleCase) -> dict:

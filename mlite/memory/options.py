@@ -174,8 +174,8 @@ class TrainingOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise MliteError(f"{name} must be a positive integer, got {v!r}")
-        if self.gpu_memory_gib <= 0:
-            raise MliteError(f"gpu_memory_gib must be positive, got {self.gpu_memory_gib}")
+        if not 0.0 < float(self.gpu_memory_gib) < float("inf"):
+            raise MliteError(f"gpu_memory_gib must be a finite positive number, got {self.gpu_memory_gib}")
         if not 0.0 <= float(self.headroom) < 1.0:
             raise MliteError(f"headroom must be in [0, 1) (a share of device memory kept free), got {self.headroom}")
         if not 0.0 <= float(self.framework_overhead_gib) < float("inf"):

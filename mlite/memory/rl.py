@@ -148,7 +148,7 @@ def _check_mesh(spec, plan, r: RolloutOptions) -> None:
     ``python/sglang/srt/layers/linear.py``: ``divide(kv_heads, tp)`` or ``divide(tp, kv_heads)``)."""
     tp, dp = r.tensor_model_parallel_size, r.data_parallel_size
     if plan.ngpu % (tp * dp):
-        what = f"--rollout-tp {tp}" + (f" x rollout data_parallel_size {dp}" if dp > 1 else "")
+        what = f"--rollout-tp {tp}" + (f" x --rollout-dp {dp}" if dp > 1 else "")
         raise MliteError(f"{what} must divide --ngpu {plan.ngpu} (each engine instance takes {tp * dp} GPUs)")
     if spec.num_attention_heads % tp:
         raise MliteError(

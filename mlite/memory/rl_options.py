@@ -121,10 +121,10 @@ class RolloutOptions:
         if self.sleep_level not in (None, 1, 2):
             raise MliteError(f"sleep_level must be 1 or 2, got {self.sleep_level!r}")
         for f in ("cuda_graph_gib", "engine_overhead_gib", "host_process_gib"):
-            if getattr(self, f) < 0:
-                raise MliteError(f"{f} must be >= 0, got {getattr(self, f)}")
-        if self.host_mem_gib is not None and self.host_mem_gib <= 0:
-            raise MliteError(f"host_mem_gib (--host-mem) must be positive, got {self.host_mem_gib}")
+            if not 0.0 <= float(getattr(self, f)) < float("inf"):
+                raise MliteError(f"{f} must be a finite number >= 0, got {getattr(self, f)}")
+        if self.host_mem_gib is not None and not 0.0 < float(self.host_mem_gib) < float("inf"):
+            raise MliteError(f"host_mem_gib (--host-mem) must be a finite positive number, got {self.host_mem_gib}")
 
     @property
     def resolved_sleep_level(self) -> int:

@@ -132,8 +132,9 @@ def resolve(
     p = parallel or ParallelConfig()
     if isinstance(ngpu, bool) or not isinstance(ngpu, int) or ngpu < 1:
         raise MliteError(f"--ngpu must be a positive integer, got {ngpu!r}")
-    if seq_len < 1 or gpus_per_node < 1:
-        raise MliteError("--seq-len and --gpus-per-node must be positive")
+    for flag, v in (("--seq-len", seq_len), ("--gpus-per-node", gpus_per_node)):
+        if v < 1:
+            raise MliteError(f"{flag} must be a positive integer, got {v}")
     ctx = MeshContext(
         spec=spec,
         ngpu=ngpu,

@@ -4,6 +4,7 @@ the flags that reproduce a set of values (what ``mlite run`` records and the wid
 from __future__ import annotations
 
 import dataclasses
+import math
 import shlex
 
 from ..errors import MliteError
@@ -46,14 +47,17 @@ def add_flags(parser, rows, *, skip_groups=("mesh",), groups: dict | None = None
 
 
 def gpu_gib(text: str, flag: str) -> float:
-    """GiB of a ``--gpu-mem`` argument: a GPU name (:data:`GPU_MEMORY_GIB`) or a number."""
+    """GiB of a ``--gpu-mem`` argument: a GPU name (:data:`GPU_MEMORY_GIB`) or a finite positive number."""
     name = str(text).upper()
     if name in GPU_MEMORY_GIB:
         return GPU_MEMORY_GIB[name]
     try:
-        return float(text)
+        gib = float(text)
     except ValueError:
-        raise MliteError(f"{flag} {text!r}: give GiB or one of {', '.join(GPU_MEMORY_GIB)}") from None
+        gib = math.nan
+    if not 0.0 < gib < math.inf:
+        raise MliteError(f"{flag} {text!r}: give a positive number of GiB or one of {', '.join(GPU_MEMORY_GIB)}")
+    return gib
 
 
 def values_from_args(args, rows) -> dict:
