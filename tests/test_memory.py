@@ -299,10 +299,14 @@ def test_bf16_grads_without_pao_in_the_lite_runtime_make_no_fp32_copies():
 
 
 def test_bf16_grads_with_fsdp2_are_refused_as_the_lite_runtime_refuses_them():
-    assert_one_line_error(
-        run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--optimizer", "fsdp2", "--grad-dtype", "bf16"),
-        "main_grads_dtype=bf16 is dist_opt's gradient buffer",
-    )
+    from mlite.errors import MliteError
+    from mlite.runtime.config import OptimizerConfig, check_backend
+
+    res = run_cli("memory", "Llama-3.1-8B", "--ngpu", "8", "--optimizer", "fsdp2", "--grad-dtype", "bf16")
+    assert_one_line_error(res, "main_grads_dtype: bf16 is dist_opt's gradient buffer")
+    with pytest.raises(MliteError) as runtime:  # the lite runtime's own check says the same line
+        check_backend("fsdp2", OptimizerConfig(main_grads_dtype="bf16"))
+    assert str(runtime.value) in res.err
 
 
 @pytest.mark.parametrize(

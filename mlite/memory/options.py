@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import MliteError
 from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
+from ..runtime.config import fsdp2_grad_dtype_message
 
 GPU_MEMORY_GIB = {
     "H100": 80.0,
@@ -152,10 +153,7 @@ class TrainingOptions:
             if bf16:
                 raise MliteError(f"{bf16[0]}=bf16 needs the precision-aware optimizer (--pao), as in Megatron-Core")
         if self.optimizer == "fsdp2" and self.main_grads_dtype != "fp32":
-            raise MliteError(
-                f"main_grads_dtype={self.main_grads_dtype} is dist_opt's gradient buffer; fsdp2 keeps its gradients in "
-                "the parameter dtype: use --optimizer dist_opt or drop --grad-dtype"
-            )
+            raise MliteError(fsdp2_grad_dtype_message(self.main_grads_dtype))
         if self.use_precision_aware_optimizer and self.optimizer == "dist_opt" and not self.use_distributed_optimizer:
             raise MliteError(
                 "the precision-aware optimizer needs the distributed optimizer (drop --no-distributed-optimizer)"

@@ -45,6 +45,14 @@ OPTIMIZERS = ("fsdp2", "dist_opt")
 """Optimizer backends of mlite."""
 
 
+def fsdp2_grad_dtype_message(dtype: str) -> str:
+    """Why ``main_grads_dtype`` other than fp32 is refused with fsdp2 (the estimator and the runtime say it alike)."""
+    return (
+        f"main_grads_dtype: {dtype} is dist_opt's gradient buffer; fsdp2 keeps its gradients in the parameter dtype; "
+        "use --optimizer dist_opt or drop --grad-dtype"
+    )
+
+
 def dtype_name(value: Any, field_name: str) -> str:
     """Normalise a dtype given as string or ``torch.dtype`` to ``"fp32"`` or ``"bf16"``."""
     key = str(value).strip().lower()
@@ -175,10 +183,7 @@ def check_backend(backend: str, o: OptimizerConfig) -> None:
             )
         return
     if o.main_grads_dtype != "fp32":
-        raise MliteError(
-            f"main_grads_dtype: {o.main_grads_dtype} is dist_opt's gradient buffer; fsdp2 keeps its gradients in the "
-            "parameter dtype; use --optimizer dist_opt or drop --grad-dtype"
-        )
+        raise MliteError(fsdp2_grad_dtype_message(o.main_grads_dtype))
     if not o.use_distributed_optimizer:
         raise MliteError(
             "use_distributed_optimizer: --no-distributed-optimizer is a dist_opt setting (plain DDP); "
