@@ -127,3 +127,18 @@ MEMORY_CONFIGS = [
         False,
     ),
 ]
+
+
+def cpu_sized(cfg: dict, **overrides) -> dict:
+    """``cfg``'s layout at CPU size (2 layers, hidden 128, 4 heads of 32 over 2 KV heads, vocabulary 512), for a
+    bench script's CPU smoke mode; ``overrides`` set the family's own sizes (FFN, experts)."""
+    return dict(
+        cfg,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        vocab_size=512,
+        **overrides,
+    )

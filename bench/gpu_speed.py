@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_configs import DENSE_1B, DENSE_SMALL, MOE_SMALL
+from gpu_configs import DENSE_1B, DENSE_SMALL, MOE_SMALL, cpu_sized
 from result_csv import COLUMNS  # the CSV contract of the GPU rows (issue 13), one definition for every bench
 
 PEAK_BF16 = 989e12
@@ -53,28 +53,8 @@ PEAK_BF16 = 989e12
 REPORT_CMD = "python3 bench/gpu_speed.py --report bench/results/gpu_speed_raw.json --csv bench/results/gpu_speed.csv"
 """The step that turns the raw JSON into the CSV (tests/test_bench_results.py re-runs it)."""
 
-TINY_DENSE = dict(
-    DENSE_SMALL,
-    hidden_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    intermediate_size=256,
-    vocab_size=512,
-)
-TINY_MOE = dict(
-    MOE_SMALL,
-    hidden_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    moe_intermediate_size=64,
-    num_experts=8,
-    num_experts_per_tok=2,
-    vocab_size=512,
-)
+TINY_DENSE = cpu_sized(DENSE_SMALL, intermediate_size=256)
+TINY_MOE = cpu_sized(MOE_SMALL, moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2)
 
 
 class Env:

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_configs import DENSE_1B  # noqa: E402  (bench/ is not a package)
+from gpu_configs import DENSE_1B, cpu_sized  # noqa: E402  (bench/ is not a package)
 from result_csv import write_measurements  # noqa: E402
 
 from mlite.rundir import COMPLETED, CONSOLE_FILE, LOG_FILE, METRICS_FILE, STATUS_FILE  # noqa: E402  (after sys.path)
@@ -51,16 +51,7 @@ REPORT_CMD = (
     "python3 bench/gpu_verl_sft.py --report bench/results/gpu_verl_sft_raw.json --csv bench/results/gpu_verl_sft.csv"
 )
 """The step that turns the raw JSON into the CSV (tests/test_bench_results.py re-runs it)."""
-TINY = dict(
-    DENSE_1B,
-    hidden_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    intermediate_size=256,
-    vocab_size=512,
-)
+TINY = cpu_sized(DENSE_1B, intermediate_size=256)
 """The ``--tiny`` model: DENSE_1B's layout (Qwen3, tied embeddings), CPU-sized."""
 MODEL_FILES = {"tiny": "model_tiny_from_gpu_configs.json", "dense1b": "model_dense1b_from_gpu_configs.json"}
 """The model config file of each ``params.name``, written beside the run directory."""
