@@ -11,13 +11,11 @@ ORDER = 20
 
 def add_mesh_flags(p, *, with_seq_len: bool = True) -> None:
     """The mesh flags shared by ``mesh``, ``memory`` and ``export``."""
+    from ..mesh.axes import AXES
+
     g = p.add_argument_group("mesh")
-    g.add_argument("--tp", type=int, default=1, help="tensor parallel size")
-    g.add_argument("--pp", type=int, default=1, help="pipeline parallel size")
-    g.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages per rank")
-    g.add_argument("--cp", type=int, default=1, help="context parallel size")
-    g.add_argument("--ep", type=int, default=1, help="expert parallel size")
-    g.add_argument("--etp", type=int, default=None, help="expert tensor parallel size (default 1)")
+    for axis in AXES:
+        g.add_argument(axis.flag, type=int, default=axis.default, help=axis.help)
     g.add_argument("--pp-layout", default=None, help="uneven stages, e.g. 'E|t*5|t*6|t,m,L'")
     from ..options import TRAINING, add_flags  # --seq-len and --gpus-per-node: the options table's mesh rows
 
@@ -27,10 +25,9 @@ def add_mesh_flags(p, *, with_seq_len: bool = True) -> None:
 
 def parallel_from_args(args):
     from ..mesh import ParallelConfig
+    from ..mesh.axes import AXIS_NAMES
 
-    return ParallelConfig(
-        tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep, etp=args.etp, pp_layout=args.pp_layout
-    )
+    return ParallelConfig(**{a: getattr(args, a) for a in AXIS_NAMES}, pp_layout=args.pp_layout)
 
 
 def add_parser(sub):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..errors import MliteError
 from ..mesh import ParallelConfig
+from ..mesh.axes import MEGATRON_KEYS
 from ..options import verl as table
 from .launcher import Knob
 from .mlite_keys import ENGINE_FIELDS
@@ -13,15 +14,8 @@ from .overrides import Override, var
 
 ACTOR = "actor_rollout_ref.actor"
 
-PARALLEL_KEYS = {
-    "tp": "tensor_model_parallel_size",
-    "pp": "pipeline_model_parallel_size",
-    "vpp": "virtual_pipeline_model_parallel_size",
-    "cp": "context_parallel_size",
-    "ep": "expert_model_parallel_size",
-    "etp": "expert_tensor_parallel_size",
-}
-"""mlite mesh name -> verl ``actor_rollout_ref.actor.megatron.*`` key."""
+PARALLEL_KEYS = MEGATRON_KEYS
+"""mlite mesh name -> verl ``actor_rollout_ref.actor.megatron.*`` key (:data:`mlite.mesh.axes.AXES`)."""
 
 
 def option_overrides(plan, mp, spec=None):

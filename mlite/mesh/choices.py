@@ -3,11 +3,12 @@ line, and the rows of a table of ranked meshes. Widgets render these; they compu
 
 from __future__ import annotations
 
+from .axes import AXIS_NAMES
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .rules import divisors
 
-FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp")
-"""The model-parallel sizes a planner sets (mlite's ``ParallelConfig`` names)."""
+FIELDS = AXIS_NAMES
+"""The model-parallel sizes a planner sets (mlite's ``ParallelConfig`` names, :data:`mlite.mesh.axes.AXES`)."""
 MAX_VPP = 8
 """Largest VPP offered."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import MliteError
+from .axes import AXES
 
 DEFAULT_SEQ_LEN = 4096
 """Sequence length when none is given (the planner, ``TrainingOptions``, ``--seq-len``)."""
@@ -36,12 +37,13 @@ class ParallelConfig:
     """Uneven pipeline stages, e.g. ``"E|t*5|t*6|t,m,L"`` (E embedding, t layer, m MTP, L loss/head)."""
 
     def __post_init__(self):
-        for name in ("tp", "pp", "vpp", "cp", "ep"):
-            v = getattr(self, name)
+        for axis in AXES:
+            v = getattr(self, axis.name)
+            if v is None and axis.default is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise MliteError(f"{name} must be a positive integer, got {v!r}")
-        if self.etp is not None and (isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1):
-            raise MliteError(f"etp must be a positive integer or None, got {self.etp!r}")
+                tail = " or None" if axis.default is None else ""
+                raise MliteError(f"{axis.name} must be a positive integer{tail}, got {v!r}")
         if self.pp_layout is not None and not str(self.pp_layout).strip():
             self.pp_layout = None
 
