@@ -108,6 +108,9 @@ def packed_batch(micro_batch):
 class LiteEngineCtx(BaseEngineCtx):
     """verl's train/eval mode switch; frees the gradients on leaving train mode (``zero_grad_on_exit``)."""
 
+    engine: LiteEngine
+    """The engine this context switches (verl's base class types it as ``BaseEngine``)."""
+
     def __exit__(self, exc_type, exc_val, exc_tb):
         if self.mode == "train" and self.zero_grad_on_exit and self.engine.handle is not None:
             self.engine.optimizer_zero_grad()

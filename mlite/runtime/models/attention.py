@@ -21,6 +21,7 @@ import functools
 import importlib.util
 import inspect
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -65,7 +66,7 @@ def _varlen(q, k, v, cu, max_len, scale):
     from torch.nn.attention.varlen import varlen_attn
 
     params = _varlen_params()
-    kw = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    kw: dict[str, Any] = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
     if "scale" in params:
         kw["scale"] = scale
     if q.shape[1] != k.shape[1]:

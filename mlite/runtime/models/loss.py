@@ -47,7 +47,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 p = torch.exp(logits.sub_(lse[:, None]), out=logits)
                 p[torch.arange(p.shape[0], device=p.device), tc] -= 1.0
                 p = p.to(hidden.dtype)
-                if want_h:
+                if gh is not None:
                     gh[s : s + chunk] = p @ weight
                 if want_w:
                     gw = p.t() @ hc if single else _mm_fp32(p.t(), hc, gw)

@@ -73,7 +73,7 @@ class _VocabParallelLinearCE(torch.autograd.Function):
                 p = ex / se[:, None]
                 p[rows[own], lt[own]] -= 1.0
                 p = p.to(hidden.dtype)
-                if want_h:
+                if gh is not None:
                     gh[s : s + chunk] = p @ weight
                 if want_w:
                     gw += (p.t() @ hc).float()
