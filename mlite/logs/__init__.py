@@ -18,14 +18,14 @@ CRLF and carriage-return progress bars, and keep every valid record around a bad
 imported here; matplotlib and pandas load inside the functions that need them.
 """
 
-from .compare import compare_runs
-from .detect import LogSource, resolve_inputs, sniff_format
-from .export import export_csv
-from .frame import RunLog, check_logs, read_log, read_logs, tidy_frame
-from .plot import ema, plot_runs, save_plot
-from .reader import iter_records
+from .analysis.compare import compare_runs
+from .analysis.roles import ROLES, resolve_role
+from .input.detect import LogSource, resolve_inputs, sniff_format
+from .plots.plot import ema, plot_runs, save_plot
 from .records import ERROR_KINDS, EVENT_KINDS, FORMATS, WARNING_KINDS, Event, StepRecord
-from .roles import ROLES, resolve_role
+from .scan.export import export_csv
+from .scan.frame import RunLog, check_logs, read_log, read_logs, tidy_frame
+from .scan.reader import iter_records
 
 __all__ = [
     "ERROR_KINDS",

@@ -9,12 +9,12 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import MliteError
-from ..paths import REPO_ROOT, logs_dir
-from .compare import compare_runs
-from .frame import RunLog, read_logs
+from ...errors import MliteError
+from ...paths import REPO_ROOT, logs_dir
+from ..analysis.compare import compare_runs
+from ..analysis.roles import ROLE_LABELS, ROLES
+from ..scan.frame import RunLog, read_logs
 from .plot import default_panels, figure_png, plot_runs
-from .roles import ROLE_LABELS, ROLES
 
 DEFAULT_INPUT = "data/logs/"
 """What the explorer loads first (the kit's sample logs)."""

@@ -19,15 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import fastverl, megatron, npscan, pipe, tensorboard, verl_console, verl_jsonl
-from .blockio import blocks
-from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
-from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
-from .prefilter import keyword_offsets
-from .records import INTERRUPTION_KINDS, Event, StepRecord
-from .series import SeriesWatch
+from ..analysis.events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
+from ..analysis.series import SeriesWatch
+from ..formats import fastverl, megatron, npscan, pipe, tensorboard, verl_console, verl_jsonl
+from ..input.blockio import blocks
+from ..input.detect import LogSource, final_format, head_text, no_metrics_event, open_binary
+from ..input.prefilter import keyword_offsets
+from ..input.text import clean, split_prefix, strip_ansi
+from ..records import INTERRUPTION_KINDS, Event, StepRecord
 from .store import RecordStore, ScanResult
-from .text import clean, split_prefix, strip_ansi
 
 _VERL, _ITER, _VAL, _PIPE, _TB, _RAY, _EVT = range(7)
 _METRIC_KW = {_VERL: (b"step:",), _ITER: (b"iteration",), _VAL: (b"validation loss at",), _PIPE: (b"Step:",)}

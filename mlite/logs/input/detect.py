@@ -17,12 +17,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import rundir as schema
-from ..errors import MliteError
+from ... import rundir as schema
+from ...errors import MliteError
+from ..formats.tensorboard import event_files, files_of, is_event_file
+from ..formats.verl_jsonl import looks_like_jsonl
+from ..records import ERROR_KINDS, Event
 from .blockio import blocks, read_some
-from .records import ERROR_KINDS, Event
-from .tensorboard import event_files, files_of, is_event_file
-from .verl_jsonl import looks_like_jsonl
 
 MLITE_HEADER = schema.LOG_HEADER
 """First line of the kit's own ``train.log``."""
@@ -97,7 +97,7 @@ def sniff_format(path: Path) -> str:
         return "mlite"
     if first.lstrip().startswith("{") and looks_like_jsonl(first):
         return "verl_jsonl"
-    from .megatron import parse_iteration
+    from ..formats.megatron import parse_iteration
 
     verl_at = _first_verl(text)
     for i, ln in enumerate(text.splitlines()):
@@ -105,7 +105,7 @@ def sniff_format(path: Path) -> str:
             return "megatron" if verl_at is None or verl_at > i else "verl"
     if verl_at is None and ("megatron" in text.lower() or "pretrain_gpt" in text):
         return "megatron"
-    from .pipe import has_record
+    from ..formats.pipe import has_record
 
     if verl_at is None and has_record(text):
         return "pipe"
@@ -113,7 +113,7 @@ def sniff_format(path: Path) -> str:
 
 
 def _first_verl(text: str) -> int | None:
-    from .verl_console import has_marker
+    from ..formats.verl_console import has_marker
 
     for i, ln in enumerate(text.splitlines()):
         if "step:" in ln and has_marker(ln):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
+from ..input.text import clean
 from .megatron import field_name, parse_fields
-from .text import clean
 
 MARKER = "Step:"
 """Every record contains this; the reader searches for it (in files sniffed as this format only)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from .text import clean
+from ..input.text import clean
 
 MARKERS = ("iteration", "validation loss at")
 """Words the reader searches for before any regex runs."""

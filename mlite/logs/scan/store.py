@@ -5,8 +5,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-from .detect import LogSource
-from .records import Event
+from ..input.detect import LogSource
+from ..records import Event
 
 
 class RecordStore:

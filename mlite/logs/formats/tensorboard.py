@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import MliteError
+from ...errors import MliteError
 
 MARKER = ".tfevents."
 """In the name of every TensorBoard event file."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from .text import clean, parse_value, parse_value_prefix, strip_ansi
+from ..input.text import clean, parse_value, parse_value_prefix, strip_ansi
 
 MARKER = "step:"
 """Every metric line contains this; the readers search for it before any regex runs."""

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import MliteError
-from .detect import LogSource, resolve_inputs
-from .progress import progress_for
+from ...errors import MliteError
+from ..analysis.roles import ROLES, resolve_role
+from ..input.detect import LogSource, resolve_inputs
+from ..input.progress import progress_for
+from ..records import Event
 from .reader import ScanResult, scan
-from .records import Event
-from .roles import ROLES, resolve_role
 
 if TYPE_CHECKING:
     import numpy as np
