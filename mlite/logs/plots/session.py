@@ -13,6 +13,7 @@ from ...errors import MliteError
 from ...paths import REPO_ROOT, logs_dir
 from ..analysis.compare import compare_runs
 from ..analysis.roles import ROLE_LABELS, ROLES
+from ..formats import mlite_run
 from ..scan.frame import RunLog, read_logs
 from .plot import default_panels, figure_png, plot_runs
 
@@ -63,7 +64,7 @@ class CurveSession:
 
     def default_selection(self) -> list[str]:
         """Runs shown first: the kit's own runs when there are some, else every run."""
-        own = [r.name for r in self.runs if r.format == "mlite" and r.num_steps]
+        own = [r.name for r in self.runs if r.format == mlite_run.NAME and r.num_steps]
         return own or [r.name for r in self.runs if r.num_steps] or self.names
 
     def select(self, names) -> list[RunLog]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-from ..input.detect import LogSource
+from ..input.source import LogSource
 from ..records import Event
 
 
