@@ -96,14 +96,20 @@ def parse_fields(rest: str) -> tuple[list[str], list[float], bool]:
     return keys, vals, bad
 
 
-def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | None:
-    """An iteration line -> ``(iteration, metric names, values, malformed)``; None when ``text`` is not one."""
+def parse_headed(head_re: re.Pattern, text: str) -> tuple[int, list[str], list[float], bool] | None:
+    """``head_re`` (its group 1 the step) then ``| Name: value |`` fields -> ``(step, metric names, values,
+    malformed)``; None when ``text`` holds no head."""
     text = clean(text)
-    m = _ITER_RE.search(text)
+    m = head_re.search(text)
     if not m:
         return None
     labels, vals, bad = parse_fields(text[m.end() :])
     return int(m.group(1)), [field_name(k) for k in labels], vals, bad
+
+
+def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | None:
+    """An iteration line -> ``(iteration, metric names, values, malformed)``; None when ``text`` is not one."""
+    return parse_headed(_ITER_RE, text)
 
 
 def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], list[float], bool] | None:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import re
 
-from ..input.text import clean
 from . import verl_console
-from .megatron import field_name, parse_fields
+from .megatron import parse_headed
 from .registry import ConsoleReader, Head, LogFormat
 
 NAME = "pipe"
@@ -28,12 +27,7 @@ _HEAD_RE = re.compile(r"(?<![\w/.])Step:\s*(\d+)\s*\|")
 
 def parse_line(text: str) -> tuple[int, list[str], list[float], bool] | None:
     """A record -> ``(step, metric names, values, malformed)``; None when ``text`` holds none."""
-    text = clean(text)
-    m = _HEAD_RE.search(text)
-    if not m:
-        return None
-    labels, vals, bad = parse_fields(text[m.end() :])
-    return int(m.group(1)), [field_name(k) for k in labels], vals, bad
+    return parse_headed(_HEAD_RE, text)
 
 
 def has_record(text: str) -> bool:

@@ -264,14 +264,7 @@ class _Scanner:
                 if end < 0:
                     return self._end_of_block(block, cur_pos, cur_line, base)
                 skip_until = max(skip_until, end)
-            if _ITER in codes:
-                rec = megatron.parse_iteration(raw)
-                if rec:
-                    self.emit(*rec, line_no, _M)
-            if _VAL in codes:
-                rec = megatron.parse_validation(raw, self.last_step)
-                if rec:
-                    self.emit(*rec, line_no, _M)
+                self.emit_megatron(raw, line_no, codes)
             if _PIPE in codes:
                 rec = pipe.parse_line(raw)
                 if rec:
