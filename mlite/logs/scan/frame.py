@@ -31,7 +31,7 @@ class RunLog:
         self.name: str = src.name
         """Run name (the ``run`` column)."""
         self.format: str = result.format
-        """``verl``, ``verl_jsonl``, ``megatron``, ``mlite`` or ``unknown``."""
+        """The format read: a registered format's name (``verl``, ``megatron``...) or ``unknown``."""
         self.events: list[Event] = result.events
         """Events in line order."""
         self.skipped_lines: int = result.skipped_lines

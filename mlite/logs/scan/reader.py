@@ -1,11 +1,16 @@
 """The streaming reader: one pass over a log in large binary blocks, memory independent of the file size.
 
+Which reader runs comes from the source's registry entry (:mod:`..formats.registry`), once per source: a
+:class:`~..formats.registry.FileReader` (TensorBoard) with its own loader, a
+:class:`~..formats.registry.LineReader` (JSONL, one record a line), or the console scan below for verl, Megatron-LM
+and ``Step: N |`` lines.
+
 Hot path: a block of complete lines is searched for a few byte strings (``step:`` and a digit for verl — with
-numpy on large blocks, :mod:`npscan` —, ``iteration`` / ``validation loss at`` for Megatron,
-:data:`events.LINE_KEYWORDS` for failures; in a large plain file the failure keywords and the Megatron heads are
-found beforehand by one ``grep -F`` pass, see :mod:`prefilter`); only the lines that contain one are looked at.
+numpy on large blocks, :mod:`..formats.npscan` —, ``iteration`` / ``validation loss at`` for Megatron,
+:data:`..analysis.events.LINE_KEYWORDS` for failures; in a large plain file the failure keywords and the Megatron heads are
+found beforehand by one ``grep -F`` pass, see :mod:`..input.prefilter`); only the lines that contain one are looked at.
 Everything else — model generations, config dumps, tqdm bars, worker chatter — is skipped at C speed. A plain verl
-metric line is queued and decoded with the block's others in one call (:mod:`fastverl`); any other line is decoded
+metric line is queued and decoded with the block's others in one call (:mod:`..formats.fastverl`); any other line is decoded
 (UTF-8, invalid bytes replaced) and parsed here. Line numbers come from counting newlines between hits. JSONL is
 read line by line.
 
