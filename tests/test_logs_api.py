@@ -14,10 +14,10 @@ from conftest import REPO
 
 from mlite.errors import MliteError
 from mlite.logs import compare_runs, ema, read_log, read_logs, resolve_inputs
-from mlite.logs.frame import check_logs
-from mlite.logs.plot import plot_runs
-from mlite.logs.progress import progress_for, wants_bar
-from mlite.logs.session import CurveSession
+from mlite.logs.input.progress import progress_for, wants_bar
+from mlite.logs.plots.plot import plot_runs
+from mlite.logs.plots.session import CurveSession
+from mlite.logs.scan.frame import check_logs
 from mlite.synth import GenSpec, generate, write_bench_log
 
 SAMPLES = REPO / "data" / "logs"
@@ -126,7 +126,7 @@ def test_progress_bar_only_for_large_inputs():
 
 
 def test_streaming_memory_does_not_grow_with_file_size(tmp_path, monkeypatch):
-    from mlite.logs import blockio
+    from mlite.logs.input import blockio
 
     monkeypatch.setattr(blockio, "BLOCK_BYTES", 1 << 18)  # 256 KiB blocks keep the test quick
     small, big = tmp_path / "small.log", tmp_path / "big.log"
@@ -189,7 +189,7 @@ def test_import_loads_no_ui_library_and_no_pandas():
     import sys
 
     code = (
-        "import sys, mlite.logs, mlite.logs.session, mlite.synth, mlite.cli.logs; "
+        "import sys, mlite.logs, mlite.logs.plots.session, mlite.synth, mlite.cli.logs; "
         "print([m for m in ('ipywidgets', 'IPython', 'matplotlib', 'pandas', 'tqdm') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
@@ -197,7 +197,7 @@ def test_import_loads_no_ui_library_and_no_pandas():
 
 
 def test_line_parsers_edge_cases():
-    from mlite.logs import megatron, verl_console
+    from mlite.logs.formats import megatron, verl_console
 
     line = (
         "\x1b[36m(TaskRunner pid=7, ip=10.0.0.2)\x1b[0m step:3 - a/b:np.float64(0.5) - n:np.int64(4) - "
@@ -238,7 +238,7 @@ def test_line_parsers_edge_cases():
 
 
 def test_text_event_classification():
-    from mlite.logs.events import classify_line
+    from mlite.logs.analysis.events import classify_line
 
     def kinds(line):
         return [(e.kind, e.message) for e in classify_line(line, 7, 3)]

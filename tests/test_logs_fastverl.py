@@ -1,4 +1,4 @@
-"""The batch decoder of plain verl lines (mlite.logs.fastverl) changes speed only: every record, value (bit for bit)
+"""The batch decoder of plain verl lines (mlite.logs.formats.fastverl) changes speed only: every record, value (bit for bit)
 and line number equals what the general parser gives, for values float() reads in any spelling, and for lines that
 must not take the fast path (they go back to the general parser)."""
 
@@ -9,9 +9,10 @@ import random
 import re
 import struct
 
-from mlite.logs import fastverl, iter_records, resolve_inputs
-from mlite.logs import reader as reader_mod
-from mlite.logs.verl_console import parse_body
+from mlite.logs import iter_records, resolve_inputs
+from mlite.logs.formats import fastverl
+from mlite.logs.formats.verl_console import parse_body
+from mlite.logs.scan import reader as reader_mod
 
 
 def test_the_batch_decoder_is_on():
@@ -154,9 +155,10 @@ def test_export_and_check_unchanged(tmp_path, monkeypatch):
 
 
 def test_numpy_head_search_and_line_count_match_bytes_find(tmp_path, monkeypatch):
-    """mlite.logs.npscan (large blocks) finds the same heads and line numbers as the bytes.find loop, line numbers
+    """mlite.logs.formats.npscan (large blocks) finds the same heads and line numbers as the bytes.find loop, line numbers
     stay Python ints (the CLI's JSON), on a log with prose 'step:' and several heads or 'global_step:' per line."""
-    from mlite.logs import npscan, read_log
+    from mlite.logs import read_log
+    from mlite.logs.formats import npscan
 
     rnd = random.Random(3)
     lines = []
@@ -234,7 +236,7 @@ def test_numpy_separators_equal_replace():
 def test_long_batch_numpy_paths_match_general_parser():
     """A batch long enough for the numpy rewrites (plain and numpy-repr values, hard tokens) decodes in one go to
     exactly what the general parser reads on each line; one integer -0 anywhere sends it back."""
-    from mlite.logs.verl_console import unwrap_numpy
+    from mlite.logs.formats.verl_console import unwrap_numpy
 
     rnd = random.Random(13)
     tokens = [t for t in _tokens(rnd, 6000) if fastverl.decode([f"x:{t}".encode()])]
@@ -256,7 +258,7 @@ def test_long_batch_numpy_paths_match_general_parser():
 def test_tricky_lines_through_the_large_block_paths(tmp_path, monkeypatch):
     """With every block 'large' (npscan's head search and the verl-only block loop) and every batch 'long' (the
     numpy rewrites), the tricky lines still give the general parser's records."""
-    from mlite.logs import npscan
+    from mlite.logs.formats import npscan
 
     clean = [f"x/{j}:np.float64({j / 7!r}) - y:{j}" for j in range(40)]
     path = _write_log(tmp_path, clean + TRICKY * 3 + clean, tail="step:999 - a:1 - b:2")
@@ -275,7 +277,7 @@ def test_tricky_lines_through_the_large_block_paths(tmp_path, monkeypatch):
 def test_head_lines_second_head_flag_matches_find_loop():
     """npscan.verl_head_lines' flag for a later non-word 'step:' on a head's line is what fastverl.line_body's find
     loop decides, on random lines of heads, prose 'step:', word-glued 'global_step:' and block edges."""
-    from mlite.logs import npscan
+    from mlite.logs.formats import npscan
 
     rnd = random.Random(17)
     parts = ["step:1 - ", "step:", "global_step:3", " step:x", "a:1 - ", "/step:2", "(x)step:4 - ", "\n", " ", "-"]

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, run_cli
 
 from mlite.logs import EVENT_KINDS, check_logs, read_log, read_logs
-from mlite.logs import megatron as meg
+from mlite.logs.formats import megatron as meg
 
 LOGS = REPO / "tests" / "data" / "logs"
 SAMPLES = REPO / "data" / "logs"
@@ -176,7 +176,7 @@ def test_wrap_joining_rules():
 
 def test_wrapped_record_split_across_read_blocks(tmp_path, monkeypatch):
     """A wrap that falls on the boundary of two read blocks is joined all the same."""
-    from mlite.logs import blockio
+    from mlite.logs.input import blockio
 
     text = (LOGS / "26_megatron_ds_176b_records_wrapped_over_three_lines.log").read_bytes()
     monkeypatch.setattr(blockio, "BLOCK_BYTES", 150)  # a few lines per block: every boundary falls inside a record
@@ -395,7 +395,8 @@ def test_grep_prefilter_finds_the_same_events(monkeypatch, tmp_path):
     """The failure keywords and Megatron heads found by one grep pass give exactly the events and records of the
     block-by-block search, on every real log (forced on however small the file) and on a fuzzed one with invalid
     UTF-8 and CRLF."""
-    from mlite.logs import prefilter, reader
+    from mlite.logs.input import prefilter
+    from mlite.logs.scan import reader
 
     junk = tmp_path / "junk.log"
     junk.write_bytes(

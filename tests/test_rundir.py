@@ -17,7 +17,7 @@ from mlite.launch import RunHandle
 from mlite.launch.rundir import RunDir
 from mlite.launch.supervisor import finalize
 from mlite.logs import read_log, sniff_format
-from mlite.logs.detect import is_run_dir
+from mlite.logs.input.detect import is_run_dir
 
 # values whose repr is long and that a float32 round trip or a decimal cut would change
 STEPS = [

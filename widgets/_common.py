@@ -63,7 +63,7 @@ def figure_png(draw, *, size=(6.0, 3.0), dpi: int = 100) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from mlite.logs.plot import figure_png as png_bytes
+    from mlite.logs.plots.plot import figure_png as png_bytes
 
     fig = Figure(figsize=size, dpi=dpi)
     FigureCanvasAgg(fig)

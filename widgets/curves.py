@@ -1,7 +1,7 @@
 """``CurveExplorer``: load training logs (files, globs, run directories; default ``data/logs/``), pick runs to
 overlay and metrics or roles to plot, smooth with an EMA slider, switch log-y and event marks, read the event
 table, and compare two runs (max abs / rel difference per metric, bitwise verdict). Every figure comes from
-:class:`mlite.logs.session.CurveSession`; this module only lays the controls out and links them.
+:class:`mlite.logs.plots.session.CurveSession`; this module only lays the controls out and links them.
 
 CSS classes for tests: ``mlite-curves`` (the view), ``mlite-curves-paths`` (text box), ``mlite-curves-load``
 (button), ``mlite-curves-summary`` (table of loaded runs), ``mlite-curves-runs`` / ``mlite-curves-metrics``
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ipywidgets as W
 
-from mlite.logs.session import DEFAULT_INPUT, CurveSession
+from mlite.logs.plots.session import DEFAULT_INPUT, CurveSession
 
 from ._common import ErrorBanner, esc, html_table
 

@@ -16,16 +16,23 @@ baseline run, compare two runs.
 Readers stream (memory does not grow with the file), read plain or gzip files, tolerate invalid UTF-8,
 CRLF and carriage-return progress bars, and keep every valid record around a bad line. No UI library is
 imported here; matplotlib and pandas load inside the functions that need them.
+
+Layout: :mod:`.input` (sources, blocks, sniffing), :mod:`.formats` (one module per format and the format
+registry, :mod:`.formats.registry`), :mod:`.analysis` (events, series detectors, roles, comparison),
+:mod:`.scan` (the streaming reader, RunLog frames, the CSV export), :mod:`.plots` (the panel, differences, the
+curve explorer's session). ``FORMATS``: every registered format's name, then ``unknown``.
 """
 
-from .compare import compare_runs
-from .detect import LogSource, resolve_inputs, sniff_format
-from .export import export_csv
-from .frame import RunLog, check_logs, read_log, read_logs, tidy_frame
-from .plot import ema, plot_runs, save_plot
-from .reader import iter_records
-from .records import ERROR_KINDS, EVENT_KINDS, FORMATS, WARNING_KINDS, Event, StepRecord
-from .roles import ROLES, resolve_role
+from .analysis.compare import compare_runs
+from .analysis.roles import ROLES, resolve_role
+from .formats import registry
+from .formats.registry import LogFormat
+from .input.detect import LogSource, resolve_inputs, sniff_format
+from .plots.plot import ema, plot_runs, save_plot
+from .records import ERROR_KINDS, EVENT_KINDS, WARNING_KINDS, Event, StepRecord
+from .scan.export import export_csv
+from .scan.frame import RunLog, check_logs, read_log, read_logs, tidy_frame
+from .scan.reader import iter_records
 
 __all__ = [
     "ERROR_KINDS",
@@ -34,6 +41,7 @@ __all__ = [
     "ROLES",
     "WARNING_KINDS",
     "Event",
+    "LogFormat",
     "LogSource",
     "RunLog",
     "StepRecord",
@@ -45,9 +53,17 @@ __all__ = [
     "plot_runs",
     "read_log",
     "read_logs",
+    "registry",
     "resolve_inputs",
     "resolve_role",
     "save_plot",
     "sniff_format",
     "tidy_frame",
 ]
+
+
+def __getattr__(name: str):
+    if name == "FORMATS":
+        # the registered formats, then 'unknown' (computed: a format registered later is in it)
+        return registry.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

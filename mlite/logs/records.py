@@ -56,11 +56,6 @@ WARNING_KINDS = tuple(k for k in EVENT_KINDS if k not in ERROR_KINDS)
 INTERRUPTION_KINDS = frozenset({"cancelled", "time_limit", "preempted", "node_failure", "requeued"})
 """Scheduler endings that become a ``restart`` when metric records follow them (a requeued job resumed)."""
 
-FORMATS = ("verl", "verl_jsonl", "megatron", "mlite", "tensorboard", "pipe", "unknown")
-"""Log formats: verl console, verl file-logger JSONL, Megatron-LM console, the kit's own run log / run
-directory, TensorBoard event files, ``pipe`` (``Step: N | Loss: X | ...`` lines of custom trainers), and
-``unknown`` (no metric line and no marker of a known trainer)."""
-
 
 @dataclass(kw_only=True, slots=True)
 class StepRecord:

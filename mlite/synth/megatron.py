@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 
-from ..logs.megatron import field_name
+from ..logs.formats.megatron import field_name
 from . import text as T
 from .curves import curves
 from .spec import GenSpec, Truth, ending_events, step_sequence

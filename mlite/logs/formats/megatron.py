@@ -24,7 +24,12 @@ from __future__ import annotations
 
 import re
 
-from .text import clean
+from ..input.text import clean
+from . import verl_console
+from .registry import ConsoleReader, Head, LogFormat
+
+NAME = "megatron"
+"""The format's name."""
 
 MARKERS = ("iteration", "validation loss at")
 """Words the reader searches for before any regex runs."""
@@ -91,14 +96,20 @@ def parse_fields(rest: str) -> tuple[list[str], list[float], bool]:
     return keys, vals, bad
 
 
-def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | None:
-    """An iteration line -> ``(iteration, metric names, values, malformed)``; None when ``text`` is not one."""
+def parse_headed(head_re: re.Pattern, text: str) -> tuple[int, list[str], list[float], bool] | None:
+    """``head_re`` (its group 1 the step) then ``| Name: value |`` fields -> ``(step, metric names, values,
+    malformed)``; None when ``text`` holds no head."""
     text = clean(text)
-    m = _ITER_RE.search(text)
+    m = head_re.search(text)
     if not m:
         return None
     labels, vals, bad = parse_fields(text[m.end() :])
     return int(m.group(1)), [field_name(k) for k in labels], vals, bad
+
+
+def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | None:
+    """An iteration line -> ``(iteration, metric names, values, malformed)``; None when ``text`` is not one."""
+    return parse_headed(_ITER_RE, text)
 
 
 def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], list[float], bool] | None:
@@ -201,3 +212,48 @@ def _plausible_tail(seg: str) -> bool:
     if ":" in seg:
         return True
     return any(label.startswith(seg) for label in _KNOWN_LABELS)
+
+
+def shows_trainer(text: str) -> bool:
+    """True when ``text`` (a file's head) names Megatron (its banner, ``pretrain_gpt``)."""
+    return "megatron" in text.lower() or "pretrain_gpt" in text
+
+
+def shows_records(text: str) -> bool:
+    """True when ``text`` (a file's head) holds an iteration line."""
+    return "iteration" in text and any(parse_iteration(ln) for ln in text.splitlines() if "iteration" in ln)
+
+
+def sniff(head: Head) -> bool:
+    """An iteration line before any verl line, or (no iteration line) Megatron's words and no verl line."""
+    verl_at = verl_console.first_line(head)
+    for i, ln in enumerate(head.lines):
+        if "iteration" in ln and parse_iteration(ln):
+            return verl_at is None or verl_at > i
+    return verl_at is None and shows_trainer(head.text)
+
+
+ROLES = {
+    "loss": ("lm_loss", "lm loss", "lm-loss-training/lm loss"),
+    "val_loss": ("val/lm_loss", "lm loss validation", "lm-loss-validation/lm loss validation"),
+    "grad_norm": ("grad_norm", "grad-norm", "grad-norm/grad-norm"),
+    "lr": ("learning_rate", "learning-rate", "learning-rate/learning-rate"),
+    "throughput": ("throughput_per_gpu", "throughput"),
+}
+"""Console names (lower_snake) first, then the TensorBoard tags Megatron writes (``lm loss``, ``grad-norm``...)."""
+
+CONSOLE = ConsoleReader(grammar=NAME, shows=shows_records)
+"""The console scan, Megatron's heads (``iteration``, ``validation loss at``)."""
+
+FORMAT = LogFormat(
+    name=NAME,
+    label="Megatron-LM",
+    reader=CONSOLE,
+    sniff=sniff,
+    rank=20,
+    roles=ROLES,
+    markers=shows_trainer,
+    refine=True,
+    no_metrics="no Megatron 'iteration N/M |' line: the job ended before its first log interval",
+)
+"""Megatron-LM's console log."""

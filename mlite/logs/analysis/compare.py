@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import MliteError
+from ...errors import MliteError
 from .roles import ROLES
 
 MACHINE_RE = re.compile(

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 
-from ..rundir import FAILED, LIFECYCLE_PREFIX, STATUS_PREFIX, STOPPED
-from .records import Event
-from .text import clean, split_prefix
+from ...rundir import FAILED, LIFECYCLE_PREFIX, STATUS_PREFIX, STOPPED
+from ..input.text import clean, split_prefix
+from ..records import Event
 
 LINE_KEYWORDS = (
     b"Traceback (most recent call last)",

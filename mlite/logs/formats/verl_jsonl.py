@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import json
 
+from . import verl_console
+from .registry import Head, LineReader, LogFormat
+
+NAME = "verl_jsonl"
+"""The format's name."""
+
 _NAN = float("nan")
 
 
@@ -49,3 +55,23 @@ def parse_line(text: str) -> tuple[int, list[str], list[float]] | None:
 def looks_like_jsonl(first_line: str) -> bool:
     """True when the first non-blank line of a file is a JSON object with a ``step``."""
     return parse_line(first_line) is not None
+
+
+def sniff(head: Head) -> bool:
+    """The first non-blank line is a JSON object with a step."""
+    return head.first.lstrip().startswith("{") and looks_like_jsonl(head.first)
+
+
+LINES = LineReader(parse=parse_line, strict=True)
+"""One JSON object a line; a non-blank line that is not one is skipped."""
+
+FORMAT = LogFormat(
+    name=NAME,
+    label="verl JSONL",
+    reader=LINES,
+    sniff=sniff,
+    rank=10,
+    roles=verl_console.ROLES,
+    no_metrics='no JSON object with a "step" in the file',
+)
+"""verl's file logger (and any JSONL of ``{"step": N, ...}`` objects)."""

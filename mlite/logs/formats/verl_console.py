@@ -13,8 +13,15 @@ the wrapped rest of a metric line.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from .text import clean, parse_value, parse_value_prefix, strip_ansi
+from ..input.blockio import blocks
+from ..input.source import LogSource, open_binary
+from ..input.text import clean, parse_value, parse_value_prefix, strip_ansi
+from .registry import ConsoleReader, Head, LogFormat
+
+NAME = "verl"
+"""The format's name."""
 
 MARKER = "step:"
 """Every metric line contains this; the readers search for it before any regex runs."""
@@ -220,3 +227,94 @@ def join_continuation(line: str, nxt: str) -> str | None:
     if not own or own[0].start() != 0:
         return None
     return joined if _segments_ok(joined[m.start() + own[0].end() :]) else None
+
+
+def first_line(head: Head) -> int | None:
+    """Index of the first verl metric line in ``head`` (None without one); kept in ``head.memo``."""
+    if "first_line" not in head.memo:
+        head.memo["first_line"] = next(
+            (i for i, ln in enumerate(head.lines) if "step:" in ln and has_marker(ln)),
+            None,
+        )
+    found = head.memo["first_line"]
+    return found if isinstance(found, int) else None
+
+
+def shows_records(text: str) -> bool:
+    """True when ``text`` (a file's head) holds a metric line."""
+    return "step:" in text and has_marker(text.replace("\r", "\n"))
+
+
+_TRAINER_MARKERS = ("(TaskRunner", "(main_task", "(WorkerDict", "verl.", "verl/", "Training Progress")
+
+
+def shows_trainer(text: str) -> bool:
+    """True when ``text`` (the head of a log without metric lines) shows verl's workers or progress bar."""
+    return any(m in text for m in _TRAINER_MARKERS)
+
+
+_PROGRESS_RE = re.compile(rb"Training Progress:[^\n\r|]*\|[^\n\r|]*\|\s*(\d+)/(\d+)")
+
+
+def last_progress(path: Path | None) -> str | None:
+    """``N/M`` of the last ``Training Progress`` tqdm bar (only used for logs without metric lines)."""
+    if path is None:
+        return None
+    last = None
+    f, raw = open_binary(path)
+    try:
+        for block in blocks(f, raw, None, None):
+            i = block.rfind(b"Training Progress")
+            while i != -1:
+                m = _PROGRESS_RE.match(block, i)
+                if m:
+                    last = m
+                    break
+                i = block.rfind(b"Training Progress", 0, i)
+    finally:
+        f.close()
+        raw.close()
+    if last is None:
+        return None
+    return f"{int(last.group(1))}/{int(last.group(2))}"
+
+
+def no_metrics(source: LogSource) -> str:
+    """Why a verl log has no metric line: the run ended first, or the console logger was off (the progress bar
+    moved)."""
+    progress = last_progress(source.events_path or source.metrics_path)
+    if progress:
+        return (
+            f"no 'step:N - key:value' metric line although training progressed to {progress}: "
+            f"trainer.logger probably lacks 'console' (a wandb-only run?)"
+        )
+    return "no 'step:N - key:value' metric line: the run ended before its first step"
+
+
+ROLES = {
+    "loss": ("train/loss", "actor/pg_loss", "critic/vf_loss"),
+    "val_loss": ("val/loss",),
+    "grad_norm": ("train/grad_norm", "actor/grad_norm", "critic/grad_norm"),
+    "kl": ("actor/ppo_kl", "actor/kl_loss", "critic/kl"),
+    "entropy": ("actor/entropy", "actor/entropy_loss"),
+    "reward": ("critic/score/mean", "critic/rewards/mean"),
+    "lr": ("train/lr", "actor/lr", "train/lr(1e-3)", "critic/lr"),
+    "throughput": ("perf/throughput", "train/global_tokens", "perf/total_num_tokens"),
+}
+"""verl's metric names per role: SFT (``train/``), PPO / GRPO (``actor/``, ``critic/``), ``perf/``."""
+
+CONSOLE = ConsoleReader(grammar=NAME, shows=shows_records)
+"""The console scan, verl's heads (``step:N - ``)."""
+
+FORMAT = LogFormat(
+    name=NAME,
+    label="verl console",
+    reader=CONSOLE,
+    sniff=lambda head: True,
+    rank=100,
+    roles=ROLES,
+    markers=shows_trainer,
+    refine=True,
+    no_metrics=no_metrics,
+)
+"""verl's console log: the default of the sniff (a log no other format claims), refined by its first record."""

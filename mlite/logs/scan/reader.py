@@ -1,11 +1,16 @@
 """The streaming reader: one pass over a log in large binary blocks, memory independent of the file size.
 
+Which reader runs comes from the source's registry entry (:mod:`..formats.registry`), once per source: a
+:class:`~..formats.registry.FileReader` (TensorBoard) with its own loader, a
+:class:`~..formats.registry.LineReader` (JSONL, one record a line), or the console scan below for verl, Megatron-LM
+and ``Step: N |`` lines.
+
 Hot path: a block of complete lines is searched for a few byte strings (``step:`` and a digit for verl — with
-numpy on large blocks, :mod:`npscan` —, ``iteration`` / ``validation loss at`` for Megatron,
-:data:`events.LINE_KEYWORDS` for failures; in a large plain file the failure keywords and the Megatron heads are
-found beforehand by one ``grep -F`` pass, see :mod:`prefilter`); only the lines that contain one are looked at.
+numpy on large blocks, :mod:`..formats.npscan` —, ``iteration`` / ``validation loss at`` for Megatron,
+:data:`..analysis.events.LINE_KEYWORDS` for failures; in a large plain file the failure keywords and the Megatron heads are
+found beforehand by one ``grep -F`` pass, see :mod:`..input.prefilter`); only the lines that contain one are looked at.
 Everything else — model generations, config dumps, tqdm bars, worker chatter — is skipped at C speed. A plain verl
-metric line is queued and decoded with the block's others in one call (:mod:`fastverl`); any other line is decoded
+metric line is queued and decoded with the block's others in one call (:mod:`..formats.fastverl`); any other line is decoded
 (UTF-8, invalid bytes replaced) and parsed here. Line numbers come from counting newlines between hits. JSONL is
 read line by line.
 
@@ -19,18 +24,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import fastverl, megatron, npscan, pipe, tensorboard, verl_console, verl_jsonl
-from .blockio import blocks
-from .detect import LogSource, final_format, head_text, no_metrics_event, open_binary
-from .events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
-from .prefilter import keyword_offsets
-from .records import INTERRUPTION_KINDS, Event, StepRecord
-from .series import SeriesWatch
+from ...errors import MliteError
+from ..analysis.events import LINE_KEYWORDS, TracebackWalker, classify_line, fold
+from ..analysis.series import SeriesWatch
+from ..formats import fastverl, megatron, npscan, pipe, registry, verl_console
+from ..input.blockio import blocks
+from ..input.detect import LogSource, final_format, no_metrics_event
+from ..input.prefilter import keyword_offsets
+from ..input.source import head_text, open_binary
+from ..input.text import clean, split_prefix, strip_ansi
+from ..records import INTERRUPTION_KINDS, Event, StepRecord
 from .store import RecordStore, ScanResult
-from .text import clean, split_prefix, strip_ansi
 
 _VERL, _ITER, _VAL, _PIPE, _TB, _RAY, _EVT = range(7)
 _METRIC_KW = {_VERL: (b"step:",), _ITER: (b"iteration",), _VAL: (b"validation loss at",), _PIPE: (b"Step:",)}
+_GRAMMARS = ((verl_console.CONSOLE, (_VERL,)), (megatron.CONSOLE, (_ITER, _VAL)), (pipe.CONSOLE, (_PIPE,)))
+"""The console scan's line grammars (:class:`registry.ConsoleReader`) and the codes of their metric heads."""
+_V, _M, _P = verl_console.NAME, megatron.NAME, pipe.NAME
 
 
 def _decode_one(text) -> dict[str, float] | None:
@@ -50,11 +60,11 @@ class _Scanner:
         sink,
         progress,
         metrics=True,
-        pipe: bool = False,
+        grammar: str = _V,
     ):
         self.res = res
-        self.pipe = pipe
-        """Search ``Step: N |`` records too (the file was sniffed as :mod:`pipe`)."""
+        self.grammar = grammar
+        """The sniffed console grammar: its heads are searched even when it is not searched ``always``."""
         self.store = res.store
         self.sink = sink
         self.want_events = events
@@ -91,7 +101,7 @@ class _Scanner:
     def emit_dict(self, step: int, values: dict[str, float], line: int) -> None:
         """:meth:`emit` of a plain verl record decoded by :mod:`fastverl` (never malformed, never empty)."""
         if self.first_kind is None:
-            self.first_kind = "verl"
+            self.first_kind = _V
         take = getattr(self.sink, "take_dict", None)
         if take is not None and self.store is None and not self.track and self.watch is None and not self.interrupts:
             take(step, values, line)  # iter_records: the dict is the record's, nothing else needs the lists
@@ -131,13 +141,15 @@ class _Scanner:
 
     # -- console -----------------------------------------------------------------------------------------
     def keywords(self, mode: str, *, failures: bool = True) -> list[tuple[bytes, int]]:
-        """Byte strings to search: the metric heads of ``mode`` (``verl``, ``megatron`` or ``console`` for
-        both) and, when events are wanted (and ``failures``), the failure keywords."""
+        """Byte strings to search: the metric heads of ``mode`` (a grammar's name, or ``console`` for those
+        searched always and the sniffed one) and, when events are wanted (and ``failures``), the failure
+        keywords."""
         kws: list[tuple[bytes, int]] = []
         if self.want_metrics:
-            kinds = {"verl": (_VERL,), "megatron": (_ITER, _VAL), "pipe": (_PIPE,)}.get(mode, (_VERL, _ITER, _VAL))
-            if mode == "console" and self.pipe:
-                kinds += (_PIPE,)
+            if mode == "console":
+                kinds = tuple(c for g, cs in _GRAMMARS if g.always or g.grammar == self.grammar for c in cs)
+            else:
+                kinds = next(cs for g, cs in _GRAMMARS if g.grammar == mode)
             for k in kinds:
                 kws.extend((kw, k) for kw in _METRIC_KW[k])
         if self.want_events and failures:
@@ -257,18 +269,11 @@ class _Scanner:
                 if end < 0:
                     return self._end_of_block(block, cur_pos, cur_line, base)
                 skip_until = max(skip_until, end)
-            if _ITER in codes:
-                rec = megatron.parse_iteration(raw)
-                if rec:
-                    self.emit(*rec, line_no, "megatron")
-            if _VAL in codes:
-                rec = megatron.parse_validation(raw, self.last_step)
-                if rec:
-                    self.emit(*rec, line_no, "megatron")
+                self.emit_megatron(raw, line_no, codes)
             if _PIPE in codes:
                 rec = pipe.parse_line(raw)
                 if rec:
-                    self.emit(*rec, line_no, "pipe")
+                    self.emit(*rec, line_no, _P)
             if _TB in codes and "Traceback (most recent call last)" in raw:
                 tb_cover = max(tb_cover, self.traceback(raw, line_no, block, le))
             if _RAY in codes and ls > tb_cover and "RayTaskError" in raw and _TB not in codes:
@@ -358,11 +363,11 @@ class _Scanner:
         if _ITER in codes:
             rec = megatron.parse_iteration(text)
             if rec:
-                self.emit(*rec, line_no, "megatron")
+                self.emit(*rec, line_no, _M)
         if _VAL in codes:
             rec = megatron.parse_validation(text, self.last_step)
             if rec:
-                self.emit(*rec, line_no, "megatron")
+                self.emit(*rec, line_no, _M)
 
     def resume(self, block: bytes, base: int) -> int:
         """Finish what the previous block left open (a wrapped metric line, tracebacks); returns the byte
@@ -422,7 +427,7 @@ class _Scanner:
                 break
             text, end, p = joined, e, e + 1
         for rec in verl_console.parse_clean_line(text) if head >= 0 else verl_console.parse_line(text):
-            self.emit(*rec, line_no, "verl")
+            self.emit(*rec, line_no, _V)
         return end
 
     def flush_verl(self) -> None:
@@ -434,7 +439,7 @@ class _Scanner:
             text, line_no = self.pending_verl
             self.pending_verl = None
             for rec in verl_console.parse_line(text):
-                self.emit(*rec, line_no, "verl")
+                self.emit(*rec, line_no, _V)
 
     def traceback(self, raw: str, line_no: int, block: bytes, le: int) -> int:
         w = TracebackWalker(raw, line_no, self.last_step)
@@ -450,22 +455,23 @@ class _Scanner:
         self.walkers.append(w)
         return n
 
-    # -- tensorboard -------------------------------------------------------------------------------------
-    def tensorboard(self, paths):
-        """Generator like :meth:`console` over TensorBoard event files (a yield every 4096 records)."""
+    # -- formats with their own loader ----------------------------------------------------------------
+    def file_records(self, records, kind: str):
+        """Generator like :meth:`console` over ``records`` of a :class:`registry.FileReader` (a yield every 4096)."""
         n = 0
-        for k, (step, keys, vals, ordinal) in enumerate(tensorboard.records(paths, self.res.notes), 1):
-            self.emit(step, keys, vals, False, ordinal, "tensorboard")
+        for k, (step, keys, vals, ordinal) in enumerate(records, 1):
+            self.emit(step, keys, vals, False, ordinal, kind)
             n = ordinal
             if k % 4096 == 0:
                 yield
         self.res.num_lines = n
         yield
 
-    # -- jsonl -------------------------------------------------------------------------------------------
-    def jsonl(self, f, raw):
-        """Generator like :meth:`console`."""
+    # -- one record a line -------------------------------------------------------------------------------
+    def lines(self, f, raw, reader: registry.LineReader, kind: str):
+        """Generator like :meth:`console` over a :class:`registry.LineReader` format (JSONL)."""
         line_no = 0
+        parse, strict = reader.parse, reader.strict
         for block in blocks(f, raw, self.progress, self.res.notes):
             lines = block.split(b"\n")
             if block.endswith(b"\n"):
@@ -474,11 +480,12 @@ class _Scanner:
                 line_no += 1
                 if not line.strip():
                     continue
-                rec = verl_jsonl.parse_line(line.decode("utf-8", "replace"))
+                rec = parse(line.decode("utf-8", "replace"))
                 if rec is None:
-                    self.res.skipped_lines += 1
+                    if strict:
+                        self.res.skipped_lines += 1
                     continue
-                self.emit(rec[0], rec[1], rec[2], False, line_no, "verl_jsonl")
+                self.emit(rec[0], rec[1], rec[2], False, line_no, kind)
             yield
         self.res.num_lines = line_no
 
@@ -520,10 +527,9 @@ def _scan_steps(source: LogSource, *, keep: bool, events: bool, sink, progress) 
 
 def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
     res = ScanResult(source=source, store=RecordStore() if keep else None)
-    run_dir = source.path.is_dir()
     mpath, epath = source.metrics_path, source.events_path
     if mpath is None and epath is None:
-        res.format = "mlite"
+        res.format = source.fmt
         if events:
             res.events = [
                 Event(
@@ -534,16 +540,22 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
                 )
             ]
         return res
-    sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress, pipe=source.fmt == "pipe")
-    if source.fmt == "tensorboard":
-        yield from sc.tensorboard(tensorboard.files_of(source.path))
+    fmt = registry.get(source.fmt)
+    if fmt is None:
+        raise MliteError(f"log format '{source.fmt}' of '{source.path}' is not registered (any more)")
+    reader = fmt.reader_for(source)
+    grammar = reader.grammar if isinstance(reader, registry.ConsoleReader) else _V
+    sc = _Scanner(res, keep=keep, events=events, series=events, sink=sink, progress=progress, grammar=grammar)
+    if isinstance(reader, registry.FileReader):
+        files = list(source.files) or [p for p in (mpath,) if p is not None]
+        yield from sc.file_records(reader.records(files, res.notes), fmt.name)
     elif mpath is not None:
         f, raw = open_binary(mpath)
         try:
-            if (mpath.name.endswith((".jsonl", ".jsonl.gz")) and run_dir) or source.fmt == "verl_jsonl":
-                yield from sc.jsonl(f, raw)
+            if isinstance(reader, registry.LineReader):
+                yield from sc.lines(f, raw, reader, fmt.name)
             else:
-                mode = "console" if events else _export_mode(mpath, source.fmt)
+                mode = "console" if events else _export_mode(mpath, reader)
                 kws = sc.keywords(mode, failures=False)
                 found = None
                 if events:
@@ -573,7 +585,7 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
             raw.close()
         sc.text_events.extend(esc.text_events)
         res.notes.extend(sub.notes)
-    res.format = final_format(source, sc.first_kind, run_dir)
+    res.format = final_format(source, sc.first_kind)
     if events:
         series = sc.watch.finish() if sc.watch is not None else []
         if sc.watch is not None and sc.watch.loss_span is not None:
@@ -614,17 +626,7 @@ def iter_records(source: LogSource, *, progress=None):
     yield from pending
 
 
-def _export_mode(path: Path, fmt: str) -> str:
-    """For the export fast path: search only the markers of the format the head of the file shows."""
-    text = head_text(path)
-    if (
-        fmt == "megatron"
-        and "iteration" in text
-        and any(megatron.parse_iteration(ln) for ln in text.splitlines() if "iteration" in ln)
-    ):
-        return "megatron"
-    if fmt in ("verl", "mlite") and "step:" in text and verl_console.has_marker(text.replace("\r", "\n")):
-        return "verl"
-    if fmt == "pipe":
-        return "pipe"
-    return "console"
+def _export_mode(path: Path, reader: registry.ConsoleReader) -> str:
+    """For the export fast path: search only the heads of the sniffed grammar when the head of the file shows
+    them (else ``console``: every grammar searched always)."""
+    return reader.grammar if reader.shows(head_text(path)) else "console"

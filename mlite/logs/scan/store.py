@@ -5,8 +5,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-from .detect import LogSource
-from .records import Event
+from ..input.source import LogSource
+from ..records import Event
 
 
 class RecordStore:
@@ -45,7 +45,7 @@ class ScanResult:
     source: LogSource
     """The source read."""
     format: str = "unknown"
-    """Detected format (see :data:`records.FORMATS`)."""
+    """Detected format (a registered format's name or ``unknown``: :data:`mlite.logs.FORMATS`)."""
     store: RecordStore | None = None
     """The values (None when the scan did not keep them)."""
     events: list[Event] = field(default_factory=list)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..records import Event
 from .drift import DriftDetector
-from .records import Event
 from .roles import CLIPFRAC_METRIC, KL_METRICS, all_role_candidates
 from .spikes import SpikeDetector
 

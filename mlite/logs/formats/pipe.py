@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import re
 
-from .megatron import field_name, parse_fields
-from .text import clean
+from . import verl_console
+from .megatron import parse_headed
+from .registry import ConsoleReader, Head, LogFormat
+
+NAME = "pipe"
+"""The format's name."""
 
 MARKER = "Step:"
 """Every record contains this; the reader searches for it (in files sniffed as this format only)."""
@@ -23,14 +27,39 @@ _HEAD_RE = re.compile(r"(?<![\w/.])Step:\s*(\d+)\s*\|")
 
 def parse_line(text: str) -> tuple[int, list[str], list[float], bool] | None:
     """A record -> ``(step, metric names, values, malformed)``; None when ``text`` holds none."""
-    text = clean(text)
-    m = _HEAD_RE.search(text)
-    if not m:
-        return None
-    labels, vals, bad = parse_fields(text[m.end() :])
-    return int(m.group(1)), [field_name(k) for k in labels], vals, bad
+    return parse_headed(_HEAD_RE, text)
 
 
 def has_record(text: str) -> bool:
     """True when a line of ``text`` is such a record."""
     return MARKER in text and bool(_HEAD_RE.search(text))
+
+
+def sniff(head: Head) -> bool:
+    """A record and no verl line (Megatron's sniff comes first)."""
+    return verl_console.first_line(head) is None and has_record(head.text)
+
+
+ROLES = {
+    "loss": ("loss", "train_loss", "lm_loss"),
+    "val_loss": ("val_loss",),
+    "grad_norm": ("grad_norm", "gradnorm"),
+    "lr": ("lr", "learning_rate"),
+    "throughput": ("tflops", "tokens_per_second", "tokens_s"),
+}
+"""The names custom trainers print (``Loss``, ``Grad Norm``, ``TFLOPs`` as lower_snake)."""
+
+CONSOLE = ConsoleReader(grammar=NAME, shows=lambda text: True, always=False)
+"""The console scan, ``Step:`` heads: searched in files sniffed as this format only."""
+
+FORMAT = LogFormat(
+    name=NAME,
+    label="'Step: N |' records",
+    reader=CONSOLE,
+    sniff=sniff,
+    rank=30,
+    roles=ROLES,
+    refine=True,
+    no_metrics="no 'Step: N | name: value' record",
+)
+"""Custom trainers' ``Step: N | ...`` console lines."""

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import MliteError
-from .detect import LogSource, resolve_inputs
-from .progress import progress_for
+from ...errors import MliteError
+from ..analysis.roles import ROLES, resolve_role
+from ..input.detect import LogSource, resolve_inputs
+from ..input.progress import progress_for
+from ..records import Event
 from .reader import ScanResult, scan
-from .records import Event
-from .roles import ROLES, resolve_role
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,7 +31,7 @@ class RunLog:
         self.name: str = src.name
         """Run name (the ``run`` column)."""
         self.format: str = result.format
-        """``verl``, ``verl_jsonl``, ``megatron``, ``mlite`` or ``unknown``."""
+        """The format read: a registered format's name (``verl``, ``megatron``...) or ``unknown``."""
         self.events: list[Event] = result.events
         """Events in line order."""
         self.skipped_lines: int = result.skipped_lines

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from ..errors import MliteError
-from .roles import EXTRA_ROLES, ROLE_LABELS, ROLES
+from ...errors import MliteError
+from ..analysis.roles import EXTRA_ROLES, ROLE_LABELS, ROLES
 
 
 def _resolve(run, item: str) -> str | None:

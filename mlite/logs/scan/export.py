@@ -12,9 +12,9 @@ import io
 import sys
 from pathlib import Path
 
-from ..errors import MliteError
-from .detect import resolve_inputs
-from .progress import progress_for
+from ...errors import MliteError
+from ..input.detect import resolve_inputs
+from ..input.progress import progress_for
 from .reader import scan
 
 HEADER = "run,step,metric,value\n"

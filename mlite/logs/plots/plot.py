@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ..errors import MliteError
-from .roles import EXTRA_ROLES, ROLE_LABELS, ROLES
+from ...errors import MliteError
+from ..analysis.roles import EXTRA_ROLES, ROLE_LABELS, ROLES
 
 DEFAULT_PANEL = ("loss", "grad_norm", "kl")
 """Always drawn (when any run has the role)."""

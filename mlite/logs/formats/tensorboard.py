@@ -20,7 +20,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import MliteError
+from ...errors import MliteError
+from ..input.source import LogSource, is_text_log
+from . import megatron, verl_console
+from .registry import FileReader, LogFormat
+
+NAME = "tensorboard"
+"""The format's name."""
 
 MARKER = ".tfevents."
 """In the name of every TensorBoard event file."""
@@ -112,3 +118,40 @@ def records(paths: list[Path], notes: list[str]):
             )
         if keys:
             yield step, keys, vals, first
+
+
+def is_tensorboard_dir(path: Path) -> bool:
+    """A TensorBoard logdir: a directory with event files directly in it and no other log file (a folder that
+    also holds Slurm logs stands for its files, each event file a source of its own)."""
+    if not path.is_dir() or not event_files(path):
+        return False
+    return not any(is_text_log(c) for c in path.iterdir())
+
+
+def claims(path: Path) -> bool:
+    """An event file, or a logdir of them."""
+    return is_event_file(path) or is_tensorboard_dir(path)
+
+
+def open_source(path: Path) -> LogSource:
+    """One source per event file or logdir, named after the logdir."""
+    name = path.name if path.is_dir() else (path.parent.name or path.name)
+    return LogSource(path=path, name=name, fmt=NAME, metrics_path=path, events_path=None, files=tuple(files_of(path)))
+
+
+ROLES = {
+    r: verl_console.ROLES.get(r, ()) + megatron.ROLES.get(r, ())
+    for r in sorted(set(verl_console.ROLES) | set(megatron.ROLES))
+}
+"""The tags verl's and Megatron's TensorBoard loggers write (the names of their consoles)."""
+
+FORMAT = LogFormat(
+    name=NAME,
+    label="TensorBoard",
+    reader=FileReader(records=records),
+    claims=claims,
+    open_source=open_source,
+    roles=ROLES,
+    no_metrics="no scalar in the TensorBoard event file(s) (only images, histograms or text, or nothing written yet)",
+)
+"""TensorBoard event files (``trainer.logger=[tensorboard]``, Megatron's ``--tensorboard-dir``)."""

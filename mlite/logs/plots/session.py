@@ -9,12 +9,13 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import MliteError
-from ..paths import REPO_ROOT, logs_dir
-from .compare import compare_runs
-from .frame import RunLog, read_logs
+from ...errors import MliteError
+from ...paths import REPO_ROOT, logs_dir
+from ..analysis.compare import compare_runs
+from ..analysis.roles import ROLE_LABELS, ROLES
+from ..formats import mlite_run
+from ..scan.frame import RunLog, read_logs
 from .plot import default_panels, figure_png, plot_runs
-from .roles import ROLE_LABELS, ROLES
 
 DEFAULT_INPUT = "data/logs/"
 """What the explorer loads first (the kit's sample logs)."""
@@ -63,7 +64,7 @@ class CurveSession:
 
     def default_selection(self) -> list[str]:
         """Runs shown first: the kit's own runs when there are some, else every run."""
-        own = [r.name for r in self.runs if r.format == "mlite" and r.num_steps]
+        own = [r.name for r in self.runs if r.format == mlite_run.NAME and r.num_steps]
         return own or [r.name for r in self.runs if r.num_steps] or self.names
 
     def select(self, names) -> list[RunLog]:
