@@ -1,7 +1,7 @@
 """The run-directory schema: file names, the log header, lifecycle lines, statuses and JSON keys of a debug run.
 
 One folder per run (``mlite run``, :func:`mlite.launch.start`). The writer (:mod:`mlite.launch.rundir`), the reader
-(:mod:`mlite.logs.detect`) and the run view (``widgets/run_view.py``) all take the format from here, so it is
+(:mod:`mlite.logs.input.detect`) and the run view (``widgets/run_view.py``) all take the format from here, so it is
 defined once. Standard library only: importing it costs nothing.
 
 =====================  ===================================================================================
