@@ -173,7 +173,7 @@ def estimate_command(line: str):
 def run(args) -> int:
     from ..errors import MliteError
     from ..memory import GIB
-    from ..memory.rl import PHASES, rl_estimate
+    from ..memory.rl import rl_estimate
     from . import print_invalid_mesh, print_json
 
     for flag in ("ngpu", "rollout_tp", "rollout_dp", "prompt_len", "response_len", "rollout_n", "rollout_batch"):
@@ -209,7 +209,7 @@ def run(args) -> int:
         + (f" of --host-mem {args.host_mem:g} GiB" if args.host_mem else "")
     )
     for w in doc["warnings"]:
-        if not any(w.startswith(f"{n} does not fit") for n in PHASES):  # the table already says which phase
+        if not any(w.startswith(f"{n} does not fit") for n in est.phases):  # the table already says which phase
             print(f"  warning: {w}")
     for e in doc["errors"]:
         print(f"  error: {e}")
