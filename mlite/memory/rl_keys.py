@@ -17,12 +17,12 @@ from ..options.schema import Key
 if TYPE_CHECKING:
     from .rl_options import RolloutOptions
 
-_KEYED = tuple(r for r in ROLLOUT if isinstance(r.mlite, Key))
+_KEYED: tuple[tuple[str, Key], ...] = tuple((r.field, r.mlite) for r in ROLLOUT if isinstance(r.mlite, Key))
 
-ROLLOUT_KEYS: tuple[tuple[str, str], ...] = tuple((r.field, r.mlite.key) for r in _KEYED)
+ROLLOUT_KEYS: tuple[tuple[str, str], ...] = tuple((f, m.key) for f, m in _KEYED)
 """(RolloutOptions field, verl key) for every knob a launcher writes, from the rows."""
 
-ALIASES: dict[str, str] = {a: r.field for r in _KEYED for a in r.mlite.aliases}
+ALIASES: dict[str, str] = {a: f for f, m in _KEYED for a in m.aliases}
 """Older verl keys read as the field they name, from the rows."""
 
 _TYPES = {r.field: r.type for r in ROLLOUT}

@@ -11,27 +11,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MliteError
-from .estimate import estimate
+from .estimate import RankMemory, estimate
 from .options import TrainingOptions
+from .rl_engine import EngineMemory
+
+if TYPE_CHECKING:
+    from .rl_options import RolloutOptions
 
 
 @dataclass(kw_only=True)
 class Step:
     """What the phases of one step read: the inputs and the shared figures (bytes on one GPU unless said)."""
 
-    spec: object
+    spec: Any
     """The model (:class:`~mlite.models.ModelSpec`)."""
-    plan: object
-    """The actor's mesh plan."""
+    plan: Any
+    """The actor's mesh plan (:func:`mlite.mesh.resolve`)."""
     training: TrainingOptions
     """The actor's training options."""
-    rollout: object
-    """The rollout options (:class:`~mlite.memory.rl_options.RolloutOptions`)."""
-    actor: object
-    """The actor's worst rank (:class:`~mlite.memory.estimate.RankEstimate` of :func:`mlite.memory.estimate`)."""
-    engine: object
+    rollout: RolloutOptions
+    """The rollout options."""
+    actor: RankMemory
+    """The actor's worst rank (:attr:`~mlite.memory.estimate.MemoryEstimate.worst` of :func:`mlite.memory.estimate`)."""
+    engine: EngineMemory
     """The rollout engine's start-up (:class:`~mlite.memory.rl_engine.EngineMemory`)."""
     framework: float
     """CUDA context and allocator reserve of the actor's process (the estimate's ``other`` parts)."""
