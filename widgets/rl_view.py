@@ -1,12 +1,14 @@
 """``RLView``: GPU and host memory of one colocated verl RL step, phase by phase, for the memory view's actor.
 
 The actor is the memory view's: the planner's mesh and the memory view's training options (its ``seq_len`` set to
-P + R, what the actor trains on). The knobs are verl's (``actor_rollout_ref.rollout.*``, ``data.*``) and feed
-:class:`mlite.memory.rl_options.RolloutOptions`; every figure comes from :func:`mlite.memory.rl.rl_estimate`.
+P + R, what the actor trains on). The knobs are verl's (``actor_rollout_ref.rollout.*``, ``data.*``): one control
+per labelled row of :data:`mlite.options.rollout.ROLLOUT` (its label, choices and type make the control), feeding
+:class:`mlite.memory.rl_options.RolloutOptions`; every figure comes from :func:`mlite.memory.rl.rl_estimate`, one bar
+per phase of the estimate (:data:`mlite.memory.rl_phases.PHASE_REGISTRY`, the entry's line as the bar's tooltip).
 Output: one stacked bar per phase (GPU bytes of one GPU, by part) against the device capacity and the usable line,
 a phase that does not fit in red; host RAM per node for each phase beside it (with the ``--host-mem`` line when
 given); cards for the peak phase, the verdict, the KV capacity and the host peak; the engine's errors and warnings;
-the ``mlite rl-memory`` command line.
+the ``mlite rl-memory`` command line (from the tables: mesh axes, training options, rollout rows).
 
 CSS classes for tests: ``mlite-rl`` (the view), ``mlite-rl-<field>`` (controls named after the RolloutOptions
 fields: name, tensor_model_parallel_size, data_parallel_size, gpu_memory_utilization, free_cache_engine,
@@ -198,7 +200,10 @@ def rollout_control(row, value):
         options = [(str(c), c) for c in (row.choices or _DROPDOWN_SIZES)]
         if row.default is None:
             options = [("verl's choice", 0), *options]
-        return W.Dropdown(options=options, value=value or 0, description=row.label, style=st, layout=lay)
+        width = 7 * (len(row.label) + max(len(t) for t, _ in options)) + 70
+        return W.Dropdown(
+            options=options, value=value or 0, description=row.label, style=st, layout=W.Layout(width=f"{width}px")
+        )
     if row.type is float and row.default is not None:  # a share of the device: (0, 1]
         return W.FloatSlider(
             value=value,

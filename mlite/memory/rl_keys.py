@@ -65,9 +65,10 @@ def rollout_kwargs(cfg: dict, *, problems: list | None = None) -> dict:
     """RolloutOptions keyword arguments from a verl config: nested (verl's printed config) or flat overrides.
     Keys absent or null keep the field's default; the reference is ``colocated`` when verl builds one (a KL loss
     or a KL reward: ``need_reference_policy`` in ``verl/trainer/ppo/utils.py``, both keys False by default, so a
-    config that sets neither has no reference), and its offload comes from the backend's ``param_offload``. A value that is not of the field's
-    type raises :class:`MliteError`, or, when ``problems`` is a list, is left out and its message appended there
-    (a launcher's unresolved ``$VAR``)."""
+    config that sets neither has no reference), and its offload comes from the backend's ``param_offload`` (the
+    keys of the ``ref`` and ``ref_param_offload`` rows). A value that is not of the field's type raises
+    :class:`MliteError`, or, when ``problems`` is a list, is left out and its message appended there (a launcher's
+    unresolved ``$VAR``)."""
     flat = cfg if any("." in k for k in cfg) else flatten(cfg)
     out = {}
     for key, field in _BY_KEY.items():
