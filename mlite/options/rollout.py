@@ -36,10 +36,13 @@ REF_OFFLOAD_KEYS = ("actor_rollout_ref.ref.megatron.param_offload", "actor_rollo
 """Where verl's reference-model weight offload lives (Megatron and FSDP backends)."""
 
 
-def _row(field: str, type_: type, default, key: str | None, help: str, **kw) -> Option:
-    """A rollout row; ``key``: its verl key (written and read, named first in the help)."""
+def _row(field: str, type_: type, default, key: str | None, help: str, *, control: bool = False, **kw) -> Option:
+    """A rollout row; ``key``: its verl key (written and read, named first in the help); ``control``: the RL view
+    shows it, labelled with the key less ``actor_rollout_ref.`` (``label`` gives another label)."""
     m = Key(key, aliases=kw.pop("aliases", ())) if key else kw.pop("mapping", None)
     text = f"{key}: {help}" if key else help
+    if control and key:
+        kw.setdefault("label", key.removeprefix("actor_rollout_ref."))
     return Option(field=field, type=type_, default=default, help=text, mlite=m, megatron=m, **{"group": GROUP, **kw})
 
 
@@ -53,7 +56,7 @@ ROLLOUT: tuple[Option, ...] = (
         flag="--rollout",
         required=True,
         choices=ROLLOUT_NAMES,
-        label="rollout.name",
+        control=True,
     ),
     _row(
         "tensor_model_parallel_size",
@@ -63,7 +66,7 @@ ROLLOUT: tuple[Option, ...] = (
         "rollout TP, GPUs that split attention, dense layers and the KV heads",
         flag="--rollout-tp",
         required=True,
-        label="rollout.tensor_model_parallel_size",
+        control=True,
     ),
     _row(
         "data_parallel_size",
@@ -72,7 +75,7 @@ ROLLOUT: tuple[Option, ...] = (
         f"{_R}.data_parallel_size",
         "DP ranks of one engine (routed experts split over TP x DP; default 1)",
         flag="--rollout-dp",
-        label="rollout.data_parallel_size",
+        control=True,
     ),
     _row("expert_parallel_size", int, 1, f"{_R}.expert_parallel_size", "1 or TP x DP (expert parallel)", flag=None),
     _row(
@@ -83,7 +86,7 @@ ROLLOUT: tuple[Option, ...] = (
         "vLLM: share of total device memory (default 0.5, verl's); with sglang verl passes it as mem_fraction_static",
         flag="--gpu-memory-utilization",
         group=SHARE,
-        label="rollout.gpu_memory_utilization",
+        control=True,
     ),
     _row(
         "free_cache_engine",
@@ -95,7 +98,7 @@ ROLLOUT: tuple[Option, ...] = (
         flag="--no-free-cache-engine",
         cli="negate",
         group=CACHE,
-        label="rollout.free_cache_engine",
+        control=True,
     ),
     _row(
         "sleep_level",
@@ -118,7 +121,7 @@ ROLLOUT: tuple[Option, ...] = (
         "P",
         flag="--prompt-len",
         required=True,
-        label="data.max_prompt_length",
+        control=True,
     ),
     _row(
         "response_length",
@@ -128,9 +131,9 @@ ROLLOUT: tuple[Option, ...] = (
         "R",
         flag="--response-len",
         required=True,
-        label="data.max_response_length",
+        control=True,
     ),
-    _row("n", int, 1, f"{_R}.n", "K responses per prompt", flag="--rollout-n", required=True, label="rollout.n"),
+    _row("n", int, 1, f"{_R}.n", "K responses per prompt", flag="--rollout-n", required=True, control=True),
     _row(
         "train_batch_size",
         int,
@@ -139,7 +142,7 @@ ROLLOUT: tuple[Option, ...] = (
         "B prompts per step",
         flag="--rollout-batch",
         required=True,
-        label="data.train_batch_size",
+        control=True,
     ),
     _row(
         "max_model_len",
