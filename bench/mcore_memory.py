@@ -1,6 +1,6 @@
 """Megatron-Core's memory on one GPU, measured next to the estimator's ``megatron`` prediction.
 
-Each row builds Megatron-Core's GPTModel (local layer spec, see :mod:`mlite.memory.mcore_oracle`; or the same spec
+Each row builds Megatron-Core's GPTModel (local layer spec, see :mod:`mlite.validation.mcore_oracle`; or the same spec
 with the core attention swapped for PyTorch SDPA, the ``flash`` rows), wraps it in Megatron's DDP (fp32 or bf16 grad
 buffer), builds torch AdamW through ``get_megatron_optimizer`` (distributed optimizer on or off), runs three
 iterations (zero_grad_buffer, zero_grad, forward/backward per micro-batch, finish_grad_sync, step) and records
@@ -8,7 +8,7 @@ iterations (zero_grad_buffer, zero_grad, forward/backward per micro-batch, finis
 Each row runs in its own process (a failing row is recorded and the next one runs) and is appended to the raw JSON
 as it finishes. The prediction is ``mlite.memory.estimate`` for the same model and options (``attention=unfused`` for
 the local spec, ``flash`` for SDPA). ``--saved`` also records each row's per-component saved bytes on the GPU (the
-oracle of :mod:`mlite.memory.mcore_oracle`) next to the model's. The raw JSON keeps the prediction made at
+oracle of :mod:`mlite.validation.mcore_oracle`) next to the model's. The raw JSON keeps the prediction made at
 measurement time; ``report`` recomputes it with the estimator as it is now.
 
 Needs megatron-core (0.19.2 on the H200, carried as a cp312 wheel; no Transformer Engine or Apex there).
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlite.memory.mcore_oracle import predict_row
+from mlite.validation.mcore_oracle import predict_row
 
 DENSE = {
     "hidden": 2048,
@@ -120,7 +120,7 @@ def run_row(row, iters: int = 3) -> dict:
     )
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    from mlite.memory.mcore_oracle import (
+    from mlite.validation.mcore_oracle import (
         OracleCase,
         build_gpt,
         init_single_process,
@@ -186,7 +186,7 @@ def run_row(row, iters: int = 3) -> dict:
             step["max_allocated"] = torch.cuda.max_memory_allocated() - base
         rec["steps"].append(step)
     if row.get("saved"):  # per-component saved bytes of one forward (the oracle, on this device)
-        from mlite.memory.mcore_oracle import predicted
+        from mlite.validation.mcore_oracle import predicted
 
         rec["saved"] = saved_bytes(model.module, case)
         rec["saved_predicted"] = predicted(case, device="cuda" if cuda else "cpu", attention=row["attention"])

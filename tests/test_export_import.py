@@ -16,8 +16,8 @@ from conftest import assert_one_line_error, run_cli
 
 from mlite.errors import MliteError
 from mlite.export import import_launcher
-from mlite.export.script import run_script, uses_launcher_rule
 from mlite.export.validate import validate_command
+from mlite.shell.script import run_script, uses_launcher_rule
 
 DATA = Path(__file__).resolve().parent / "data" / "launchers"
 

@@ -11,9 +11,9 @@ from conftest import assert_one_line_error, run_cli
 
 from mlite.errors import MliteError
 from mlite.export import import_launcher
-from mlite.export.expand import Shell
 from mlite.export.mapping import read_options
 from mlite.export.overrides import parse_override
+from mlite.shell.expand import Shell
 
 MESH = ("ngpu", "tp", "pp", "vpp", "cp", "ep", "etp")
 TAIL = "trainer.nnodes=1 trainer.n_gpus_per_node=8 actor_rollout_ref.model.path=/m/Qwen3-30B-A3B"
@@ -56,7 +56,7 @@ def test_unquoted_string_of_overrides_splits_like_bash():
         text=True,
         check=True,
     ).stdout.split("\n")[:-1]
-    from mlite.export.script import run_script
+    from mlite.shell.script import run_script
 
     sh = run_script(script).shell
     ours = [w for raw in ("${ENTRYPOINT}", "${ENGINE}", "$EMPTY", '"${EMPTY}"') for w in sh.expand(raw)]

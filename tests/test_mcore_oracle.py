@@ -2,7 +2,7 @@
 
 One subprocess (its shims and its gloo process group stay out of this test process) builds Megatron-Core's GPTModel
 with the local spec for every case and counts what autograd saves per layer and component
-(:mod:`mlite.memory.mcore_oracle`); each test compares one case with the estimator's components. The CPU runs the
+(:mod:`mlite.validation.mcore_oracle`); each test compares one case with the estimator's components. The CPU runs the
 norms as torch's composite RMSNorm (fp32 copies), which the estimator models as ``lite_device="cpu"``.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mlite.memory.mcore_oracle import OracleCase, predicted
+from mlite.validation.mcore_oracle import OracleCase, predicted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,7 @@ PERSIST = {  # what stays allocated between steps besides the model state
 _SCRIPT = """
 import json, sys, warnings
 warnings.filterwarnings("ignore")
-from mlite.memory.mcore_oracle import OracleCase, alive_after_backward, build_gpt, saved_bytes, sdpa_layer_spec
+from mlite.validation.mcore_oracle import OracleCase, alive_after_backward, build_gpt, saved_bytes, sdpa_layer_spec
 import torch
 out = {}
 for name, (kw, kind) in json.loads(sys.argv[1]).items():
@@ -172,7 +172,7 @@ def test_scores_grow_with_the_square_of_the_sequence(oracle):
 
 
 def test_import_mlite_does_not_import_megatron():
-    code = "import sys, mlite, mlite.memory, mlite.memory.mcore_oracle; print('megatron' in sys.modules)"
+    code = "import sys, mlite, mlite.memory, mlite.validation.mcore_oracle; print('megatron' in sys.modules)"
     p = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -186,7 +186,7 @@ def test_import_mlite_does_not_import_megatron():
 
 def test_h200_rows_within_bounds():
     """The committed H200 measurement (Megatron-Core 0.19.2) against the estimator as it is now."""
-    from mlite.memory.mcore_oracle import predict_row
+    from mlite.validation.mcore_oracle import predict_row
 
     recs = json.loads((ROOT / "bench/results/mcore_memory_raw.json").read_text())
     measured = [r for r in recs if r.get("measured_static_bytes")]
@@ -236,7 +236,7 @@ def test_cli_grad_dtype_bf16_without_pao_gives_megatron_cores_bytes(name, tmp_pa
             check=True,
         ).stdout
     )
-    from mlite.memory.mcore_oracle import predict_row
+    from mlite.validation.mcore_oracle import predict_row
 
     want = predict_row(row)
     assert (doc["static"], doc["peak"]) == (want["predicted_static_bytes"], want["predicted_peak_bytes"])
@@ -264,7 +264,7 @@ def test_bf16_grad_buffer_holds_two_more_bytes_per_parameter_after_the_step_on_t
 def test_h200_saved_bytes_equal_todays_components(name):
     """The per-component bytes Megatron-Core 0.19.2 saved on the H200 (``--saved``, fused CUDA RMSNorm) against
     today's ``megatron`` components for CUDA: exact, except the flash kernel's RNG seed and offset (24 B a layer)."""
-    from mlite.memory.mcore_oracle import predicted
+    from mlite.validation.mcore_oracle import predicted
 
     row = _raw_rows()[name]
     case = OracleCase(seq=row["seq"], micro_batch=row["micro_batch"], recompute=row["recompute"], **row["model"])

@@ -498,7 +498,7 @@ RUNS = REPO / "tests" / "data" / "rl"
 
 
 def test_published_run_settings_are_read_from_verl_config_dumps():
-    from mlite.memory.rl_check import predict, verl_config_from_log
+    from mlite.validation.rl_check import predict, verl_config_from_log
 
     runs = json.loads((RUNS / "runs.json").read_text())["runs"]
     assert len({r["log"] for r in runs}) >= 3
@@ -542,7 +542,7 @@ def test_published_runs_table_predicted_next_to_logged():
     """The README table is what this code computes; where the run says how the engine shows in PyTorch's
     statistics, the prediction is within 15 % of the logged max_memory_allocated, and the actor alone is far below
     it (in colocated verl the metric is not the training peak)."""
-    from mlite.memory.rl_check import compare_runs, markdown_table
+    from mlite.validation.rl_check import compare_runs, markdown_table
 
     rows = compare_runs(RUNS)
     table = markdown_table(rows)

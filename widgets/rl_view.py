@@ -1,12 +1,14 @@
 """``RLView``: GPU and host memory of one colocated verl RL step, phase by phase, for the memory view's actor.
 
 The actor is the memory view's: the planner's mesh and the memory view's training options (its ``seq_len`` set to
-P + R, what the actor trains on). The knobs are verl's (``actor_rollout_ref.rollout.*``, ``data.*``) and feed
-:class:`mlite.memory.rl_options.RolloutOptions`; every figure comes from :func:`mlite.memory.rl.rl_estimate`.
+P + R, what the actor trains on). The knobs are verl's (``actor_rollout_ref.rollout.*``, ``data.*``): one control
+per labelled row of :data:`mlite.options.rollout.ROLLOUT` (its label, choices and type make the control), feeding
+:class:`mlite.memory.rl_options.RolloutOptions`; every figure comes from :func:`mlite.memory.rl.rl_estimate`, one bar
+per phase of the estimate (:data:`mlite.memory.rl_phases.PHASE_REGISTRY`, the entry's line as the bar's tooltip).
 Output: one stacked bar per phase (GPU bytes of one GPU, by part) against the device capacity and the usable line,
 a phase that does not fit in red; host RAM per node for each phase beside it (with the ``--host-mem`` line when
 given); cards for the peak phase, the verdict, the KV capacity and the host peak; the engine's errors and warnings;
-the ``mlite rl-memory`` command line.
+the ``mlite rl-memory`` command line (from the tables: mesh axes, training options, rollout rows).
 
 CSS classes for tests: ``mlite-rl`` (the view), ``mlite-rl-<field>`` (controls named after the RolloutOptions
 fields: name, tensor_model_parallel_size, data_parallel_size, gpu_memory_utilization, free_cache_engine,
@@ -18,7 +20,7 @@ sleep_level, prompt_length, response_length, n, train_batch_size, max_model_len,
 
 from __future__ import annotations
 
-import re
+import shlex
 from dataclasses import replace
 
 import ipywidgets as W
@@ -27,6 +29,10 @@ import traitlets
 from mlite.memory import GIB
 from mlite.memory.rl import rl_estimate
 from mlite.memory.rl_options import RolloutOptions
+from mlite.memory.rl_phases import PHASE_REGISTRY
+from mlite.mesh.axes import AXES
+from mlite.options import TRAINING, command_args
+from mlite.options.rollout import MEM_FRACTION_STATIC, ROLLOUT
 
 from ._common import ErrorBanner, esc
 from .memory_chart import _card, _nice_step, gib
@@ -49,6 +55,12 @@ PART_COLORS = {
 }
 OOM = "#b00020"
 HOST_COLOR = "#9E9E9E"
+
+
+def _phase_help(name: str) -> str:
+    """The phase's line from the registry (empty for a phase no longer registered)."""
+    entry = PHASE_REGISTRY.get(name)
+    return entry.help if entry else ""
 
 
 def rl_svg(est) -> str:
@@ -106,7 +118,7 @@ def rl_svg(est) -> str:
             f'<text x="{x + bar / 2:.1f}" y="{y(acc) - 5:.1f}" font-size="10" text-anchor="middle" '
             f'fill="{color}" font-weight="{400 if fits else 700}">{acc:.1f}</text>'
             f'<text x="{x + bar / 2:.1f}" y="{top_pad + plot_h + 14}" font-size="10" text-anchor="middle" '
-            f'fill="{color}">{esc(p.name)}</text></g>'
+            f'fill="{color}">{esc(p.name)}<title>{esc(_phase_help(p.name))}</title></text></g>'
         )
     x1 = left + len(phases) * group
     for v, label, dash in (
@@ -169,6 +181,54 @@ def _host_svg(est) -> str:
     return "".join(out)
 
 
+_DROPDOWN_SIZES = (1, 2, 4, 8, 16)
+"""Sizes a parallel-size control offers (an integer row whose field ends in ``_parallel_size``)."""
+
+
+def rollout_control(row, value):
+    """The control of one rollout row (:data:`mlite.options.rollout.ROLLOUT`): its label, choices and type decide
+    the widget; a row whose default is None shows None as 0 ("verl's choice" in a dropdown)."""
+    st = {"description_width": "initial"}
+    lay = W.Layout(width=f"{max(150, 7 * len(row.label) + 90)}px")
+    if row.type is bool:
+        return W.Checkbox(value=value, description=row.label, indent=False, layout=lay)
+    if row.choices and row.type is str:
+        return W.ToggleButtons(
+            options=list(row.choices), value=value, description=row.label, style={"button_width": "90px", **st}
+        )
+    if row.choices or row.field.endswith("_parallel_size"):
+        options = [(str(c), c) for c in (row.choices or _DROPDOWN_SIZES)]
+        if row.default is None:
+            options = [("verl's choice", 0), *options]
+        width = 7 * (len(row.label) + max(len(t) for t, _ in options)) + 70
+        return W.Dropdown(
+            options=options, value=value or 0, description=row.label, style=st, layout=W.Layout(width=f"{width}px")
+        )
+    if row.type is float and row.default is not None:  # a share of the device: (0, 1]
+        return W.FloatSlider(
+            value=value,
+            min=0.05,
+            max=0.98,
+            step=0.01,
+            description=row.label,
+            style=st,
+            readout_format=".2f",
+            layout=W.Layout(width="460px"),
+        )
+    kind = W.BoundedFloatText if row.type is float else W.BoundedIntText
+    low = 0 if row.default is None else 1
+    return kind(value=value or 0, min=low, max=1 << 24, description=row.label, style=st, layout=lay)
+
+
+def control_value(row, value):
+    """A control's value as the row's field value (0 is None where the default is None)."""
+    if row.default is None and not value:
+        return None
+    if row.type is float:
+        return round(float(value), 4)
+    return int(value) if row.type is int else value
+
+
 class RLView(W.VBox):
     """RL step memory by phase for the memory view's actor; the rollout knobs under verl's names."""
 
@@ -180,101 +240,9 @@ class RLView(W.VBox):
         self.add_class("mlite-rl")
         self.memory = memory
         self.errors = ErrorBanner()
-        r = RolloutOptions(**rollout)
-        lay = lambda w: W.Layout(width=w)
-        st = {"description_width": "initial"}
-        c = self.controls = {
-            "name": W.ToggleButtons(
-                options=["vllm", "sglang"],
-                value=r.name,
-                description="rollout.name",
-                style={"button_width": "70px", **st},
-            ),
-            "tensor_model_parallel_size": W.Dropdown(
-                options=[1, 2, 4, 8, 16],
-                value=r.tensor_model_parallel_size,
-                description="rollout.tensor_model_parallel_size",
-                style=st,
-                layout=lay("300px"),
-            ),
-            "data_parallel_size": W.Dropdown(
-                options=[1, 2, 4, 8, 16],
-                value=r.data_parallel_size,
-                description="rollout.data_parallel_size",
-                style=st,
-                layout=lay("260px"),
-            ),
-            "gpu_memory_utilization": W.FloatSlider(
-                value=r.gpu_memory_utilization,
-                min=0.05,
-                max=0.98,
-                step=0.01,
-                description="rollout.gpu_memory_utilization",
-                style=st,
-                readout_format=".2f",
-                layout=lay("460px"),
-            ),
-            "free_cache_engine": W.Checkbox(
-                value=r.free_cache_engine, description="rollout.free_cache_engine", indent=False, layout=lay("220px")
-            ),
-            "sleep_level": W.Dropdown(
-                options=[("verl's choice", 0), ("1: weights to host", 1), ("2: discard both", 2)],
-                value=r.sleep_level or 0,
-                description="sleep level",
-                style=st,
-                layout=lay("260px"),
-            ),
-            "prompt_length": W.BoundedIntText(
-                value=r.prompt_length,
-                min=1,
-                max=1 << 20,
-                description="data.max_prompt_length",
-                style=st,
-                layout=lay("260px"),
-            ),
-            "response_length": W.BoundedIntText(
-                value=r.response_length,
-                min=1,
-                max=1 << 20,
-                description="data.max_response_length",
-                style=st,
-                layout=lay("270px"),
-            ),
-            "n": W.BoundedIntText(value=r.n, min=1, max=1024, description="rollout.n", style=st, layout=lay("150px")),
-            "train_batch_size": W.BoundedIntText(
-                value=r.train_batch_size,
-                min=1,
-                max=1 << 20,
-                description="data.train_batch_size",
-                style=st,
-                layout=lay("240px"),
-            ),
-            "max_model_len": W.BoundedIntText(
-                value=r.max_model_len or 0,
-                min=0,
-                max=1 << 24,
-                description="rollout.max_model_len (0: the model's)",
-                style=st,
-                layout=lay("330px"),
-            ),
-            "ref": W.ToggleButtons(
-                options=["colocated", "none"],
-                value=r.ref,
-                description="reference",
-                style={"button_width": "90px", **st},
-            ),
-            "ref_param_offload": W.Checkbox(
-                value=r.ref_param_offload, description="ref.param_offload", indent=False, layout=lay("170px")
-            ),
-            "host_mem_gib": W.BoundedFloatText(
-                value=r.host_mem_gib or 0,
-                min=0,
-                max=1 << 20,
-                description="host RAM per node, GiB (0: unchecked)",
-                style=st,
-                layout=lay("320px"),
-            ),
-        }
+        self._base = RolloutOptions(**rollout)
+        self._rows = {r.field: r for r in ROLLOUT if r.label}  # the rows with a control, in table order
+        c = self.controls = {f: rollout_control(r, getattr(self._base, f)) for f, r in self._rows.items()}
         for name, w in c.items():
             w.add_class(f"mlite-rl-{name}")
         self.chart = W.HTML()
@@ -286,15 +254,11 @@ class RLView(W.VBox):
         self.cmd.add_class("mlite-rl-command")
         self.invalid = W.HTML()
         self.invalid.add_class("mlite-rl-invalid")
-        row = lambda *ws: W.HBox(
-            list(ws), layout=W.Layout(flex_flow="row wrap", align_items="center", grid_gap="4px 12px")
+        controls = W.HBox(
+            list(c.values()), layout=W.Layout(flex_flow="row wrap", align_items="center", grid_gap="4px 12px")
         )
         self.children = [
-            row(c["name"], c["tensor_model_parallel_size"], c["data_parallel_size"], c["free_cache_engine"]),
-            row(c["sleep_level"]),
-            row(c["gpu_memory_utilization"], c["max_model_len"]),
-            row(c["prompt_length"], c["response_length"], c["n"], c["train_batch_size"]),
-            row(c["ref"], c["ref_param_offload"], c["host_mem_gib"]),
+            controls,
             self.errors,
             self.invalid,
             self.cards,
@@ -309,24 +273,9 @@ class RLView(W.VBox):
 
     # ------------------------------------------------------------------ state
     def rollout_options(self) -> RolloutOptions:
-        """RolloutOptions of the controls."""
-        c = self.controls
-        return RolloutOptions(
-            name=c["name"].value,
-            tensor_model_parallel_size=int(c["tensor_model_parallel_size"].value),
-            data_parallel_size=int(c["data_parallel_size"].value),
-            gpu_memory_utilization=round(float(c["gpu_memory_utilization"].value), 4),
-            free_cache_engine=c["free_cache_engine"].value,
-            sleep_level=c["sleep_level"].value or None,
-            prompt_length=c["prompt_length"].value,
-            response_length=c["response_length"].value,
-            n=c["n"].value,
-            train_batch_size=c["train_batch_size"].value,
-            max_model_len=c["max_model_len"].value or None,
-            ref=c["ref"].value,
-            ref_param_offload=c["ref_param_offload"].value,
-            host_mem_gib=float(c["host_mem_gib"].value) or None,
-        )
+        """RolloutOptions of the controls (fields without a control as given to the constructor)."""
+        values = {f: control_value(r, self.controls[f].value) for f, r in self._rows.items()}
+        return replace(self._base, **values)
 
     def training_options(self):
         """The memory view's TrainingOptions with ``seq_len`` = P + R."""
@@ -339,33 +288,27 @@ class RLView(W.VBox):
             self.controls[k].value = v
 
     def command(self) -> str:
-        """The ``mlite rl-memory`` command line of what is shown."""
-        base = self.memory.command()
-        if not base:
+        """The ``mlite rl-memory`` command line of what is shown, from the tables: the mesh axes
+        (:data:`mlite.mesh.axes.AXES`), the training options (:data:`mlite.options.TRAINING`; ``--seq-len`` left
+        out, rl-memory's default is P + R as here) and the rollout rows (:data:`mlite.options.rollout.ROLLOUT`; an
+        sglang rollout's memory share as ``--mem-fraction-static``)."""
+        planner, plan = self.memory.planner, self.memory.planner.plan
+        if plan is None:
             return ""
+        p = plan.parallel
+        words = ["mlite", "rl-memory", planner.model_ref or planner.spec.name, "--ngpu", str(plan.ngpu)]
+        for axis in AXES:
+            v = getattr(p, axis.name)
+            if v not in (None, 1):
+                words += [axis.flag, str(v)]
+        if p.pp_layout:
+            words += ["--pp-layout", p.pp_layout]
+        words += command_args(self.training_options(), TRAINING, exclude=("seq_len",))
         r = self.rollout_options()
-        share = "--mem-fraction-static" if r.name == "sglang" else "--gpu-memory-utilization"
-        base = re.sub(r" --seq-len \d+", "", base)  # the actor trains on P + R tokens, rl-memory's default
-        parts = [
-            base.replace("mlite memory", "mlite rl-memory", 1),
-            f"--rollout {r.name}",
-            f"--rollout-tp {r.tensor_model_parallel_size}",
-            f"{share} {r.gpu_memory_utilization:g}",
-            f"--prompt-len {r.prompt_length}",
-            f"--response-len {r.response_length}",
-            f"--rollout-n {r.n}",
-            f"--rollout-batch {r.train_batch_size}",
-        ]
-        flags = [
-            (f"--rollout-dp {r.data_parallel_size}", r.data_parallel_size != 1),
-            ("--no-free-cache-engine", not r.free_cache_engine),
-            (f"--sleep-level {r.sleep_level}", r.sleep_level),
-            (f"--max-model-len {r.max_model_len}", r.max_model_len),
-            ("--ref none", r.ref == "none"),
-            ("--ref-offload", r.ref_param_offload),
-            (f"--host-mem {r.host_mem_gib or 0:g}", r.host_mem_gib),
-        ]
-        return " ".join(parts + [f for f, on in flags if on])
+        share = MEM_FRACTION_STATIC if r.name == "sglang" else None
+        rows = [share if share and row.field == share.field else row for row in ROLLOUT]
+        words += command_args(r, rows)
+        return shlex.join(words)
 
     # ------------------------------------------------------------------ compute + render
     def refresh(self) -> None:

@@ -35,106 +35,50 @@ def add_parser(sub):
     )
     p.add_argument("config", metavar="CONFIG", help="config.json path or a name in data/models/")
     p.add_argument("--ngpu", type=int, required=True, help="GPU count (world size)")
-    from ..memory.rl_keys import REF_OFFLOAD_KEYS, ROLLOUT_KEYS
-    from ..memory.rl_options import REF_MODES, ROLLOUT_NAMES
-
-    key = dict(ROLLOUT_KEYS)  # the verl key of each RolloutOptions field, from the one rollout key table
     _add_training_flags(p)
-    g = p.add_argument_group("rollout (verl actor_rollout_ref.rollout.*)")
-    g.add_argument("--rollout", choices=ROLLOUT_NAMES, required=True, help=key["name"])
-    g.add_argument("--rollout-tp", type=int, required=True, help=key["tensor_model_parallel_size"])
-    g.add_argument(
-        "--rollout-dp",
-        type=int,
-        default=1,
-        help=f"{key['data_parallel_size']}: DP ranks of one engine (routed experts split over TP x DP; default 1)",
-    )
-    share = g.add_mutually_exclusive_group()
-    share.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=None,
-        help=f"{key['gpu_memory_utilization']}, vLLM: share of total device memory (default 0.5, verl's); "
-        "with sglang verl passes it as mem_fraction_static",
-    )
-    share.add_argument(
-        "--mem-fraction-static",
-        type=float,
-        default=None,
-        help=f"SGLang's mem_fraction_static ({key['gpu_memory_utilization']} with sglang): share of the memory "
-        "free at start for weights + KV",
-    )
-    cache = g.add_mutually_exclusive_group()
-    cache.add_argument(
-        "--free-cache-engine",
-        dest="free_cache_engine",
-        action="store_true",
-        default=True,
-        help=f"{key['free_cache_engine']}=True: sleep the engine after generation (verl's default)",
-    )
-    cache.add_argument(
-        "--no-free-cache-engine",
-        dest="free_cache_engine",
-        action="store_false",
-        help=f"{key['free_cache_engine']}=False: keep weights and KV cache on the GPU through training",
-    )
-    g.add_argument(
-        "--sleep-level",
-        type=int,
-        choices=(1, 2),
-        default=None,
-        help="1: weights to host RAM, KV freed; 2: both freed (default: verl's choice, 2 in hybrid mode)",
-    )
-    g.add_argument("--prompt-len", type=int, required=True, help=f"{key['prompt_length']} (P)")
-    g.add_argument("--response-len", type=int, required=True, help=f"{key['response_length']} (R)")
-    g.add_argument("--rollout-n", type=int, required=True, help=f"{key['n']} (K responses per prompt)")
-    g.add_argument("--rollout-batch", type=int, required=True, help=f"{key['train_batch_size']} (B prompts per step)")
-    g.add_argument(
-        "--max-model-len",
-        type=int,
-        default=None,
-        help=f"{key['max_model_len']} (default: the model's max_position_embeddings, as verl sets it)",
-    )
-    g.add_argument(
-        "--ref",
-        choices=REF_MODES,
-        default="colocated",
-        help="reference model (verl builds one with actor.use_kl_loss or algorithm.use_kl_in_reward)",
-    )
-    g.add_argument("--ref-offload", action="store_true", help=" / ".join(REF_OFFLOAD_KEYS))
-    g.add_argument("--host-mem", type=float, default=None, help="host RAM per node in GiB to check against")
+    add_rollout_flags(p)
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
 
 
+def add_rollout_flags(p) -> None:
+    """The rollout flags, from the rows of :data:`mlite.options.rollout.ROLLOUT` (help: each row's verl key first);
+    the memory share's two spellings and the two ``free_cache_engine`` switches are mutually exclusive."""
+    from ..options import add_flags
+    from ..options.rollout import CACHE, GROUP, ROLLOUT, SHARE, SPELLINGS
+
+    g = p.add_argument_group(GROUP)
+    groups = {GROUP: g, SHARE: g.add_mutually_exclusive_group(), CACHE: g.add_mutually_exclusive_group()}
+    rows = [x for r in ROLLOUT for x in (r, *(s for s in SPELLINGS if s.field == r.field))]  # a pair side by side
+    add_flags(p, rows, groups=groups)
+
+
 def rollout_from_args(args):
-    """:class:`RolloutOptions` from the parsed flags."""
+    """:class:`RolloutOptions` from the parsed flags (the rows' fields; ``--mem-fraction-static`` is sglang's
+    spelling of ``gpu_memory_utilization``)."""
     from ..errors import MliteError
     from ..memory.rl_options import RolloutOptions
+    from ..options import values_from_args
+    from ..options.rollout import MEM_FRACTION_STATIC, ROLLOUT
 
-    if args.mem_fraction_static is not None and args.rollout != "sglang":
-        raise MliteError("--mem-fraction-static is SGLang's; for vLLM give --gpu-memory-utilization")
-    flag = "--mem-fraction-static" if args.mem_fraction_static is not None else "--gpu-memory-utilization"
-    u = args.mem_fraction_static if args.mem_fraction_static is not None else args.gpu_memory_utilization
-    if u is not None and not 0.0 < u <= 1.0:
+    kw = values_from_args(args, ROLLOUT)
+    flag: str | None = "--gpu-memory-utilization"
+    if getattr(args, MEM_FRACTION_STATIC.dest) is not None:
+        if kw["name"] != "sglang":
+            raise MliteError("--mem-fraction-static is SGLang's; for vLLM give --gpu-memory-utilization")
+        flag, kw["gpu_memory_utilization"] = MEM_FRACTION_STATIC.flag, getattr(args, MEM_FRACTION_STATIC.dest)
+    u = kw["gpu_memory_utilization"]
+    if not 0.0 < u <= 1.0:
         raise MliteError(f"{flag} {u:g} must be in (0, 1]: it is a fraction of the device memory")
-    kw = {} if u is None else {"gpu_memory_utilization": u}
-    return RolloutOptions(
-        name=args.rollout,
-        tensor_model_parallel_size=args.rollout_tp,
-        data_parallel_size=args.rollout_dp,
-        free_cache_engine=args.free_cache_engine,
-        sleep_level=args.sleep_level,
-        prompt_length=args.prompt_len,
-        response_length=args.response_len,
-        n=args.rollout_n,
-        train_batch_size=args.rollout_batch,
-        max_model_len=args.max_model_len,
-        ref=args.ref,
-        ref_param_offload=args.ref_offload,
-        host_mem_gib=args.host_mem,
-        **kw,
-    )
+    return RolloutOptions(**kw)
+
+
+def positive_flags() -> tuple[str, ...]:
+    """The argparse destinations that must be positive integers: ``--ngpu`` and the integer rollout flags with a
+    number for default."""
+    from ..options.rollout import ROLLOUT
+
+    return ("ngpu", *(r.dest for r in ROLLOUT if r.flag and r.type is int and (r.required or r.default is not None)))
 
 
 def _inputs(args):
@@ -173,10 +117,10 @@ def estimate_command(line: str):
 def run(args) -> int:
     from ..errors import MliteError
     from ..memory import GIB
-    from ..memory.rl import PHASES, rl_estimate
+    from ..memory.rl import rl_estimate
     from . import print_invalid_mesh, print_json
 
-    for flag in ("ngpu", "rollout_tp", "rollout_dp", "prompt_len", "response_len", "rollout_n", "rollout_batch"):
+    for flag in positive_flags():
         v = getattr(args, flag)
         if v < 1:
             raise MliteError(f"--{flag.replace('_', '-')} must be a positive integer, got {v}")
@@ -209,7 +153,7 @@ def run(args) -> int:
         + (f" of --host-mem {args.host_mem:g} GiB" if args.host_mem else "")
     )
     for w in doc["warnings"]:
-        if not any(w.startswith(f"{n} does not fit") for n in PHASES):  # the table already says which phase
+        if not any(w.startswith(f"{n} does not fit") for n in est.phases):  # the table already says which phase
             print(f"  warning: {w}")
     for e in doc["errors"]:
         print(f"  error: {e}")

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from ..errors import MliteError
+from ..shell.script import run_script, uses_launcher_rule
 from .mapping import ACTOR, read_options, read_parallel
 from .overrides import ParsedOverride, parse_override
-from .script import run_script, uses_launcher_rule
 from .verl_grpo_megatron import PARALLEL_KEYS
 
 if TYPE_CHECKING:

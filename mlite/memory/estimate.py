@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
-from ..runtime.chunks import ce_chunk_rows
+from ..models.chunks import ce_chunk_rows
 from ..units import GIB, MIB
 from .activations import (
     ActDims,

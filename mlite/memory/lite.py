@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..runtime.chunks import GDN_TORCH_CHUNK, ce_chunk_rows
+from ..models.chunks import GDN_TORCH_CHUNK, ce_chunk_rows
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,14 +3,12 @@ by phase, with the actor, a colocated reference and a vLLM or SGLang rollout eng
 
 The actor's state comes from :func:`mlite.memory.estimate` (called, not copied): ``idle_gpu`` is what its runtime
 context offload leaves on the GPU outside its own phases, ``peak`` + framework is the update step. The engine's
-start-up is :mod:`mlite.memory.rl_engine`, its KV bytes :mod:`mlite.memory.rl_kv`. What each phase holds (verl
+start-up is :mod:`mlite.memory.rl_engine`, its KV bytes :mod:`mlite.memory.rl_kv`. What the phases share (verl
 ``main``; file names relative to the verl repository):
 
-- ``rollout``: the awake engine (weights at its TP, KV cache, profile activations, CUDA graphs, overhead), the
-  actor's idle state, the reference's weights unless offloaded. The engine is started after the actor is built
-  and offloaded (``init_model``), so "free at rollout start" is the device less that resident state.
-- after generation verl sleeps the engine (``vLLMHttpServer.sleep``, ``verl/workers/rollout/vllm_rollout/
-  vllm_async_server.py``): nothing happens unless ``free_cache_engine``; hybrid mode sleeps at level 2
+- after generation (the ``rollout`` phase) verl sleeps the engine (``vLLMHttpServer.sleep``,
+  ``verl/workers/rollout/vllm_rollout/vllm_async_server.py``): nothing happens unless ``free_cache_engine``; hybrid
+  mode sleeps at level 2
   (``_resolve_sleep_level``: 1 with MTP rollout or a LoRA adapter), colocated mode at level 1. vLLM's level 1 copies
   the weights to host RAM and discards the KV cache, level 2 discards both (``Worker.sleep`` in
   ``vllm/v1/worker/gpu_worker.py``: ``CuMemAllocator.sleep(offload_tags=("weights",))`` at level 1). SGLang
@@ -18,15 +16,8 @@ start-up is :mod:`mlite.memory.rl_engine`, its KV bytes :mod:`mlite.memory.rl_kv
   and the weights in hybrid and colocated mode alike, and only the KV cache with a LoRA adapter ("sleep_level=1 ...
   in SGLang never released weights", ``update_weights`` in ``verl/workers/engine_workers.py``); ``--sleep-level 1``
   asks for that. CUDA graphs and the engine's NCCL buffers are outside the sleep pools and stay.
-- ``old_log_prob``: the actor's weights loaded (param_offload loads them for the forward), its other state as the
-  offload flags leave it, one forward micro-batch (no autograd state: one layer's working set and the logits).
-- ``ref``: the reference's weights on the GPU, the actor back to its idle state, one forward micro-batch.
-- ``actor_update``: today's training estimate (everything loaded), plus what the sleeping engine keeps.
-- ``weight_sync`` (``ActorRolloutRefWorker.update_weights``, ``verl/workers/engine_workers.py``): the engine's
-  weights are woken first (``resume(tags=["weights"])``), the actor's weights are on the GPU to be sent in buckets
-  of ``update_weights_bucket_megabytes`` (one full tensor gathered at a time), then the actor is offloaded and only
-  then the KV cache is woken (``resume(tags=["kv_cache"])``), so weights and KV are not both held at this peak.
-  With ``free_cache_engine=False`` the KV cache never left.
+
+What each phase then holds is its entry in :mod:`mlite.memory.rl_phases` (the phase registry).
 
 Host RAM per GPU process: a base (``host_process_gib``), the actor's offloaded state (pinned buffers kept across
 phases), the reference's offloaded weights, and at sleep level 1 the vLLM weights while they are on the host.
@@ -36,7 +27,7 @@ Host per node multiplies by the GPU processes of one node.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..errors import MliteError
 from .estimate import GIB, estimate
@@ -45,8 +36,7 @@ from .options import TrainingOptions
 from .rl_engine import EngineMemory, start_engine
 from .rl_kv import FULL_KINDS
 from .rl_options import RolloutOptions
-
-PHASES = ("rollout", "old_log_prob", "ref", "actor_update", "weight_sync")
+from .rl_phases import PHASE_REGISTRY, PHASES, Step, forward_bytes
 
 
 @dataclass(kw_only=True)
@@ -54,7 +44,7 @@ class Phase:
     """What one phase holds on one GPU and in its process's host RAM."""
 
     name: str
-    """One of :data:`PHASES`."""
+    """A name in :data:`mlite.memory.rl_phases.PHASE_REGISTRY`."""
     gpu: dict
     """GPU bytes by part."""
     host: dict
@@ -164,47 +154,20 @@ def _check_mesh(spec, plan, r: RolloutOptions) -> None:
         )
 
 
-def _forward_bytes(spec, plan, o: TrainingOptions) -> float:
-    """One forward-only micro-batch (``compute_log_prob``): no autograd state is kept, so one layer's working set
-    (the estimate's full-recompute rebuild of one layer), the layer inputs it keeps with full recompute (an upper
-    bound) and the logits."""
-    fwd = estimate(spec, plan, replace(o, recompute="full", num_microbatches=1), explain=False).worst
-    return fwd.activation_total + fwd.transients.get("recompute_layer", 0.0)
-
-
-def _largest_tensor(spec, bytes_per: int) -> float:
-    groups = list(spec.pre) + list(spec.post) + [g for layer in spec.main_layers for g in layer.groups]
-    return max((g.numel for g in groups), default=0) * bytes_per
-
-
-def rl_estimate(
-    spec, plan, training: TrainingOptions | None = None, rollout: RolloutOptions | None = None
-) -> RLEstimate:
-    """Phase-by-phase memory of one colocated verl step for ``spec`` on ``plan`` (the actor's mesh)."""
-    o = training or TrainingOptions()
-    r = rollout or RolloutOptions()
-    if not plan.valid:
-        raise MliteError("invalid mesh: " + plan.errors[0].message)
-    _check_mesh(spec, plan, r)
+def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
+    """What the phases share: the actor's estimate, the reference, the engine's start-up and what it keeps asleep."""
     act = estimate(spec, plan, o, explain=False).worst
     device = o.gpu_memory_gib * GIB
-    usable = device * (1 - o.headroom)
     framework = sum(act.other.values())
-    ref_on = r.ref == "colocated"
     # the reference: the actor's weights in its layout, in bf16 (verl builds it in bf16 even when the FSDP actor
     # keeps fp32 parameters: ``_build_model_optimizer`` in verl/workers/fsdp_workers.py @ 14667609; on main the
     # forward-only engine, verl/workers/engine/fsdp/transformer_impl.py), no grads nor optimizer
-    ref_w = act.params * 2 / state_bytes(o).param if ref_on else 0.0
+    ref_w = act.params * 2 / state_bytes(o).param if r.ref == "colocated" else 0.0
     ref_gpu = ref_w if not r.ref_param_offload else 0.0
     ref_host = ref_w if r.ref_param_offload else 0.0
-    # actor state other than its weights left on the GPU between its phases
-    idle_other = act.idle_gpu - (0.0 if o.param_offload else act.params)
-    resident = act.idle_gpu + ref_gpu + framework
-    eng = start_engine(spec, r, device, resident)
-    errors, warnings = list(eng.errors), list(eng.warnings)
-
+    eng = start_engine(spec, r, device, act.idle_gpu + ref_gpu + framework)
+    notes = []
     # what the sleeping engine keeps between generation and the next weight sync
-    level = r.resolved_sleep_level
     awake = {
         "engine_weights": eng.weights,
         "kv_cache": max(0.0, eng.kv),
@@ -218,7 +181,7 @@ def rl_estimate(
     engine_host = 0.0
     if not r.free_cache_engine:
         kept = dict(awake)
-        warnings.append(
+        notes.append(
             "free_cache_engine=False: the engine keeps its weights and KV cache on the GPU through "
             "old_log_prob, ref, the update and the weight sync"
         )
@@ -226,69 +189,82 @@ def rl_estimate(
         kept = {"engine_weights": eng.weights, **stays}
     else:
         kept = dict(stays)
-        if r.name == "vllm" and level == 1:
+        if r.name == "vllm" and r.resolved_sleep_level == 1:
             engine_host = eng.weights
     base_host = {"process": r.host_process_gib * GIB}
     base_host.update({f"actor_{k}": v for k, v in act.host.items()})
     if ref_host:
         base_host["ref_offloaded_params"] = ref_host
+    return Step(
+        spec=spec,
+        plan=plan,
+        training=o,
+        rollout=r,
+        actor=act,
+        engine=eng,
+        framework=framework,
+        ref_weights=ref_w,
+        ref_gpu=ref_gpu,
+        idle_other=act.idle_gpu - (0.0 if o.param_offload else act.params),  # its state other than its weights
+        awake=awake,
+        stays=stays,
+        kept=kept,
+        base_host=base_host,
+        sleeping_host={"engine_weights_offloaded": engine_host} if engine_host else {},
+        forward=forward_bytes(spec, plan, o),
+        notes=notes,
+    )
 
-    def phase(name, gpu, host_extra=None):
-        gpu = {k: v for k, v in gpu.items() if v}
-        host = dict(base_host, **(host_extra or {}))
-        return Phase(name=name, gpu=gpu, host={k: v for k, v in host.items() if v})
 
-    sleeping_host = {"engine_weights_offloaded": engine_host} if engine_host else {}
-    fwd = _forward_bytes(spec, plan, o)
-    ph = {
-        "rollout": phase(
-            "rollout", {**awake, "actor_resident": act.idle_gpu, "ref_params": ref_gpu, "framework": framework}
-        ),
-        "old_log_prob": phase(
-            "old_log_prob",
-            {
-                **kept,
-                "actor_params": act.params,
-                "actor_resident": idle_other,
-                "forward_activations": fwd,
-                "ref_params": ref_gpu,
-                "framework": framework,
-            },
-            sleeping_host,
-        ),
-    }
-    if ref_on:
-        ph["ref"] = phase(
-            "ref",
-            {
-                **kept,
-                "actor_resident": act.idle_gpu,
-                "ref_params": ref_w,
-                "forward_activations": fwd,
-                "framework": framework,
-            },
-            sleeping_host,
+def _phases(step: Step) -> dict:
+    """Phase name -> :class:`Phase`: every registered phase the step has, in order (one entry each)."""
+    ph = {}
+    for name, entry in PHASE_REGISTRY.items():
+        if entry.when(step):
+            host = dict(step.base_host, **entry.host(step))
+            gpu = entry.gpu(step)
+            ph[name] = Phase(
+                name=name, gpu={k: v for k, v in gpu.items() if v}, host={k: v for k, v in host.items() if v}
+            )
+    return ph
+
+
+def _generation_waves(step: Step, kvd: dict) -> str | None:
+    """The warning when an engine gets more sequences than it runs at once (KV capacity or ``max_num_seqs``)."""
+    r, plan = step.rollout, step.plan
+    instances = plan.ngpu // r.tensor_model_parallel_size
+    demand = math.ceil(r.train_batch_size * r.n / instances)
+    cap = min(kvd["max_concurrent_seqs"], r.max_num_seqs)
+    if step.engine.kv <= 0 or demand <= cap:
+        return None
+    return (
+        f"each of the {instances} engine {'instances' if r.data_parallel_size == 1 else 'data-parallel ranks'}"
+        f" gets {demand} sequences of P + R = "
+        f"{r.seq_tokens} tokens but runs at most {cap} at once (KV holds "
+        f"{kvd['max_concurrent_seqs']}, max_num_seqs {r.max_num_seqs}): generation runs in waves"
+        + (
+            f" and {r.name} preempts or queues requests"
+            if kvd["max_concurrent_seqs"] < min(demand, r.max_num_seqs)
+            else ""
         )
-    ph["actor_update"] = phase(
-        "actor_update",
-        {**kept, "actor_training_peak": act.peak, "ref_params": ref_gpu, "framework": framework},
-        sleeping_host,
     )
-    bucket = min(r.update_weights_bucket_megabytes * 1024**2, spec.total * 2)  # a small model fills less than one
-    sync_kv = {"kv_cache": max(0.0, eng.kv)} if not r.free_cache_engine and eng.kv > 0 else {}
-    sync_engine = {"engine_weights": eng.weights, **stays, **sync_kv} if eng.kv > 0 else dict(awake)
-    ph["weight_sync"] = phase(
-        "weight_sync",
-        {
-            **sync_engine,
-            "actor_params": act.params,
-            "actor_resident": idle_other,
-            "sync_bucket": bucket,
-            "gathered_tensor": _largest_tensor(spec, 2),
-            "ref_params": ref_gpu,
-            "framework": framework,
-        },
-    )
+
+
+def rl_estimate(
+    spec, plan, training: TrainingOptions | None = None, rollout: RolloutOptions | None = None
+) -> RLEstimate:
+    """Phase-by-phase memory of one colocated verl step for ``spec`` on ``plan`` (the actor's mesh), its phases
+    those of :data:`~mlite.memory.rl_phases.PHASE_REGISTRY`; the verdicts hold over every phase."""
+    o = training or TrainingOptions()
+    r = rollout or RolloutOptions()
+    if not plan.valid:
+        raise MliteError("invalid mesh: " + plan.errors[0].message)
+    _check_mesh(spec, plan, r)
+    step = _step(spec, plan, o, r)
+    ph = _phases(step)
+    eng = step.engine
+    errors, warnings = list(eng.errors), [*eng.warnings, *step.notes]
+    usable = o.gpu_memory_gib * GIB * (1 - o.headroom)
     g = lambda x: f"{x / GIB:.1f} GiB"
     per_node = min(o.gpus_per_node, plan.ngpu)
     host_per_node = max(p.host_total for p in ph.values()) * per_node
@@ -299,41 +275,7 @@ def rl_estimate(
             f"--host-mem {r.host_mem_gib:g} GiB: the Ray node would be OOM-killed; offload less or use "
             f"sleep level 2"
         )
-    instances = plan.ngpu // r.tensor_model_parallel_size
-    demand = math.ceil(r.train_batch_size * r.n / instances)
-    kvd = RLEstimate(
-        model=spec.name,
-        training=o,
-        rollout=r,
-        engine=eng,
-        phases=ph,
-        usable=usable,
-        host_per_node=host_per_node,
-        gpus_per_node=per_node,
-    ).kv_cache()
-    if eng.kv > 0:
-        cap = min(kvd["max_concurrent_seqs"], r.max_num_seqs)
-        if demand > cap:
-            warnings.append(
-                f"each of the {instances} engine {'instances' if r.data_parallel_size == 1 else 'data-parallel ranks'}"
-                f" gets {demand} sequences of P + R = "
-                f"{r.seq_tokens} tokens but runs at most {cap} at once (KV holds "
-                f"{kvd['max_concurrent_seqs']}, max_num_seqs {r.max_num_seqs}): generation runs in waves"
-                + (
-                    f" and {r.name} preempts or queues requests"
-                    if kvd["max_concurrent_seqs"] < min(demand, r.max_num_seqs)
-                    else ""
-                )
-            )
-    if r.tensor_model_parallel_size > o.gpus_per_node:
-        warnings.append(f"rollout TP {r.tensor_model_parallel_size} spans nodes ({o.gpus_per_node} GPUs per node)")
-    for name, p in ph.items():
-        if p.gpu_total > usable:
-            warnings.append(
-                f"{name} does not fit: {g(p.gpu_total)} per GPU, usable {g(usable)} "
-                f"({o.gpu_memory_gib:g} GiB less {o.headroom:.0%} headroom)"
-            )
-    return RLEstimate(
+    est = RLEstimate(
         model=spec.name,
         training=o,
         rollout=r,
@@ -345,3 +287,18 @@ def rl_estimate(
         errors=errors,
         warnings=warnings,
     )
+    waves = _generation_waves(step, est.kv_cache())
+    if waves:
+        warnings.append(waves)
+    if r.tensor_model_parallel_size > o.gpus_per_node:
+        warnings.append(f"rollout TP {r.tensor_model_parallel_size} spans nodes ({o.gpus_per_node} GPUs per node)")
+    for name, p in ph.items():
+        if p.gpu_total > usable:
+            warnings.append(
+                f"{name} does not fit: {g(p.gpu_total)} per GPU, usable {g(usable)} "
+                f"({o.gpu_memory_gib:g} GiB less {o.headroom:.0%} headroom)"
+            )
+    return est
+
+
+__all__ = ["PHASES", "Phase", "RLEstimate", "rl_estimate"]

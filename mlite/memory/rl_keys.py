@@ -1,59 +1,32 @@
-"""The rollout knobs once: :class:`~mlite.memory.rl_options.RolloutOptions` field <-> verl Hydra key, both ways.
+"""The rollout options <-> verl Hydra keys, both ways, from the rows of :data:`mlite.options.rollout.ROLLOUT`
+(each row's :class:`~mlite.options.schema.Key` names its key and older aliases; the reference's two
+:class:`~mlite.options.schema.Codec` rows are read here).
 
 Used to read a verl config (the nested dict verl prints at start-up, or flat ``key=value`` overrides) into
-``RolloutOptions`` and to write the overrides of a launcher. Keys are verl ``main``'s
-(``verl/trainer/config/rollout/rollout.yaml``, ``ppo_trainer.yaml``); ``ALIASES`` lists older spellings that are
-read but never written.
+:class:`~mlite.memory.rl_options.RolloutOptions` and to write the overrides of a launcher.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from typing import TYPE_CHECKING
 
 from ..errors import MliteError
-from .rl_options import RolloutOptions
+from ..options.rollout import REF_KL_KEYS, REF_OFFLOAD_KEYS, ROLLOUT
+from ..options.schema import Key
 
-_R = "actor_rollout_ref.rollout"
+if TYPE_CHECKING:
+    from .rl_options import RolloutOptions
 
-ROLLOUT_KEYS: tuple[tuple[str, str], ...] = (
-    ("name", f"{_R}.name"),
-    ("tensor_model_parallel_size", f"{_R}.tensor_model_parallel_size"),
-    ("data_parallel_size", f"{_R}.data_parallel_size"),
-    ("expert_parallel_size", f"{_R}.expert_parallel_size"),
-    ("gpu_memory_utilization", f"{_R}.gpu_memory_utilization"),
-    ("free_cache_engine", f"{_R}.free_cache_engine"),
-    ("n", f"{_R}.n"),
-    ("max_model_len", f"{_R}.max_model_len"),
-    ("max_num_batched_tokens", f"{_R}.max_num_batched_tokens"),
-    ("max_num_seqs", f"{_R}.max_num_seqs"),
-    ("dtype", f"{_R}.dtype"),
-    ("enforce_eager", f"{_R}.enforce_eager"),
-    ("update_weights_bucket_megabytes", f"{_R}.checkpoint_engine.update_weights_bucket_megabytes"),
-    ("prompt_length", "data.max_prompt_length"),
-    ("response_length", "data.max_response_length"),
-    ("train_batch_size", "data.train_batch_size"),
-)
-"""(RolloutOptions field, verl key) for every knob a launcher writes."""
+_KEYED: tuple[tuple[str, Key], ...] = tuple((r.field, r.mlite) for r in ROLLOUT if isinstance(r.mlite, Key))
 
-ALIASES: dict[str, str] = {
-    f"{_R}.update_weights_bucket_megabytes": "update_weights_bucket_megabytes",
-}
-"""Older verl keys read as the field they name."""
+ROLLOUT_KEYS: tuple[tuple[str, str], ...] = tuple((f, m.key) for f, m in _KEYED)
+"""(RolloutOptions field, verl key) for every knob a launcher writes, from the rows."""
 
-REF_OFFLOAD_KEYS = ("actor_rollout_ref.ref.megatron.param_offload", "actor_rollout_ref.ref.fsdp_config.param_offload")
-"""Where verl's reference-model weight offload lives (Megatron and FSDP backends)."""
+ALIASES: dict[str, str] = {a: f for f, m in _KEYED for a in m.aliases}
+"""Older verl keys read as the field they name, from the rows."""
 
-_FIELDS = {f.name: f for f in fields(RolloutOptions)}
+_TYPES = {r.field: r.type for r in ROLLOUT}
 _BY_KEY = {k: f for f, k in ROLLOUT_KEYS} | ALIASES
-
-
-def _get(cfg: dict, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict:
@@ -71,20 +44,20 @@ def flatten(cfg: dict, prefix: str = "") -> dict:
 def _coerce(field: str, value, key: str):
     if value is None:
         return None
-    t = _FIELDS[field].type
+    t = _TYPES[field]
     try:
-        if "bool" in t:
+        if t is bool:
             if isinstance(value, str):
                 if value.lower() not in ("true", "false"):
                     raise ValueError(value)
                 return value.lower() == "true"
             return bool(value)
-        if "int" in t:
+        if t is int:
             return int(value)
-        if "float" in t:
+        if t is float:
             return float(value)
     except (TypeError, ValueError):
-        raise MliteError(f"verl key {key}={value!r}: not a valid {t} for {field}") from None
+        raise MliteError(f"verl key {key}={value!r}: not a valid {t.__name__} for {field}") from None
     return str(value)
 
 
@@ -92,9 +65,10 @@ def rollout_kwargs(cfg: dict, *, problems: list | None = None) -> dict:
     """RolloutOptions keyword arguments from a verl config: nested (verl's printed config) or flat overrides.
     Keys absent or null keep the field's default; the reference is ``colocated`` when verl builds one (a KL loss
     or a KL reward: ``need_reference_policy`` in ``verl/trainer/ppo/utils.py``, both keys False by default, so a
-    config that sets neither has no reference), and its offload comes from the backend's ``param_offload``. A value that is not of the field's
-    type raises :class:`MliteError`, or, when ``problems`` is a list, is left out and its message appended there
-    (a launcher's unresolved ``$VAR``)."""
+    config that sets neither has no reference), and its offload comes from the backend's ``param_offload`` (the
+    keys of the ``ref`` and ``ref_param_offload`` rows). A value that is not of the field's type raises
+    :class:`MliteError`, or, when ``problems`` is a list, is left out and its message appended there (a launcher's
+    unresolved ``$VAR``)."""
     flat = cfg if any("." in k for k in cfg) else flatten(cfg)
     out = {}
     for key, field in _BY_KEY.items():
@@ -107,7 +81,7 @@ def rollout_kwargs(cfg: dict, *, problems: list | None = None) -> dict:
             continue
         if v is not None:
             out[field] = v
-    kl = (flat.get("actor_rollout_ref.actor.use_kl_loss"), flat.get("algorithm.use_kl_in_reward"))
+    kl = [flat.get(k) for k in REF_KL_KEYS]
     out["ref"] = "colocated" if any(str(v).lower() == "true" for v in kl) else "none"
     for key in REF_OFFLOAD_KEYS:
         if flat.get(key) is not None:
@@ -125,3 +99,6 @@ def rollout_overrides(r: RolloutOptions, *, defaults: RolloutOptions | None = No
             continue
         out[key] = v
     return out
+
+
+__all__ = ["ALIASES", "REF_OFFLOAD_KEYS", "ROLLOUT_KEYS", "flatten", "rollout_kwargs", "rollout_overrides"]

@@ -1,6 +1,7 @@
 """``RolloutOptions``: the rollout engine, its memory knobs and the RL batch of one verl GRPO/PPO step.
 
-Field names follow verl's ``actor_rollout_ref.rollout.*`` / ``data.*`` keys (``mlite.memory.rl_keys`` maps them);
+Field names follow verl's ``actor_rollout_ref.rollout.*`` / ``data.*`` keys (their rows, flags and keys:
+:data:`mlite.options.rollout.ROLLOUT`; :mod:`mlite.memory.rl_keys` reads and writes them);
 the defaults are verl's (``verl/trainer/config/rollout/rollout.yaml``). The figures marked "documented guess" are
 not in any engine's code: they are what the engines' start-up logs typically show, kept as fields so that a
 measured figure can replace them.
@@ -11,10 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import MliteError
-
-ROLLOUT_NAMES = ("vllm", "sglang")
-ROLLOUT_MODES = ("hybrid", "colocated")
-REF_MODES = ("colocated", "none")
+from ..options.rollout import REF_MODES, ROLLOUT_MODES, ROLLOUT_NAMES
 
 
 @dataclass(kw_only=True)
@@ -143,3 +141,6 @@ class RolloutOptions:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+__all__ = ["REF_MODES", "ROLLOUT_MODES", "ROLLOUT_NAMES", "RolloutOptions"]

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import MliteError
-from .chunks import GDN_TORCH_CHUNK
+from ..models.chunks import GDN_TORCH_CHUNK
 
 log = logging.getLogger("mlite.runtime")
 
@@ -308,7 +308,7 @@ def gated_delta_rule(
 ) -> torch.Tensor:
     """Packed ``q, k[T, H, K]``, ``v[T, HV, V]``, ``g, beta[T, HV]`` -> ``o[T, HV, V]``: fla's chunk kernel on CUDA
     where it works, else :func:`chunk_gated_delta_rule_torch` (chunk
-    :data:`~mlite.runtime.chunks.GDN_TORCH_CHUNK` per device type unless ``chunk_size`` is given). ``g`` should be
+    :data:`~mlite.models.chunks.GDN_TORCH_CHUNK` per device type unless ``chunk_size`` is given). ``g`` should be
     fp32."""
     if backend_for(q.device, q.dtype) == "fla":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule

@@ -25,8 +25,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ...errors import MliteError
+from ...models.chunks import ce_chunk_rows
 from ..batch import PackedBatch
-from ..chunks import ce_chunk_rows
 from .attention import packed_path
 from .blocks import DecoderBlock, LiteConfig
 from .common import GatedRMSNorm, PackInfo, RMSNorm, rope_config

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..chunks import ce_chunk_rows
+from ...models.chunks import ce_chunk_rows
 
 _MM_OUT_DTYPE: dict = {}
 

@@ -1,4 +1,4 @@
-"""Expansion for :mod:`mlite.export.shell`: ``$X``, ``${X}``, ``${X:-default}`` (nested), ``${X-d}``,
+"""Expansion for :mod:`mlite.shell.lex`: ``$X``, ``${X}``, ``${X:-default}`` (nested), ``${X-d}``,
 ``${X:=d}``, ``${X:+w}``, ``${X:?msg}``, ``"${ARR[@]}"``, ``$((NNODES * 8))``, ``"$@"`` (no extra arguments), quotes and
 backslashes, and bash's field splitting of unquoted expansions (``${ENGINE_CONFIG}`` holding several overrides,
 ``${ENTRYPOINT}`` holding ``-m verl.trainer.sft_trainer``). Unknown variables and ``$(...)`` stay in the text and

@@ -1,4 +1,4 @@
-"""Chunk sizes of the lite runtime's kernels, torch-free so the memory estimator reads the same numbers."""
+"""Chunk sizes of the lite runtime's kernels, torch-free below `runtime/` and `memory/` (both read the same numbers)."""
 
 GDN_TORCH_CHUNK = {"cpu": 64, "cuda": 128}
 """Gated DeltaNet chunk length of the pure-PyTorch chunked path, per device type (other devices: the CPU's). A GPU

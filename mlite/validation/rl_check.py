@@ -19,11 +19,11 @@ import re
 from pathlib import Path
 
 from ..errors import MliteError
-from .estimate import GIB
-from .options import TrainingOptions
-from .rl import rl_estimate
-from .rl_keys import rollout_kwargs
-from .rl_options import RolloutOptions
+from ..memory.estimate import GIB
+from ..memory.options import TrainingOptions
+from ..memory.rl import rl_estimate
+from ..memory.rl_keys import rollout_kwargs
+from ..memory.rl_options import RolloutOptions
 
 _PREFIX = re.compile(r"^\((?:TaskRunner|main_task)[^)]*\)\s?")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -149,7 +149,7 @@ def compare_runs(root) -> list[dict]:
         est, o, _r, spec, plan = predict(run, root)
         critic = 0.0
         if run.get("critic") == "same_as_actor":
-            from .estimate import estimate
+            from ..memory.estimate import estimate
 
             critic = estimate(spec, plan, o, explain=False).worst.idle_gpu
         peaks = {k: v / GIB for k, v in torch_peaks(est, critic).items()}

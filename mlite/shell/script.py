@@ -1,4 +1,4 @@
-"""Run the reader of :mod:`mlite.export.shell` over a launcher: assignments in order, ``case`` branches, ``source`` /
+"""Run the reader of :mod:`mlite.shell.lex` over a launcher: assignments in order, ``case`` branches, ``source`` /
 ``.`` / ``exec`` / ``bash`` of a sibling script (read in the same shell), and the verl launch line(s) with every word
 expanded. Nothing is executed.
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .expand import SPLIT, Shell, case_matches
-from .shell import _ASSIGN, _BLOCK_OPEN, Command, lex
+from .lex import _ASSIGN, _BLOCK_OPEN, Command, lex
 
 ENTRY_MODULES = (
     "verl.trainer.main_ppo",

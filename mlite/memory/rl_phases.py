@@ -1,0 +1,210 @@
+"""The phases of one colocated verl RL step as a registry: one :class:`PhaseEntry` per phase, the only place that
+names it and says what it holds on the GPU and in its process's host RAM, as a small function of :class:`Step`
+(the inputs and the figures every phase shares, computed once by :func:`mlite.memory.rl.rl_estimate`).
+
+:func:`~mlite.memory.rl.rl_estimate` iterates over :data:`PHASE_REGISTRY` in order; ``mlite rl-memory`` (its table
+and ``--json``), the RL view (``widgets/rl_view.py``) and the verdicts read the phases from the estimate, so a new
+phase is one :func:`register_phase` call. verl ``main``; file names relative to the verl repository.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MliteError
+from .estimate import RankMemory, estimate
+from .options import TrainingOptions
+from .rl_engine import EngineMemory
+
+if TYPE_CHECKING:
+    from .rl_options import RolloutOptions
+
+
+@dataclass(kw_only=True)
+class Step:
+    """What the phases of one step read: the inputs and the shared figures (bytes on one GPU unless said)."""
+
+    spec: Any
+    """The model (:class:`~mlite.models.ModelSpec`)."""
+    plan: Any
+    """The actor's mesh plan (:func:`mlite.mesh.resolve`)."""
+    training: TrainingOptions
+    """The actor's training options."""
+    rollout: RolloutOptions
+    """The rollout options."""
+    actor: RankMemory
+    """The actor's worst rank (:attr:`~mlite.memory.estimate.MemoryEstimate.worst` of :func:`mlite.memory.estimate`)."""
+    engine: EngineMemory
+    """The rollout engine's start-up (:class:`~mlite.memory.rl_engine.EngineMemory`)."""
+    framework: float
+    """CUDA context and allocator reserve of the actor's process (the estimate's ``other`` parts)."""
+    ref_weights: float
+    """The reference's bf16 weights (0 without a reference)."""
+    ref_gpu: float
+    """The reference's weights left on the GPU between its forwards (0 when offloaded)."""
+    idle_other: float
+    """The actor's idle state other than its weights."""
+    awake: dict
+    """The awake engine by part (its start-up claim when it would not start)."""
+    stays: dict
+    """Engine parts outside the sleep pools (overhead, CUDA graphs)."""
+    kept: dict
+    """What the sleeping engine keeps between generation and the next weight sync."""
+    base_host: dict
+    """Host bytes of every phase's process: the process itself, the actor's offloaded state, the reference's."""
+    sleeping_host: dict
+    """Host bytes of the sleeping engine (vLLM level-1 weights)."""
+    forward: float
+    """One forward-only micro-batch (:func:`forward_bytes`)."""
+    notes: list
+    """Warnings of the step's set-up (before the verdicts)."""
+
+
+@dataclass(frozen=True)
+class PhaseEntry:
+    """One phase of the RL step."""
+
+    name: str
+    """Phase name: the ``--json`` key, the table row and the RL view's bar."""
+    gpu: Callable[[Step], dict]
+    """GPU bytes by part on one GPU (zero parts are dropped)."""
+    host: Callable[[Step], dict]
+    """Host bytes of the process beyond the base (the process and the actor's offloaded state)."""
+    when: Callable[[Step], bool]
+    """Whether the step has this phase."""
+    help: str
+    """One line: what the phase is (the RL view's tooltip)."""
+
+
+PHASE_REGISTRY: dict[str, PhaseEntry] = {}
+"""Phase name -> entry, in the order of the step."""
+
+
+def register_phase(entry: PhaseEntry, *, before: str | None = None) -> PhaseEntry:
+    """Add ``entry`` at the end of the step (or before phase ``before``); a taken name raises :class:`MliteError`."""
+    if entry.name in PHASE_REGISTRY:
+        raise MliteError(f"RL phase {entry.name!r} is registered already; unregister_phase it first")
+    if before is not None and before not in PHASE_REGISTRY:
+        raise MliteError(f"no RL phase {before!r} to register {entry.name!r} before: {', '.join(PHASE_REGISTRY)}")
+    items = list(PHASE_REGISTRY.items())
+    at = len(items) if before is None else [n for n, _ in items].index(before)
+    items.insert(at, (entry.name, entry))
+    PHASE_REGISTRY.clear()
+    PHASE_REGISTRY.update(items)
+    return entry
+
+
+def unregister_phase(name: str) -> None:
+    """Remove phase ``name`` (a test's toy phase)."""
+    if name not in PHASE_REGISTRY:
+        raise MliteError(f"no RL phase {name!r}: {', '.join(PHASE_REGISTRY)}")
+    del PHASE_REGISTRY[name]
+
+
+def phase(name: str, *, help: str, when: Callable[[Step], bool] | None = None, host=None):
+    """Decorator: register the decorated ``gpu(step) -> dict`` as phase ``name``."""
+
+    def add(gpu):
+        register_phase(
+            PhaseEntry(
+                name=name,
+                gpu=gpu,
+                host=host or (lambda s: {}),
+                when=when or (lambda s: True),
+                help=help,
+            )
+        )
+        return gpu
+
+    return add
+
+
+def forward_bytes(spec, plan, o: TrainingOptions) -> float:
+    """One forward-only micro-batch (``compute_log_prob``): no autograd state is kept, so one layer's working set
+    (the estimate's full-recompute rebuild of one layer), the layer inputs it keeps with full recompute (an upper
+    bound) and the logits."""
+    fwd = estimate(spec, plan, replace(o, recompute="full", num_microbatches=1), explain=False).worst
+    return fwd.activation_total + fwd.transients.get("recompute_layer", 0.0)
+
+
+def largest_tensor(spec, bytes_per: int) -> float:
+    """Bytes of the model's largest tensor at ``bytes_per`` bytes per element."""
+    groups = list(spec.pre) + list(spec.post) + [g for layer in spec.main_layers for g in layer.groups]
+    return max((g.numel for g in groups), default=0) * bytes_per
+
+
+def _sleeping(s: Step) -> dict:
+    return s.sleeping_host
+
+
+@phase("rollout", help="generation: the awake engine beside the actor's idle state and the reference")
+def _rollout(s: Step) -> dict:
+    """The awake engine (weights at its TP, KV cache, profile activations, CUDA graphs, overhead), the actor's idle
+    state, the reference's weights unless offloaded. The engine is started after the actor is built and offloaded
+    (``init_model``), so "free at rollout start" is the device less that resident state."""
+    return {**s.awake, "actor_resident": s.actor.idle_gpu, "ref_params": s.ref_gpu, "framework": s.framework}
+
+
+@phase("old_log_prob", help="the actor's forward over the rollouts, the engine asleep", host=_sleeping)
+def _old_log_prob(s: Step) -> dict:
+    """The actor's weights loaded (param_offload loads them for the forward), its other state as the offload flags
+    leave it, one forward micro-batch (no autograd state: one layer's working set and the logits)."""
+    return {
+        **s.kept,
+        "actor_params": s.actor.params,
+        "actor_resident": s.idle_other,
+        "forward_activations": s.forward,
+        "ref_params": s.ref_gpu,
+        "framework": s.framework,
+    }
+
+
+@phase(
+    "ref",
+    help="the reference's forward (KL term)",
+    when=lambda s: s.rollout.ref == "colocated",
+    host=_sleeping,
+)
+def _ref(s: Step) -> dict:
+    """The reference's weights on the GPU, the actor back to its idle state, one forward micro-batch."""
+    return {
+        **s.kept,
+        "actor_resident": s.actor.idle_gpu,
+        "ref_params": s.ref_weights,
+        "forward_activations": s.forward,
+        "framework": s.framework,
+    }
+
+
+@phase("actor_update", help="the actor's training step (the mlite memory estimate)", host=_sleeping)
+def _actor_update(s: Step) -> dict:
+    """Today's training estimate (everything loaded), plus what the sleeping engine keeps."""
+    return {**s.kept, "actor_training_peak": s.actor.peak, "ref_params": s.ref_gpu, "framework": s.framework}
+
+
+@phase("weight_sync", help="the actor's weights sent to the woken engine in buckets")
+def _weight_sync(s: Step) -> dict:
+    """``ActorRolloutRefWorker.update_weights`` (``verl/workers/engine_workers.py``): the engine's weights are woken
+    first (``resume(tags=["weights"])``), the actor's weights are on the GPU to be sent in buckets of
+    ``update_weights_bucket_megabytes`` (one full tensor gathered at a time; a small model fills less than one),
+    then the actor is offloaded and only then the KV cache is woken (``resume(tags=["kv_cache"])``), so weights and
+    KV are not both held at this peak. With ``free_cache_engine=False`` the KV cache never left."""
+    eng, r = s.engine, s.rollout
+    bucket = min(r.update_weights_bucket_megabytes * 1024**2, s.spec.total * 2)
+    sync_kv = {"kv_cache": max(0.0, eng.kv)} if not r.free_cache_engine and eng.kv > 0 else {}
+    sync_engine = {"engine_weights": eng.weights, **s.stays, **sync_kv} if eng.kv > 0 else dict(s.awake)
+    return {
+        **sync_engine,
+        "actor_params": s.actor.params,
+        "actor_resident": s.idle_other,
+        "sync_bucket": bucket,
+        "gathered_tensor": largest_tensor(s.spec, 2),
+        "ref_params": s.ref_gpu,
+        "framework": s.framework,
+    }
+
+
+PHASES = tuple(PHASE_REGISTRY)
+"""The built-in phases, in order (the registry may hold more while a caller has registered one)."""
