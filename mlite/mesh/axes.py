@@ -38,6 +38,32 @@ class Axis:
     """Part of the expert world (ETP x EP x EDP x PP)."""
     lite_runs: bool = True
     """The kit's lite runtime runs sizes > 1 on this axis (``mlite run``)."""
+    rank_order: int | None = None
+    """Position in Megatron-Core's ``RankGenerator`` order ``tp-cp-ep-dp-pp`` (fastest first; ETP takes TP's place in
+    the expert generator); None for an axis that is no world factor (VPP)."""
+    megatron_inherits: str | None = None
+    """The axis whose size Megatron-Core uses when this key is null (ETP: ``"tp"``); None: no inheriting."""
+    megatron_null_for_one: bool = False
+    """Megatron-Core wants null, not 1, for "off" (VPP: no interleaved schedule; it rejects 1)."""
+    lite_key: str = ""
+    """The Megatron Lite engine key (``engine.<key>``, verl_mlite ``engine/mlite.yaml``) when it is not :attr:`name`."""
+    width: int = 3
+    """Column width of the axis in ``mlite mesh --list``."""
+
+    @property
+    def engine_key(self) -> str:
+        """The Megatron Lite engine key (``tp`` of ``engine.tp``)."""
+        return self.lite_key or self.name
+
+    @property
+    def world(self) -> bool:
+        """A factor of the dense or the expert world (not VPP)."""
+        return self.dense or self.expert
+
+    @property
+    def megatron_nullable(self) -> bool:
+        """A null Megatron key is read (ETP inherits, VPP is off) rather than refused."""
+        return self.megatron_inherits is not None or self.megatron_null_for_one
 
 
 AXES: tuple[Axis, ...] = (
@@ -49,6 +75,7 @@ AXES: tuple[Axis, ...] = (
         "tensor_model_parallel_size",
         "--tensor-model-parallel-size",
         expert=False,
+        rank_order=0,
     ),
     Axis(
         "pp",
@@ -59,6 +86,7 @@ AXES: tuple[Axis, ...] = (
         "--pipeline-model-parallel-size",
         expert=True,
         lite_runs=False,
+        rank_order=4,
     ),
     Axis(
         "vpp",
@@ -69,8 +97,9 @@ AXES: tuple[Axis, ...] = (
         "--num-virtual-stages-per-pipeline-rank",
         dense=False,
         lite_runs=False,
+        megatron_null_for_one=True,
     ),
-    Axis("cp", "--cp", "context parallel size", "CP", "context_parallel_size", "--context-parallel-size"),
+    Axis("cp", "--cp", "context parallel size", "CP", "context_parallel_size", "--context-parallel-size", rank_order=1),
     Axis(
         "ep",
         "--ep",
@@ -80,6 +109,8 @@ AXES: tuple[Axis, ...] = (
         "--expert-model-parallel-size",
         dense=False,
         expert=True,
+        rank_order=2,
+        width=4,
     ),
     Axis(
         "etp",
@@ -92,6 +123,8 @@ AXES: tuple[Axis, ...] = (
         dense=False,
         expert=True,
         lite_runs=False,
+        rank_order=0,
+        megatron_inherits="tp",
     ),
 )
 """The model-parallel axes in mlite's order (``tp, pp, vpp, cp, ep, etp``); DP and EDP are derived."""
@@ -107,5 +140,48 @@ MEGATRON_KEYS: dict[str, str] = {a.name: a.megatron for a in AXES}
 
 DERIVED: tuple[str, ...] = ("dp", "edp")
 """Data-parallel sizes the planner derives from the GPU count (dense and expert)."""
+DP_RANK_ORDER = 3
+"""DP's (and EDP's) position in Megatron-Core's ``RankGenerator`` order ``tp-cp-ep-dp-pp``."""
 
-__all__ = ["AXES", "AXIS_NAMES", "BY_NAME", "DERIVED", "MEGATRON_KEYS", "Axis"]
+
+def _dims(world: str, dp: str) -> tuple[str, ...]:
+    axes = [(a.rank_order, a.name) for a in AXES if a.rank_order is not None and getattr(a, world)]
+    return tuple(n for _, n in sorted([*axes, (DP_RANK_ORDER, dp)]))
+
+
+DENSE_DIMS: tuple[str, ...] = _dims("dense", "dp")
+"""Dense world factors, fastest-varying first (``tp, cp, dp, pp``: dense ranks = TP*CP*DP*PP)."""
+EXPERT_DIMS: tuple[str, ...] = _dims("expert", "edp")
+"""Expert world factors, fastest-varying first (``etp, ep, edp, pp``: expert ranks = ETP*EP*EDP*PP)."""
+
+
+def model_parallel(dims: tuple[str, ...]) -> tuple[str, ...]:
+    """The axes of ``dims`` without the derived DP / EDP (``tp, cp, pp`` of :data:`DENSE_DIMS`)."""
+    return tuple(d for d in dims if d in BY_NAME)
+
+
+def product_label(dims, sep: str = "*") -> str:
+    """``TP*CP*DP*PP``: the upper-case labels of ``dims`` joined by ``sep``."""
+    return sep.join(BY_NAME[d].label if d in BY_NAME else d.upper() for d in dims)
+
+
+def sizes_text(sizes, *, derived: bool = False) -> str:
+    """``tp=1 pp=1 vpp=1 cp=1 ep=1 etp=1`` (with ``dp=.. edp=..`` when ``derived``) of a name -> size mapping."""
+    names = AXIS_NAMES + DERIVED if derived else AXIS_NAMES
+    return " ".join(f"{n}={sizes[n]}" for n in names)
+
+
+__all__ = [
+    "AXES",
+    "AXIS_NAMES",
+    "BY_NAME",
+    "DENSE_DIMS",
+    "DERIVED",
+    "DP_RANK_ORDER",
+    "EXPERT_DIMS",
+    "MEGATRON_KEYS",
+    "Axis",
+    "model_parallel",
+    "product_label",
+    "sizes_text",
+]

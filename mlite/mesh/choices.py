@@ -3,7 +3,7 @@ line, and the rows of a table of ranked meshes. Widgets render these; they compu
 
 from __future__ import annotations
 
-from .axes import AXIS_NAMES
+from .axes import AXES, AXIS_NAMES
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .rules import divisors
 
@@ -15,7 +15,7 @@ MAX_VPP = 8
 
 def mesh_key(p: ParallelConfig) -> str:
     """``tp-pp-vpp-cp-ep-etp``: identifies a mesh in the tables."""
-    return f"{p.tp}-{p.pp}-{p.vpp}-{p.cp}-{p.ep}-{p.etp_size}"
+    return "-".join(str(v) for v in p.sizes().values())
 
 
 def field_options(spec, ngpu: int, field: str) -> list[int]:
@@ -40,10 +40,10 @@ def mesh_command(ref: str, plan) -> str:
     """The ``mlite mesh`` command line of ``plan`` (flags at their defaults left out)."""
     p = plan.parallel
     parts = ["mlite", "mesh", ref if " " not in ref else repr(ref), "--ngpu", str(plan.ngpu)]
-    for f in FIELDS:
-        v = p.etp_size if f == "etp" else getattr(p, f)
+    for axis in AXES:
+        v = p.size(axis.name)
         if v != 1:
-            parts += [f"--{f}", str(v)]
+            parts += [axis.flag, str(v)]
     if p.pp_layout:
         parts += ["--pp-layout", repr(p.pp_layout)]
     if plan.gpus_per_node != DEFAULT_GPUS_PER_NODE:
@@ -63,12 +63,7 @@ def planner_rows(meshes) -> list[dict]:
             {
                 "rank": i,
                 "key": mesh_key(p),
-                "tp": p.tp,
-                "pp": p.pp,
-                "vpp": p.vpp,
-                "cp": p.cp,
-                "ep": p.ep,
-                "etp": p.etp_size,
+                **p.sizes(),
                 "dp": plan.dp,
                 "edp": plan.edp,
                 "score": m.score,
@@ -76,15 +71,7 @@ def planner_rows(meshes) -> list[dict]:
                 "layout": plan.layout,
                 "warnings": len(plan.warnings),
                 "warning_text": "\n".join(f.message for f in plan.warnings),
-                "cfg": ParallelConfig(
-                    tp=p.tp,
-                    pp=p.pp,
-                    vpp=p.vpp,
-                    cp=p.cp,
-                    ep=p.ep,
-                    etp=p.etp_size,
-                    pp_layout=plan.layout if auto else None,
-                ),
+                "cfg": ParallelConfig(**p.sizes(), pp_layout=plan.layout if auto else None),
             }
         )
     return rows
@@ -92,4 +79,4 @@ def planner_rows(meshes) -> list[dict]:
 
 def config_values(p: ParallelConfig) -> dict:
     """A ParallelConfig as planner control values (ETP resolved, an empty pp_layout for none)."""
-    return {f: getattr(p, f) for f in FIELDS if f != "etp"} | {"etp": p.etp_size, "pp_layout": p.pp_layout or ""}
+    return p.sizes() | {"pp_layout": p.pp_layout or ""}
