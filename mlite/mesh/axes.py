@@ -43,8 +43,9 @@ class Axis:
     the expert generator); None for an axis that is no world factor (VPP)."""
     megatron_inherits: str | None = None
     """The axis whose size Megatron-Core uses when this key is null (ETP: ``"tp"``); None: no inheriting."""
-    megatron_null_for_one: bool = False
-    """Megatron-Core wants null, not 1, for "off" (VPP: no interleaved schedule; it rejects 1)."""
+    megatron_null_note: str = ""
+    """Non-empty where Megatron-Core wants null, not 1, for the axis off (VPP: no interleaved schedule; it rejects 1):
+    the comment a launcher writes beside that null."""
     lite_key: str = ""
     """The Megatron Lite engine key (``engine.<key>``, verl_mlite ``engine/mlite.yaml``) when it is not :attr:`name`."""
     width: int = 3
@@ -63,7 +64,7 @@ class Axis:
     @property
     def megatron_nullable(self) -> bool:
         """A null Megatron key is read (ETP inherits, VPP is off) rather than refused."""
-        return self.megatron_inherits is not None or self.megatron_null_for_one
+        return self.megatron_inherits is not None or bool(self.megatron_null_note)
 
 
 AXES: tuple[Axis, ...] = (
@@ -97,7 +98,7 @@ AXES: tuple[Axis, ...] = (
         "--num-virtual-stages-per-pipeline-rank",
         dense=False,
         lite_runs=False,
-        megatron_null_for_one=True,
+        megatron_null_note="null: no interleaving (Megatron-Core rejects 1)",
     ),
     Axis("cp", "--cp", "context parallel size", "CP", "context_parallel_size", "--context-parallel-size", rank_order=1),
     Axis(
