@@ -36,8 +36,8 @@ class Axis:
     """Part of the dense world (TP x CP x DP x PP)."""
     expert: bool = False
     """Part of the expert world (ETP x EP x EDP x PP)."""
-    lite_runs: bool = True
-    """The kit's lite runtime runs sizes > 1 on this axis (``mlite run``)."""
+    lite_refusal: str = ""
+    """Why the kit's lite runtime (``mlite run``) refuses sizes > 1 on this axis; empty: it runs them."""
     rank_order: int | None = None
     """Position in Megatron-Core's ``RankGenerator`` order ``tp-cp-ep-dp-pp`` (fastest first; ETP takes TP's place in
     the expert generator); None for an axis that is no world factor (VPP)."""
@@ -55,6 +55,11 @@ class Axis:
     def engine_key(self) -> str:
         """The Megatron Lite engine key (``tp`` of ``engine.tp``)."""
         return self.lite_key or self.name
+
+    @property
+    def lite_runs(self) -> bool:
+        """The kit's lite runtime runs sizes > 1 on this axis."""
+        return not self.lite_refusal
 
     @property
     def world(self) -> bool:
@@ -86,7 +91,7 @@ AXES: tuple[Axis, ...] = (
         "pipeline_model_parallel_size",
         "--pipeline-model-parallel-size",
         expert=True,
-        lite_runs=False,
+        lite_refusal="the lite runtime runs tp, cp and ep on one node but no pipeline parallelism (pp = vpp = 1)",
         rank_order=4,
     ),
     Axis(
@@ -97,7 +102,7 @@ AXES: tuple[Axis, ...] = (
         "virtual_pipeline_model_parallel_size",
         "--num-virtual-stages-per-pipeline-rank",
         dense=False,
-        lite_runs=False,
+        lite_refusal="the lite runtime runs tp, cp and ep on one node but no pipeline parallelism (pp = vpp = 1)",
         megatron_null_note="null: no interleaving (Megatron-Core rejects 1)",
     ),
     Axis("cp", "--cp", "context parallel size", "CP", "context_parallel_size", "--context-parallel-size", rank_order=1),
@@ -123,7 +128,7 @@ AXES: tuple[Axis, ...] = (
         default=None,
         dense=False,
         expert=True,
-        lite_runs=False,
+        lite_refusal="the lite runtime implements etp = 1 only (experts whole on each EP rank); use --etp 1",
         rank_order=0,
         megatron_inherits="tp",
     ),
