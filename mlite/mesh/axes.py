@@ -48,6 +48,9 @@ class Axis:
     the comment a launcher writes beside that null."""
     lite_key: str = ""
     """The Megatron Lite engine key (``engine.<key>``, verl_mlite ``engine/mlite.yaml``) when it is not :attr:`name`."""
+    bound: str | None = None
+    """The :class:`~mlite.models.ModelSpec` count a size may not exceed (TP: ``num_attention_heads``); the planner
+    offers the divisors of the GPU count up to it."""
     width: int = 3
     """Column width of the axis in ``mlite mesh --list``."""
 
@@ -82,6 +85,7 @@ AXES: tuple[Axis, ...] = (
         "--tensor-model-parallel-size",
         expert=False,
         rank_order=0,
+        bound="num_attention_heads",
     ),
     Axis(
         "pp",
@@ -93,6 +97,7 @@ AXES: tuple[Axis, ...] = (
         expert=True,
         lite_refusal="the lite runtime runs tp, cp and ep on one node but no pipeline parallelism (pp = vpp = 1)",
         rank_order=4,
+        bound="num_layers",
     ),
     Axis(
         "vpp",
@@ -116,6 +121,7 @@ AXES: tuple[Axis, ...] = (
         dense=False,
         expert=True,
         rank_order=2,
+        bound="num_experts",
         width=4,
     ),
     Axis(

@@ -3,7 +3,7 @@ line, and the rows of a table of ranked meshes. Widgets render these; they compu
 
 from __future__ import annotations
 
-from .axes import AXES, AXIS_NAMES
+from .axes import AXES, AXIS_NAMES, BY_NAME
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .rules import divisors
 
@@ -19,21 +19,16 @@ def mesh_key(p: ParallelConfig) -> str:
 
 
 def field_options(spec, ngpu: int, field: str) -> list[int]:
-    """Sensible values of ``field`` for ``spec`` on ``ngpu`` GPUs (divisors the model can use at all)."""
-    ds = divisors(ngpu)
-    if field == "tp":
-        return [d for d in ds if d <= spec.num_attention_heads]
-    if field == "pp":
-        return [d for d in ds if d <= spec.num_layers]
-    if field == "vpp":
+    """Sensible values of ``field`` for ``spec`` on ``ngpu`` GPUs (divisors the model can use at all): the divisors
+    of ``ngpu`` up to the axis's :attr:`~mlite.mesh.axes.Axis.bound`; 1 .. :data:`MAX_VPP` for an axis that is no
+    world factor (VPP); only 1 for an expert-only axis (EP, ETP) of a dense model."""
+    axis = BY_NAME[field]
+    if not axis.world:
         return list(range(1, MAX_VPP + 1))
-    if field == "cp":
-        return ds
-    if field == "ep":
-        return [d for d in ds if d <= spec.num_experts] if spec.num_experts else [1]
-    if field == "etp":
-        return ds if spec.num_experts else [1]
-    raise KeyError(field)
+    if axis.expert and not axis.dense and not spec.num_experts:
+        return [1]
+    ds = divisors(ngpu)
+    return [d for d in ds if d <= getattr(spec, axis.bound)] if axis.bound else ds
 
 
 def mesh_command(ref: str, plan) -> str:
