@@ -1,12 +1,17 @@
 """The parallel axes once: each mesh axis with its flag, help, Megatron-Core name and verl / Megatron Lite keys.
 
 Everything that spells a mesh axis derives from :data:`AXES` (argparse flags of ``mesh`` / ``memory`` / ``export`` /
-``run``, the verl launcher keys in both directions, the planner's controls, table headers). Adding an axis is one
-:class:`Axis` entry here plus its field on :class:`~mlite.mesh.config.ParallelConfig` (a test holds the two equal).
+``run``, the verl launcher keys in both directions, the planner's controls, table headers, the rank layout's
+dimensions :data:`DENSE_DIMS` / :data:`EXPERT_DIMS`). What is special about one axis is a field of its entry, not an
+``if name == ...``: ETP's null means TP in Megatron-Core (:attr:`Axis.megatron_inherits`), VPP is no world factor
+and Megatron-Core wants null for it off (:attr:`Axis.rank_order`, :attr:`Axis.megatron_null_note`), the lite runtime
+refuses PP, VPP and ETP > 1 (:attr:`Axis.lite_refusal`). Adding an axis is one :class:`Axis` entry here plus its
+field on :class:`~mlite.mesh.config.ParallelConfig` (``tests/test_axes.py`` holds the two equal).
 
 Sources: Megatron-Core ``megatron/core/parallel_state.py`` (``initialize_model_parallel`` argument names),
 verl ``verl/trainer/config/engine/megatron.yaml`` (``*_model_parallel_size`` keys), the Megatron Lite engine's
-``engine.tp/pp/vpp/cp/ep/etp`` (``engine/mlite.yaml`` of verl_mlite).
+``engine.tp/pp/vpp/cp/ep/etp`` (``engine/mlite.yaml`` of verl_mlite); the rank order is Megatron-Core's
+``RankGenerator`` (``parallel_state.py``, order ``"tp-cp-ep-dp-pp"``; ``tests/test_mesh.py`` compares the groups).
 """
 
 from __future__ import annotations
