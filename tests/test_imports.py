@@ -161,13 +161,14 @@ CONTRACTS = ("mlite.options", "mlite.rundir", "mlite.mesh.checks", "mlite.errors
 """The contracts layer of the README's Architecture section."""
 CONTRACT_VOCABULARY = {
     "mlite.memory.options",
+    "mlite.mesh.axes",
     "mlite.mesh.config",
     "mlite.mesh.layout",
     "mlite.mesh.rules",
     "mlite.models",
 }
 """Logic modules the contracts may read: the dataclasses and vocabularies they describe (TrainingOptions' GPU names
-and recompute granularities, the mesh's config and layout, ModelSpec for typing)."""
+and recompute granularities, the mesh's axes, config and layout, ModelSpec for typing)."""
 
 
 def _in(mod: str, prefixes) -> bool:

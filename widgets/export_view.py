@@ -22,6 +22,7 @@ from mlite.errors import MliteError
 from mlite.export import TARGETS, ExportPlan, InvalidMesh, write
 from mlite.memory import TrainingOptions
 from mlite.mesh import ParallelConfig
+from mlite.mesh.axes import AXES, sizes_text
 from mlite.models import available_models
 from mlite.options.table import EXPORT, TRAINING, rows_by_field
 
@@ -30,7 +31,6 @@ from ._common import ErrorBanner, esc
 DEFAULT_OUT = "runs/export"
 """Files go to ``<out>/<experiment name>/``."""
 
-_MESH = ("tp", "pp", "vpp", "cp", "ep", "etp")
 _ROWS = rows_by_field(TRAINING)
 """The options table's rows: choices, defaults and labels of the option controls."""
 _PLAN = rows_by_field(EXPORT)
@@ -66,10 +66,10 @@ class ExportView(W.VBox):
         self._gpus.add_class("mlite-export-gpus")
         small = W.Layout(width="110px")
         self._mesh = {
-            k: W.BoundedIntText(
-                value=1, min=1, max=4096, description=k.upper(), layout=small, style={"description_width": "32px"}
+            a.name: W.BoundedIntText(
+                value=1, min=1, max=4096, description=a.label, layout=small, style={"description_width": "32px"}
             )
-            for k in _MESH
+            for a in AXES
         }
         self._layout = W.Text(value="", placeholder="pp_layout (optional)", layout=W.Layout(width="260px"))
         o = TrainingOptions()
@@ -149,8 +149,8 @@ class ExportView(W.VBox):
         if model is not None:
             self.model = model
         if parallel is not None:
-            for k in _MESH:
-                self._mesh[k].value = getattr(parallel, "etp_size" if k == "etp" else k)
+            for k, v in parallel.sizes().items():
+                self._mesh[k].value = v
             self._layout.value = parallel.pp_layout or ""
         if options is not None:
             self.options = options
@@ -219,8 +219,8 @@ class ExportView(W.VBox):
         m = res.mesh
         warn = "".join(f"<li>{esc(w)}</li>" for w in m["warnings"] + res.notes)
         self._summary.value = (
-            f"<div><b>{esc(plan.target)}</b>: {plan.nodes} x {plan.gpus_per_node} GPUs, tp={m['tp']} pp={m['pp']} "
-            f"vpp={m['vpp']} cp={m['cp']} ep={m['ep']} etp={m['etp']} &rarr; dp={m['dp']} edp={m['edp']}<br>"
+            f"<div><b>{esc(plan.target)}</b>: {plan.nodes} x {plan.gpus_per_node} GPUs, {sizes_text(m)} "
+            f"&rarr; dp={m['dp']} edp={m['edp']}<br>"
             f"wrote {len(res.paths)} files to <code>{esc(folder)}</code>; submit with "
             f"<code>cd {esc(folder)} &amp;&amp; mkdir -p {esc(plan.log_dir)} &amp;&amp; sbatch {esc(res.job)}</code>"
             + (f"<ul style='margin:2px 0'>{warn}</ul>" if warn else "")

@@ -23,17 +23,19 @@ import itertools
 import ipywidgets as W
 import traitlets
 
+from mlite.mesh.axes import DENSE_DIMS
 from mlite.mesh.layout import stage_text
+from mlite.mesh.ranks import GROUP_KINDS, PRINTED_KINDS
 
 from ._common import ErrorBanner, esc
 
 __all__ = ["ClickBridge", "GpuGrid", "grid_svg", "groups_html", "legend_html", "short_list", "stage_text"]
 
-KINDS = ("tp", "cp", "dp", "ep", "etp", "edp")
-"""Group kinds that can be outlined (pp is the fill colour)."""
+LIST_KINDS = PRINTED_KINDS
+"""Kinds listed for the focus rank (``mlite mesh --rank`` order: tp, cp, dp, pp, dp_cp, ep, etp, edp)."""
+KINDS = tuple(k for k in LIST_KINDS if len(GROUP_KINDS[k][1]) == 1 and k != "pp")
+"""Group kinds that can be outlined: one per world factor but pp (the fill colour): tp, cp, dp, ep, etp, edp."""
 DEFAULT_KINDS = ("tp", "cp", "dp", "ep")
-LIST_KINDS = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "etp", "edp")
-"""Kinds listed for the focus rank (``mlite mesh --rank`` order)."""
 OUTLINE = {  # kind: (colour, dash, inset index)
     "tp": ("#1f4e9c", "", 0),
     "cp": ("#d35400", "5 2", 1),
@@ -168,10 +170,10 @@ def grid_svg(plan, *, kinds=DEFAULT_KINDS, focus: int | None = 0, max_ranks: int
         tip = (
             f"rank {r} · node {r // gpn}, GPU {r % gpn}\n"
             f"pipeline rank {d['pp']}: {stage_text(plan, d['pp'])}\n"
-            f"dense: tp {d['tp']} · cp {d['cp']} · dp {d['dp']} · pp {d['pp']}\n"
-            f"expert: etp {e['etp']} · ep {e['ep']} · edp {e['edp']} · pp {e['pp']}"
+            f"dense: {_coords(d, ' · ')}\n"
+            f"expert: {_coords(e, ' · ')}"
         )
-        coord = " ".join(f"{k[0]}{d[k]}" for k in ("tp", "cp", "dp") if sizes["dense"][k] > 1)
+        coord = " ".join(f"{k[0]}{d[k]}" for k in DENSE_DIMS if k != "pp" and sizes["dense"][k] > 1)
         if sizes["expert"]["ep"] > 1:
             coord += f" e{e['ep']}"
         frame = ' stroke="#111" stroke-width="3"' if r == focus else ' stroke="#9a9a9a" stroke-width="1"'
@@ -208,6 +210,11 @@ def grid_svg(plan, *, kinds=DEFAULT_KINDS, focus: int | None = 0, max_ranks: int
     return "".join(out)
 
 
+def _coords(c: dict, sep: str) -> str:
+    """``tp 0 · cp 1 · dp 0 · pp 0``: a rank's coordinates (dense or expert, fastest first)."""
+    return sep.join(f"{k} {v}" for k, v in c.items())
+
+
 def legend_html(plan, kinds=DEFAULT_KINDS) -> str:
     """Stage colours (what each pipeline rank runs) and the outline styles."""
     items = []
@@ -239,8 +246,7 @@ def groups_html(plan, rank: int) -> str:
     )
     return (
         f"<div style='line-height:1.4'><b>rank {rank}</b> · node {rank // plan.gpus_per_node} · dense "
-        f"(tp {d['tp']}, cp {d['cp']}, dp {d['dp']}, pp {d['pp']}) · expert "
-        f"(etp {e['etp']}, ep {e['ep']}, edp {e['edp']}, pp {e['pp']})"
+        f"({_coords(d, ', ')}) · expert ({_coords(e, ', ')})"
         f"<table style='font-size:92%'>{rows}</table></div>"
     )
 

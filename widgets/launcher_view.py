@@ -17,6 +17,7 @@ import ipywidgets as W
 import traitlets
 
 from mlite.errors import MliteError
+from mlite.mesh.axes import sizes_text
 
 from ._common import ErrorBanner, esc
 
@@ -149,7 +150,7 @@ class LauncherView(W.VBox):
             if doc["model_config"]
             else f"{esc(doc['model_path'] or '?')} <i>(no config in data/models/: the planner keeps its model)</i>"
         )
-        mesh = " ".join(f"{k}={doc[k]}" for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp"))
+        mesh = sizes_text(doc, derived=True)
         self._summary.value = (
             f"<div style='line-height:1.5'>{verdict} &nbsp; <code>{esc(doc['entry'])}</code> → {esc(doc['target'])}, "
             f"{doc['nnodes']} × {doc['gpus_per_node']} = <b>{doc['ngpu']} GPUs</b>, model {model}"

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import ipywidgets as W
 
+from mlite.mesh.axes import AXIS_NAMES, DERIVED
+
 from ._common import ErrorBanner, esc
 from .gpu_grid import ClickBridge
 
@@ -39,7 +41,7 @@ class Column:
         return self.fmt(row) if self.fmt else str(row[self.key])
 
 
-MESH_COLUMNS = [Column(k, k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp")]
+MESH_COLUMNS = [Column(k, k) for k in AXIS_NAMES + DERIVED]
 """The mesh columns every table starts with (after ``#``)."""
 RANK_COLUMN = Column("rank", "#", tip="position in the ranking (best first)")
 

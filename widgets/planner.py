@@ -35,6 +35,7 @@ from mlite.mesh import (
     enumerate_meshes,
     resolve,
 )
+from mlite.mesh.axes import DENSE_DIMS, EXPERT_DIMS, product_label
 from mlite.mesh.choices import (
     FIELDS,
     config_values,
@@ -97,15 +98,12 @@ class MeshPlanner(W.VBox):
         ngpu: int = 16,
         gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
         seq_len: int = DEFAULT_SEQ_LEN,
-        tp: int = 1,
-        pp: int = 1,
-        vpp: int = 1,
-        cp: int = 1,
-        ep: int = 1,
-        etp: int = 1,
         pp_layout: str = "",
         **kwargs,
     ):
+        """``kwargs``: the starting size of each axis by name (``tp=2``, default 1; :data:`FIELDS`), the rest to
+        the VBox."""
+        sizes = {f: kwargs.pop(f, 1) for f in FIELDS}
         super().__init__(**kwargs)
         self.add_class("mlite-planner")
         self.errors = ErrorBanner()
@@ -140,7 +138,7 @@ class MeshPlanner(W.VBox):
             ),
         }
         """Every control by field name: ngpu, gpus_per_node, seq_len, tp, pp, vpp, cp, ep, etp, pp_layout."""
-        for f, v in zip(FIELDS, (tp, pp, vpp, cp, ep, etp)):
+        for f, v in sizes.items():
             c[f] = W.Dropdown(
                 options=[v], value=v, description=f, layout=W.Layout(width="118px"), style={"description_width": "32px"}
             )
@@ -213,15 +211,7 @@ class MeshPlanner(W.VBox):
     def parallel(self) -> ParallelConfig:
         """The ParallelConfig of the controls."""
         c = self.controls
-        return ParallelConfig(
-            tp=c["tp"].value,
-            pp=c["pp"].value,
-            vpp=c["vpp"].value,
-            cp=c["cp"].value,
-            ep=c["ep"].value,
-            etp=c["etp"].value,
-            pp_layout=c["pp_layout"].value.strip() or None,
-        )
+        return ParallelConfig(**{f: c[f].value for f in FIELDS}, pp_layout=c["pp_layout"].value.strip() or None)
 
     @property
     def ngpu(self) -> int:
@@ -341,8 +331,12 @@ class MeshPlanner(W.VBox):
             else f'<span class="mlite-mesh-invalid" style="color:#b00020;font-weight:700">&#10007; invalid: '
             f"{n_err} error{'s' if n_err > 1 else ''}</span>"
         )
-        dp = plan.dp or "—"
-        edp = plan.edp or "—"
+        sizes = p.sizes() | {"dp": plan.dp or "—", "edp": plan.edp or "—"}
+        dp, edp = sizes["dp"], sizes["edp"]
+        dense, expert = (
+            f"{product_label(dims, '·')} = {'·'.join(str(sizes[d]) for d in dims)}"
+            for dims in (DENSE_DIMS, EXPERT_DIMS)
+        )
         vocab = f"vocab {spec.vocab_size:,}" + (
             f" → padded {plan.padded_vocab:,}" if plan.padded_vocab != spec.vocab_size else ""
         )
@@ -365,9 +359,9 @@ class MeshPlanner(W.VBox):
             f"<div style='margin:4px 0;line-height:1.5'>{verdict} &nbsp; <b>{esc(spec.name)}</b> on {plan.ngpu} GPUs "
             f"({-(-plan.ngpu // plan.gpus_per_node)} node(s) of {plan.gpus_per_node}) &nbsp;·&nbsp; "
             f"<b>DP {dp}</b> · <b>EDP {edp}</b><br>"
-            f"<span style='font-family:monospace'>dense ranks TP·CP·DP·PP = {p.tp}·{p.cp}·{dp}·{p.pp}"
-            f"{' = ' + str(plan.ngpu) if plan.dp else ''} &nbsp;|&nbsp; expert ranks ETP·EP·EDP·PP = "
-            f"{p.etp_size}·{p.ep}·{edp}·{p.pp}{' = ' + str(plan.ngpu) if plan.edp else ''}</span>"
+            f"<span style='font-family:monospace'>dense ranks {dense}"
+            f"{' = ' + str(plan.ngpu) if plan.dp else ''} &nbsp;|&nbsp; expert ranks {expert}"
+            f"{' = ' + str(plan.ngpu) if plan.edp else ''}</span>"
             f"<br><span style='color:#555'>{esc(vocab)}</span></div>"
         )
 

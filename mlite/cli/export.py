@@ -33,6 +33,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     from ..export import ExportPlan, InvalidMesh, write
+    from ..mesh.axes import sizes_text
     from ..options import EXPORT, values_from_args
     from . import print_json
     from .memory import options_from_args
@@ -59,10 +60,7 @@ def run(args) -> int:
         print_json(res.to_dict())
         return 0
     m = res.mesh
-    print(
-        f"{args.target}: {plan.nodes} x {plan.gpus_per_node} GPUs, tp={m['tp']} pp={m['pp']} vpp={m['vpp']} "
-        f"cp={m['cp']} ep={m['ep']} etp={m['etp']} -> dp={m['dp']} edp={m['edp']}"
-    )
+    print(f"{args.target}: {plan.nodes} x {plan.gpus_per_node} GPUs, {sizes_text(m)} -> dp={m['dp']} edp={m['edp']}")
     for path in res.paths:
         print(f"  wrote {path}")
     for w in m["warnings"] + res.notes:

@@ -16,10 +16,12 @@ ORDER = 45
 
 
 def add_parser(sub):
+    from ..mesh.axes import AXIS_NAMES
+
     p = sub.add_parser(
         COMMAND,
         help="read a verl launcher's Hydra overrides back into a mesh plan",
-        description="Reads tp/pp/vpp/cp/ep/etp (mlite engine or verl Megatron keys), "
+        description=f"Reads {'/'.join(AXIS_NAMES)} (mlite engine or verl Megatron keys), "
         "trainer.nnodes x trainer.n_gpus_per_node and the memory options; FILE '-' reads stdin.",
     )
     p.add_argument("file", metavar="FILE")
@@ -53,6 +55,7 @@ def run(args) -> int:
 
     from ..errors import MliteError
     from ..export import import_launcher
+    from ..mesh.axes import sizes_text
     from . import print_json
 
     gib = _gpu_mem(args.gpu_mem)
@@ -90,10 +93,7 @@ def run(args) -> int:
         f"{imp.source}: {doc['target']} ({doc['entry']}), {doc['nnodes']} x {doc['gpus_per_node']} = "
         f"{doc['ngpu']} GPUs, model {doc['model_config'] or doc['model_path'] or '?'}"
     )
-    print(
-        f"  tp={doc['tp']} pp={doc['pp']} vpp={doc['vpp']} cp={doc['cp']} ep={doc['ep']} etp={doc['etp']} -> "
-        f"dp={doc['dp']} edp={doc['edp']}  [{'valid' if doc['valid'] else 'INVALID'}]"
-    )
+    print(f"  {sizes_text(doc)} -> dp={doc['dp']} edp={doc['edp']}  [{'valid' if doc['valid'] else 'INVALID'}]")
     if doc["pp_layout"]:
         print(f"  stages: {doc['pp_layout']}  ({doc['layout_source']})")
     if doc["options"]:

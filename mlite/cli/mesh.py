@@ -39,15 +39,29 @@ def add_parser(sub):
     p.add_argument("config", metavar="CONFIG", help="config.json path or a name in data/models/")
     p.add_argument("--ngpu", type=int, required=True, help="GPU count (world size)")
     add_mesh_flags(p)
-    p.add_argument("--rank", type=int, default=None, help="print this rank's tp/cp/dp/pp/dp_cp/ep/etp/edp groups")
+    from ..mesh.ranks import PRINTED_KINDS
+
+    p.add_argument("--rank", type=int, default=None, help=f"print this rank's {'/'.join(PRINTED_KINDS)} groups")
     p.add_argument("--list", action="store_true", help="enumerate every valid mesh, best first")
     p.add_argument("--limit", type=int, default=20, help="rows of --list in text output (JSON has all)")
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
 
 
+_DERIVED_WIDTH = 5
+"""Column width of DP and EDP in ``mlite mesh --list``."""
+
+
+def _list_columns() -> list[tuple[str, int]]:
+    """``(key, width)`` of the ``--list`` columns before the score: the axes, then DP and EDP."""
+    from ..mesh.axes import AXES, DERIVED
+
+    return [(a.name, a.width) for a in AXES] + [(d, _DERIVED_WIDTH) for d in DERIVED]
+
+
 def run(args) -> int:
     from ..mesh import enumerate_meshes, resolve
+    from ..mesh.axes import sizes_text
     from ..models import from_hf_config
     from . import print_json
 
@@ -62,15 +76,11 @@ def run(args) -> int:
             print_json({"meshes": [m.to_dict() for m in meshes]})
         else:
             print(f"{len(meshes)} valid meshes for {spec.name} on {args.ngpu} GPUs (best first):")
-            print(
-                f"  {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'etp':>3} {'dp':>5} {'edp':>5} {'score':>7}  layout"
-            )
+            cols = _list_columns()
+            print("  " + " ".join(f"{k:>{w}}" for k, w in cols) + f" {'score':>7}  layout")
             for m in meshes[: args.limit]:
                 d = m.to_dict()
-                print(
-                    f"  {d['tp']:>3} {d['pp']:>3} {d['vpp']:>3} {d['cp']:>3} {d['ep']:>4} {d['etp']:>3} {d['dp']:>5} "
-                    f"{d['edp']:>5} {d['score']:>7.2f}  {d['pp_layout']}"
-                )
+                print("  " + " ".join(f"{d[k]:>{w}}" for k, w in cols) + f" {d['score']:>7.2f}  {d['pp_layout']}")
         return 0 if meshes else 1
     plan = resolve(spec, args.ngpu, parallel_from_args(args), seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
     doc = plan.to_dict()
@@ -83,9 +93,8 @@ def run(args) -> int:
     if args.json:
         print_json(doc)
     else:
-        p = plan.parallel
         print(
-            f"{spec.name} on {args.ngpu} GPUs: tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} etp={p.etp_size}"
+            f"{spec.name} on {args.ngpu} GPUs: {sizes_text(plan.parallel.sizes())}"
             f" -> dp={plan.dp} edp={plan.edp}  [{'valid' if plan.valid else 'INVALID'}]"
         )
         if plan.layout:

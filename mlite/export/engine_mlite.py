@@ -8,6 +8,7 @@ keys it would ignore.
 
 from __future__ import annotations
 
+from ..mesh.axes import AXES
 from . import mlite_keys as K
 from .mapping import option_overrides
 from .overrides import Override, var
@@ -21,12 +22,7 @@ def build(plan, mp, spec, *, engine: str) -> tuple[list, list[Override], list[st
     ovs = [
         Override.lit(f"{engine}.impl", K.ENGINE_FIELDS["impl"]),
         Override.lit(f"{engine}.model_name", K.ENGINE_FIELDS["model_name"]),
-        e("tp", var("TP")),
-        e("pp", var("PP")),
-        e("vpp", var("VPP")),
-        e("cp", var("CP")),
-        e("ep", var("EP")),
-        e("etp", var("ETP")),
+        *(e(a.engine_key, var(a.label)) for a in AXES),
     ] + opts
     if mp.parallel.pp_layout:
         notes.append(

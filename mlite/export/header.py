@@ -3,11 +3,25 @@ the difference to verl's launcher rule), the training options, the planner's war
 
 from __future__ import annotations
 
+import math
+
 from ..errors import MliteError
+from ..mesh.axes import DENSE_DIMS, EXPERT_DIMS, product_label, sizes_text
 
 
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.3g}"
+
+
+def _world_lines(sizes: dict) -> list[str]:
+    """``  dense ranks  = TP*CP*DP*PP   = 2*1*4*1 = 8`` and the expert line (the runtime's rule with the numbers)."""
+    worlds = (("dense ranks ", DENSE_DIMS), ("expert ranks", EXPERT_DIMS))
+    width = max(len(product_label(dims)) for _, dims in worlds)
+    return [
+        f"  {what} = {product_label(dims):<{width}} = {'*'.join(str(sizes[d]) for d in dims)} = "
+        f"{math.prod(sizes[d] for d in dims)}"
+        for what, dims in worlds
+    ]
 
 
 def launcher_rule_dp(mp) -> float:
@@ -23,9 +37,8 @@ def mesh_accounting(plan, mp) -> list[str]:
         f"Mesh accounting ({mp.ngpu} GPUs = {plan.nodes} node{'s' if plan.nodes > 1 else ''} x "
         f"{plan.gpus_per_node}), the runtime's rule",
         "(Megatron Lite primitive/parallel/state.py and Megatron-Core parallel_state):",
-        f"  dense ranks  = TP*CP*DP*PP   = {p.tp}*{p.cp}*{mp.dp}*{p.pp} = {p.tp * p.cp * mp.dp * p.pp}",
-        f"  expert ranks = ETP*EP*EDP*PP = {p.etp_size}*{p.ep}*{mp.edp}*{p.pp} = {p.etp_size * p.ep * mp.edp * p.pp}",
-        f"  tp={p.tp} pp={p.pp} vpp={p.vpp} cp={p.cp} ep={p.ep} etp={p.etp_size} -> dp={mp.dp} edp={mp.edp}",
+        *_world_lines(p.sizes() | {"dp": mp.dp, "edp": mp.edp}),
+        f"  {sizes_text(p.sizes())} -> dp={mp.dp} edp={mp.edp}",
     ]
     if mp.layout:
         how = {"even": "even split", "auto": "uneven, chosen by the planner", "pp_layout": "given"}[mp.layout_source]

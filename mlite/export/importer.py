@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from ..errors import MliteError
+from ..mesh.axes import AXES, AXIS_NAMES, BY_NAME, DERIVED
 from ..shell.script import run_script, uses_launcher_rule
 from .mapping import ACTOR, read_options, read_parallel
 from .overrides import ParsedOverride, parse_override
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from ..mesh import ParallelConfig
     from ..models import ModelSpec
 
-_MLITE_SIZES = ("tp", "pp", "vpp", "cp", "ep", "etp")
+_MLITE_SIZES = tuple(a.engine_key for a in AXES)
 _MODEL_SUFFIXES = re.compile(r"(-(Base|Instruct|Chat|BF16|FP8|RL|SFT|derived)(-\d+)?)+$", re.IGNORECASE)
 # A launcher that leaves model.path empty and picks its model with MODEL_VARIANT (verl's Megatron Lite examples):
 # the variant -> the data/models config of that model (DeepSeek-V4-Pro has none).
@@ -178,7 +179,7 @@ class ImportedLauncher:
             out[k] = doc[k]
         out["warnings"] = warnings
         out["info"] = doc["info"] + self._model_info(config, ref)
-        for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp", "pp_layout", "layout_source"):
+        for k in (*AXIS_NAMES, *DERIVED, "pp_layout", "layout_source"):
             out[k] = doc[k]
         ldp = self.ngpu / p.pp / (p.tp * p.ep)
         out.update(
@@ -242,12 +243,7 @@ class ImportedLauncher:
             "errors": errors,
             "warnings": [],
             "info": [f.message for f in found if f.level == "info"],
-            "tp": p.tp,
-            "pp": p.pp,
-            "vpp": p.vpp,
-            "cp": p.cp,
-            "ep": p.ep,
-            "etp": p.etp_size,
+            **p.sizes(),
             "dp": ctx.dp,
             "edp": ctx.edp,
             "pp_layout": p.pp_layout or "",
@@ -262,12 +258,7 @@ class ImportedLauncher:
             "ngpu": self.ngpu,
             "gpus_per_node": self.gpus_per_node,
             "seq_len": int(self.options.get("seq_len", 4096)),
-            "tp": p.tp,
-            "pp": p.pp,
-            "vpp": p.vpp,
-            "cp": p.cp,
-            "ep": p.ep,
-            "etp": p.etp_size,
+            **p.sizes(),
             "pp_layout": p.pp_layout or "",
         }
 
@@ -508,6 +499,10 @@ def _is_mesh_key(key: str) -> bool:
     )
 
 
+_NULLABLE_LEAVES = {k for a in AXES if a.megatron_nullable for k in (a.megatron, a.engine_key)}
+"""Mesh key leaves a launcher may set to null (VPP off, ETP inherited), under either spelling."""
+
+
 def _refuse_unread_mesh(source: str, ovs, consumed: set, unresolved: dict, res) -> None:
     """A mesh or cluster size the reader could not expand, or that is not a number, stops the import (exit 2)
     rather than a silently wrong mesh."""
@@ -526,20 +521,9 @@ def _refuse_unread_mesh(source: str, ovs, consumed: set, unresolved: dict, res) 
                 f"{source}: {o.key}={o.raw}: could not expand {n if n.startswith('$') else '$' + n} ({how})"
             )
         leaf = o.key.rsplit(".", 1)[-1]
-        ok = (
-            o.value is None
-            if leaf
-            in (
-                "virtual_pipeline_model_parallel_size",
-                "expert_tensor_parallel_size",
-                "pipeline_model_parallel_layout",
-                "vpp",
-                "etp",
-            )
-            else False
-        )
         if leaf == "pipeline_model_parallel_layout":
             continue
+        ok = o.value is None and leaf in _NULLABLE_LEAVES
         if not ok and not (isinstance(o.value, int) and not isinstance(o.value, bool) and o.value >= 1):
             raise MliteError(
                 f"{source}: {o.key}={o.raw}: not a positive integer; set it (or pass --env for the "
@@ -564,22 +548,26 @@ def _inherited(by: dict, backend: str, is_sft: bool, p) -> dict:
         def how(k):
             return "sets it to null" if key(k) in by else f"does not set {PARALLEL_KEYS[k]}"
 
-        if unset("etp"):
-            out["etp"] = Inherited(
-                f"ETP inherited from TP = {p.tp} because the launcher {how('etp')} "
-                "(Megatron-Core: expert_tensor_parallel_size None means TP)",
-                key("etp"),
-            )
+        for a in AXES:  # ETP: null means TP
+            if a.megatron_inherits and unset(a.name):
+                src = BY_NAME[a.megatron_inherits]
+                out[a.name] = Inherited(
+                    f"{a.label} inherited from {src.label} = {p.size(src.name)} because the launcher {how(a.name)} "
+                    f"(Megatron-Core: {a.megatron} None means {src.label})",
+                    key(a.name),
+                )
         if unset("vpp"):
             out["vpp"] = Inherited(f"VPP null (no interleaved schedule) because the launcher {how('vpp')}", key("vpp"))
         if unset("cp"):
             out["cp"] = Inherited(f"CP 1 (Megatron-Core's default) because the launcher {how('cp')}", key("cp"))
     elif backend == "mlite":
         root = "engine" if is_sft else f"{ACTOR}.engine"
-        if by.get(f"{root}.etp") is None:
-            out["etp"] = Inherited(
-                f"ETP 1 (Megatron Lite's default) because the launcher does not set {root}.etp", f"{root}.etp"
-            )
+        for a in AXES:  # ETP: the engine's default None, read as 1
+            if a.default is None and by.get(f"{root}.{a.engine_key}") is None:
+                out[a.name] = Inherited(
+                    f"{a.label} 1 (Megatron Lite's default) because the launcher does not set {root}.{a.engine_key}",
+                    f"{root}.{a.engine_key}",
+                )
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..mesh.axes import AXES, AXIS_NAMES, DENSE_DIMS, DERIVED, EXPERT_DIMS, model_parallel, product_label
 from .overrides import Override, shell_word
 
 
@@ -46,22 +47,21 @@ class Launcher:
     """Words before the overrides, e.g. ``python3 -m verl.trainer.main_ppo`` (bash text, may expand variables)."""
 
 
-def mesh_knobs(plan, mp, *, vpp_null: bool = False) -> list[Knob]:
-    """NNODES, NDEVICES_PER_NODE, TP, PP, VPP, CP, EP, ETP from a resolved plan."""
+def mesh_knobs(plan, mp, *, megatron_nulls: bool = False) -> list[Knob]:
+    """NNODES, NDEVICES_PER_NODE and one knob per axis (TP, PP, VPP, CP, EP, ETP) from a resolved plan;
+    ``megatron_nulls`` writes null where Megatron-Core wants it for 1 (:attr:`~mlite.mesh.axes.Axis.megatron_null_note`)."""
     p = mp.parallel
-    vpp = "null" if vpp_null and p.vpp == 1 else str(p.vpp)
-    return [
+    knobs = [
         Knob(name="NNODES", default=str(plan.nodes), comment="trainer.nnodes"),
         Knob(name="NDEVICES_PER_NODE", default=str(plan.gpus_per_node), comment="trainer.n_gpus_per_node"),
-        Knob(name="TP", default=str(p.tp)),
-        Knob(name="PP", default=str(p.pp)),
-        Knob(
-            name="VPP", default=vpp, comment="null: no interleaving (Megatron-Core rejects 1)" if vpp == "null" else ""
-        ),
-        Knob(name="CP", default=str(p.cp)),
-        Knob(name="EP", default=str(p.ep)),
-        Knob(name="ETP", default=str(p.etp_size)),
     ]
+    for a in AXES:
+        v = p.size(a.name)
+        if megatron_nulls and a.megatron_null_note and v == 1:
+            knobs.append(Knob(name=a.label, default="null", comment=a.megatron_null_note))
+        else:
+            knobs.append(Knob(name=a.label, default=str(v)))
+    return knobs
 
 
 def path_knobs(plan) -> list[Knob]:
@@ -76,25 +76,25 @@ def path_knobs(plan) -> list[Knob]:
     ]
 
 
-def mesh_check(vpp_var: str = "VPP") -> list[str]:
+def mesh_check() -> list[str]:
     """Bash that recomputes DP and EDP with the runtime's rule and refuses a mesh that does not divide the GPUs."""
-    return [
-        "NGPU=$((NNODES * NDEVICES_PER_NODE))",
-        "if (( NGPU % (TP * CP * PP) != 0 )); then",
-        '    echo "Invalid mesh: NGPU=${NGPU} is not divisible by TP*CP*PP=$((TP * CP * PP)) '
-        '(dense ranks = TP*CP*DP*PP)" >&2',
-        "    exit 1",
-        "fi",
-        "if (( NGPU % (ETP * EP * PP) != 0 )); then",
-        '    echo "Invalid mesh: NGPU=${NGPU} is not divisible by ETP*EP*PP=$((ETP * EP * PP)) '
-        '(expert ranks = ETP*EP*EDP*PP)" >&2',
-        "    exit 1",
-        "fi",
-        "DP=$((NGPU / (TP * CP * PP)))",
-        "EDP=$((NGPU / (ETP * EP * PP)))",
-        'echo "MLITE_MESH ngpu=${NGPU} tp=${TP} pp=${PP} vpp=${' + vpp_var + "} cp=${CP} ep=${EP} etp=${ETP} "
-        'dp=${DP} edp=${EDP}" >&2',
-    ]
+    lines = ["NGPU=$((NNODES * NDEVICES_PER_NODE))"]
+    worlds = (("dense", DENSE_DIMS), ("expert", EXPERT_DIMS))
+    for world, dims in worlds:
+        mp = product_label(model_parallel(dims), " * ")
+        lines += [
+            f"if (( NGPU % ({mp}) != 0 )); then",
+            f'    echo "Invalid mesh: NGPU=${{NGPU}} is not divisible by {product_label(model_parallel(dims))}=$(({mp})) '
+            f'({world} ranks = {product_label(dims)})" >&2',
+            "    exit 1",
+            "fi",
+        ]
+    for _, dims in worlds:
+        derived = next(d for d in dims if d in DERIVED)
+        lines.append(f"{derived.upper()}=$((NGPU / ({product_label(model_parallel(dims), ' * ')})))")
+    sizes = " ".join(f"{n}=${{{product_label((n,))}}}" for n in AXIS_NAMES + DERIVED)
+    lines.append(f'echo "MLITE_MESH ngpu=${{NGPU}} {sizes}" >&2')
+    return lines
 
 
 def log_path_lines() -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import MliteError
 from ..mesh import ParallelConfig
-from ..mesh.axes import MEGATRON_KEYS
+from ..mesh.axes import AXES, MEGATRON_KEYS
 from ..options import verl as table
 from .launcher import Knob
 from .mlite_keys import ENGINE_FIELDS
@@ -80,22 +80,24 @@ def read_parallel(ovs, *, is_sft: bool, config_name: str | None):
     consumed = {"engine", "optim", f"actor@{ACTOR}", "model_engine", "hydra.searchpath"}
     vals: dict = {}
     if backend == "mlite":
-        for k in ("tp", "pp", "vpp", "cp", "ep", "etp"):
-            v, seen = _size(by, f"{root}.{k}", w, allow_null=(k == "etp"))
+        for a in AXES:  # a null engine key (ETP: its default None) is mlite's 1
+            v, seen = _size(by, f"{root}.{a.engine_key}", w, allow_null=a.default is None)
             if seen:
-                consumed.add(f"{root}.{k}")
-                vals[k] = v
-        vals["etp"] = vals.get("etp") or 1
+                consumed.add(f"{root}.{a.engine_key}")
+                vals[a.name] = v
+            if a.default is None:
+                vals[a.name] = vals.get(a.name) or 1
         consumed |= {f"{root}.{k}" for k in ENGINE_FIELDS if k != "impl_cfg"} | {f"{root}.impl_cfg.use_thd"}
     elif backend == "megatron":
-        for k, name in PARALLEL_KEYS.items():
-            v, seen = _size(by, f"{root}.{name}", w, allow_null=k in ("vpp", "etp"))
+        for a in AXES:
+            v, seen = _size(by, f"{root}.{a.megatron}", w, allow_null=a.megatron_nullable)
             if seen:
-                consumed.add(f"{root}.{name}")
+                consumed.add(f"{root}.{a.megatron}")
             if v is not None:
-                vals[k] = v
-        if vals.get("etp") is None:
-            vals["etp"] = vals.get("tp", 1)  # verl / Megatron-Core: expert_tensor_parallel_size null means ETP = TP
+                vals[a.name] = v
+        for a in AXES:  # verl / Megatron-Core: expert_tensor_parallel_size null means ETP = TP
+            if a.megatron_inherits and vals.get(a.name) is None:
+                vals[a.name] = vals.get(a.megatron_inherits, 1)
         layout = by.get(f"{root}.override_transformer_config.pipeline_model_parallel_layout")
         if layout is not None:
             consumed.add(layout.key)

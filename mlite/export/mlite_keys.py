@@ -6,7 +6,7 @@ accepts instead. Sources (written down so the list can be re-checked when verl_m
 
 * ``/work/shared/reference/megatron_lite.md`` ("verl side"): ``engine=mlite`` with
   ``hydra.searchpath=[pkg://verl_mlite.config]``, ``actor@actor_rollout_ref.actor=mlite_actor``, engine knobs
-  ``engine.tp/pp/vpp/cp/ep/etp``, ``engine.impl=lite``, ``engine.model_name=auto``, ``+engine.impl_cfg.optimizer=
+  ``engine.tp/pp/vpp/cp/ep/etp`` (:attr:`mlite.mesh.axes.Axis.engine_key`), ``engine.impl=lite``, ``engine.model_name=auto``, ``+engine.impl_cfg.optimizer=
   dist_opt|fsdp2``, ``+engine.impl_cfg.recompute=[full]``, ``+optim.override_optimizer_config.offload_fraction=1.0``,
   ``+optim.override_optimizer_config.use_precision_aware_optimizer=True``, runtime context offload
   ``engine.param_offload / optimizer_offload / grad_offload``.
@@ -25,6 +25,7 @@ checked against verl's packaged config; only ``override_optimizer_config.*`` chi
 
 from __future__ import annotations
 
+from ..mesh.axes import AXES
 from ..options.table import OPTIMIZERS
 
 SEARCHPATH = "pkg://verl_mlite.config"
@@ -53,12 +54,7 @@ ENGINE_FIELDS: dict[str, object] = {
     "full_determinism": False,
     "model_name": "auto",
     "impl": "lite",
-    "tp": 1,
-    "etp": None,
-    "ep": 1,
-    "pp": 1,
-    "vpp": 1,
-    "cp": 1,
+    **{a.engine_key: a.default for a in AXES},  # engine/mlite.yaml: tp etp ep pp vpp cp (order of no effect)
     "attention_backend_override": "flash",
     "router_aux_loss_coef": None,
     "impl_cfg": IMPL_CFG_FIELDS,

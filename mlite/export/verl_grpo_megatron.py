@@ -18,6 +18,7 @@ Mapping of the plan's options onto verl 0.9.1's Megatron keys (the options are t
 
 from __future__ import annotations
 
+from ..mesh.axes import AXES
 from ..options.table import MEGATRON_RECOMPUTE_MODULES
 from . import grpo
 from .header import build
@@ -37,7 +38,7 @@ __all__ = ["CONFIG_NAME", "FILENAME", "LAYOUT_KEY", "MEGATRON_RECOMPUTE_MODULES"
 def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
     p = mp.parallel
     opt_knobs, opt_ovs, notes, view = option_overrides(plan, mp, spec)
-    knobs = mesh_knobs(plan, mp, vpp_null=True) + opt_knobs
+    knobs = mesh_knobs(plan, mp, megatron_nulls=True) + opt_knobs
     layout = mp.layout if (p.pp_layout or mp.layout_source == "auto") else ""
     if layout:
         knobs.append(
@@ -48,7 +49,7 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
             )
         )
     actor = grpo.actor_common()
-    actor += [Override(f"{MEGATRON}.{PARALLEL_KEYS[k]}", var(k.upper())) for k in PARALLEL_KEYS]
+    actor += [Override(f"{MEGATRON}.{a.megatron}", var(a.label)) for a in AXES]
     if layout:
         actor.append(Override(LAYOUT_KEY, "'" + var("PP_LAYOUT") + "'", add=True))
     actor += opt_ovs

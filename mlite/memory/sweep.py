@@ -14,12 +14,7 @@ def _row(est) -> dict:
     w = est.worst
     p = est.plan.parallel
     return {
-        "tp": p.tp,
-        "pp": p.pp,
-        "vpp": p.vpp,
-        "cp": p.cp,
-        "ep": p.ep,
-        "etp": p.etp_size,
+        **p.sizes(),
         "dp": est.plan.dp,
         "edp": est.plan.edp,
         "params": w.params,

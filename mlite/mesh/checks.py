@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..errors import MliteError
+from .axes import DENSE_DIMS, EXPERT_DIMS, model_parallel, product_label
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .layout import Stage, auto_layout, even_layout, layout_text, parse_layout
 from .rules import Finding, finding, nearest, pad_vocab
@@ -70,11 +71,11 @@ class MeshContext:
 
     @property
     def dense_mp(self) -> int:
-        return self.p.tp * self.p.cp * self.p.pp
+        return self.p.dense_model_parallel
 
     @property
     def expert_mp(self) -> int:
-        return self.etp * self.p.ep * self.p.pp
+        return self.p.expert_model_parallel
 
     @property
     def dp(self) -> int:
@@ -97,6 +98,12 @@ class MeshContext:
         return _layout(self)
 
 
+def _factors(p: ParallelConfig, dims: tuple[str, ...]) -> str:
+    """``TP*CP*PP = 2*1*4``: the model-parallel factors of ``dims`` with their sizes."""
+    mp = model_parallel(dims)
+    return f"{product_label(mp)} = {'*'.join(str(p.size(d)) for d in mp)}"
+
+
 def _experts_ok(spec, ep: int) -> bool:
     return (spec.num_experts % ep == 0) if spec.num_experts else ep == 1
 
@@ -111,7 +118,7 @@ def rule_world_dense(ctx: MeshContext) -> list[Finding]:
         finding(
             "world",
             "error",
-            f"ngpu {n} is not divisible by TP*CP*PP = {p.tp}*{p.cp}*{p.pp} = {dmp}",
+            f"ngpu {n} is not divisible by {_factors(p, DENSE_DIMS)} = {dmp}",
             "ngpu",
             nearest(n, lambda k: k % dmp == 0 and k % emp == 0),
         )
@@ -141,7 +148,7 @@ def rule_world_expert(ctx: MeshContext) -> list[Finding]:
         finding(
             "world",
             "error",
-            f"ngpu {n} is not divisible by ETP*EP*PP = {etp}*{p.ep}*{p.pp} = {ctx.expert_mp}",
+            f"ngpu {n} is not divisible by {_factors(p, EXPERT_DIMS)} = {ctx.expert_mp}",
             "ep",
             near,
             fixes=fixes,

@@ -3,7 +3,7 @@ line, and the rows of a table of ranked meshes. Widgets render these; they compu
 
 from __future__ import annotations
 
-from .axes import AXIS_NAMES
+from .axes import AXES, AXIS_NAMES, BY_NAME
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .rules import divisors
 
@@ -15,35 +15,30 @@ MAX_VPP = 8
 
 def mesh_key(p: ParallelConfig) -> str:
     """``tp-pp-vpp-cp-ep-etp``: identifies a mesh in the tables."""
-    return f"{p.tp}-{p.pp}-{p.vpp}-{p.cp}-{p.ep}-{p.etp_size}"
+    return "-".join(str(v) for v in p.sizes().values())
 
 
 def field_options(spec, ngpu: int, field: str) -> list[int]:
-    """Sensible values of ``field`` for ``spec`` on ``ngpu`` GPUs (divisors the model can use at all)."""
-    ds = divisors(ngpu)
-    if field == "tp":
-        return [d for d in ds if d <= spec.num_attention_heads]
-    if field == "pp":
-        return [d for d in ds if d <= spec.num_layers]
-    if field == "vpp":
+    """Sensible values of ``field`` for ``spec`` on ``ngpu`` GPUs (divisors the model can use at all): the divisors
+    of ``ngpu`` up to the axis's :attr:`~mlite.mesh.axes.Axis.bound`; 1 .. :data:`MAX_VPP` for an axis that is no
+    world factor (VPP); only 1 for an expert-only axis (EP, ETP) of a dense model."""
+    axis = BY_NAME[field]
+    if not axis.world:
         return list(range(1, MAX_VPP + 1))
-    if field == "cp":
-        return ds
-    if field == "ep":
-        return [d for d in ds if d <= spec.num_experts] if spec.num_experts else [1]
-    if field == "etp":
-        return ds if spec.num_experts else [1]
-    raise KeyError(field)
+    if axis.expert and not axis.dense and not spec.num_experts:
+        return [1]
+    ds = divisors(ngpu)
+    return [d for d in ds if d <= getattr(spec, axis.bound)] if axis.bound else ds
 
 
 def mesh_command(ref: str, plan) -> str:
     """The ``mlite mesh`` command line of ``plan`` (flags at their defaults left out)."""
     p = plan.parallel
     parts = ["mlite", "mesh", ref if " " not in ref else repr(ref), "--ngpu", str(plan.ngpu)]
-    for f in FIELDS:
-        v = p.etp_size if f == "etp" else getattr(p, f)
+    for axis in AXES:
+        v = p.size(axis.name)
         if v != 1:
-            parts += [f"--{f}", str(v)]
+            parts += [axis.flag, str(v)]
     if p.pp_layout:
         parts += ["--pp-layout", repr(p.pp_layout)]
     if plan.gpus_per_node != DEFAULT_GPUS_PER_NODE:
@@ -63,12 +58,7 @@ def planner_rows(meshes) -> list[dict]:
             {
                 "rank": i,
                 "key": mesh_key(p),
-                "tp": p.tp,
-                "pp": p.pp,
-                "vpp": p.vpp,
-                "cp": p.cp,
-                "ep": p.ep,
-                "etp": p.etp_size,
+                **p.sizes(),
                 "dp": plan.dp,
                 "edp": plan.edp,
                 "score": m.score,
@@ -76,15 +66,7 @@ def planner_rows(meshes) -> list[dict]:
                 "layout": plan.layout,
                 "warnings": len(plan.warnings),
                 "warning_text": "\n".join(f.message for f in plan.warnings),
-                "cfg": ParallelConfig(
-                    tp=p.tp,
-                    pp=p.pp,
-                    vpp=p.vpp,
-                    cp=p.cp,
-                    ep=p.ep,
-                    etp=p.etp_size,
-                    pp_layout=plan.layout if auto else None,
-                ),
+                "cfg": ParallelConfig(**p.sizes(), pp_layout=plan.layout if auto else None),
             }
         )
     return rows
@@ -92,4 +74,4 @@ def planner_rows(meshes) -> list[dict]:
 
 def config_values(p: ParallelConfig) -> dict:
     """A ParallelConfig as planner control values (ETP resolved, an empty pp_layout for none)."""
-    return {f: getattr(p, f) for f in FIELDS if f != "etp"} | {"etp": p.etp_size, "pp_layout": p.pp_layout or ""}
+    return p.sizes() | {"pp_layout": p.pp_layout or ""}

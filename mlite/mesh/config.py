@@ -6,10 +6,11 @@ once the model-parallel sizes are fixed; :func:`mlite.mesh.resolve` derives them
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from ..errors import MliteError
-from .axes import AXES
+from .axes import AXES, DENSE_DIMS, EXPERT_DIMS, model_parallel
 
 DEFAULT_SEQ_LEN = 4096
 """Sequence length when none is given (the planner, ``TrainingOptions``, ``--seq-len``)."""
@@ -50,17 +51,26 @@ class ParallelConfig:
     @property
     def etp_size(self) -> int:
         """ETP with None resolved to 1."""
-        return self.etp or 1
+        return self.size("etp")
+
+    def size(self, name: str) -> int:
+        """The size of axis ``name`` with None (an axis whose default is None: ETP) resolved to 1."""
+        return getattr(self, name) or 1
+
+    def sizes(self) -> dict[str, int]:
+        """``{"tp": .., "pp": .., "vpp": .., "cp": .., "ep": .., "etp": ..}`` in :data:`~mlite.mesh.axes.AXES` order,
+        None resolved to 1."""
+        return {a.name: self.size(a.name) for a in AXES}
 
     @property
     def dense_model_parallel(self) -> int:
         """TP x CP x PP: ranks one dense data-parallel replica spans."""
-        return self.tp * self.cp * self.pp
+        return math.prod(self.size(d) for d in model_parallel(DENSE_DIMS))
 
     @property
     def expert_model_parallel(self) -> int:
         """ETP x EP x PP: ranks one expert data-parallel replica spans."""
-        return self.etp_size * self.ep * self.pp
+        return math.prod(self.size(d) for d in model_parallel(EXPERT_DIMS))
 
     def to_dict(self) -> dict:
         return asdict(self)

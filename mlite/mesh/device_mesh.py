@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import MliteError
+from .axes import DENSE_DIMS, EXPERT_DIMS, model_parallel, product_label
 from .config import ParallelConfig
 
 if TYPE_CHECKING:
@@ -36,15 +37,16 @@ def build_device_mesh(parallel: ParallelConfig, world_size: int, device_type: st
     """Create both meshes (the default process group must already be initialised)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    p = parallel
-    if world_size % (p.tp * p.cp * p.pp) or world_size % (p.etp_size * p.ep * p.pp):
+    dmp, emp = parallel.dense_model_parallel, parallel.expert_model_parallel
+    if world_size % dmp or world_size % emp:
         raise MliteError(
-            f"world size {world_size} is not divisible by TP*CP*PP = {p.tp * p.cp * p.pp} and "
-            f"ETP*EP*PP = {p.etp_size * p.ep * p.pp}"
+            f"world size {world_size} is not divisible by {product_label(model_parallel(DENSE_DIMS))} = {dmp} and "
+            f"{product_label(model_parallel(EXPERT_DIMS))} = {emp}"
         )
-    dp = world_size // (p.tp * p.cp * p.pp)
-    edp = world_size // (p.etp_size * p.ep * p.pp)
-    dense = init_device_mesh(device_type, (p.pp, dp, p.cp, p.tp), mesh_dim_names=("pp", "dp", "cp", "tp"))
+    dp, edp = world_size // dmp, world_size // emp
+    sizes = parallel.sizes() | {"dp": dp, "edp": edp}
+    dense_dims, expert_dims = DENSE_DIMS[::-1], EXPERT_DIMS[::-1]  # outermost first
+    dense = init_device_mesh(device_type, tuple(sizes[d] for d in dense_dims), mesh_dim_names=dense_dims)
     dense["dp", "cp"]._flatten("dp_cp")
-    expert = init_device_mesh(device_type, (p.pp, edp, p.ep, p.etp_size), mesh_dim_names=("pp", "edp", "ep", "etp"))
+    expert = init_device_mesh(device_type, tuple(sizes[d] for d in expert_dims), mesh_dim_names=expert_dims)
     return DeviceMeshes(dense=dense, expert=expert, dp=dp, edp=edp)

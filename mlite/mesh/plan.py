@@ -67,8 +67,7 @@ class MeshPlan:
         """The rank layout; only for a valid world split."""
         if not self.dp or not self.edp:
             raise MliteError("no rank layout: the GPU count is not divisible by the model-parallel sizes")
-        p = self.parallel
-        return RankLayout(tp=p.tp, cp=p.cp, dp=self.dp, pp=p.pp, ep=p.ep, etp=p.etp_size, edp=self.edp)
+        return RankLayout.of(self.parallel, dp=self.dp, edp=self.edp)
 
     def groups(self, rank: int) -> dict[str, list[int]]:
         """``rank``'s tp, cp, dp, pp, dp_cp, ep, etp, edp groups."""
@@ -83,12 +82,7 @@ class MeshPlan:
             "valid": self.valid,
             "errors": [f.message for f in self.errors],
             "warnings": [f.message for f in self.warnings],
-            "tp": p.tp,
-            "pp": p.pp,
-            "vpp": p.vpp,
-            "cp": p.cp,
-            "ep": p.ep,
-            "etp": p.etp_size,
+            **p.sizes(),
             "dp": self.dp,
             "edp": self.edp,
             "ngpu": self.ngpu,

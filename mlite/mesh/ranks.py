@@ -8,37 +8,52 @@ A group of rank r along some dimensions is every rank whose coordinates on the *
 
 from __future__ import annotations
 
+import math
 from itertools import product
 
-DENSE_DIMS = ("tp", "cp", "dp", "pp")
-"""Dense dimensions, fastest-varying first."""
-EXPERT_DIMS = ("etp", "ep", "edp", "pp")
-"""Expert dimensions, fastest-varying first."""
+from .axes import AXES, DENSE_DIMS, EXPERT_DIMS
 
-GROUP_KINDS = {
-    "tp": ("dense", ("tp",)),
-    "cp": ("dense", ("cp",)),
-    "dp": ("dense", ("dp",)),
-    "pp": ("dense", ("pp",)),
+__all__ = ["DENSE_DIMS", "EXPERT_DIMS", "GROUP_KINDS", "PRINTED_KINDS", "RankLayout"]
+
+GROUP_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    **{d: ("dense", (d,)) for d in DENSE_DIMS},
     "dp_cp": ("dense", ("dp", "cp")),
     "tp_cp": ("dense", ("tp", "cp")),
     "mp": ("dense", ("tp", "pp")),
-    "ep": ("expert", ("ep",)),
-    "etp": ("expert", ("etp",)),
-    "edp": ("expert", ("edp",)),
+    **{d: ("expert", (d,)) for d in EXPERT_DIMS if d not in DENSE_DIMS},
     "ep_etp": ("expert", ("etp", "ep")),
 }
-"""Group kinds: which layout and which dimensions vary inside a group."""
+"""Group kinds: which layout and which dimensions vary inside a group (one per world factor of
+:data:`~mlite.mesh.axes.DENSE_DIMS` / :data:`~mlite.mesh.axes.EXPERT_DIMS`, and the composite groups)."""
+PRINTED_KINDS: tuple[str, ...] = (
+    *DENSE_DIMS,
+    "dp_cp",
+    *(a.name for a in AXES if a.expert and not a.dense),
+    "edp",
+)
+"""The groups ``mlite mesh --rank`` prints: ``tp, cp, dp, pp, dp_cp, ep, etp, edp``."""
 
 
 class RankLayout:
     """Coordinates and groups for one resolved mesh."""
 
-    def __init__(self, *, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, edp: int):
-        self.sizes = {"dense": dict(tp=tp, cp=cp, dp=dp, pp=pp), "expert": dict(etp=etp, ep=ep, edp=edp, pp=pp)}
-        self.world = tp * cp * dp * pp
-        if etp * ep * edp * pp != self.world:
+    def __init__(self, **sizes: int):
+        """``sizes``: every dimension of :data:`DENSE_DIMS` and :data:`EXPERT_DIMS` (``tp, cp, dp, pp, ep, etp, edp``)."""
+        need = set(DENSE_DIMS) | set(EXPERT_DIMS)
+        if set(sizes) != need:
+            raise TypeError(f"RankLayout needs the sizes {sorted(need)}, got {sorted(sizes)}")
+        self.sizes = {
+            "dense": {d: sizes[d] for d in DENSE_DIMS},
+            "expert": {d: sizes[d] for d in EXPERT_DIMS},
+        }
+        self.world = math.prod(self.sizes["dense"].values())
+        if math.prod(self.sizes["expert"].values()) != self.world:
             raise ValueError("dense and expert layouts must cover the same world")
+
+    @classmethod
+    def of(cls, parallel, *, dp: int, edp: int) -> RankLayout:
+        """The layout of a ParallelConfig's world factors with the derived DP and EDP."""
+        return cls(**{a.name: parallel.size(a.name) for a in AXES if a.world}, dp=dp, edp=edp)
 
     def _dims(self, layout: str) -> tuple[str, ...]:
         return DENSE_DIMS if layout == "dense" else EXPERT_DIMS
@@ -85,6 +100,6 @@ class RankLayout:
             out.append(g)
         return out
 
-    def all_groups_of(self, rank: int, kinds=("tp", "cp", "dp", "pp", "dp_cp", "ep", "etp", "edp")) -> dict:
+    def all_groups_of(self, rank: int, kinds=PRINTED_KINDS) -> dict:
         """``rank``'s group of every kind, as ``mlite mesh --rank`` prints them."""
         return {k: self.group(k, rank) for k in kinds}

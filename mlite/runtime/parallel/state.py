@@ -27,20 +27,14 @@ if TYPE_CHECKING:
 
 
 def check_mesh(parallel) -> None:
-    """Raise MliteError for the axes the lite runtime does not run (pp, vpp, etp > 1, pp_layout)."""
-    for name in ("pp", "vpp"):
-        v = getattr(parallel, name)
-        if v != 1:
-            raise MliteError(
-                f"parallel.{name}={v}: the lite runtime runs tp, cp and ep on one node but no pipeline "
-                f"parallelism (pp = vpp = 1); the real mlite implements {name} > 1 on GPUs"
-            )
-    etp = getattr(parallel, "etp", None)
-    if etp not in (None, 1):
-        raise MliteError(
-            f"parallel.etp={etp}: the lite runtime implements etp = 1 only (experts whole on each EP "
-            "rank); use --etp 1; the real mlite implements etp > 1 on GPUs"
-        )
+    """Raise MliteError for the axes the lite runtime does not run (pp, vpp, etp > 1: :attr:`Axis.lite_refusal
+    <mlite.mesh.axes.Axis.lite_refusal>`) and for a pp_layout."""
+    from ...mesh.axes import AXES
+
+    for a in AXES:
+        v = getattr(parallel, a.name, None)
+        if a.lite_refusal and v not in (None, 1):
+            raise MliteError(f"parallel.{a.name}={v}: {a.lite_refusal}; the real mlite implements {a.name} > 1 on GPUs")
     if getattr(parallel, "pp_layout", None):
         raise MliteError(
             "parallel.pp_layout: pipeline layouts need pp > 1, which the lite runtime does not "
@@ -140,7 +134,7 @@ class ParallelState:
                 "ep_group": meshes.expert["ep"].get_group(),
             }
         p = parallel
-        lay = RankLayout(tp=p.tp, cp=p.cp, dp=meshes.dp, pp=p.pp, ep=p.ep, etp=p.etp_size, edp=meshes.edp)
+        lay = RankLayout.of(p, dp=meshes.dp, edp=meshes.edp)
         d, e = lay.coords(rank, "dense"), lay.coords(rank, "expert")
         return cls(
             parallel=p,
