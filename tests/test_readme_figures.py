@@ -63,6 +63,8 @@ def test_speed_figures(readme):
         f"dense PAO 11.4 ms (**{v['optimizer/torch_fused dense pao']:.2f}×**)",
         f"(**{v['optimizer/torch_fused moe']:.2f}×**)",
         f"Dense MFU at 4 micro-batches **{100 * v['mfu dense mb4']:.1f} %**",
+        f"(HF {100 * v['mfu dense mb4 transformers']:.1f} %; goal 35 %",
+        f"MFU {100 * v['mfu dense mb4 compile']:.1f} %: no gain",
         f"**{v['offload1.0/resident dense-small']:.2f}×** (goal ≤ 3×",
     )
 
