@@ -3,9 +3,10 @@
 
 What each side counts as a FLOP:
 
-* the counter: only the ops in its registry, from their shapes: ``mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` /
-  ``matmul`` are 2·m·n·k (an ``addmm``'s bias add is not counted), ``aten.convolution``, and CUDA's flash /
-  efficient / cuDNN SDPA kernels. It does
+* the counter: only the ops in its registry, from their shapes: ``mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` (what
+  ``F.linear`` and ``matmul`` become) are 2·m·n·k (an ``addmm``'s bias add is not counted), ``aten.convolution``,
+  and CUDA's flash / efficient / cuDNN SDPA kernels; not ``torch._grouped_mm`` (the CUDA expert path: here the
+  experts take the CPU loop path, one ``F.linear`` pair per expert). It does
   not see PyTorch's CPU SDPA kernel (``_scaled_dot_product_flash_attention_for_cpu`` is not in the registry: the
   attention core would count 0), nor a triangular solve, nor any elementwise op. So the attention tests run SDPA under
   ``SDPBackend.MATH``, where the core is two ``bmm`` over the whole L x L square (the causal mask is applied
