@@ -393,14 +393,14 @@ def saved_bytes(model, case: OracleCase, tokens=None) -> dict:
     for name, mod in model.named_modules():
         handles.append(mod.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
         handles.append(mod.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1]))
-    seen: dict[int, tuple[str, int]] = {}
+    seen: dict[int, tuple[str, int, bool]] = {}
     keep = []
 
     def pack(t):
         st = t.untyped_storage()
         ptr = st.data_ptr()
         if ptr not in params and ptr not in seen:
-            seen[ptr] = (stack[-1] if stack else "", st.nbytes())
+            seen[ptr] = (stack[-1] if stack else "", st.nbytes(), t.dtype == torch.float32)
             keep.append(t)  # holds the storage so that no later tensor reuses its address
         return t
 
@@ -418,10 +418,10 @@ def saved_bytes(model, case: OracleCase, tokens=None) -> dict:
     layers: list[dict[str, int]] = [{} for _ in range(case.layers)]
     moe_parts: list[dict[str, int]] = [{} for _ in range(case.layers)]
     root: dict[str, int] = {}
-    for name, nbytes in seen.values():
+    for name, nbytes, fp32 in seen.values():
         i, comp = component(name)
-        if comp == "layer_inputs" and i is None and nbytes < 2 * case.micro_batch * case.seq * case.hidden:
-            comp = "rope"  # the fp32 RoPE table the checkpoints save next to the layer input
+        if comp == "layer_inputs" and i is None and fp32:
+            comp = "rope"  # the fp32 RoPE table the checkpoints save next to the (bf16) layer inputs
         if i is None and comp == "layer_inputs":
             # the checkpoint of layer k saves layer k's input; attribute them in order
             k = next(j for j, d in enumerate(layers) if "layer_inputs" not in d)
