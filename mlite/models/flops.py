@@ -1,4 +1,4 @@
-"""Model FLOPs per token, the denominator of MFU.
+"""Model FLOPs per token: MFU = FLOPs per token x tokens/s / peak FLOP/s.
 
 Forward FLOPs per token = 2 x (matrix parameters a token touches: attention and MLP projections, the routed
 experts it is sent to, the output projection -- the lm_head, or with tied embeddings the embedding matrix it
