@@ -86,3 +86,41 @@ def test_a_stale_predicted_column_is_caught(path):
     doctored = [dict(row) for row in rows]
     doctored[r][col] += "1"  # 123 -> 1231, 0.25 -> 0.251, a text value gets a character more
     assert "is stale" in (_stale(path, rows, doctored) or "")
+
+
+SPEED_MFU = {
+    "mfu dense mb4": ("dense", "lite", "mb4"),
+    "mfu dense mb4 transformers": ("dense", "hf_fsdp2", "mb4"),
+    "mfu dense mb4 compile": ("compile", "mb4"),
+}
+"""The MFU rows of gpu_speed.csv and where their measured tokens/s lie in gpu_speed_raw.json (all the dense model)."""
+
+
+def _mfu_from_tokens_per_s(raw: dict, path: tuple[str, ...], unit: str) -> float:
+    """Tokens/s from the raw JSON x today's FLOPs/token of the dense model at 4096 x peak FLOP/s read from the unit."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from gpu_configs import DENSE_1B
+
+    from mlite.models import from_hf_config
+
+    m = raw
+    for k in path:
+        m = m[k]
+    peak = float(unit.removeprefix("fraction of ").removesuffix(" TFLOP/s")) * 1e12
+    return from_hf_config(DENSE_1B).flops_per_token(4096) * m["tokens_per_s"] / peak
+
+
+def test_speed_mfu_recomputed_from_tokens_per_s():
+    """Each MFU row of gpu_speed.csv is its tokens/s x FLOPs/token / peak with today's ``mlite.models.flops`` (not
+    the ``mfu`` the raw JSON stored with the FLOPs of its day): a stale MFU, or a FLOPs change that the CSV did not
+    follow, fails here."""
+    import json
+
+    raw = json.loads((RESULTS / "gpu_speed_raw.json").read_text())
+    rows = {r["measurement"]: r for r in _rows(RESULTS / "gpu_speed.csv")}
+    assert set(SPEED_MFU) <= set(rows), sorted(rows)
+    for name, path in SPEED_MFU.items():
+        want = round(_mfu_from_tokens_per_s(raw, path, rows[name]["unit"]), 4)
+        assert float(rows[name]["value"]) == want, (name, rows[name]["value"], want)
+    # the raw JSON's own figure is the old, tied-output-projection-less count: recomputing is what moves it
+    assert round(raw["dense"]["lite"]["mb4"]["mfu"], 4) != float(rows["mfu dense mb4"]["value"])

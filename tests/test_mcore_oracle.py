@@ -21,6 +21,9 @@ from mlite.validation.mcore_oracle import OracleCase, predicted
 
 ROOT = Path(__file__).resolve().parents[1]
 
+WIDE = {"hidden": 128, "heads": 4, "kv_heads": 2, "head_dim": 64}
+"""A Qwen3-30B-A3B-shaped attention, small: GQA with qk-norm, heads x head_dim twice the hidden size."""
+
 CASES = {
     # dense GQA with qk-norm (Qwen3-like): recompute none / selective / full, micro-batch 1-4, several lengths
     "dense_none_mb1_s32": OracleCase(),
@@ -42,6 +45,16 @@ CASES = {
         experts=6, topk=3, kv_heads=4, qk_norm=False, recompute="selective", micro_batch=3, seq=40
     ),
     "moe_gqa1_none_mb3_s24": OracleCase(experts=6, topk=2, heads=8, kv_heads=1, head_dim=8, micro_batch=3, seq=24),
+    # attention width heads x head_dim = 256 != hidden 128 (Qwen3-30B-A3B / Qwen3.5 shape: 32 x 128 = 2 x 2048)
+    "wide_none_mb1_s32": OracleCase(**WIDE),
+    "wide_moe_none_mb2_s32": OracleCase(**WIDE, experts=4, topk=2, micro_batch=2),
+    "wide_moe_sel_mb1_s48": OracleCase(**WIDE, experts=4, topk=2, recompute="selective", seq=48),
+    "wide_full_mb2_s32": OracleCase(**WIDE, recompute="full", micro_batch=2),  # RoPE table (s x 64 fp32) = 2 s h
+}
+TP2 = {  # tensor parallelism over two gloo processes (dense: see OracleCase.tp), the wide attention
+    "wide_tp2_none_mb1_s32": OracleCase(**WIDE, tp=2),
+    "wide_tp2_sel_mb2_s32": OracleCase(**WIDE, tp=2, recompute="selective", micro_batch=2),
+    "wide_tp2_full_mb1_s32": OracleCase(**WIDE, tp=2, recompute="full"),
 }
 FLASH = {  # core attention swapped for PyTorch SDPA (the flash rows of the H200 bench)
     "flash_dense_none_mb2_s64": OracleCase(micro_batch=2, seq=64),
@@ -94,6 +107,15 @@ def oracle() -> dict:
     return json.loads(lines[-1][len("ORACLE") :])
 
 
+@pytest.fixture(scope="module")
+def tp_oracle() -> list[dict]:
+    """Every TP = 2 case on both ranks, in one start of two processes."""
+    from mlite.memory.mcore_oracle import tp_saved_bytes
+    from mlite.runtime.dist import run_local
+
+    return run_local(tp_saved_bytes, 2, ({n: asdict(c) for n, c in TP2.items()},), timeout_s=300)
+
+
 def _compare(measured: dict, want: dict) -> list:
     bad = []
     for i, (m, w) in enumerate(zip(measured["layers"], want["layers"], strict=True)):
@@ -124,6 +146,31 @@ def test_unfused_components_equal_megatron_core(oracle, name):
     if case.experts and case.recompute != "full":
         assert all(set(p) == {"router", "dispatcher", "experts"} for p in got["moe_parts"])
         assert sum(got["moe_parts"][0].values()) == layer["moe"]
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if n.startswith("wide") and c.recompute != "full"])
+def test_attention_output_projection_input_is_heads_x_head_dim_not_hidden(oracle, name):
+    """Where heads x head_dim != hidden the out-projection's input (the attention output, [s, b, heads x head_dim]
+    bf16) is what Megatron-Core saves: an estimate sized by ``hidden`` fails here (and in the exact test above)."""
+    case = CASES[name]
+    assert case.heads * case.head_dim != case.hidden
+    got, want = oracle[name], predicted(case, device="cpu", attention="unfused")
+    assert got["layers"][0]["attention"] == want["layers"][0]["attention"]
+    assert got["total"] == want["total"]
+
+
+@pytest.mark.parametrize("name", list(TP2))
+def test_tensor_parallel_components_equal_megatron_core_on_every_rank(tp_oracle, name):
+    """TP = 2 on gloo: each rank's saved bytes, layer by layer and component by component, are the estimate's per-GPU
+    components (heads, the FFN and the vocabulary split; the embedding keeps its out-of-shard mask too)."""
+    case = TP2[name]
+    want = predicted(case, device="cpu", attention="unfused")
+    for rank, res in enumerate(tp_oracle):
+        got = res[name]
+        assert _compare(got, want) == [], rank
+        assert got["total"] == want["total"], rank
+    one = predicted(OracleCase(**{**asdict(case), "tp": 1}), device="cpu", attention="unfused")
+    assert want["total"] < one["total"]  # the split is real: a rank keeps less than the whole model
 
 
 @pytest.mark.parametrize("name", list(FLASH))

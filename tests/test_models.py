@@ -268,12 +268,12 @@ def test_mimo_mtp_layer_is_the_released_layout():
 
 
 def test_nemotron_h_follows_the_pattern_and_counts_the_scan():
-    from mlite.models.flops import _attention_flops
+    from mlite.models.flops import attention_flops
 
     spec = from_hf_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
     pattern = spec.config["hybrid_override_pattern"]
     want = {"M": "mamba2+none", "E": "none+moe", "*": "full+none"}
     assert [layer.kind for layer in spec.layers] == [want[c] for c in pattern]
     mamba = spec.layers[0]
-    assert _attention_flops(spec, mamba, 4096, True) == 7 * 64 * 64 * 128  # 7 x d_inner x state (Megatron-LM)
+    assert attention_flops(spec, mamba, 4096, True) == 7 * 64 * 64 * 128  # 7 x d_inner x state (Megatron-LM)
     assert spec.is_moe and spec.num_moe_layers == pattern.count("E")

@@ -1,10 +1,11 @@
 """The lite runtime on a mesh (gloo, CPU, 1-4 processes): EP, CP, TP, EP x CP (and TP x CP, TP x EP, TP x CP x EP
 on tiny-hybrid) runs equal the data-parallel run with the same DP step for step (loss and grad norm, fp32 params,
-relative 1e-5), PAO stays bitwise equal to the fp32 master on every mesh, the measured per-rank parameter / gradient /
-optimizer bytes equal the estimator's (``mlite memory --optimizer fsdp2``) for 18 meshes (fp32 master) and for 3
-meshes x {PAO, PAO + bf16 moments}, the fused AdamW kernel (Triton, interpreted) updates TP and EP mesh runs as the
-torch ops do, the run view shows a mesh run's measured bytes next to the estimate, the packed-batch CP split, and bad
-meshes refused before any process starts. The equivalence runs are 10 steps of 2 micro-batches of 2 packed sequences
+relative bounds :data:`LOSS_REL` / :data:`GRAD_NORM_REL`, set from the measured spread), PAO stays bitwise equal to the
+fp32 master on every mesh, the measured per-rank parameter / gradient / optimizer bytes equal the estimator's
+(``mlite memory --optimizer fsdp2``) for 18 meshes (fp32 master) and for 3 meshes x {PAO, PAO + bf16 moments}, the
+fused AdamW kernel (Triton, interpreted) updates TP and EP mesh runs as the torch ops do, the run view shows a mesh
+run's measured bytes next to the estimate, the packed-batch CP split, and bad meshes refused before any process
+starts. The equivalence runs are 10 steps of 2 micro-batches of 2 packed sequences
 (12-24 tokens) per DP rank, so CP pads and splits packed sequences and TP pads the stream."""
 
 from __future__ import annotations
@@ -83,6 +84,16 @@ EXPORT_MESHES = {2: [("tiny-hybrid", {"tp": 2})], 4: [("tiny-hybrid", {"tp": 2, 
 """Meshes on which export_weights must give back the full, unsharded weights."""
 PAO_MESHES = {2: [{"ep": 2}, {"cp": 2}, {"tp": 2}], 4: [{"ep": 2, "cp": 2}]}
 """Meshes on which PAO is checked bitwise against the fp32 master."""
+
+
+LOSS_REL = 1e-5
+"""Bound on |mesh - DP| / DP of the loss per step. Measured (2026-12-02, this repository's CPU box, all 13 meshes of
+the equivalence test, 10 steps each): at most 1.4e-7 (tiny-hybrid --tp 2), 1.1e-7 for the CLI run; the bound is 70x
+that, and kept at the 1e-5 that also held on the machine of issue 29 (whose loss spread was not recorded)."""
+GRAD_NORM_REL = 5e-5
+"""Bound on the relative grad-norm difference per step. Measured: at most 6.0e-6 on this box (tiny-moe --tp 2; the
+others 3.8e-8 .. 2.5e-6) and 9.2e-6 on another machine (issue 29), where the earlier bound of 1e-5 left 1.08x: the
+bound is 5.4x the largest seen. The differences are reduction orders of fp32 sums over ranks (a bug gives 1e-3 and up)."""
 
 
 def _key(model: str, par: dict) -> str:
@@ -173,10 +184,15 @@ def test_mesh_run_equals_the_data_parallel_run_with_the_same_dp(mesh_results, mo
     got = mesh_results[world][0]["train"][_key(model, par)]
     ref = mesh_results[dp][0]["train"][_key(model, {})]
     assert len(got) == len(ref) == STEPS
-    for step, ((la, ga, na), (lb, gb, nb)) in enumerate(zip(got, ref)):
+    for step, ((_, _, na), (_, _, nb)) in enumerate(zip(got, ref)):
         assert na == nb, (step, na, nb)  # the same global batch: same loss-token count
-        assert _rel(la, lb) <= 1e-5, (step, la, lb)
-        assert _rel(ga, gb) <= 1e-5, (step, ga, gb)
+    loss = max(_rel(a[0], b[0]) for a, b in zip(got, ref))
+    norm = max(_rel(a[1], b[1]) for a, b in zip(got, ref))
+    print(
+        f"\n{_key(model, par)}: max relative difference to DP over {STEPS} steps: loss {loss:.2e}, grad norm {norm:.2e}"
+    )
+    assert loss <= LOSS_REL, [(a[0], b[0]) for a, b in zip(got, ref)]
+    assert norm <= GRAD_NORM_REL, [(a[1], b[1]) for a, b in zip(got, ref)]
     assert got[-1][0] < got[0][0]  # and it learns
 
 
@@ -424,9 +440,10 @@ def test_cli_mesh_run_sees_the_data_parallel_runs_data_and_matches_the_estimate(
     assert "mesh: tp 1, cp 2, ep 2, etp 1, dp 1, edp 1" in rd.log.read_text()
     mesh, dp = (dict(r.read_metrics()) for r in (runs["mesh"], runs["dp"]))
     assert sorted(mesh) == sorted(dp) == [1, 2, 3]
-    for step in mesh:
-        for key in ("train/loss", "train/grad_norm"):
-            assert _rel(mesh[step][key], dp[step][key]) <= 1e-5, (step, key, mesh[step][key], dp[step][key])
+    for key, bound in (("train/loss", LOSS_REL), ("train/grad_norm", GRAD_NORM_REL)):
+        worst = max(_rel(mesh[step][key], dp[step][key]) for step in mesh)
+        print(f"\nmlite run --cp 2 --ep 2 vs --nproc 1: max relative difference of {key} {worst:.2e}")
+        assert worst <= bound, [(mesh[step][key], dp[step][key]) for step in mesh]
     mem = rd.read_memory()
     assert [(r["mesh"]["cp_rank"], r["mesh"]["ep_rank"]) for r in mem["ranks"]] == [(0, 0), (1, 1)]
     rows = {r["item"]: r for r in memory_rows(rd.read_config(), mem)}

@@ -430,7 +430,10 @@ def _megatron_parts(
         recompute_layer = max(recompute_layer, full)
         gqa = gqa or layer.attention in ("full", "gated_full")
     if sp.has_embedding:
-        acts["embedding"] = 8 * D * flight  # int64 token ids kept by the embedding lookup
+        # int64 token ids kept by the embedding lookup; over TP the vocabulary-parallel embedding also keeps the bool
+        # mask of the ids outside its shard (megatron/core tensor_parallel/layers.py VocabParallelEmbedding.forward:
+        # ``output_parallel[input_mask, :] = 0.0``), found by the TP = 2 Megatron-Core oracle case
+        acts["embedding"] = (8 * D + (D if dims.t > 1 else 0)) * flight
     transients: dict[str, float] = {}
     persistent: dict[str, float] = {}
     tokens = D / dims.t if dims.sp else D

@@ -1,7 +1,8 @@
-"""Model FLOPs per token, the denominator of MFU.
+"""Model FLOPs per token: MFU = FLOPs per token x tokens/s / peak FLOP/s.
 
 Forward FLOPs per token = 2 x (matrix parameters a token touches: attention and MLP projections, the routed
-experts it is sent to, the lm_head; not the embedding lookup, norms or routers' elementwise work)
+experts it is sent to, the output projection -- the lm_head, or with tied embeddings the embedding matrix it
+shares (vocab x hidden); not the embedding lookup, final norm or the routers)
 + attention score work: full/gated/MLA attention 2 x 2 x heads x (qk_dim + v_dim)/2 x context, with context =
 seq_len/2 when causal. Gated DeltaNet (chunked, chunk 64): 2 x value_heads x (2 x key_dim x value_dim + 64 x
 (key_dim + value_dim)). DeepSeek-V4 compressed attention: full attention over seq/compress_rate entries (CSA:
@@ -24,7 +25,9 @@ _MATRIX_COMPONENTS = (
 )
 
 
-def _attention_flops(spec, layer, seq_len: int, causal: bool) -> float:
+def attention_flops(spec, layer, seq_len: int, causal: bool) -> float:
+    """Forward FLOPs per token of one layer's token mixer beyond its projections (scores and values, the delta rule, the
+    SSM scan)."""
     ctx = seq_len / 2 if causal else seq_len
     if layer.attention == "none":
         return 0.0
@@ -53,11 +56,17 @@ def _attention_flops(spec, layer, seq_len: int, causal: bool) -> float:
     return 2 * spec.num_attention_heads * (spec.head_dim + spec.v_head_dim) * entries
 
 
+def output_projection(spec) -> int:
+    """Parameters of the output projection a token goes through: the lm_head, or the embedding matrix when tied."""
+    head = sum(g.numel for g in spec.post if g.component == "lm_head")
+    return head or (spec.vocab_size * spec.hidden_size if spec.tie_word_embeddings else 0)
+
+
 def flops_per_token(spec, seq_len: int, *, training: bool = True, causal: bool = True) -> float:
     """Training (or forward-only) FLOPs per token of the main model at sequence length ``seq_len``."""
-    matrix = 0.0
+    matrix = float(output_projection(spec))
     for g in spec.post:
-        if g.component in _MATRIX_COMPONENTS:
+        if g.component in _MATRIX_COMPONENTS and g.component != "lm_head":
             matrix += g.numel
     attn = 0.0
     for layer in spec.main_layers:
@@ -67,6 +76,6 @@ def flops_per_token(spec, seq_len: int, *, training: bool = True, causal: bool =
             if comp == "routed_experts" and spec.num_experts:
                 n = n * spec.moe_router_topk / spec.num_experts
             matrix += n
-        attn += _attention_flops(spec, layer, seq_len, causal)
+        attn += attention_flops(spec, layer, seq_len, causal)
     forward = 2 * matrix + attn
     return 3 * forward if training else forward

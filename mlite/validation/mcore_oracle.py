@@ -16,7 +16,11 @@ dropout 0, RMSNorm, RoPE, no bias, ``moe_router_load_balancing_type="aux_loss"``
 Shims, only what the CUDA-only calls of Megatron-Core need on a CPU: ``torch.cuda.current_device`` answers
 ``"cpu"``, the causal mask is built on the current device, the CUDA RNG tracker and the checkpoint's RNG state
 copies are no-ops, and 0.16.1's missing ``te_general_gemm`` name is set to None. A gloo process group of size 1
-and ``initialize_model_parallel(1, 1)`` stand in for the distributed set-up.
+and ``initialize_model_parallel(1, 1)`` stand in for the distributed set-up; a tensor-parallel case (``tp > 1``) runs
+in ``tp`` processes of one gloo group (:func:`tp_saved_bytes`, started by :func:`mlite.runtime.dist.run_local`) with
+``initialize_model_parallel(tp, 1)``: the column/row-parallel linears, the vocabulary-parallel embedding and
+cross-entropy then all-reduce over gloo, and no other shim is needed (the TP region ops are plain
+``torch.distributed`` calls on the tensor-parallel group).
 
 Megatron is imported only inside these functions: ``import mlite`` never needs it.
 """
@@ -62,6 +66,10 @@ class OracleCase:
     """Experts per token (moe_router_topk)."""
     moe_ffn: int = 32
     """Expert SwiGLU width (moe_ffn_hidden_size)."""
+    tp: int = 1
+    """Tensor-parallel size (tensor_model_parallel_size): the case runs in this many gloo processes. Without
+    sequence parallelism: the local spec's torch norms refuse it (``WrappedTorchNorm``), and Megatron-Core wants it
+    for MoE under TP, so a TP case is dense."""
 
     def hf_config(self) -> dict:
         """The same model as a Hugging Face config, for :func:`mlite.models.from_hf_config`."""
@@ -161,19 +169,22 @@ def _causal_mask(sq: int):
     return torch.triu(torch.ones(sq, sq, device=dev), diagonal=1).bool()
 
 
-def init_single_process() -> None:
-    """A process group of size 1 (gloo on CPU, nccl on CUDA) and model parallelism of 1 (idempotent)."""
+def init_single_process(tp: int = 1) -> None:
+    """A process group of size 1 (gloo on CPU, nccl on CUDA) and model parallelism of 1 (idempotent); with ``tp > 1``
+    the caller's process group of ``tp`` processes (:func:`tp_saved_bytes`) and tensor parallelism over all of it."""
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state
 
     install_shims()
     if not dist.is_initialized():
+        if tp != 1:
+            raise RuntimeError(f"mcore oracle: tp={tp} needs a process group of {tp} processes (tp_saved_bytes)")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 2000))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(1, 1)
+        parallel_state.initialize_model_parallel(tp, 1)
         if torch.cuda.is_available():
             from megatron.core.tensor_parallel.random import (
                 model_parallel_cuda_manual_seed,
@@ -212,6 +223,7 @@ def transformer_config(case: OracleCase, **overrides):
         "bias_dropout_fusion": False,
         "persist_layer_norm": False,
         "cross_entropy_loss_fusion": False,
+        "tensor_model_parallel_size": case.tp,
     }
     if case.recompute == "selective":
         cfg.update(recompute_granularity="selective")
@@ -237,7 +249,7 @@ def build_gpt(case: OracleCase, layer_spec=None, **overrides):
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    init_single_process()
+    init_single_process(case.tp)
     config = transformer_config(case, **overrides)
     spec = layer_spec or get_gpt_layer_local_spec(
         num_experts=case.experts or None, moe_grouped_gemm=False, qk_layernorm=case.qk_norm, normalization="RMSNorm"
@@ -381,14 +393,14 @@ def saved_bytes(model, case: OracleCase, tokens=None) -> dict:
     for name, mod in model.named_modules():
         handles.append(mod.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
         handles.append(mod.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1]))
-    seen: dict[int, tuple[str, int]] = {}
+    seen: dict[int, tuple[str, int, bool]] = {}
     keep = []
 
     def pack(t):
         st = t.untyped_storage()
         ptr = st.data_ptr()
         if ptr not in params and ptr not in seen:
-            seen[ptr] = (stack[-1] if stack else "", st.nbytes())
+            seen[ptr] = (stack[-1] if stack else "", st.nbytes(), t.dtype == torch.float32)
             keep.append(t)  # holds the storage so that no later tensor reuses its address
         return t
 
@@ -406,10 +418,10 @@ def saved_bytes(model, case: OracleCase, tokens=None) -> dict:
     layers: list[dict[str, int]] = [{} for _ in range(case.layers)]
     moe_parts: list[dict[str, int]] = [{} for _ in range(case.layers)]
     root: dict[str, int] = {}
-    for name, nbytes in seen.values():
+    for name, nbytes, fp32 in seen.values():
         i, comp = component(name)
-        if comp == "layer_inputs" and i is None and nbytes < 2 * case.micro_batch * case.seq * case.hidden:
-            comp = "rope"  # the fp32 RoPE table the checkpoints save next to the layer input
+        if comp == "layer_inputs" and i is None and fp32:
+            comp = "rope"  # the fp32 RoPE table the checkpoints save next to the (bf16) layer inputs
         if i is None and comp == "layer_inputs":
             # the checkpoint of layer k saves layer k's input; attribute them in order
             k = next(j for j, d in enumerate(layers) if "layer_inputs" not in d)
@@ -425,6 +437,24 @@ def saved_bytes(model, case: OracleCase, tokens=None) -> dict:
     keep.clear()
     total = sum(sum(d.values()) for d in layers) + sum(root.values())
     return {"layers": layers, "root": root, "total": total, "moe_parts": moe_parts}
+
+
+def tp_saved_bytes(rank: int, world: int, cases: dict) -> dict:
+    """:func:`saved_bytes` on this rank for each tensor-parallel case ``{name: OracleCase fields}``, all of
+    ``tp == world`` (``run_local(tp_saved_bytes, tp, (cases,))`` brings the process group up; every rank draws the
+    same tokens)."""
+    import torch
+
+    out = {}
+    for name, kw in cases.items():
+        case = OracleCase(**kw)
+        if case.tp != world:
+            raise RuntimeError(f"mcore oracle: case {name} has tp={case.tp}, started on {world} processes")
+        torch.manual_seed(0)
+        model = build_gpt(case)
+        model.train()
+        out[name] = saved_bytes(model, case)
+    return out
 
 
 def moe_part(name: str) -> str:
@@ -462,7 +492,7 @@ def predicted(case: OracleCase, device: str = "cpu", attention: str = "unfused")
         attention=attention,
         lite_device=device,
     )
-    plan = resolve(spec, 1, ParallelConfig(), seq_len=case.seq)
+    plan = resolve(spec, case.tp, ParallelConfig(tp=case.tp), seq_len=case.seq)
     d = _act_dims(spec, plan, o)
     layers = [{k: v for k, v in layer_bytes(spec, layer, d).items() if v} for layer in spec.layers]
     w = estimate(spec, plan, o, explain=False).worst
