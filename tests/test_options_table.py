@@ -225,6 +225,8 @@ def test_run_flags_round_trip(row, tmp_path):
     kw = {**base, row.field: v}
     if row.field == "moment_dtype":
         kw["pao"] = True
+    if row.field in ("use_distributed_optimizer", "grad_dtype"):  # dist_opt settings (fsdp2 refuses them)
+        kw["optimizer"] = "dist_opt"
     if row.field == "lr_warmup_steps":
         kw["steps"] = 10
     cfg = RunConfig(**kw)
@@ -263,6 +265,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "framework_overhead_gib",
     },
     "verl-mlite-sft": {
+        "optimizer_algorithm",
         "use_distributed_optimizer",
         "main_grads_dtype",
         "exp_avg_dtype",
@@ -272,6 +275,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "sequence_parallel",
     },
     "verl-mlite-grpo": {
+        "optimizer_algorithm",
         "use_distributed_optimizer",
         "main_grads_dtype",
         "exp_avg_dtype",
@@ -337,6 +341,7 @@ def test_all_options_at_once_compose_against_verl_and_read_back(target, tmp_path
     kw = {r.field: sample(r) for r in TRAINING if r.field not in not_expressible(target)}
     kw.update(use_precision_aware_optimizer=True, recompute="selective")
     kw.pop("use_distributed_optimizer", None)  # PAO needs it (Megatron-Core); its own row tests it off
+    kw.pop("optimizer_algorithm", None)  # PAO runs adam only (Megatron-Core); its own row tests sgd
     if target == "verl-megatron-grpo":
         kw.update(main_grads_dtype="bf16", exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
     o = TrainingOptions(**kw)
@@ -432,7 +437,9 @@ def test_verl_sft_refuses_what_it_does_not_run(field, tmp_path):
     from mlite.errors import MliteError
 
     row = {r.field: r for r in RUN}[field]
-    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2, "compile": True}.get(field, 2)
+    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2, "compile": True, "optimizer_algorithm": "sgd"}.get(
+        field, 2
+    )
     with pytest.raises(MliteError, match=f"{field}: --trainer verl-sft does not run {row.flag}") as err:
         RunConfig(trainer="verl-sft", model="tiny-dense", steps=3, nproc=1, **{field: value})
     assert RUN_VERL_NOT_RUN[field] in str(err.value)

@@ -42,8 +42,8 @@ from mlite.memory import (
     mesh_table,
     state_bytes,
 )
-from mlite.memory.options import inapplicable
 from mlite.options.cli import memory_flags
+from mlite.options.optimizers import inapplicable
 from mlite.options.table import TRAINING, rows_by_field
 
 from ._common import ErrorBanner, esc, fmt_count
@@ -333,7 +333,7 @@ class MemoryView(W.VBox):
         self.refresh()
 
     def _sync_enabled(self) -> None:
-        """Disable the controls of the options that do not apply (:func:`mlite.memory.options.inapplicable`) and
+        """Disable the controls of the options that do not apply (:func:`mlite.options.optimizers.inapplicable`) and
         set them to the value they take then."""
         c = self.controls
         off = inapplicable(c["optimizer"].value, c["use_precision_aware_optimizer"].value)

@@ -86,7 +86,9 @@ class RunConfig:
     """``cpu`` (gloo) or ``cuda`` (nccl, one GPU per process)."""
     optimizer: str = "fsdp2"
     """mlite optimizer backend: ``fsdp2`` (PyTorch fully_shard) or ``dist_opt`` (Megatron-Core DDP + distributed
-    optimizer)."""
+    optimizer); see :data:`mlite.options.optimizers.BACKENDS`."""
+    optimizer_algorithm: str = "adam"
+    """Optimizer algorithm (``adam``; see :data:`mlite.options.optimizers.ALGORITHMS`)."""
     use_distributed_optimizer: bool = True
     """dist_opt: shard the optimizer state over DP x CP / EDP; False (``--no-distributed-optimizer``): plain DDP."""
     grad_dtype: str = "fp32"
@@ -177,18 +179,14 @@ class RunConfig:
             v = getattr(self, name)
             if v not in allowed:
                 raise MliteError(f"{name}: {v!r} is not one of {', '.join(allowed)}")
-        for name in ("lr", "clip_grad", "offload_fraction"):
+        for name in ("lr", "clip_grad"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise MliteError(f"{name}: {v!r} must be a finite number >= 0")
         if self.lr == 0:
             raise MliteError("lr: 0 would not train; give a positive learning rate such as 3e-3")
-        if self.offload_fraction > 1:
-            raise MliteError(f"offload_fraction: {self.offload_fraction} must be in [0, 1] (mlite's fsdp2 uses 1.0)")
         if not isinstance(self.use_distributed_optimizer, bool):
             raise MliteError(f"use_distributed_optimizer: {self.use_distributed_optimizer!r} must be True or False")
-        if self.moment_dtype == "bf16" and not self.pao:
-            raise MliteError("moment_dtype: bf16 moments need the precision-aware optimizer; add --pao (pao=True)")
         if self.threads is not None and (
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
@@ -203,6 +201,7 @@ class RunConfig:
             raise MliteError(f"compile: {self.compile!r} must be True or False")
         if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1:
             raise MliteError(f"etp: {self.etp!r} must be a positive integer")
+        self.training_options()  # the training rules, written once (mlite.options.rules via TrainingOptions)
         from .verl_checks import check_trainer  # the verl-sft fields (no verl import)
 
         self.verl_overrides = check_trainer(self)
@@ -294,6 +293,7 @@ class RunConfig:
         decay, decay_steps = self.lr_decay()
         opt = OptimizerConfig(
             optimizer=self.optimizer,
+            optimizer_algorithm=self.optimizer_algorithm,
             lr=float(self.lr),
             min_lr=float(self.lr) / 10,
             clip_grad=float(self.clip_grad),
@@ -334,12 +334,13 @@ class RunConfig:
 
         return TrainingOptions(
             optimizer=self.optimizer,
+            optimizer_algorithm=self.optimizer_algorithm,
             use_distributed_optimizer=self.use_distributed_optimizer,
             main_grads_dtype=self.grad_dtype,
             use_precision_aware_optimizer=self.pao,
             exp_avg_dtype=self.moment_dtype,
             exp_avg_sq_dtype=self.moment_dtype,
-            offload_fraction=float(self.offload_fraction),
+            offload_fraction=self.offload_fraction,
             param_offload=self.param_offload,
             optimizer_offload=self.optimizer_offload,
             param_dtype=self.resolved_param_dtype(),

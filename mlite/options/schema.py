@@ -9,6 +9,7 @@ the table says why and what the target runs instead). The same row drives both d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 KEEP = "keep"
@@ -95,8 +96,9 @@ class Option:
     """Help text of the flag (and the widget's tooltip)."""
     label: str | None = None
     """Widget label (None: the option has no control)."""
-    choices: tuple = ()
-    """Allowed values (argparse choices; the widget's options)."""
+    choices: Sequence = ()
+    """Allowed values (argparse choices; the widget's options): a tuple, or the live names of a registry
+    (:attr:`mlite.options.registry.Registry.names`: an entry registered later is a choice too)."""
     cli: str = "value"
     """``value`` (``--flag V``), ``switch`` (``--flag`` sets True), ``negate`` (``--flag`` sets False), ``gpu`` (GiB
     or a GPU name, see :data:`mlite.memory.GPU_MEMORY_GIB`)."""

@@ -15,23 +15,24 @@ then round-trips it through every spelling without further edits (and fails unti
 
 from __future__ import annotations
 
-from ..memory.options import (
+from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
+from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option
+from .training import (
     ACTIVATION_MODELS,
     ATTENTION,
     DTYPES,
     GPU_MEMORY_GIB,
     LITE_DEVICES,
+    OPTIMIZER_ALGORITHMS,
     OPTIMIZERS,
     PARAM_DTYPES,
     RECOMPUTE,
 )
-from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
-from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option
 
 __all__ = ["EXPORT", "GPU_MEMORY_GIB", "NOT_OPTIONS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
 
 # ---------------------------------------------------------------------------------------------- vocabularies
-# OPTIMIZERS, DTYPES, PARAM_DTYPES, ATTENTION, ACTIVATION_MODELS, LITE_DEVICES: mlite/memory/options.py, beside the
+# OPTIMIZERS, DTYPES, PARAM_DTYPES, ATTENTION, ACTIVATION_MODELS, LITE_DEVICES: mlite/options/training.py, beside the
 # TrainingOptions fields they are the values of (its validation reads them too)
 TORCH_DTYPE_NAMES = (("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
 """mlite dtype name <-> verl's ``dtype`` value."""
@@ -44,8 +45,8 @@ RUN_DEVICES = ("cpu", "cuda")
 """Where the workers of ``mlite run`` compute."""
 RUN_LAUNCHERS = ("torchrun", "ray")
 """How the worker processes are started (same worker code either way)."""
-RUN_OPTIMIZERS = ("fsdp2", "dist_opt")
-"""``mlite run --optimizer`` choices (the lite runtime implements both)."""
+RUN_OPTIMIZERS = OPTIMIZERS
+"""``mlite run --optimizer`` choices (the registered backends; the lite runtime implements each)."""
 RUN_GRAD_DTYPES = DTYPES
 """``mlite run --grad-dtype`` choices (dist_opt's gradient buffer)."""
 RUN_MOMENT_DTYPES = DTYPES
@@ -136,6 +137,7 @@ _MEGATRON_RECOMPUTE = Codec(
     ),
 )
 _G = "training / memory"
+_ALGORITHM_HELP = "optimizer algorithm (Megatron-Core's optimizer; registered in mlite.options.optimizers)"
 
 # ---------------------------------------------------------------------------------------------- TrainingOptions
 TRAINING: tuple[Option, ...] = (
@@ -154,6 +156,18 @@ TRAINING: tuple[Option, ...] = (
             "distributed optimizer (dist_opt) is written",
             "dist_opt",
         ),
+    ),
+    Option(
+        "optimizer_algorithm",
+        str,
+        "adam",
+        "--optimizer-algorithm",
+        _ALGORITHM_HELP,
+        label="algorithm",
+        choices=OPTIMIZER_ALGORITHMS,
+        group=_G,
+        mlite=NotExpressible("verl's mlite engine builds Megatron Lite's AdamW: it has no algorithm key", DEFAULT),
+        megatron=Key("{optim}.optimizer", verl_default="adam"),
     ),
     Option(
         "use_distributed_optimizer",
@@ -527,6 +541,7 @@ RUN: tuple[Option, ...] = (
         required=True,
     ),
     Option("optimizer", str, "fsdp2", "--optimizer", "mlite optimizer backend (default fsdp2)", choices=RUN_OPTIMIZERS),
+    Option("optimizer_algorithm", str, "adam", "--optimizer-algorithm", _ALGORITHM_HELP, choices=OPTIMIZER_ALGORITHMS),
     Option(
         "use_distributed_optimizer",
         bool,
@@ -777,6 +792,7 @@ RUN_VERL_NOT_RUN: dict[str, str] = {
     "num_microbatches": "verl packs micro-batches by token budget (data.max_token_len_per_gpu: --tokens-per-microbatch)",
     "crash_at_step": "the failure hook is the kit's trainer's",
     "compile": "the lite engine builds its model without torch.compile",
+    "optimizer_algorithm": "the lite engine builds Megatron Lite's AdamW (it reads no optim.optimizer)",
 }
 """``mlite run --trainer verl-sft``: RunConfig fields verl's SFT trainer does not run, and why; a value other than
 the default is refused before anything starts (every RunConfig field is in exactly one of ``RUN_VERL_KEYS``,
