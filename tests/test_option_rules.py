@@ -151,3 +151,16 @@ def test_what_only_the_lite_runtime_refuses_is_refused_by_the_run_and_runtime_la
     TrainingOptions(optimizer_algorithm="sgd")
     with pytest.raises(MliteError, match="optimizer_algorithm: sgd is not run by the lite runtime's fsdp2"):
         _runtime(optimizer_algorithm="sgd")
+
+
+def test_the_options_layer_loads_no_memory_runtime_or_launch_module():
+    """``options/`` sits just above ``mesh/`` and ``models/``: what ``import mlite.options`` really loads (the
+    transitive closure, in a fresh interpreter) holds no estimator, runtime or launcher module, and no torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, mlite.options; print(' '.join(sorted(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    bad = [m for m in loaded if m.split(".")[:2] in (["mlite", "memory"], ["mlite", "runtime"], ["mlite", "launch"])]
+    assert bad == [] and "torch" not in loaded
+    assert "mlite.options.optimizers" in loaded

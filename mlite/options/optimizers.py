@@ -13,6 +13,7 @@ at core_v0.16.1) names the algorithm; verl's Megatron backend writes it as ``act
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,3 +176,20 @@ def inapplicable(optimizer: str, pao: bool) -> dict:
         out.update({m: "fp32" for m in rules.MOMENTS}, store_param_remainders=True)
     out.update(BACKENDS.entry(optimizer).fixed)
     return out
+
+
+PLUGINS_ENV = "MLITE_PLUGINS"
+"""Environment variable: comma-separated modules imported once the registries exist, so that the entries they
+register are there in every process of a run (``mlite run`` workers inherit the environment)."""
+
+
+def load_plugins() -> None:
+    """Import the modules named in ``$MLITE_PLUGINS`` (each registers its entries when imported)."""
+    for name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise MliteError(f"{PLUGINS_ENV}: cannot import {name} ({e}); fix the module name or PYTHONPATH") from e
+
+
+load_plugins()
