@@ -72,7 +72,7 @@ class Registry(Mapping[str, E], Generic[E]):
         """The entry ``name``, or :class:`MliteError` naming the field and the registered names."""
         if name not in self._entries:
             raise MliteError(f"{self.field}: {name!r} is not one of the {self.kind}s ({', '.join(self._entries)})")
-        return self._entries[name]  # type: ignore[index]
+        return self._entries[name]
 
     def __getitem__(self, name: str) -> E:
         return self._entries[name]

@@ -16,6 +16,7 @@ then round-trips it through every spelling without further edits (and fails unti
 from __future__ import annotations
 
 from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
+from .optimizers import BACKENDS
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option
 from .training import (
     ACTIVATION_MODELS,
@@ -29,7 +30,7 @@ from .training import (
     RECOMPUTE,
 )
 
-__all__ = ["EXPORT", "GPU_MEMORY_GIB", "NOT_OPTIONS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
+__all__ = ["EXPORT", "GPU_MEMORY_GIB", "NOT_OPTIONS", "OPTIMIZERS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
 
 # ---------------------------------------------------------------------------------------------- vocabularies
 # OPTIMIZERS, DTYPES, PARAM_DTYPES, ATTENTION, ACTIVATION_MODELS, LITE_DEVICES: mlite/options/training.py, beside the
@@ -45,7 +46,7 @@ RUN_DEVICES = ("cpu", "cuda")
 """Where the workers of ``mlite run`` compute."""
 RUN_LAUNCHERS = ("torchrun", "ray")
 """How the worker processes are started (same worker code either way)."""
-RUN_OPTIMIZERS = OPTIMIZERS
+RUN_OPTIMIZERS = BACKENDS.names
 """``mlite run --optimizer`` choices (the registered backends; the lite runtime implements each)."""
 RUN_GRAD_DTYPES = DTYPES
 """``mlite run --grad-dtype`` choices (dist_opt's gradient buffer)."""
@@ -148,7 +149,7 @@ TRAINING: tuple[Option, ...] = (
         "--optimizer",
         "dist_opt (Megatron-Core DDP + distributed optimizer) or fsdp2 (PyTorch fully_shard)",
         label="optimizer",
-        choices=OPTIMIZERS,
+        choices=BACKENDS.names,
         group=_G,
         mlite=Key("{engine}.impl_cfg.optimizer", add=True, knob="OPTIMIZER", write="always"),
         megatron=NotExpressible(

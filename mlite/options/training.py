@@ -42,8 +42,9 @@ GPU_MEMORY_GIB = {
 RECOMPUTE = ("none", "selective", "full")
 """Recompute granularities (Megatron's ``--recompute-granularity``)."""
 
-OPTIMIZERS = BACKENDS.names
-"""mlite's optimizer backends (live names of :data:`mlite.options.optimizers.BACKENDS`)."""
+OPTIMIZERS: tuple[str, ...] = tuple(BACKENDS)
+"""mlite's optimizer backends registered at import (:data:`mlite.options.optimizers.BACKENDS`; its ``names`` are the
+live list, which the table's choices read)."""
 OPTIMIZER_ALGORITHMS = ALGORITHMS.names
 """Optimizer algorithms (live names of :data:`mlite.options.optimizers.ALGORITHMS`)."""
 DTYPES = ("fp32", "bf16")
