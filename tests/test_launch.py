@@ -260,7 +260,9 @@ def test_dry_run_gives_the_command_and_writes_nothing(tmp_path):
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     base = ["run", "--steps", "3", "--nproc", "2", "--device", "cpu", "--out", str(tmp_path / "r")]
-    assert_one_line_error(run_cli(*base, "--model", "tiny-moe", "--moment-dtype", "bf16"), "moment_dtype", "--pao")
+    assert_one_line_error(
+        run_cli(*base, "--model", "tiny-moe", "--moment-dtype", "bf16"), "exp_avg_dtype: bf16", "--pao"
+    )
     assert_one_line_error(
         run_cli(*base, "--model", "tiny-moe", "--optimizer", "dist_opt", "--pao", "--no-distributed-optimizer"),
         "use_distributed_optimizer",

@@ -88,10 +88,19 @@ def test_rows_match_the_dataclasses():
         assert getattr(DEFAULTS, r.field) == r.default, r.field
         assert isinstance(r.default, r.type), r.field
         assert r.mlite is not None and r.megatron is not None, f"{r.field}: say what each target does with it"
-    run_fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-    assert sorted(r.field for r in RUN) == sorted(run_fields)
+    # RunConfig composes the mesh and the training options: a RUN row is a field of its own or names the nested
+    # fields it sets (``path``), and every default is the row's
+    own = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.name not in ("parallel", "training")}
+    assert sorted(r.field for r in RUN if not r.path) == sorted(own)
+    nested = {"parallel": {f.name for f in dataclasses.fields(ParallelConfig)}, "training": set(fields)}
+    default = RunConfig()
     for r in RUN:
-        assert run_fields[r.field] == r.default, r.field
+        for p in r.path:
+            part, name = p.split(".")
+            assert name in nested[part], p
+            assert getattr(getattr(default, part), name) == r.default, p
+        assert getattr(default, r.field) == r.default == (own[r.field] if not r.path else r.default), r.field
+    assert (default.optimizer, default.num_microbatches, default.param_dtype) == ("fsdp2", 1, "auto")  # run's own
 
 
 @pytest.mark.parametrize("command", ["memory", "export"])

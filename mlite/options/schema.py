@@ -108,6 +108,9 @@ class Option:
     """The flag must be given (always printed)."""
     metavar: str | None = None
     """Argparse metavar."""
+    path: tuple[str, ...] = ()
+    """RUN rows: the nested RunConfig fields the flag sets (``("training.use_precision_aware_optimizer",)``; the
+    moment dtype sets two); empty: a field of RunConfig itself."""
     mlite: object = None
     """Mapping for verl's mlite engine targets (``verl-mlite-sft``, ``verl-mlite-grpo``); None: not a launcher
     option (run options)."""
