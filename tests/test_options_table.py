@@ -434,10 +434,14 @@ def test_memory_and_export_refuse_unknown_option_values(tmp_path, words, needle)
 def test_every_run_field_says_what_verl_sft_does_with_it():
     """``mlite run --trainer verl-sft``: each RunConfig field is a Hydra key, reaches verl another way, or is not run
     (then refused); a new RunConfig row fails here until it is placed."""
+    from mlite.options.schema import Key, Via
     from mlite.options.table import RUN_VERL_KEYS, RUN_VERL_NOT_RUN, RUN_VERL_OTHER
 
+    for r in RUN:  # the row says it: a key, another way, or not run (with the reason)
+        assert isinstance(r.verl_sft, (Key, Via, NotExpressible)), f"{r.field}: say what verl-sft does with it"
     tables = (set(RUN_VERL_KEYS), set(RUN_VERL_OTHER), set(RUN_VERL_NOT_RUN))
     assert sorted(f for t in tables for f in t) == sorted(r.field for r in RUN)  # each field exactly once
+    assert RUN_VERL_KEYS["pao"] == "+optim.override_optimizer_config.use_precision_aware_optimizer"  # + for add=True
 
 
 @pytest.mark.parametrize("field", sorted(RUN_VERL_NOT_RUN))

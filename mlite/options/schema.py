@@ -69,6 +69,14 @@ class NotExpressible:
 
 
 @dataclass(frozen=True)
+class Via:
+    """``mlite run --trainer verl-sft``: the field reaches verl another way than one Hydra key."""
+
+    how: str
+    """How (one sentence)."""
+
+
+@dataclass(frozen=True)
 class ByMode:
     """Different mappings for SFT and GRPO launchers (data and batch keys)."""
 
@@ -114,6 +122,10 @@ class Option:
     mlite: object = None
     """Mapping for verl's mlite engine targets (``verl-mlite-sft``, ``verl-mlite-grpo``); None: not a launcher
     option (run options)."""
+    verl_sft: object = None
+    """RUN rows: what ``mlite run --trainer verl-sft`` does with the field: a :class:`Key` (the Hydra key it is
+    written as), a :class:`Via` (it reaches verl another way) or :class:`NotExpressible` (verl's SFT trainer does not
+    run it: why; a value other than the default is refused before anything starts)."""
     megatron: object = None
     """Mapping for verl's Megatron backend target (``verl-megatron-grpo``; a Megatron SFT launcher when read)."""
 
