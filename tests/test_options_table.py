@@ -503,7 +503,7 @@ def test_what_the_memory_view_disables_does_not_apply(optimizer, pao):
     each option not listed there that the view can disable does change it or is legal."""
     from mlite.errors import MliteError
     from mlite.memory import estimate
-    from mlite.memory.options import inapplicable
+    from mlite.options.optimizers import inapplicable
     from mlite.mesh import resolve
     from mlite.models import from_hf_config
 
