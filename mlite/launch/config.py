@@ -169,16 +169,19 @@ class RunConfig:
     def __getattr__(self, name: str) -> Any:
         """The flat name of a nested field (``pao`` -> ``training.use_precision_aware_optimizer``)."""
         row = _rows().get(name) if not name.startswith("_") else None
-        obj = self.__dict__.get(_part(row)) if row is not None and row.path else None
-        if obj is None:
+        if row is None or not row.path or self.__dict__.get(_part(row)) is None:
             raise AttributeError(name)
-        return _get(obj, row.path[0])
+        return _get(self.__dict__[_part(row)], row.path[0])
 
     def __setattr__(self, name: str, value) -> None:
         row = _rows().get(name)
         if row is not None and row.path:
-            raise AttributeError(f"{name}: a field of RunConfig.{_part(row)}; use dataclasses.replace(cfg, {name}=...)")
+            raise AttributeError(f"{name}: a field of RunConfig.{_part(row)}; use cfg.updated({name}=...)")
         object.__setattr__(self, name, value)
+
+    def updated(self, **values) -> RunConfig:
+        """A copy with ``values`` (flat names, as :meth:`to_dict` spells them: ``tp=2, pao=True``) changed."""
+        return type(self).from_dict({**self.to_dict(), **values})
 
     def _nested(self) -> dict:
         """The flat values of the nested fields (``{"pao": ..., "tp": ...}``)."""
