@@ -91,7 +91,7 @@ class Option:
     """One training or run option: the dataclass field and every other spelling of it."""
 
     field: str
-    """Field name in the owning dataclass (:class:`~mlite.memory.TrainingOptions` or
+    """Field name in the owning dataclass (:class:`~mlite.options.TrainingOptions` or
     :class:`~mlite.launch.RunConfig`)."""
     type: type
     """``bool``, ``int``, ``float``, ``str`` or ``tuple`` (a comma-separated list on the command line)."""

@@ -1,6 +1,6 @@
 """The options table: every training and run option once, with its flag, help, widget label and verl keys.
 
-:data:`TRAINING` holds the :class:`~mlite.memory.TrainingOptions` fields (``mlite memory``, ``mlite export``, the
+:data:`TRAINING` holds the :class:`~mlite.options.TrainingOptions` fields (``mlite memory``, ``mlite export``, the
 memory widget, the launchers ``mlite export`` writes and ``mlite import-launcher`` reads); :data:`RUN` holds the
 :class:`~mlite.launch.RunConfig` fields (``mlite run``, ``config.json`` of a run); :data:`EXPORT` the :class:`~mlite.export.ExportPlan` fields
 ``mlite export`` takes as flags. Everything that spells an
@@ -496,7 +496,7 @@ TRAINING: tuple[Option, ...] = (
         megatron=Key("trainer.n_gpus_per_node", write="cluster"),
     ),
 )
-"""The :class:`~mlite.memory.TrainingOptions` rows, in the order flags are listed."""
+"""The :class:`~mlite.options.TrainingOptions` rows, in the order flags are listed."""
 
 NOT_OPTIONS = ("extra",)
 """TrainingOptions fields that are not options (free-form notes)."""
