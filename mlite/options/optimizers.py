@@ -145,9 +145,9 @@ def check_lite_runtime(o: Any, backend: str | None = None) -> None:
     b = BACKENDS.entry(backend or o.optimizer)
     a = ALGORITHMS.entry(o.optimizer_algorithm)
     if b.name not in a.runtime:
-        ran = ", ".join(a.runtime) or "none"
+        where = f"it runs it with --optimizer {', '.join(a.runtime)}" if a.runtime else "it has no class for it"
         raise MliteError(
-            f"optimizer_algorithm: {a.name} is not run by the lite runtime's {b.name} (it runs {a.name} with: {ran}); "
+            f"optimizer_algorithm: {a.name} is not run by the lite runtime's {b.name} ({where}); "
             "choose another --optimizer or --optimizer-algorithm"
         )
     for rule in b.lite_refuses:

@@ -59,7 +59,8 @@ def dtype_name(value: Any, field_name: str) -> str:
 
 @dataclass(kw_only=True, slots=True)
 class OptimizerConfig:
-    """AdamW and its storage/offload options, as Megatron-Core's ``OptimizerConfig`` names them."""
+    """The optimizer (backend, algorithm: AdamW) and its storage/offload options, as Megatron-Core's ``OptimizerConfig``
+    names them."""
 
     optimizer: str = "fsdp2"
     """Backend: ``fsdp2`` (PyTorch ``fully_shard`` + AdamW on shards) or ``dist_opt`` (Megatron-Core DDP + distributed
