@@ -503,9 +503,9 @@ def test_what_the_memory_view_disables_does_not_apply(optimizer, pao):
     each option not listed there that the view can disable does change it or is legal."""
     from mlite.errors import MliteError
     from mlite.memory import estimate
-    from mlite.options.optimizers import inapplicable
     from mlite.mesh import resolve
     from mlite.models import from_hf_config
+    from mlite.options.optimizers import inapplicable
 
     spec = from_hf_config(MODEL)
     plan = resolve(spec, 8, MESH)
