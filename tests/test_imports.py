@@ -160,7 +160,6 @@ def test_mlite_has_no_import_cycle(lazy):
 CONTRACTS = ("mlite.options", "mlite.rundir", "mlite.mesh.checks", "mlite.errors", "mlite.units")
 """The contracts layer of the README's Architecture section."""
 CONTRACT_VOCABULARY = {
-    "mlite.memory.options",
     "mlite.mesh.axes",
     "mlite.mesh.config",
     "mlite.mesh.layout",

@@ -260,7 +260,9 @@ def test_dry_run_gives_the_command_and_writes_nothing(tmp_path):
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     base = ["run", "--steps", "3", "--nproc", "2", "--device", "cpu", "--out", str(tmp_path / "r")]
-    assert_one_line_error(run_cli(*base, "--model", "tiny-moe", "--moment-dtype", "bf16"), "moment_dtype", "--pao")
+    assert_one_line_error(
+        run_cli(*base, "--model", "tiny-moe", "--moment-dtype", "bf16"), "exp_avg_dtype: bf16", "--pao"
+    )
     assert_one_line_error(
         run_cli(*base, "--model", "tiny-moe", "--optimizer", "dist_opt", "--pao", "--no-distributed-optimizer"),
         "use_distributed_optimizer",
@@ -336,3 +338,24 @@ def test_run_view_draws_records_that_arrived_inside_the_draw_interval(monkeypatc
     assert drawn == [1] and not view._stale
     view._update(last)  # nothing new, nothing waiting: no draw
     assert drawn == [1]
+
+
+def test_flat_config_json_of_older_runs_loads_into_the_composed_config():
+    """Run directories written before RunConfig composed ``parallel`` and ``training`` (flat keys, some fields not
+    there yet) load; their values land in the nested configs and a new run writes the same flat keys back."""
+    from mlite.paths import REPO_ROOT
+
+    paths = sorted((REPO_ROOT / "data" / "logs").glob("mlite_tiny_moe_*/config.json"))
+    assert len(paths) >= 4
+    for p in paths:
+        d = json.loads(p.read_text())
+        cfg = RunConfig.from_dict(d)
+        assert cfg.training.optimizer == d["optimizer"] and cfg.parallel.tp == d.get("tp", 1)
+        assert cfg.training.use_precision_aware_optimizer == d["pao"]
+        assert cfg.training.exp_avg_dtype == cfg.training.exp_avg_sq_dtype == d["moment_dtype"]
+        assert cfg.training.offload_fraction == d["offload_fraction"] and cfg.training.num_microbatches == 1
+        flat = cfg.to_dict()
+        assert json.loads(json.dumps({k: flat[k] for k in d})) == d, p  # the keys a run directory has keep their values
+        assert RunConfig.from_dict(json.loads(json.dumps(flat))) == cfg
+    nested = RunConfig.from_dict({"training": cfg.training.to_dict(), "parallel": cfg.parallel.to_dict()})
+    assert (nested.training, nested.parallel) == (cfg.training, cfg.parallel)

@@ -88,10 +88,19 @@ def test_rows_match_the_dataclasses():
         assert getattr(DEFAULTS, r.field) == r.default, r.field
         assert isinstance(r.default, r.type), r.field
         assert r.mlite is not None and r.megatron is not None, f"{r.field}: say what each target does with it"
-    run_fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-    assert sorted(r.field for r in RUN) == sorted(run_fields)
+    # RunConfig composes the mesh and the training options: a RUN row is a field of its own or names the nested
+    # fields it sets (``path``), and every default is the row's
+    own = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.name not in ("parallel", "training")}
+    assert sorted(r.field for r in RUN if not r.path) == sorted(own)
+    nested = {"parallel": {f.name for f in dataclasses.fields(ParallelConfig)}, "training": set(fields)}
+    default = RunConfig()
     for r in RUN:
-        assert run_fields[r.field] == r.default, r.field
+        for p in r.path:
+            part, name = p.split(".")
+            assert name in nested[part], p
+            assert getattr(getattr(default, part), name) == r.default, p
+        assert getattr(default, r.field) == r.default == (own[r.field] if not r.path else r.default), r.field
+    assert (default.optimizer, default.num_microbatches, default.param_dtype) == ("fsdp2", 1, "auto")  # run's own
 
 
 @pytest.mark.parametrize("command", ["memory", "export"])
@@ -225,6 +234,8 @@ def test_run_flags_round_trip(row, tmp_path):
     kw = {**base, row.field: v}
     if row.field == "moment_dtype":
         kw["pao"] = True
+    if row.field in ("use_distributed_optimizer", "grad_dtype"):  # dist_opt settings (fsdp2 refuses them)
+        kw["optimizer"] = "dist_opt"
     if row.field == "lr_warmup_steps":
         kw["steps"] = 10
     cfg = RunConfig(**kw)
@@ -263,6 +274,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "framework_overhead_gib",
     },
     "verl-mlite-sft": {
+        "optimizer_algorithm",
         "use_distributed_optimizer",
         "main_grads_dtype",
         "exp_avg_dtype",
@@ -272,6 +284,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "sequence_parallel",
     },
     "verl-mlite-grpo": {
+        "optimizer_algorithm",
         "use_distributed_optimizer",
         "main_grads_dtype",
         "exp_avg_dtype",
@@ -337,6 +350,7 @@ def test_all_options_at_once_compose_against_verl_and_read_back(target, tmp_path
     kw = {r.field: sample(r) for r in TRAINING if r.field not in not_expressible(target)}
     kw.update(use_precision_aware_optimizer=True, recompute="selective")
     kw.pop("use_distributed_optimizer", None)  # PAO needs it (Megatron-Core); its own row tests it off
+    kw.pop("optimizer_algorithm", None)  # PAO runs adam only (Megatron-Core); its own row tests sgd
     if target == "verl-megatron-grpo":
         kw.update(main_grads_dtype="bf16", exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
     o = TrainingOptions(**kw)
@@ -420,10 +434,14 @@ def test_memory_and_export_refuse_unknown_option_values(tmp_path, words, needle)
 def test_every_run_field_says_what_verl_sft_does_with_it():
     """``mlite run --trainer verl-sft``: each RunConfig field is a Hydra key, reaches verl another way, or is not run
     (then refused); a new RunConfig row fails here until it is placed."""
+    from mlite.options.schema import Key, Via
     from mlite.options.table import RUN_VERL_KEYS, RUN_VERL_NOT_RUN, RUN_VERL_OTHER
 
+    for r in RUN:  # the row says it: a key, another way, or not run (with the reason)
+        assert isinstance(r.verl_sft, (Key, Via, NotExpressible)), f"{r.field}: say what verl-sft does with it"
     tables = (set(RUN_VERL_KEYS), set(RUN_VERL_OTHER), set(RUN_VERL_NOT_RUN))
     assert sorted(f for t in tables for f in t) == sorted(r.field for r in RUN)  # each field exactly once
+    assert RUN_VERL_KEYS["pao"] == "+optim.override_optimizer_config.use_precision_aware_optimizer"  # + for add=True
 
 
 @pytest.mark.parametrize("field", sorted(RUN_VERL_NOT_RUN))
@@ -432,7 +450,9 @@ def test_verl_sft_refuses_what_it_does_not_run(field, tmp_path):
     from mlite.errors import MliteError
 
     row = {r.field: r for r in RUN}[field]
-    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2, "compile": True}.get(field, 2)
+    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2, "compile": True, "optimizer_algorithm": "sgd"}.get(
+        field, 2
+    )
     with pytest.raises(MliteError, match=f"{field}: --trainer verl-sft does not run {row.flag}") as err:
         RunConfig(trainer="verl-sft", model="tiny-dense", steps=3, nproc=1, **{field: value})
     assert RUN_VERL_NOT_RUN[field] in str(err.value)
@@ -483,9 +503,9 @@ def test_what_the_memory_view_disables_does_not_apply(optimizer, pao):
     each option not listed there that the view can disable does change it or is legal."""
     from mlite.errors import MliteError
     from mlite.memory import estimate
-    from mlite.memory.options import inapplicable
     from mlite.mesh import resolve
     from mlite.models import from_hf_config
+    from mlite.options.optimizers import inapplicable
 
     spec = from_hf_config(MODEL)
     plan = resolve(spec, 8, MESH)

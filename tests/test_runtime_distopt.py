@@ -213,7 +213,7 @@ def test_measured_per_rank_bytes_equal_the_estimate(results):
 def test_byte_table_per_parameter():
     """The four rows in bytes per parameter, from the estimator (the runtime test above holds it to the runs)."""
     from mlite.memory.optimizer import state_bytes
-    from mlite.memory.options import TrainingOptions
+    from mlite.options import TrainingOptions
 
     d = 4
     for kind, want in zip(KINDS, (6 + 12 / d, 4 + 10 / d, 4 + 6 / d, 18)):

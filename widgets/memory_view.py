@@ -42,8 +42,8 @@ from mlite.memory import (
     mesh_table,
     state_bytes,
 )
-from mlite.memory.options import inapplicable
 from mlite.options.cli import memory_flags
+from mlite.options.optimizers import BACKENDS, inapplicable
 from mlite.options.table import TRAINING, rows_by_field
 
 from ._common import ErrorBanner, esc, fmt_count
@@ -99,8 +99,16 @@ class MemoryView(W.VBox):
             "optimizer": W.ToggleButtons(
                 options=list(_ROWS["optimizer"].choices),
                 value=o.optimizer,
-                tooltips=["Megatron-Core DDP + distributed optimizer", "PyTorch fully_shard (mlite fsdp2)"],
+                tooltips=[BACKENDS[b].help for b in _ROWS["optimizer"].choices],
                 style={"button_width": "80px"},
+            ),
+            "optimizer_algorithm": W.Dropdown(  # the registered algorithms (mlite.options.optimizers.ALGORITHMS)
+                options=[(a, a) for a in _ROWS["optimizer_algorithm"].choices],
+                value=o.optimizer_algorithm,
+                description=_ROWS["optimizer_algorithm"].label,
+                tooltip=_ROWS["optimizer_algorithm"].help,
+                layout=lay("170px"),
+                style=narrow,
             ),
             "use_distributed_optimizer": W.Checkbox(
                 value=o.use_distributed_optimizer,
@@ -229,7 +237,14 @@ class MemoryView(W.VBox):
         self._table_title = W.HTML()
         self.children = (
             W.HBox(
-                [c["gpu"], c["gpu_memory_gib"], c["optimizer"], c["use_distributed_optimizer"]], layout=_row_layout()
+                [
+                    c["gpu"],
+                    c["gpu_memory_gib"],
+                    c["optimizer"],
+                    c["optimizer_algorithm"],
+                    c["use_distributed_optimizer"],
+                ],
+                layout=_row_layout(),
             ),
             W.HBox(
                 [
@@ -276,6 +291,7 @@ class MemoryView(W.VBox):
         return replace(
             self._base,
             optimizer=c["optimizer"].value,
+            optimizer_algorithm=c["optimizer_algorithm"].value,
             use_distributed_optimizer=c["use_distributed_optimizer"].value,
             use_precision_aware_optimizer=c["use_precision_aware_optimizer"].value,
             main_grads_dtype=c["main_grads_dtype"].value,
@@ -333,7 +349,7 @@ class MemoryView(W.VBox):
         self.refresh()
 
     def _sync_enabled(self) -> None:
-        """Disable the controls of the options that do not apply (:func:`mlite.memory.options.inapplicable`) and
+        """Disable the controls of the options that do not apply (:func:`mlite.options.optimizers.inapplicable`) and
         set them to the value they take then."""
         c = self.controls
         off = inapplicable(c["optimizer"].value, c["use_precision_aware_optimizer"].value)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 
 import ipywidgets as W
 
@@ -246,8 +245,7 @@ class RunView(W.VBox):
 
     def config(self) -> RunConfig:
         """The form as a RunConfig over the config given (raises MliteError for bad values)."""
-        return replace(
-            self._base,
+        return self._base.updated(
             model=self._model.value.strip(),
             steps=int(self._steps.value),
             nproc=int(self._nproc.value),

@@ -18,9 +18,8 @@ def add_memory_flags(p) -> None:
 
 
 def options_from_args(args):
-    """The :class:`~mlite.memory.TrainingOptions` of the parsed flags."""
-    from ..memory import TrainingOptions
-    from ..options import TRAINING, values_from_args
+    """The :class:`~mlite.options.TrainingOptions` of the parsed flags."""
+    from ..options import TRAINING, TrainingOptions, values_from_args
 
     return TrainingOptions(**values_from_args(args, TRAINING))
 

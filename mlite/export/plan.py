@@ -10,10 +10,10 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..errors import MliteError
-from ..memory import TrainingOptions
 from ..memory.rl_keys import ROLLOUT_KEYS
 from ..memory.rl_options import RolloutOptions
 from ..mesh import DEFAULT_GPUS_PER_NODE, MeshPlan, ParallelConfig, resolve
+from ..options.training import TrainingOptions
 
 TARGETS = ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
 """What ``mlite export --target`` writes: verl SFT on the mlite engine, verl GRPO with the mlite actor, verl GRPO on

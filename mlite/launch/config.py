@@ -14,11 +14,13 @@ import os
 import re
 import secrets
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MliteError
+from ..mesh.config import ParallelConfig
+from ..options.table import RUN, rows_by_field
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
 from ..options.table import RUN_DEVICES as DEVICES
 from ..options.table import RUN_GRAD_DTYPES as GRAD_DTYPES
@@ -27,6 +29,7 @@ from ..options.table import RUN_MOMENT_DTYPES as MOMENT_DTYPES
 from ..options.table import RUN_OPTIMIZERS as OPTIMIZERS
 from ..options.table import RUN_PARAM_DTYPES as PARAM_DTYPES
 from ..options.table import RUN_RECOMPUTE as RECOMPUTE
+from ..options.training import TrainingOptions
 from ..paths import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -56,9 +59,44 @@ def runs_root() -> Path:
     return REPO_ROOT / "runs" if is_source_checkout() else Path.cwd() / "runs"
 
 
-@dataclass(kw_only=True, slots=True)
+def _rows() -> dict:
+    """``field -> row`` of the RUN table (the flat spelling of a RunConfig: flags, ``config.json``)."""
+    return rows_by_field(RUN)
+
+
+def _default(f):
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+_NESTED = ("parallel", "training")
+"""The composed fields of a RunConfig."""
+
+
+def _part(row) -> str:
+    """``parallel`` or ``training``: the nested config a RUN row's path points into."""
+    return row.path[0].split(".", 1)[0]
+
+
+def _get_name(path: str) -> str:
+    """``training.use_precision_aware_optimizer`` -> ``use_precision_aware_optimizer``."""
+    return path.split(".", 1)[1]
+
+
+def _get(obj, path: str):
+    return getattr(obj, _get_name(path))
+
+
+@dataclass(kw_only=True, init=False)
 class RunConfig:
-    """A debug run: what to train, on how many local processes, with which optimizer and offload settings."""
+    """A debug run: what to train, on how many local processes (:attr:`parallel`, the mesh), with which training
+    options (:attr:`training`, the estimator's vocabulary), plus what only a run has (steps, data, launcher, output).
+
+    Built from the flat names of the ``mlite run`` flags and ``config.json`` (``RunConfig(pao=True, tp=2)``): a RUN
+    row with a ``path`` (:attr:`mlite.options.schema.Option.path`) sets that nested field, and reading the flat name
+    (``cfg.pao``) reads it back. ``parallel=`` / ``training=`` may be given too (flat names win). The run-only
+    defaults live on the rows (optimizer fsdp2, one micro-batch); the training options a run decides itself follow
+    its fields: ``param_dtype`` resolved, ``seq_len`` = tokens per micro-batch, one sequence per micro-batch, the
+    lite runtime's activation model, ``gpus_per_node`` = nproc."""
 
     model: str = "tiny-moe"
     """A ``data/models`` name (``tiny-dense``, ``tiny-moe``, ``tiny-hybrid``), a config.json path or folder."""
@@ -74,33 +112,8 @@ class RunConfig:
     """Optimizer steps to run."""
     nproc: int = 2
     """Worker processes on this machine: TP x CP x DP (dense) = EP x EDP (experts, ETP = 1)."""
-    tp: int = 1
-    """Tensor parallel size (Megatron ``tp``; with sequence parallelism)."""
-    cp: int = 1
-    """Context parallel size (Megatron ``cp``; each sequence split in 2*CP load-balanced chunks)."""
-    ep: int = 1
-    """Expert parallel size (Megatron ``ep``; routed experts split, tokens exchanged by all-to-all)."""
-    etp: int = 1
-    """Expert tensor parallel size; the lite runtime runs 1 only."""
     device: str = "cpu"
     """``cpu`` (gloo) or ``cuda`` (nccl, one GPU per process)."""
-    optimizer: str = "fsdp2"
-    """mlite optimizer backend: ``fsdp2`` (PyTorch fully_shard) or ``dist_opt`` (Megatron-Core DDP + distributed
-    optimizer)."""
-    use_distributed_optimizer: bool = True
-    """dist_opt: shard the optimizer state over DP x CP / EDP; False (``--no-distributed-optimizer``): plain DDP."""
-    grad_dtype: str = "fp32"
-    """dist_opt: gradient buffer dtype (Megatron-Core's ``main_grads_dtype``); fsdp2 keeps the parameter dtype."""
-    pao: bool = False
-    """``use_precision_aware_optimizer``: bf16 params + int16 remainders instead of an fp32 master."""
-    moment_dtype: str = "fp32"
-    """Storage dtype of both Adam moments (``exp_avg_dtype`` / ``exp_avg_sq_dtype``); ``bf16`` needs ``pao``."""
-    offload_fraction: float = 0.0
-    """Share of the optimizer state (master + moments) kept and updated on the CPU (mlite's fsdp2 uses 1.0)."""
-    param_offload: bool = False
-    """Runtime context offload: parameters go to the CPU between steps and come back for the next one."""
-    optimizer_offload: bool = False
-    """Runtime context offload: optimizer state goes to the CPU between steps and comes back for the update."""
     launcher: str = "torchrun"
     """``torchrun`` (default) or ``ray`` (one Ray actor per worker on a local Ray instance)."""
     seed: int = 0
@@ -113,10 +126,6 @@ class RunConfig:
     """Clip gradients to this global L2 norm (0 disables clipping)."""
     tokens_per_microbatch: int = 512
     """Token budget of one packed micro-batch per process (sequences packed back to back)."""
-    num_microbatches: int = 1
-    """Micro-batches per optimizer step (gradient accumulation)."""
-    recompute: str = "none"
-    """Activation recompute: ``none``, ``selective`` or ``full``."""
     param_dtype: str = "auto"
     """Parameter storage dtype: ``fp32``, ``bf16`` or ``auto`` (bf16 on CUDA or with PAO, else fp32). A bf16 run
     without PAO keeps an fp32 master: the reference a PAO run matches bit for bit."""
@@ -136,12 +145,87 @@ class RunConfig:
     """verl-sft: ``data.train_batch_size``, sequences per step over all data-parallel ranks."""
     verl_overrides: tuple = ()
     """verl-sft: extra Hydra overrides (``engine.*`` keys checked against the lite engine's key table)."""
+    parallel: ParallelConfig = field(default_factory=lambda: ParallelConfig(etp=1))
+    """The mesh of the run (TP, CP, EP, ETP; the flags ``--tp`` ... set it)."""
+    training: TrainingOptions = field(default_factory=TrainingOptions)
+    """The training options of the run (optimizer, dtypes, offload, micro-batches, recompute), as the estimator
+    names them; the flags ``--optimizer``, ``--pao``, ``--grad-dtype`` ... set them."""
 
-    def __post_init__(self) -> None:
-        self.validate()
+    def __init__(self, *, parallel: ParallelConfig | None = None, training: TrainingOptions | None = None, **values):
+        rows = _rows()
+        unknown = sorted(set(values) - set(rows))
+        if unknown:
+            raise TypeError(f"RunConfig() got an unexpected keyword argument {unknown[0]!r}")
+        for f in fields(self):
+            if f.name not in _NESTED:
+                object.__setattr__(self, f.name, values[f.name] if f.name in values else _default(f))
+        nested = {r.field: r.default for r in rows.values() if r.path}
+        for part, obj in (("parallel", parallel), ("training", training)):
+            if obj is not None:
+                nested.update({r.field: _get(obj, r.path[0]) for r in rows.values() if r.path and _part(r) == part})
+        nested.update({k: v for k, v in values.items() if rows[k].path})
+        self._build(nested)
+
+    def __getattr__(self, name: str) -> Any:
+        """The flat name of a nested field (``pao`` -> ``training.use_precision_aware_optimizer``)."""
+        row = _rows().get(name) if not name.startswith("_") else None
+        if row is None or not row.path or self.__dict__.get(_part(row)) is None:
+            raise AttributeError(name)
+        return _get(self.__dict__[_part(row)], row.path[0])
+
+    def __setattr__(self, name: str, value) -> None:
+        row = _rows().get(name)
+        if row is not None and row.path:
+            raise AttributeError(f"{name}: a field of RunConfig.{_part(row)}; use cfg.updated({name}=...)")
+        object.__setattr__(self, name, value)
+
+    def updated(self, **values) -> RunConfig:
+        """A copy with ``values`` (flat names, as :meth:`to_dict` spells them: ``tp=2, pao=True``) changed."""
+        return type(self).from_dict({**self.to_dict(), **values})
+
+    def _nested(self) -> dict:
+        """The flat values of the nested fields (``{"pao": ..., "tp": ...}``)."""
+        return {r.field: getattr(self, r.field) for r in _rows().values() if r.path}
+
+    def _build(self, v: dict) -> None:
+        """Check the fields (flat values ``v`` of the nested ones), then compose :attr:`parallel` and
+        :attr:`training` (their own rules run there: :mod:`mlite.options.rules`)."""
+        self._check_fields(v)
+        rows = _rows()
+        mesh = {_get_name(p): v[r.field] for r in rows.values() for p in r.path if p.startswith("parallel.")}
+        object.__setattr__(self, "parallel", ParallelConfig(**mesh))
+        train = {_get_name(p): v[r.field] for r in rows.values() for p in r.path if p.startswith("training.")}
+        device = self.device
+        train.update(
+            param_dtype=self.param_dtype
+            if self.param_dtype != "auto"
+            else ("bf16" if device == "cuda" or train["use_precision_aware_optimizer"] else "fp32"),
+            seq_len=self.tokens_per_microbatch,
+            micro_batch_size=1,
+            fused_cross_entropy=True,
+            # the lite activation model describes tp = cp = ep = 1; a mesh run is estimated the Megatron way
+            activation_model="lite" if v["tp"] * v["cp"] * v["ep"] == 1 else "megatron",
+            lite_device="cpu" if device == "cpu" else "cuda",
+            framework_overhead_gib=0.0 if device == "cpu" else 2.0,
+            gpus_per_node=self.nproc,
+        )
+        object.__setattr__(self, "training", TrainingOptions(**train))
+        from .verl_checks import check_trainer  # the verl-sft fields (no verl import)
+
+        self.verl_overrides = check_trainer(self)
+        if self.out is not None:
+            self.out = str(self.out)
 
     def validate(self) -> None:
-        """Raise :class:`MliteError` naming the first bad field."""
+        """Raise :class:`MliteError` naming the first bad field (and compose the nested configs again)."""
+        self._build(self._nested())
+
+    def _check_fields(self, flat: dict) -> None:
+        """The run's own checks, on the run-only fields and the flat values ``flat`` of the nested ones."""
+
+        def get(name):
+            return flat[name] if name in flat else getattr(self, name)
+
         if not isinstance(self.model, str) or not self.model.strip():
             raise MliteError("model: give a data/models name (tiny-dense, tiny-moe, tiny-hybrid) or a config path")
         for name in ("layers", "experts", "vocab"):
@@ -162,9 +246,9 @@ class RunConfig:
             ("ep", 1),
             ("etp", 1),
         ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise MliteError(f"{name}: {v!r} must be an integer >= {lo}")
+            x = get(name)
+            if isinstance(x, bool) or not isinstance(x, int) or x < lo:
+                raise MliteError(f"{name}: {x!r} must be an integer >= {lo}")
         for name, allowed in (
             ("device", DEVICES),
             ("optimizer", OPTIMIZERS),
@@ -174,21 +258,17 @@ class RunConfig:
             ("recompute", RECOMPUTE),
             ("param_dtype", PARAM_DTYPES),
         ):
-            v = getattr(self, name)
-            if v not in allowed:
-                raise MliteError(f"{name}: {v!r} is not one of {', '.join(allowed)}")
-        for name in ("lr", "clip_grad", "offload_fraction"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise MliteError(f"{name}: {v!r} must be a finite number >= 0")
+            x = get(name)
+            if x not in allowed:
+                raise MliteError(f"{name}: {x!r} is not one of {', '.join(allowed)}")
+        for name in ("lr", "clip_grad"):
+            x = get(name)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+                raise MliteError(f"{name}: {x!r} must be a finite number >= 0")
         if self.lr == 0:
             raise MliteError("lr: 0 would not train; give a positive learning rate such as 3e-3")
-        if self.offload_fraction > 1:
-            raise MliteError(f"offload_fraction: {self.offload_fraction} must be in [0, 1] (mlite's fsdp2 uses 1.0)")
-        if not isinstance(self.use_distributed_optimizer, bool):
-            raise MliteError(f"use_distributed_optimizer: {self.use_distributed_optimizer!r} must be True or False")
-        if self.moment_dtype == "bf16" and not self.pao:
-            raise MliteError("moment_dtype: bf16 moments need the precision-aware optimizer; add --pao (pao=True)")
+        if not isinstance(flat["use_distributed_optimizer"], bool):
+            raise MliteError(f"use_distributed_optimizer: {flat['use_distributed_optimizer']!r} must be True or False")
         if self.threads is not None and (
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
@@ -201,20 +281,11 @@ class RunConfig:
             raise MliteError(f"lr_warmup_steps: {self.lr_warmup_steps} must be smaller than steps={self.steps}")
         if not isinstance(self.compile, bool):
             raise MliteError(f"compile: {self.compile!r} must be True or False")
-        if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1:
-            raise MliteError(f"etp: {self.etp!r} must be a positive integer")
-        from .verl_checks import check_trainer  # the verl-sft fields (no verl import)
-
-        self.verl_overrides = check_trainer(self)
-        if self.out is not None:
-            self.out = str(self.out)
 
     # ------------------------------------------------------------------ derived
     def parallel_config(self):
-        """The run's mesh as :class:`mlite.mesh.ParallelConfig`."""
-        from ..mesh import ParallelConfig
-
-        return ParallelConfig(tp=self.tp, cp=self.cp, ep=self.ep, etp=self.etp)
+        """The run's mesh as :class:`mlite.mesh.ParallelConfig` (:attr:`parallel`)."""
+        return self.parallel
 
     def check_mesh(self, spec=None) -> None:
         """Refuse a mesh the planner (:func:`mlite.mesh.resolve`) rejects for this model and ``nproc``, with its
@@ -292,20 +363,22 @@ class RunConfig:
         from ..runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
 
         decay, decay_steps = self.lr_decay()
+        t = self.training
         opt = OptimizerConfig(
-            optimizer=self.optimizer,
+            optimizer=t.optimizer,
+            optimizer_algorithm=t.optimizer_algorithm,
             lr=float(self.lr),
             min_lr=float(self.lr) / 10,
             clip_grad=float(self.clip_grad),
             lr_warmup_steps=self.lr_warmup_steps,
             lr_decay_style=decay,
             lr_decay_steps=decay_steps,
-            use_precision_aware_optimizer=self.pao or None,
-            exp_avg_dtype=self.moment_dtype,
-            exp_avg_sq_dtype=self.moment_dtype,
-            offload_fraction=float(self.offload_fraction) or None,
-            use_distributed_optimizer=self.use_distributed_optimizer,
-            main_grads_dtype=self.grad_dtype,
+            use_precision_aware_optimizer=t.use_precision_aware_optimizer or None,
+            exp_avg_dtype=t.exp_avg_dtype,
+            exp_avg_sq_dtype=t.exp_avg_sq_dtype,
+            offload_fraction=float(t.offload_fraction) or None,
+            use_distributed_optimizer=t.use_distributed_optimizer,
+            main_grads_dtype=t.main_grads_dtype,
         )
         extra: dict[str, Any] = {}
         if self.compile:
@@ -328,32 +401,9 @@ class RunConfig:
             **extra,
         )
 
-    def training_options(self):
-        """The memory estimator's ``TrainingOptions`` for the same run (its optimizer, dtypes and offload)."""
-        from ..memory import TrainingOptions
-
-        return TrainingOptions(
-            optimizer=self.optimizer,
-            use_distributed_optimizer=self.use_distributed_optimizer,
-            main_grads_dtype=self.grad_dtype,
-            use_precision_aware_optimizer=self.pao,
-            exp_avg_dtype=self.moment_dtype,
-            exp_avg_sq_dtype=self.moment_dtype,
-            offload_fraction=float(self.offload_fraction),
-            param_offload=self.param_offload,
-            optimizer_offload=self.optimizer_offload,
-            param_dtype=self.resolved_param_dtype(),
-            seq_len=self.tokens_per_microbatch,
-            micro_batch_size=1,
-            num_microbatches=self.num_microbatches,
-            recompute=self.recompute,
-            fused_cross_entropy=True,
-            # the lite activation model describes tp = cp = ep = 1; a mesh run is estimated the Megatron way
-            activation_model="lite" if self.tp * self.cp * self.ep == 1 else "megatron",
-            lite_device="cpu" if self.device == "cpu" else "cuda",
-            framework_overhead_gib=0.0 if self.device == "cpu" else 2.0,
-            gpus_per_node=self.nproc,
-        )
+    def training_options(self) -> TrainingOptions:
+        """The memory estimator's ``TrainingOptions`` for the same run: :attr:`training` (composed from the run)."""
+        return self.training
 
     def check_environment(self) -> None:
         """What can be checked before starting anything: the model config reads, the runtime accepts the
@@ -383,18 +433,26 @@ class RunConfig:
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The flat ``config.json`` of a run: one key per ``mlite run`` flag (the RUN rows), as runs always wrote."""
+        return {name: getattr(self, name) for name in _rows()}
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
+        """A RunConfig from :meth:`to_dict`'s flat keys (every run directory's ``config.json``), optionally with
+        nested ``parallel`` / ``training`` dicts."""
+        known = [*_rows(), *_NESTED]
+        unknown = sorted(set(d) - set(known))
         if unknown:
             raise MliteError(f"config.json: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        d = dict(d)
+        if isinstance(d.get("parallel"), dict):
+            d["parallel"] = ParallelConfig(**d["parallel"])
+        if isinstance(d.get("training"), dict):
+            d["training"] = TrainingOptions(**d["training"])
         return cls(**d)
 
     def cli_args(self) -> list[str]:
         """The ``mlite run`` arguments that reproduce this config (``--out`` is the caller's)."""
         from ..options import RUN, command_args
 
-        return command_args(self, RUN, exclude=("out",))
+        return command_args(self.to_dict(), RUN, exclude=("out",))

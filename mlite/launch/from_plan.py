@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from pathlib import Path
 
 from ..errors import MliteError
+from ..options.table import RUN
+from ..options.training import TrainingOptions
 
 PLAN_KEYS = ("model", "mesh", "options")
 """Keys every plan.json of ``mlite export`` has (:func:`mlite.export.writer.render`)."""
+RUN_OWN = ("num_microbatches",)
+"""Training options a debug run keeps its own value of (one micro-batch: the plan's count is a cluster batch)."""
 DEFAULT_LAYERS = 2
 DEFAULT_MIN_EXPERTS = 8
 DEFAULT_VOCAB = 4096
@@ -99,40 +104,31 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
     if not values.get("hf_checkpoint") and ("vocab" not in given or values.get("vocab") is None):
         out["vocab"] = min(DEFAULT_VOCAB, spec.vocab_size)
 
-    opt = opts.get("optimizer", "fsdp2")
-    out["optimizer"] = opt
-    out["pao"] = bool(opts.get("use_precision_aware_optimizer", False))
-    moments = {opts.get("exp_avg_dtype", "fp32"), opts.get("exp_avg_sq_dtype", "fp32")}
-    out["moment_dtype"] = "bf16" if moments == {"bf16"} and out["pao"] else "fp32"
-    if moments != {out["moment_dtype"]}:
-        said.append(f"moments {'/'.join(sorted(moments))} -> {out['moment_dtype']}")
-    grads = opts.get("main_grads_dtype", "fp32")
-    if opt == "dist_opt":
-        out["grad_dtype"] = grads
-        out["use_distributed_optimizer"] = bool(opts.get("use_distributed_optimizer", True))
-    elif grads != "fp32":
+    unknown = sorted(set(opts) - {f.name for f in fields(TrainingOptions)})
+    if unknown:
+        raise MliteError(f"from_plan: options {', '.join(unknown)} of the plan are not training options here")
+    t = TrainingOptions(**opts)  # the plan's options are the training vocabulary: their rules hold already
+    for r in RUN:  # every training option a run row sets, but the run's own micro-batch count
+        if r.path and r.path[0].startswith("training.") and r.field not in RUN_OWN:
+            out[r.field] = getattr(t, r.path[0].split(".", 1)[1])
+    if t.exp_avg_dtype != t.exp_avg_sq_dtype:  # a run has one moment dtype (--moment-dtype)
+        said.append(f"moments {t.exp_avg_dtype}/{t.exp_avg_sq_dtype} -> {t.exp_avg_dtype}")
+    if t.optimizer == "dist_opt" and t.offload_fraction:
         said.append(
-            f"main_grads_dtype {grads} not modelled by the lite runtime's fsdp2 (gradients in the parameter dtype)"
-        )
-    for k in ("offload_fraction", "param_offload", "optimizer_offload"):
-        out[k] = opts.get(k, out.get(k))
-    if opt == "dist_opt" and out["offload_fraction"]:
-        said.append(
-            f"offload_fraction {out['offload_fraction']:g} -> 0 (the lite runtime's dist_opt keeps its optimizer "
+            f"offload_fraction {t.offload_fraction:g} -> 0 (the lite runtime's dist_opt keeps its optimizer "
             "state on the device)"
         )
         out["offload_fraction"] = 0.0
-    if opts.get("grad_offload"):
+    if t.grad_offload:
         said.append("grad_offload dropped (the lite runtime offloads gradients with the parameters)")
-    out["recompute"] = opts.get("recompute", "none")
-    pd = opts.get("param_dtype", "bf16")
+    pd = t.param_dtype
     if values.get("device") == "cpu" and "param_dtype" not in given:
         out["param_dtype"] = "auto"  # fp32 on CPU (bf16 with PAO): the CPU runs fp32 matmuls fast
         if pd != ("bf16" if out["pao"] else "fp32"):
             said.append(f"param_dtype {pd} -> {'bf16' if out['pao'] else 'fp32'} (CPU run)")
     elif pd in ("fp32", "bf16"):
         out["param_dtype"] = pd
-    seq = int(opts.get("seq_len", values["tokens_per_microbatch"]))
+    seq = t.seq_len
     if "tokens_per_microbatch" in given or seq > values["tokens_per_microbatch"]:
         if seq != values["tokens_per_microbatch"]:
             said.append(f"seq_len {seq} -> tokens_per_microbatch {values['tokens_per_microbatch']}")
@@ -145,11 +141,9 @@ def config_from_plan(path, **fields):
     """``(RunConfig, shrunk)`` for the plan at ``path``; ``fields`` are RunConfig fields as flags would give them
     (``nproc`` is this node's limit; ``layers`` / ``experts`` / ``vocab`` / ``tokens_per_microbatch`` override the
     defaults of the shrink)."""
-    from dataclasses import asdict
-
     from .config import RunConfig
 
-    values = dict(asdict(RunConfig()), **fields)
+    values = dict(RunConfig().to_dict(), **fields)
     values, shrunk = plan_values(read_plan(path), values, set(fields))
     return RunConfig(**values), shrunk
 

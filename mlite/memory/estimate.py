@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
 from ..models.chunks import ce_chunk_rows
+from ..options.optimizers import ALGORITHMS
 from ..units import GIB, MIB
 from .activations import (
     ActDims,
@@ -354,7 +355,8 @@ def estimate(
             acts, transients, persistent = _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb)
             grads_at_peak = None
             if o.optimizer == "dist_opt":
-                transients["optimizer_step"] = 4 * (1 - f) * shard  # torch AdamW (foreach): sqrt(exp_avg_sq)
+                # the algorithm's step temporaries (torch AdamW, foreach: sqrt(exp_avg_sq), 4 bytes)
+                transients["optimizer_step"] = ALGORITHMS.entry(o.optimizer_algorithm).step_bytes * (1 - f) * shard
         other = {"framework": o.framework_overhead_gib * GIB}
         pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
         if pad:

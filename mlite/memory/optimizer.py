@@ -26,8 +26,11 @@ With fp32 parameters there is no separate master copy (the parameters are the ma
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+from ..options.optimizers import ALGORITHMS, DTYPE_BYTES
+
+__all__ = ["DTYPE_BYTES", "StateBytes", "state_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +44,9 @@ class StateBytes:
     master: int
     """Master weight bytes per shard parameter (fp32 4, int16 remainder 2, none 0)."""
     exp_avg: int
-    """Adam first moment bytes per shard parameter."""
+    """First state tensor bytes per shard parameter (Adam's first moment; the algorithm's entry declares it)."""
     exp_avg_sq: int
-    """Adam second moment bytes per shard parameter."""
+    """Second state tensor bytes per shard parameter (Adam's second moment; 0 when the algorithm keeps one)."""
     host_per_offloaded: int
     """Host bytes per offloaded shard parameter."""
     params_sharded: bool
@@ -57,10 +60,12 @@ class StateBytes:
 
 
 def state_bytes(o) -> StateBytes:
-    """Per-parameter bytes for a :class:`~mlite.memory.options.TrainingOptions`."""
+    """Per-parameter bytes for a :class:`~mlite.options.TrainingOptions`; the optimizer state is what the
+    algorithm's entry declares (:attr:`mlite.options.optimizers.Algorithm.state_bytes`: Adam's two moments)."""
     pb = DTYPE_BYTES[o.param_dtype]
     pao = o.use_precision_aware_optimizer
     offload = o.offload_fraction > 0
+    algo = ALGORITHMS.entry(o.optimizer_algorithm)
     if pb == 4:
         master = 0
     elif pao and o.store_param_remainders and o.param_dtype == "bf16" and not (offload and o.optimizer == "dist_opt"):
@@ -69,14 +74,18 @@ def state_bytes(o) -> StateBytes:
         master = 4
     if o.optimizer == "dist_opt":
         if offload:  # HybridDeviceOptimizer: fp32 state, PAO dtypes not applied
-            master, m, v = (4 if pb != 4 else 0), 4, 4
-        else:
-            m = DTYPE_BYTES[o.exp_avg_dtype] if pao else 4
-            v = DTYPE_BYTES[o.exp_avg_sq_dtype] if pao else 4
+            master = 4 if pb != 4 else 0
+            m, v = algo.state_bytes(_FP32_STATE)
+        else:  # bf16 moments need PAO (mlite.options.rules): without it the algorithm's state is fp32 here
+            m, v = algo.state_bytes(o)
         grad = DTYPE_BYTES[o.main_grads_dtype]
         lite = o.activation_model == "lite"  # the lite runtime's dist_opt widens the bf16 grads chunk by chunk
         copy = 4 if grad == 2 and not pao and not offload and pb != 4 and not lite else 0
-        return StateBytes(pb, grad, master, m, v, 16, False, o.use_distributed_optimizer, copy)
-    m = DTYPE_BYTES[o.exp_avg_dtype]
-    v = DTYPE_BYTES[o.exp_avg_sq_dtype]
+        # host per offloaded parameter: the fp32 param copy and the pinned fp32 grad, then the state
+        return StateBytes(pb, grad, master, m, v, 8 + m + v, False, o.use_distributed_optimizer, copy)
+    m, v = algo.state_bytes(o)
     return StateBytes(pb, pb, master, m, v, master + m + v, True, True)
+
+
+_FP32_STATE = SimpleNamespace(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32")
+"""The state dtypes of Megatron-Core's HybridDeviceOptimizer (offload: fp32 whatever the options say)."""

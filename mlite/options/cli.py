@@ -117,7 +117,7 @@ def command_args(values, rows, *, skip_groups=(), exclude=()) -> list[str]:
 
 def memory_flags(options) -> list[str]:
     """The ``mlite memory`` / ``mlite export`` option flags (shell-quoted words) that reproduce a
-    :class:`~mlite.memory.TrainingOptions`, after the mesh flags (``--seq-len``, ``--gpus-per-node``)."""
+    :class:`~mlite.options.TrainingOptions`, after the mesh flags (``--seq-len``, ``--gpus-per-node``)."""
     from .table import TRAINING
 
     return [shlex.quote(a) for a in command_args(options, TRAINING, skip_groups=("mesh",))]

@@ -9,6 +9,7 @@ the table says why and what the target runs instead). The same row drives both d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 KEEP = "keep"
@@ -68,6 +69,14 @@ class NotExpressible:
 
 
 @dataclass(frozen=True)
+class Via:
+    """``mlite run --trainer verl-sft``: the field reaches verl another way than one Hydra key."""
+
+    how: str
+    """How (one sentence)."""
+
+
+@dataclass(frozen=True)
 class ByMode:
     """Different mappings for SFT and GRPO launchers (data and batch keys)."""
 
@@ -82,7 +91,7 @@ class Option:
     """One training or run option: the dataclass field and every other spelling of it."""
 
     field: str
-    """Field name in the owning dataclass (:class:`~mlite.memory.TrainingOptions` or
+    """Field name in the owning dataclass (:class:`~mlite.options.TrainingOptions` or
     :class:`~mlite.launch.RunConfig`)."""
     type: type
     """``bool``, ``int``, ``float``, ``str`` or ``tuple`` (a comma-separated list on the command line)."""
@@ -95,8 +104,9 @@ class Option:
     """Help text of the flag (and the widget's tooltip)."""
     label: str | None = None
     """Widget label (None: the option has no control)."""
-    choices: tuple = ()
-    """Allowed values (argparse choices; the widget's options)."""
+    choices: Sequence = ()
+    """Allowed values (argparse choices; the widget's options): a tuple, or the live names of a registry
+    (:attr:`mlite.options.registry.Registry.names`: an entry registered later is a choice too)."""
     cli: str = "value"
     """``value`` (``--flag V``), ``switch`` (``--flag`` sets True), ``negate`` (``--flag`` sets False), ``gpu`` (GiB
     or a GPU name, see :data:`mlite.memory.GPU_MEMORY_GIB`)."""
@@ -106,9 +116,16 @@ class Option:
     """The flag must be given (always printed)."""
     metavar: str | None = None
     """Argparse metavar."""
+    path: tuple[str, ...] = ()
+    """RUN rows: the nested RunConfig fields the flag sets (``("training.use_precision_aware_optimizer",)``; the
+    moment dtype sets two); empty: a field of RunConfig itself."""
     mlite: object = None
     """Mapping for verl's mlite engine targets (``verl-mlite-sft``, ``verl-mlite-grpo``); None: not a launcher
     option (run options)."""
+    verl_sft: object = None
+    """RUN rows: what ``mlite run --trainer verl-sft`` does with the field: a :class:`Key` (the Hydra key it is
+    written as), a :class:`Via` (it reaches verl another way) or :class:`NotExpressible` (verl's SFT trainer does not
+    run it: why; a value other than the default is refused before anything starts)."""
     megatron: object = None
     """Mapping for verl's Megatron backend target (``verl-megatron-grpo``; a Megatron SFT launcher when read)."""
 

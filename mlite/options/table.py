@@ -1,6 +1,6 @@
 """The options table: every training and run option once, with its flag, help, widget label and verl keys.
 
-:data:`TRAINING` holds the :class:`~mlite.memory.TrainingOptions` fields (``mlite memory``, ``mlite export``, the
+:data:`TRAINING` holds the :class:`~mlite.options.TrainingOptions` fields (``mlite memory``, ``mlite export``, the
 memory widget, the launchers ``mlite export`` writes and ``mlite import-launcher`` reads); :data:`RUN` holds the
 :class:`~mlite.launch.RunConfig` fields (``mlite run``, ``config.json`` of a run); :data:`EXPORT` the :class:`~mlite.export.ExportPlan` fields
 ``mlite export`` takes as flags. Everything that spells an
@@ -15,23 +15,25 @@ then round-trips it through every spelling without further edits (and fails unti
 
 from __future__ import annotations
 
-from ..memory.options import (
+from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
+from .optimizers import BACKENDS
+from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option, Via
+from .training import (
     ACTIVATION_MODELS,
     ATTENTION,
     DTYPES,
     GPU_MEMORY_GIB,
     LITE_DEVICES,
+    OPTIMIZER_ALGORITHMS,
     OPTIMIZERS,
     PARAM_DTYPES,
     RECOMPUTE,
 )
-from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
-from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option
 
-__all__ = ["EXPORT", "GPU_MEMORY_GIB", "NOT_OPTIONS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
+__all__ = ["EXPORT", "GPU_MEMORY_GIB", "NOT_OPTIONS", "OPTIMIZERS", "ROOTS", "RUN", "TARGETS", "TRAINING"]
 
 # ---------------------------------------------------------------------------------------------- vocabularies
-# OPTIMIZERS, DTYPES, PARAM_DTYPES, ATTENTION, ACTIVATION_MODELS, LITE_DEVICES: mlite/memory/options.py, beside the
+# OPTIMIZERS, DTYPES, PARAM_DTYPES, ATTENTION, ACTIVATION_MODELS, LITE_DEVICES: mlite/options/training.py, beside the
 # TrainingOptions fields they are the values of (its validation reads them too)
 TORCH_DTYPE_NAMES = (("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
 """mlite dtype name <-> verl's ``dtype`` value."""
@@ -44,8 +46,8 @@ RUN_DEVICES = ("cpu", "cuda")
 """Where the workers of ``mlite run`` compute."""
 RUN_LAUNCHERS = ("torchrun", "ray")
 """How the worker processes are started (same worker code either way)."""
-RUN_OPTIMIZERS = ("fsdp2", "dist_opt")
-"""``mlite run --optimizer`` choices (the lite runtime implements both)."""
+RUN_OPTIMIZERS = BACKENDS.names
+"""``mlite run --optimizer`` choices (the registered backends; the lite runtime implements each)."""
 RUN_GRAD_DTYPES = DTYPES
 """``mlite run --grad-dtype`` choices (dist_opt's gradient buffer)."""
 RUN_MOMENT_DTYPES = DTYPES
@@ -136,6 +138,7 @@ _MEGATRON_RECOMPUTE = Codec(
     ),
 )
 _G = "training / memory"
+_ALGORITHM_HELP = "optimizer algorithm (Megatron-Core's optimizer; registered in mlite.options.optimizers)"
 
 # ---------------------------------------------------------------------------------------------- TrainingOptions
 TRAINING: tuple[Option, ...] = (
@@ -146,7 +149,7 @@ TRAINING: tuple[Option, ...] = (
         "--optimizer",
         "dist_opt (Megatron-Core DDP + distributed optimizer) or fsdp2 (PyTorch fully_shard)",
         label="optimizer",
-        choices=OPTIMIZERS,
+        choices=BACKENDS.names,
         group=_G,
         mlite=Key("{engine}.impl_cfg.optimizer", add=True, knob="OPTIMIZER", write="always"),
         megatron=NotExpressible(
@@ -154,6 +157,18 @@ TRAINING: tuple[Option, ...] = (
             "distributed optimizer (dist_opt) is written",
             "dist_opt",
         ),
+    ),
+    Option(
+        "optimizer_algorithm",
+        str,
+        "adam",
+        "--optimizer-algorithm",
+        _ALGORITHM_HELP,
+        label="algorithm",
+        choices=OPTIMIZER_ALGORITHMS,
+        group=_G,
+        mlite=NotExpressible("verl's mlite engine builds Megatron Lite's AdamW: it has no algorithm key", DEFAULT),
+        megatron=Key("{optim}.optimizer", verl_default="adam"),
     ),
     Option(
         "use_distributed_optimizer",
@@ -481,7 +496,7 @@ TRAINING: tuple[Option, ...] = (
         megatron=Key("trainer.n_gpus_per_node", write="cluster"),
     ),
 )
-"""The :class:`~mlite.memory.TrainingOptions` rows, in the order flags are listed."""
+"""The :class:`~mlite.options.TrainingOptions` rows, in the order flags are listed."""
 
 NOT_OPTIONS = ("extra",)
 """TrainingOptions fields that are not options (free-form notes)."""
@@ -497,12 +512,41 @@ RUN: tuple[Option, ...] = (
         f"data/models name ({', '.join(RUN_DEBUG_MODELS)}) or a config.json path",
         required=True,
         metavar="CONFIG",
+        verl_sft=Via("model.path: hf_model_from_tiny_config/ in the run directory (config.json + the kit's tokenizer)"),
     ),
     Option(
-        "layers", int, None, "--layers", "cut the model to N decoder layers (one of each layer kind first)", metavar="N"
+        "layers",
+        int,
+        None,
+        "--layers",
+        "cut the model to N decoder layers (one of each layer kind first)",
+        metavar="N",
+        verl_sft=NotExpressible(
+            "the model folder verl reads holds the whole config; cut the config.json itself", DEFAULT
+        ),
     ),
-    Option("experts", int, None, "--experts", "cut every MoE layer to its first E routed experts", metavar="E"),
-    Option("vocab", int, None, "--vocab", "cut the vocabulary to V tokens (random init only)", metavar="V"),
+    Option(
+        "experts",
+        int,
+        None,
+        "--experts",
+        "cut every MoE layer to its first E routed experts",
+        metavar="E",
+        verl_sft=NotExpressible(
+            "the model folder verl reads holds the whole config; cut the config.json itself", DEFAULT
+        ),
+    ),
+    Option(
+        "vocab",
+        int,
+        None,
+        "--vocab",
+        "cut the vocabulary to V tokens (random init only)",
+        metavar="V",
+        verl_sft=NotExpressible(
+            "verl tokenizes with the kit's tokenizer, whose ids need the whole vocabulary", DEFAULT
+        ),
+    ),
     Option(
         "hf_checkpoint",
         str,
@@ -510,13 +554,54 @@ RUN: tuple[Option, ...] = (
         "--hf-checkpoint",
         "start from the weights of this local Hugging Face safetensors directory",
         metavar="DIR",
+        verl_sft=NotExpressible("the lite engine initialises the weights from engine.seed", DEFAULT),
     ),
-    Option("steps", int, 30, "--steps", "optimizer steps", required=True),
-    Option("nproc", int, 2, "--nproc", "worker processes: TP*CP*DP (= EP*EDP)", required=True),
-    Option("tp", int, 1, "--tp", "tensor parallel size (sequence parallel); --nproc = TP*CP*DP"),
-    Option("cp", int, 1, "--cp", "context parallel size; --nproc = TP*CP*DP"),
-    Option("ep", int, 1, "--ep", "expert parallel size; --nproc = EP*EDP (with ETP 1)"),
-    Option("etp", int, 1, "--etp", "expert tensor parallel size (the lite runtime runs 1 only)"),
+    Option("steps", int, 30, "--steps", "optimizer steps", required=True, verl_sft=Key("trainer.total_training_steps")),
+    Option(
+        "nproc",
+        int,
+        2,
+        "--nproc",
+        "worker processes: TP*CP*DP (= EP*EDP)",
+        required=True,
+        verl_sft=Via("torchrun --nproc-per-node and trainer.n_gpus_per_node"),
+    ),
+    Option(
+        "tp",
+        int,
+        1,
+        "--tp",
+        "tensor parallel size (sequence parallel); --nproc = TP*CP*DP",
+        path=("parallel.tp",),
+        verl_sft=Key("engine.tp"),
+    ),
+    Option(
+        "cp",
+        int,
+        1,
+        "--cp",
+        "context parallel size; --nproc = TP*CP*DP",
+        path=("parallel.cp",),
+        verl_sft=Key("engine.cp"),
+    ),
+    Option(
+        "ep",
+        int,
+        1,
+        "--ep",
+        "expert parallel size; --nproc = EP*EDP (with ETP 1)",
+        path=("parallel.ep",),
+        verl_sft=Key("engine.ep"),
+    ),
+    Option(
+        "etp",
+        int,
+        1,
+        "--etp",
+        "expert tensor parallel size (the lite runtime runs 1 only)",
+        path=("parallel.etp",),
+        verl_sft=Key("engine.etp"),
+    ),
     Option(
         "device",
         str,
@@ -525,8 +610,28 @@ RUN: tuple[Option, ...] = (
         "cpu (gloo) or cuda (nccl, one GPU per process)",
         choices=RUN_DEVICES,
         required=True,
+        verl_sft=Via("trainer.device"),
     ),
-    Option("optimizer", str, "fsdp2", "--optimizer", "mlite optimizer backend (default fsdp2)", choices=RUN_OPTIMIZERS),
+    Option(
+        "optimizer",
+        str,
+        "fsdp2",
+        "--optimizer",
+        "mlite optimizer backend (default fsdp2)",
+        choices=RUN_OPTIMIZERS,
+        path=("training.optimizer",),
+        verl_sft=Key("engine.impl_cfg.optimizer", add=True),
+    ),
+    Option(
+        "optimizer_algorithm",
+        str,
+        "adam",
+        "--optimizer-algorithm",
+        _ALGORITHM_HELP,
+        choices=OPTIMIZER_ALGORITHMS,
+        path=("training.optimizer_algorithm",),
+        verl_sft=NotExpressible("the lite engine builds Megatron Lite's AdamW (it reads no optim.optimizer)", DEFAULT),
+    ),
     Option(
         "use_distributed_optimizer",
         bool,
@@ -534,6 +639,8 @@ RUN: tuple[Option, ...] = (
         "--no-distributed-optimizer",
         "dist_opt as plain DDP: all-reduced grads, the whole optimizer state on every rank",
         cli="negate",
+        path=("training.use_distributed_optimizer",),
+        verl_sft=Via("a dist_opt setting (refused without dist_opt)"),
     ),
     Option(
         "grad_dtype",
@@ -542,10 +649,31 @@ RUN: tuple[Option, ...] = (
         "--grad-dtype",
         "dist_opt gradient buffer (main_grads_dtype; bf16 with --pao: PAO's bf16 main grads)",
         choices=RUN_GRAD_DTYPES,
+        path=("training.main_grads_dtype",),
+        verl_sft=Via("a dist_opt setting (refused without dist_opt)"),
     ),
-    Option("pao", bool, False, "--pao", "use_precision_aware_optimizer (bf16 params + int16 remainders)", cli="switch"),
     Option(
-        "moment_dtype", str, "fp32", "--moment-dtype", "Adam moment dtype (bf16 needs --pao)", choices=RUN_MOMENT_DTYPES
+        "pao",
+        bool,
+        False,
+        "--pao",
+        "use_precision_aware_optimizer (bf16 params + int16 remainders)",
+        cli="switch",
+        path=("training.use_precision_aware_optimizer",),
+        verl_sft=Key("optim.override_optimizer_config.use_precision_aware_optimizer", add=True),
+    ),
+    Option(
+        "moment_dtype",
+        str,
+        "fp32",
+        "--moment-dtype",
+        "Adam moment dtype (bf16 needs --pao)",
+        choices=RUN_MOMENT_DTYPES,
+        path=(
+            "training.exp_avg_dtype",
+            "training.exp_avg_sq_dtype",
+        ),
+        verl_sft=Key("optim.exp_avg_dtype"),
     ),
     Option(
         "offload_fraction",
@@ -554,8 +682,19 @@ RUN: tuple[Option, ...] = (
         "--offload-fraction",
         "share of optimizer state kept and updated on the CPU (mlite's fsdp2 uses 1.0)",
         metavar="F",
+        path=("training.offload_fraction",),
+        verl_sft=Key("optim.override_optimizer_config.offload_fraction", add=True),
     ),
-    Option("param_offload", bool, False, "--param-offload", "move parameters to the CPU between steps", cli="switch"),
+    Option(
+        "param_offload",
+        bool,
+        False,
+        "--param-offload",
+        "move parameters to the CPU between steps",
+        cli="switch",
+        path=("training.param_offload",),
+        verl_sft=Key("engine.param_offload"),
+    ),
     Option(
         "optimizer_offload",
         bool,
@@ -563,13 +702,48 @@ RUN: tuple[Option, ...] = (
         "--optimizer-offload",
         "move optimizer state to the CPU between steps",
         cli="switch",
+        path=("training.optimizer_offload",),
+        verl_sft=Key("engine.optimizer_offload"),
     ),
-    Option("launcher", str, "torchrun", "--launcher", "torchrun (default) or ray actors", choices=RUN_LAUNCHERS),
-    Option("seed", int, 0, "--seed", "weight init and data order seed"),
-    Option("out", str, None, "--out", "run directory to create", required=True, metavar="DIR"),
-    Option("lr", float, 3e-3, "--lr", "peak learning rate (cosine decay to lr/10)", group=_D),
-    Option("lr_warmup_steps", int, 2, "--lr-warmup-steps", "linear warmup steps", group=_D),
-    Option("clip_grad", float, 1.0, "--clip-grad", "global grad-norm clip (0: off)", group=_D),
+    Option(
+        "launcher",
+        str,
+        "torchrun",
+        "--launcher",
+        "torchrun (default) or ray actors",
+        choices=RUN_LAUNCHERS,
+        verl_sft=Via("torchrun only (ray refused)"),
+    ),
+    Option("seed", int, 0, "--seed", "weight init and data order seed", verl_sft=Key("engine.seed")),
+    Option(
+        "out",
+        str,
+        None,
+        "--out",
+        "run directory to create",
+        required=True,
+        metavar="DIR",
+        verl_sft=Via("the run directory (trainer.default_local_dir, hydra.run.dir, trainer.experiment_name)"),
+    ),
+    Option("lr", float, 3e-3, "--lr", "peak learning rate (cosine decay to lr/10)", group=_D, verl_sft=Key("optim.lr")),
+    Option(
+        "lr_warmup_steps",
+        int,
+        2,
+        "--lr-warmup-steps",
+        "linear warmup steps",
+        group=_D,
+        verl_sft=Key("optim.lr_warmup_steps"),
+    ),
+    Option(
+        "clip_grad",
+        float,
+        1.0,
+        "--clip-grad",
+        "global grad-norm clip (0: off)",
+        group=_D,
+        verl_sft=Key("optim.clip_grad"),
+    ),
     Option(
         "tokens_per_microbatch",
         int,
@@ -577,9 +751,31 @@ RUN: tuple[Option, ...] = (
         "--tokens-per-microbatch",
         "packed tokens per micro-batch and process",
         group=_D,
+        verl_sft=Key("data.max_token_len_per_gpu"),
     ),
-    Option("num_microbatches", int, 1, "--num-microbatches", "micro-batches per step", group=_D),
-    Option("recompute", str, "none", "--recompute", "activation recompute", choices=RUN_RECOMPUTE, group=_D),
+    Option(
+        "num_microbatches",
+        int,
+        1,
+        "--num-microbatches",
+        "micro-batches per step",
+        group=_D,
+        path=("training.num_microbatches",),
+        verl_sft=NotExpressible(
+            "verl packs micro-batches by token budget (data.max_token_len_per_gpu: --tokens-per-microbatch)", DEFAULT
+        ),
+    ),
+    Option(
+        "recompute",
+        str,
+        "none",
+        "--recompute",
+        "activation recompute",
+        choices=RUN_RECOMPUTE,
+        group=_D,
+        path=("training.recompute",),
+        verl_sft=Key("engine.impl_cfg.recompute", add=True),
+    ),
     Option(
         "param_dtype",
         str,
@@ -588,9 +784,26 @@ RUN: tuple[Option, ...] = (
         "parameter dtype (auto: bf16 on CUDA or with --pao, else fp32)",
         choices=RUN_PARAM_DTYPES,
         group=_D,
+        verl_sft=Key("engine.dtype"),
     ),
-    Option("dataset", str, "tiny_sft", "--dataset", "data/datasets name or verl-format parquet path", group=_D),
-    Option("threads", int, None, "--threads", "CPU threads per worker (default cores // nproc)", group=_D),
+    Option(
+        "dataset",
+        str,
+        "tiny_sft",
+        "--dataset",
+        "data/datasets name or verl-format parquet path",
+        group=_D,
+        verl_sft=Key("data.train_files"),
+    ),
+    Option(
+        "threads",
+        int,
+        None,
+        "--threads",
+        "CPU threads per worker (default cores // nproc)",
+        group=_D,
+        verl_sft=Via("OMP_NUM_THREADS of each worker"),
+    ),
     Option(
         "crash_at_step",
         int,
@@ -599,8 +812,18 @@ RUN: tuple[Option, ...] = (
         "testing: the last worker raises at step N (the run ends failed)",
         group=_D,
         metavar="N",
+        verl_sft=NotExpressible("the failure hook is the kit's trainer's", DEFAULT),
     ),
-    Option("compile", bool, False, "--compile", "torch.compile each decoder block", cli="switch", group=_D),
+    Option(
+        "compile",
+        bool,
+        False,
+        "--compile",
+        "torch.compile each decoder block",
+        cli="switch",
+        group=_D,
+        verl_sft=NotExpressible("the lite engine builds its model without torch.compile", DEFAULT),
+    ),
     Option(
         "trainer",
         str,
@@ -609,6 +832,7 @@ RUN: tuple[Option, ...] = (
         "lite (the kit's loop) or verl-sft (verl's SFT trainer, engine=lite)",
         choices=TRAINERS,
         label="trainer",
+        verl_sft=Via("verl-sft: this table"),
     ),
     Option(
         "train_batch_size",
@@ -617,6 +841,7 @@ RUN: tuple[Option, ...] = (
         "--train-batch-size",
         "verl-sft: data.train_batch_size (sequences per step)",
         group=_D,
+        verl_sft=Key("data.train_batch_size"),
     ),
     Option(
         "verl_overrides",
@@ -626,6 +851,7 @@ RUN: tuple[Option, ...] = (
         "verl-sft: extra Hydra overrides, comma-separated (engine.* keys checked)",
         group=_D,
         metavar="K=V,...",
+        verl_sft=Via("appended to the Hydra overrides (engine.* and optim.override_optimizer_config.* checked)"),
     ),
 )
 """The :class:`~mlite.launch.RunConfig` rows (``mlite run``); they have no launcher mapping."""
@@ -730,54 +956,25 @@ LITE_OPTIM_OVERRIDES: dict[str, str] = {
 }
 """``optim.override_optimizer_config`` children the lite engine reads (as verl_mlite's engine does)."""
 
-RUN_VERL_KEYS: dict[str, str] = {
-    "tp": "engine.tp",
-    "cp": "engine.cp",
-    "ep": "engine.ep",
-    "etp": "engine.etp",
-    "optimizer": "+engine.impl_cfg.optimizer",
-    "recompute": "+engine.impl_cfg.recompute",
-    "pao": "+optim.override_optimizer_config.use_precision_aware_optimizer",
-    "offload_fraction": "+optim.override_optimizer_config.offload_fraction",
-    "moment_dtype": "optim.exp_avg_dtype",
-    "param_offload": "engine.param_offload",
-    "optimizer_offload": "engine.optimizer_offload",
-    "param_dtype": "engine.dtype",
-    "seed": "engine.seed",
-    "lr": "optim.lr",
-    "lr_warmup_steps": "optim.lr_warmup_steps",
-    "clip_grad": "optim.clip_grad",
-    "steps": "trainer.total_training_steps",
-    "tokens_per_microbatch": "data.max_token_len_per_gpu",
-    "train_batch_size": "data.train_batch_size",
-    "dataset": "data.train_files",
-}
-"""``mlite run --trainer verl-sft``: RunConfig field -> the Hydra key it is written as (values: see
-:mod:`mlite.launch.verl_sft`)."""
 
-RUN_VERL_OTHER: dict[str, str] = {
-    "model": "model.path: hf_model_from_tiny_config/ in the run directory (config.json + the kit's tokenizer)",
-    "nproc": "torchrun --nproc-per-node and trainer.n_gpus_per_node",
-    "device": "trainer.device",
-    "out": "the run directory (trainer.default_local_dir, hydra.run.dir, trainer.experiment_name)",
-    "trainer": "verl-sft: this table",
-    "verl_overrides": "appended to the Hydra overrides (engine.* and optim.override_optimizer_config.* checked)",
-    "threads": "OMP_NUM_THREADS of each worker",
-    "launcher": "torchrun only (ray refused)",
-    "use_distributed_optimizer": "a dist_opt setting (refused without dist_opt)",
-    "grad_dtype": "a dist_opt setting (refused without dist_opt)",
-}
-"""``mlite run --trainer verl-sft``: RunConfig fields that reach verl another way than one Hydra key."""
+def _sft_table(kind) -> dict[str, str]:
+    """``field -> text`` of the RUN rows whose :attr:`~.schema.Option.verl_sft` is of ``kind``."""
+    out = {}
+    for r in RUN:
+        m = r.verl_sft
+        if isinstance(m, kind):
+            out[r.field] = ("+" if m.add else "") + m.key if isinstance(m, Key) else getattr(m, "how", None) or m.reason
+    return out
 
-RUN_VERL_NOT_RUN: dict[str, str] = {
-    "layers": "the model folder verl reads holds the whole config; cut the config.json itself",
-    "experts": "the model folder verl reads holds the whole config; cut the config.json itself",
-    "vocab": "verl tokenizes with the kit's tokenizer, whose ids need the whole vocabulary",
-    "hf_checkpoint": "the lite engine initialises the weights from engine.seed",
-    "num_microbatches": "verl packs micro-batches by token budget (data.max_token_len_per_gpu: --tokens-per-microbatch)",
-    "crash_at_step": "the failure hook is the kit's trainer's",
-    "compile": "the lite engine builds its model without torch.compile",
-}
-"""``mlite run --trainer verl-sft``: RunConfig fields verl's SFT trainer does not run, and why; a value other than
-the default is refused before anything starts (every RunConfig field is in exactly one of ``RUN_VERL_KEYS``,
-``RUN_VERL_OTHER`` and this table)."""
+
+RUN_VERL_KEYS: dict[str, str] = _sft_table(Key)
+"""``mlite run --trainer verl-sft``: RunConfig field -> the Hydra key it is written as (from the rows' ``verl_sft``;
+values: see :mod:`mlite.launch.verl_sft`)."""
+
+RUN_VERL_OTHER: dict[str, str] = _sft_table(Via)
+"""``mlite run --trainer verl-sft``: RunConfig fields that reach verl another way than one Hydra key (the rows'
+``verl_sft``)."""
+
+RUN_VERL_NOT_RUN: dict[str, str] = _sft_table(NotExpressible)
+"""``mlite run --trainer verl-sft``: RunConfig fields verl's SFT trainer does not run, and why (the rows'
+``verl_sft``); a value other than the default is refused before anything starts."""

@@ -10,12 +10,15 @@ What the lite runtime implements (everything else raises :class:`~mlite.errors.M
   ``etp = 1``: the real mlite implements those on GPUs.
 * optimizer backends ``fsdp2`` (AdamW on FSDP2 shards) and ``dist_opt`` (Megatron-Core's DDP and distributed
   optimizer: :mod:`mlite.runtime.ddp`, :mod:`mlite.runtime.optim.distributed`), with ``use_distributed_optimizer``
-  and ``main_grads_dtype`` as Megatron-Core names them; ``offload_fraction`` runs with fsdp2 only.
+  and ``main_grads_dtype`` as Megatron-Core names them; ``offload_fraction`` runs with fsdp2 only. Backends and
+  algorithms (``optimizer_algorithm``: ``adam``) are entries of :mod:`mlite.options.optimizers`, whose rules
+  (:mod:`mlite.options.rules`) this config calls.
 * ``OptimizerConfig.optimizer`` names the backend as the contract does; ``impl_cfg["optimizer"]`` (verl's
   ``+engine.impl_cfg.optimizer=...``) wins when both are given.
 
-Rules mirrored from Megatron-Core's ``OptimizerConfig``: bf16 moments (``exp_avg_dtype``/``exp_avg_sq_dtype``) need
-``use_precision_aware_optimizer``; ``store_param_remainders`` (default True) only acts with PAO and bf16 params.
+Rules mirrored from Megatron-Core's ``OptimizerConfig`` (written once in :mod:`mlite.options.rules`): bf16 moments
+(``exp_avg_dtype``/``exp_avg_sq_dtype``) need ``use_precision_aware_optimizer``; ``store_param_remainders`` (default
+True) only acts with PAO and bf16 params.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from ..errors import MliteError
 from ..mesh import ParallelConfig
+from ..options.optimizers import BACKENDS, check_algorithm, check_lite_runtime, check_optimizer
 
 DTYPES = {
     "fp32": "fp32",
@@ -41,16 +45,8 @@ DTYPES = {
 DECAY_STYLES = ("constant", "linear", "cosine")
 """Learning-rate decay styles after warmup (Megatron's names)."""
 
-OPTIMIZERS = ("fsdp2", "dist_opt")
-"""Optimizer backends of mlite."""
-
-
-def fsdp2_grad_dtype_message(dtype: str) -> str:
-    """Why ``main_grads_dtype`` other than fp32 is refused with fsdp2 (the estimator and the runtime say it alike)."""
-    return (
-        f"main_grads_dtype: {dtype} is dist_opt's gradient buffer; fsdp2 keeps its gradients in the parameter dtype; "
-        "use --optimizer dist_opt or drop --grad-dtype"
-    )
+OPTIMIZERS = BACKENDS.names
+"""Optimizer backends of mlite (live names of :data:`mlite.options.optimizers.BACKENDS`)."""
 
 
 def dtype_name(value: Any, field_name: str) -> str:
@@ -63,11 +59,15 @@ def dtype_name(value: Any, field_name: str) -> str:
 
 @dataclass(kw_only=True, slots=True)
 class OptimizerConfig:
-    """AdamW and its storage/offload options, as Megatron-Core's ``OptimizerConfig`` names them."""
+    """The optimizer (backend, algorithm: AdamW) and its storage/offload options, as Megatron-Core's ``OptimizerConfig``
+    names them."""
 
     optimizer: str = "fsdp2"
     """Backend: ``fsdp2`` (PyTorch ``fully_shard`` + AdamW on shards) or ``dist_opt`` (Megatron-Core DDP + distributed
-    optimizer)."""
+    optimizer); see :data:`mlite.options.optimizers.BACKENDS`."""
+    optimizer_algorithm: str = "adam"
+    """Update algorithm (Megatron-Core's ``OptimizerConfig.optimizer``): ``adam``; see
+    :data:`mlite.options.optimizers.ALGORITHMS` (its runtime class for the backend is built)."""
     use_distributed_optimizer: bool = True
     """dist_opt: shard the optimizer state over DP x CP / EDP (reduce-scatter); False: plain DDP (all-reduce)."""
     main_grads_dtype: str = "fp32"
@@ -106,8 +106,6 @@ class OptimizerConfig:
     """AdamW (True, the default when None) or Adam with L2 regularisation (False)."""
 
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise MliteError(f"optimizer: {self.optimizer!r} is not a backend; use one of {', '.join(OPTIMIZERS)}")
         for name in ("lr", "min_lr", "lr_warmup_init", "weight_decay", "eps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
@@ -141,16 +139,7 @@ class OptimizerConfig:
             raise MliteError(f"optimizer.use_distributed_optimizer: {self.use_distributed_optimizer!r} must be a bool")
         self.exp_avg_dtype = dtype_name(self.exp_avg_dtype, "optimizer.exp_avg_dtype")
         self.exp_avg_sq_dtype = dtype_name(self.exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype")
-        if not self.pao:
-            for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
-                if getattr(self, name) != "fp32":
-                    raise MliteError(
-                        f"optimizer.{name}: bf16 needs use_precision_aware_optimizer=True "
-                        "(as in Megatron-Core); set it or keep fp32"
-                    )
-        f = self.offload_fraction
-        if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0):
-            raise MliteError(f"optimizer.offload_fraction: {f!r} must be a number in [0, 1] (or None)")
+        check_algorithm(self)  # names, offload range, what the algorithm refuses; the backend's: check_backend
 
     @property
     def pao(self) -> bool:
@@ -169,26 +158,11 @@ class OptimizerConfig:
 
 
 def check_backend(backend: str, o: OptimizerConfig) -> None:
-    """Raise MliteError for optimizer settings the backend does not run (Megatron-Core's rules for dist_opt)."""
-    if backend == "dist_opt":
-        if o.pao and not o.use_distributed_optimizer:
-            raise MliteError(
-                "use_distributed_optimizer: the precision-aware optimizer needs the distributed optimizer "
-                "(as in Megatron-Core); drop --no-distributed-optimizer or --pao"
-            )
-        if o.fraction:
-            raise MliteError(
-                f"offload_fraction: {o.offload_fraction} is not run by the lite runtime's dist_opt (its state stays "
-                "on the device); use --optimizer fsdp2 for an offloaded optimizer, or offload_fraction 0"
-            )
-        return
-    if o.main_grads_dtype != "fp32":
-        raise MliteError(fsdp2_grad_dtype_message(o.main_grads_dtype))
-    if not o.use_distributed_optimizer:
-        raise MliteError(
-            "use_distributed_optimizer: --no-distributed-optimizer is a dist_opt setting (plain DDP); "
-            "use --optimizer dist_opt or drop it"
-        )
+    """Raise MliteError for optimizer settings ``backend`` does not run: the rules of its registry entry and those
+    of the algorithm (:func:`mlite.options.optimizers.check_optimizer`), then what the lite runtime's implementation
+    adds (:func:`~mlite.options.optimizers.check_lite_runtime`)."""
+    check_optimizer(o, backend)
+    check_lite_runtime(o, backend)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -223,8 +197,8 @@ class MegatronLiteConfig:
                 f"impl_cfg: unknown key(s) {', '.join(unknown)}; the lite runtime reads {', '.join(sorted(known))}"
             )
         opt = self.impl_cfg.get("optimizer")
-        if opt is not None and opt not in OPTIMIZERS:
-            raise MliteError(f"impl_cfg.optimizer: {opt!r} is not a backend; use one of {', '.join(OPTIMIZERS)}")
+        if opt is not None and opt not in BACKENDS:
+            raise MliteError(f"impl_cfg.optimizer: {opt!r} is not a backend; use one of {', '.join(BACKENDS)}")
         _ = self.recompute  # the property validates impl_cfg's recompute
         check_backend(self.optimizer_backend, self.optimizer)
 

@@ -60,9 +60,10 @@ import torch
 import torch.distributed as dist
 
 from ..errors import MliteError
+from ..options.optimizers import BACKENDS, load, runtime_class
 from .config import RuntimeConfig
 from .dist import init_distributed, resolve_device
-from .fsdp import build_meshes, check_lite_parallel, expert_modules, expert_param_names, shard_model
+from .fsdp import build_meshes, check_lite_parallel, expert_modules, expert_param_names
 from .optim.clip import (
     LOCAL,
     clip_coefficient,
@@ -161,7 +162,9 @@ class LiteRuntime:
         return model, spec
 
     def build_model(self) -> ModelHandle:
-        """Build the model (same weights on every rank), shard it with FSDP2, set up AdamW and the schedule."""
+        """Build the model (same weights on every rank), shard it and build the optimizer the way the backend's entry
+        says (:data:`mlite.options.optimizers.BACKENDS`: FSDP2 or Megatron-Core DDP buffers) with the algorithm's
+        runtime class (AdamW), and the schedule."""
         from .parallel import apply_parallelism
 
         model, spec = self._make_model()
@@ -171,30 +174,9 @@ class LiteRuntime:
         if self.cfg.compile:
             compile_blocks(model)
         experts = expert_param_names(model)
-        opt: ShardedAdamW
-        if self.dist_opt:
-            from .ddp import DDPBuffers
-            from .optim.distributed import DistributedAdamW
-
-            oc = self.cfg.optimizer
-            self.ddp = DDPBuffers(
-                model,
-                expert_names=experts,
-                pstate=self.pstate,
-                grad_dtype=_DTYPES[oc.main_grads_dtype],
-                distributed=oc.use_distributed_optimizer,
-                tp=self.applied.tp,
-            )
-            if self.applied.tp is not None:
-                self.applied.tp.bind(model)
-            opt = DistributedAdamW(self.ddp.pieces, oc, device=self.device)
-        else:
-            shard_model(
-                model, self.dense_mesh, self.expert_mesh, self.param_dtype, expert_divide_factor=self.pstate.dp_cp
-            )
-            if self.applied.tp is not None:
-                self.applied.tp.bind(model)
-            opt = ShardedAdamW(model.named_parameters(), self.cfg.optimizer, expert_names=experts, device=self.device)
+        backend = self.cfg.backend_cfg.optimizer_backend  # the registry's entries build it (mlite.options)
+        cls = runtime_class(self.cfg.optimizer.optimizer_algorithm, backend)
+        opt: ShardedAdamW = load(BACKENDS.entry(backend).setup)(self, model, experts, cls)
         return ModelHandle(
             runtime=self, model=model, optimizer=opt, scheduler=LRScheduler(self.cfg.optimizer), spec=spec
         )

@@ -1,0 +1,195 @@
+"""The optimizer registries: algorithms (what update runs: ``adam``) and sharding backends (where the state lives:
+``fsdp2``, ``dist_opt``). Each entry is the only place that names its kind: what it refuses (rule functions of
+:mod:`.rules`), what it stores per parameter (the estimator reads :attr:`Algorithm.state_bytes`), its runtime class
+(a dotted path, imported only when the lite runtime builds it, so ``options/`` imports no ``runtime/``) and its name
+is verl's Megatron backend value. A new optimizer is one :func:`ALGORITHMS.register <mlite.options.registry.Registry.register>` call; the
+``--optimizer-algorithm`` choices, the options table, the memory view and ``mlite run`` read the registry.
+
+Sources: Megatron-Core ``OptimizerConfig.optimizer`` (``adam`` / ``sgd``, megatron/core/optimizer/optimizer_config.py
+at core_v0.16.1) names the algorithm; verl's Megatron backend writes it as ``actor_rollout_ref.actor.optim.optimizer``
+(verl/trainer/config/optim/megatron.yaml: ``optimizer: adam``). Megatron Lite's ``impl_cfg.optimizer`` names the backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import MliteError
+from . import rules
+from .registry import Registry
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+"""Bytes per element of a storage dtype."""
+
+Rule = Callable[[Any], None]
+"""A rule: reads the settings (Megatron-Core names) and raises :class:`~mlite.errors.MliteError` when it refuses."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """An optimizer algorithm (the update rule)."""
+
+    name: str
+    """Its name: the ``--optimizer-algorithm`` value and Megatron-Core's ``OptimizerConfig.optimizer``."""
+    help: str
+    """One line for ``--help`` and the widget's tooltip."""
+    state_bytes: Callable[[Any], tuple[int, int]]
+    """Bytes per shard parameter of its first and second state tensor for the given options (reported as
+    ``exp_avg`` / ``exp_avg_sq``; 0 for a tensor the algorithm does not keep). The master weights are not its."""
+    runtime: dict[str, str] = field(default_factory=dict)
+    """Backend name -> ``module:Class`` of the lite runtime's optimizer for it; a backend not listed does not run
+    the algorithm in the lite runtime (refused before a run starts)."""
+    refuses: tuple[Rule, ...] = ()
+    """Rules of the settings it does not run (estimator, run and runtime alike)."""
+    step_bytes: int = 0
+    """Transient bytes per shard parameter of the update step outside its state (Megatron-Core's torch AdamW keeps
+    ``sqrt(exp_avg_sq)``: 4)."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An optimizer sharding backend (who shards parameters, gradients and state)."""
+
+    name: str
+    """Its name: the ``--optimizer`` value and Megatron Lite's ``impl_cfg.optimizer``."""
+    help: str
+    """One line for ``--help``."""
+    setup: str
+    """``module:function`` building the lite runtime's model sharding and optimizer:
+    ``f(runtime, model, expert_names, optimizer_class) -> optimizer``."""
+    refuses: tuple[Rule, ...] = ()
+    """Rules of the settings it does not have (estimator, run and runtime alike)."""
+    lite_refuses: tuple[Rule, ...] = ()
+    """Rules of what the lite runtime's implementation does not run (not the estimator's concern)."""
+    fixed: dict = field(default_factory=dict)
+    """Options that do not apply to it -> the value they keep (the memory view disables their controls)."""
+
+
+ALGORITHMS: Registry[Algorithm] = Registry("optimizer algorithm", "optimizer_algorithm")
+"""The optimizer algorithms by name."""
+BACKENDS: Registry[Backend] = Registry("optimizer backend", "optimizer")
+"""The optimizer sharding backends by name."""
+
+
+def _adam_state(o: Any) -> tuple[int, int]:
+    return DTYPE_BYTES[o.exp_avg_dtype], DTYPE_BYTES[o.exp_avg_sq_dtype]
+
+
+ALGORITHMS.register(
+    Algorithm(
+        "adam",
+        "Adam with decoupled weight decay (AdamW; Megatron-Core's adam)",
+        _adam_state,
+        runtime={
+            "fsdp2": "mlite.runtime.optim.optimizer:ShardedAdamW",
+            "dist_opt": "mlite.runtime.optim.distributed:DistributedAdamW",
+        },
+        refuses=(rules.bf16_moments_need_pao,),
+        step_bytes=4,
+    )
+)
+ALGORITHMS.register(
+    Algorithm(
+        "sgd",
+        "SGD with momentum (Megatron-Core's sgd, sgd_momentum 0.9: one fp32 momentum buffer; estimator only)",
+        lambda o: (4, 0),
+        refuses=(rules.no_pao,),
+    )
+)
+BACKENDS.register(
+    Backend(
+        "dist_opt",
+        "Megatron-Core DDP + distributed optimizer",
+        "mlite.runtime.optim.backends:dist_opt",
+        refuses=(rules.pao_needs_distributed_optimizer,),
+        lite_refuses=(rules.state_on_device,),
+    )
+)
+BACKENDS.register(
+    Backend(
+        "fsdp2",
+        "PyTorch fully_shard",
+        "mlite.runtime.optim.backends:fsdp2",
+        refuses=(rules.grads_in_param_dtype, rules.always_sharded),
+        fixed={"main_grads_dtype": "fp32", "use_distributed_optimizer": True},
+    )
+)
+
+
+def check_algorithm(o: Any) -> None:
+    """The rules that hold whichever backend runs ``o`` (fields named as in :class:`~mlite.options.TrainingOptions`:
+    ``optimizer`` the backend, ``optimizer_algorithm``): both are registered, the offload share is in range, and the
+    algorithm does not refuse the settings."""
+    BACKENDS.entry(o.optimizer)
+    a = ALGORITHMS.entry(o.optimizer_algorithm)
+    rules.offload_fraction_in_range(o)
+    for rule in a.refuses:
+        rule(o)
+
+
+def check_optimizer(o: Any, backend: str | None = None) -> None:
+    """Every optimizer rule for the settings ``o``: :func:`check_algorithm`, then what the backend refuses
+    (``backend`` overrides ``o.optimizer``: Megatron Lite's ``impl_cfg.optimizer``)."""
+    check_algorithm(o)
+    for rule in BACKENDS.entry(backend or o.optimizer).refuses:
+        rule(o)
+
+
+def check_lite_runtime(o: Any, backend: str | None = None) -> None:
+    """What the lite runtime refuses beyond :func:`check_optimizer`: its backend's ``lite_refuses`` and an
+    algorithm without a runtime class for the backend."""
+    b = BACKENDS.entry(backend or o.optimizer)
+    a = ALGORITHMS.entry(o.optimizer_algorithm)
+    if b.name not in a.runtime:
+        where = f"it runs it with --optimizer {', '.join(a.runtime)}" if a.runtime else "it has no class for it"
+        raise MliteError(
+            f"optimizer_algorithm: {a.name} is not run by the lite runtime's {b.name} ({where}); "
+            "choose another --optimizer or --optimizer-algorithm"
+        )
+    for rule in b.lite_refuses:
+        rule(o)
+
+
+def load(path: str) -> Any:
+    """The object a ``module:name`` path names (imported now)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def runtime_class(algorithm: str, backend: str) -> Any:
+    """The lite runtime's optimizer class of ``algorithm`` on ``backend``."""
+    return load(ALGORITHMS.entry(algorithm).runtime[backend])
+
+
+def inapplicable(optimizer: str, pao: bool) -> dict:
+    """The options that do not apply to ``optimizer`` with (or without) PAO -> the value each takes then: without PAO
+    bf16 moments and the param remainders (Megatron-Core rejects bf16 moments, and remainders are PAO's); then what
+    the backend does not have (:attr:`Backend.fixed`: fsdp2 keeps gradients in the parameter dtype and always
+    shards). The memory view disables these controls; bf16 main grads without PAO do apply (Megatron-Core's
+    ``grad_reduce_in_fp32=False``)."""
+    out: dict = {}
+    if not pao:
+        out.update({m: "fp32" for m in rules.MOMENTS}, store_param_remainders=True)
+    out.update(BACKENDS.entry(optimizer).fixed)
+    return out
+
+
+PLUGINS_ENV = "MLITE_PLUGINS"
+"""Environment variable: comma-separated modules imported once the registries exist, so that the entries they
+register are there in every process of a run (``mlite run`` workers inherit the environment)."""
+
+
+def load_plugins() -> None:
+    """Import the modules named in ``$MLITE_PLUGINS`` (each registers its entries when imported)."""
+    for name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise MliteError(f"{PLUGINS_ENV}: cannot import {name} ({e}); fix the module name or PYTHONPATH") from e
+
+
+load_plugins()

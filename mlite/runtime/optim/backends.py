@@ -1,0 +1,43 @@
+"""The lite runtime's side of the optimizer backend entries (:data:`mlite.options.optimizers.BACKENDS` names these
+functions by dotted path): shard the model the backend's way and build the algorithm's optimizer over it.
+
+Each function is ``f(runtime, model, expert_names, optimizer_class) -> optimizer``; ``optimizer_class`` is the
+algorithm's runtime class for the backend (:func:`mlite.options.optimizers.runtime_class`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..fsdp import shard_model
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def fsdp2(rt: Any, model, experts: set[str], cls):
+    """PyTorch ``fully_shard`` over DP x CP (dense) and EDP (experts); the optimizer runs on the local shards."""
+    shard_model(model, rt.dense_mesh, rt.expert_mesh, rt.param_dtype, expert_divide_factor=rt.pstate.dp_cp)
+    if rt.applied.tp is not None:
+        rt.applied.tp.bind(model)
+    return cls(model.named_parameters(), rt.cfg.optimizer, expert_names=experts, device=rt.device)
+
+
+def dist_opt(rt: Any, model, experts: set[str], cls):
+    """Megatron-Core DDP buffers (:mod:`mlite.runtime.ddp`, kept as ``rt.ddp``); the optimizer runs on this rank's
+    shard of them (the whole buffers without the distributed optimizer)."""
+    from ..ddp import DDPBuffers
+
+    oc = rt.cfg.optimizer
+    rt.ddp = DDPBuffers(
+        model,
+        expert_names=experts,
+        pstate=rt.pstate,
+        grad_dtype=_DTYPES[oc.main_grads_dtype],
+        distributed=oc.use_distributed_optimizer,
+        tp=rt.applied.tp,
+    )
+    if rt.applied.tp is not None:
+        rt.applied.tp.bind(model)
+    return cls(rt.ddp.pieces, oc, device=rt.device)

@@ -1,0 +1,166 @@
+"""Each training-option rule is written once (:mod:`mlite.options.rules`, declared on the registry entries of
+:mod:`mlite.options.optimizers`) and every layer refuses the same input with the rule's one message:
+``TrainingOptions`` (estimator, ``mlite memory`` / ``export``), ``RunConfig`` (``mlite run``), the runtime's
+``OptimizerConfig`` / ``RuntimeConfig``, and both command lines (exit 2, one stderr line, nothing created)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from conftest import assert_one_line_error, run_cli
+
+from mlite.errors import MliteError
+from mlite.launch import RunConfig
+from mlite.options import TrainingOptions, rules
+from mlite.options.optimizers import ALGORITHMS, BACKENDS
+from mlite.runtime.config import MegatronLiteConfig, OptimizerConfig, RuntimeConfig
+
+SETTINGS = dict(
+    optimizer="fsdp2",
+    optimizer_algorithm="adam",
+    use_precision_aware_optimizer=False,
+    use_distributed_optimizer=True,
+    main_grads_dtype="fp32",
+    exp_avg_dtype="fp32",
+    exp_avg_sq_dtype="fp32",
+    offload_fraction=0.0,
+)
+"""Settings no rule refuses (each case changes some)."""
+
+
+def _runtime(**opt):
+    """The runtime layer: an OptimizerConfig inside a RuntimeConfig (the backend's rules run there)."""
+    return RuntimeConfig(
+        hf_path="tiny-moe", device="cpu", backend_cfg=MegatronLiteConfig(optimizer=OptimizerConfig(**opt))
+    )
+
+
+# rule, the settings it refuses, and each layer's spelling of the same input
+CASES = {
+    "offload_fraction_in_range": (
+        rules.offload_fraction_in_range,
+        dict(offload_fraction=1.5),
+        dict(offload_fraction=1.5),
+        dict(offload_fraction=1.5),
+        ["--offload-fraction", "1.5"],
+        ["--offload-fraction", "1.5"],
+    ),
+    "bf16_moments_need_pao": (
+        rules.bf16_moments_need_pao,
+        dict(exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"),
+        dict(moment_dtype="bf16"),
+        dict(exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"),
+        ["--moment-dtype", "bf16"],
+        ["--moment-dtype", "bf16"],
+    ),
+    "pao_needs_distributed_optimizer": (
+        rules.pao_needs_distributed_optimizer,
+        dict(optimizer="dist_opt", use_precision_aware_optimizer=True, use_distributed_optimizer=False),
+        dict(optimizer="dist_opt", pao=True, use_distributed_optimizer=False),
+        dict(optimizer="dist_opt", use_precision_aware_optimizer=True, use_distributed_optimizer=False),
+        ["--optimizer", "dist_opt", "--pao", "--no-distributed-optimizer"],
+        ["--optimizer", "dist_opt", "--pao", "--no-distributed-optimizer"],
+    ),
+    "grads_in_param_dtype": (
+        rules.grads_in_param_dtype,
+        dict(optimizer="fsdp2", main_grads_dtype="bf16"),
+        dict(optimizer="fsdp2", grad_dtype="bf16"),
+        dict(optimizer="fsdp2", main_grads_dtype="bf16"),
+        ["--optimizer", "fsdp2", "--grad-dtype", "bf16"],
+        ["--optimizer", "fsdp2", "--grad-dtype", "bf16"],
+    ),
+    "always_sharded": (
+        rules.always_sharded,
+        dict(optimizer="fsdp2", use_distributed_optimizer=False),
+        dict(optimizer="fsdp2", use_distributed_optimizer=False),
+        dict(optimizer="fsdp2", use_distributed_optimizer=False),
+        ["--optimizer", "fsdp2", "--no-distributed-optimizer"],
+        ["--optimizer", "fsdp2", "--no-distributed-optimizer"],
+    ),
+    "no_pao": (
+        rules.no_pao,
+        dict(optimizer="dist_opt", optimizer_algorithm="sgd", use_precision_aware_optimizer=True),
+        dict(optimizer="dist_opt", optimizer_algorithm="sgd", pao=True),
+        dict(optimizer="dist_opt", optimizer_algorithm="sgd", use_precision_aware_optimizer=True),
+        ["--optimizer", "dist_opt", "--optimizer-algorithm", "sgd", "--pao"],
+        ["--optimizer", "dist_opt", "--optimizer-algorithm", "sgd", "--pao"],
+    ),
+}
+
+
+def _message(rule, settings: dict) -> str:
+    """The rule's own message for ``settings``."""
+    with pytest.raises(MliteError) as e:
+        rule(SimpleNamespace(**{**SETTINGS, **settings}))
+    return str(e.value)
+
+
+def _refusal(make) -> str:
+    with pytest.raises(MliteError) as e:
+        make()
+    return str(e.value)
+
+
+def test_every_rule_is_declared_on_a_registry_entry_and_has_a_case():
+    """The rules the entries declare are the rules this file tests (a new rule gets a case here)."""
+    declared = {r.__name__ for e in (*ALGORITHMS.values(), *BACKENDS.values()) for r in e.refuses}
+    assert declared | {"offload_fraction_in_range"} == set(CASES)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_layer_refuses_the_same_input_with_the_rules_one_message(name, tmp_path):
+    rule, training, run, optimizer, memory_words, run_words = CASES[name]
+    msg = _message(rule, training)
+    assert "\n" not in msg and msg.split(":")[0] in SETTINGS  # names the field
+    assert _refusal(lambda: TrainingOptions(**training)) == msg
+    assert _refusal(lambda: RunConfig(**run)) == msg
+    assert _refusal(lambda: _runtime(**optimizer)) == msg
+    res = run_cli("memory", "Qwen3-8B", "--ngpu", "8", *memory_words)
+    assert_one_line_error(res, msg)
+    out = tmp_path / "r"
+    res = run_cli("run", "--model", "tiny-dense", "--steps", "2", "--nproc", "1", "--device", "cpu", "--out", out,
+                  *run_words)  # fmt: skip
+    assert_one_line_error(res, msg)
+    assert not out.exists()
+
+
+def test_the_rules_accept_what_megatron_core_runs():
+    """The same layers accept the settings next to each refusal (the rules are not stricter than they say)."""
+    TrainingOptions(optimizer="dist_opt", use_precision_aware_optimizer=True, exp_avg_dtype="bf16")
+    TrainingOptions(optimizer="dist_opt", main_grads_dtype="bf16")  # grad_reduce_in_fp32=False runs without PAO
+    TrainingOptions(optimizer="dist_opt", use_distributed_optimizer=False, offload_fraction=1.0)
+    TrainingOptions(optimizer_algorithm="sgd")
+    RunConfig(pao=True, moment_dtype="bf16", offload_fraction=1.0)
+    _runtime(optimizer="dist_opt", use_distributed_optimizer=False, main_grads_dtype="bf16")
+
+
+def test_what_only_the_lite_runtime_refuses_is_refused_by_the_run_and_runtime_layers_alike(tmp_path):
+    """dist_opt with offload_fraction: Megatron-Core runs it (the estimator accepts it); the lite runtime does not,
+    and the run (checked before it starts) and the runtime say the same line."""
+    TrainingOptions(optimizer="dist_opt", offload_fraction=0.5)
+    msg = _message(rules.state_on_device, dict(offload_fraction=0.5))
+    assert _refusal(lambda: _runtime(optimizer="dist_opt", offload_fraction=0.5)) == msg
+    assert _refusal(RunConfig(optimizer="dist_opt", offload_fraction=0.5).runtime_config) == msg
+    out = tmp_path / "r"
+    res = run_cli("run", "--model", "tiny-dense", "--steps", "2", "--nproc", "1", "--device", "cpu", "--out", out,
+                  "--optimizer", "dist_opt", "--offload-fraction", "0.5")  # fmt: skip
+    assert_one_line_error(res, msg)
+    assert not out.exists()
+    # an algorithm the lite runtime has no class for (sgd is an estimator entry) is refused the same way
+    TrainingOptions(optimizer_algorithm="sgd")
+    with pytest.raises(MliteError, match="optimizer_algorithm: sgd is not run by the lite runtime's fsdp2"):
+        _runtime(optimizer_algorithm="sgd")
+
+
+def test_the_options_layer_loads_no_memory_runtime_or_launch_module():
+    """``options/`` sits just above ``mesh/`` and ``models/``: what ``import mlite.options`` really loads (the
+    transitive closure, in a fresh interpreter) holds no estimator, runtime or launcher module, and no torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, mlite.options; print(' '.join(sorted(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    bad = [m for m in loaded if m.split(".")[:2] in (["mlite", "memory"], ["mlite", "runtime"], ["mlite", "launch"])]
+    assert bad == [] and "torch" not in loaded
+    assert "mlite.options.optimizers" in loaded
