@@ -189,3 +189,92 @@ def test_the_layers_import_downwards_only():
         for node in _all_import_nodes(ast.parse(path.read_text(encoding="utf-8")).body):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             assert not [n for n in names if n == "widgets" or n.startswith("widgets.")], f"{mod} imports widgets"
+
+
+# ---------------------------------------------------------------------------------------------- the layers, transitively
+_BASE = frozenset({"errors", "units", "paths"})
+LAYERS: dict[str, frozenset[str]] = {
+    "errors": frozenset(),
+    "units": frozenset(),
+    "paths": frozenset(),
+    "rundir": _BASE,
+    "mesh": _BASE | {"models"},
+    "models": _BASE,
+    "options": _BASE | {"mesh", "models"},
+    "shell": _BASE,
+    "logs": _BASE | {"rundir"},
+    "synth": _BASE | {"rundir", "logs"},
+    "memory": _BASE | {"mesh", "models", "options"},
+    "runtime": _BASE | {"mesh", "models", "options"},
+    "export": _BASE | {"mesh", "models", "options", "memory", "shell"},
+    "launch": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir"},
+    "validation": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "logs"},
+    "verl_engine": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "launch"},
+}
+"""README, Architecture: each package of ``mlite/`` -> the packages it may load (directly or through others).
+``mlite.cli`` (the views) may load all of them; ``options`` sits just above ``mesh`` and ``models``; ``memory`` (the
+estimator) and ``runtime`` (the lite runtime) never load each other."""
+
+
+def _package(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_package_is_in_the_layer_table():
+    pkgs = {_package(m) for m in _modules()} - {"", "cli", "__main__", "_data"}
+    assert pkgs == set(LAYERS), f"add {sorted(pkgs - set(LAYERS))} to LAYERS (and to the README's table)"
+
+
+def test_the_layers_hold_transitively_with_lazy_imports():
+    """The closure of the full import graph (imports inside functions too): what a call may end up loading."""
+    graph = import_graph(_modules(), lazy=True)
+    closure: dict[str, set[str]] = {}
+
+    def reach(m: str) -> set[str]:
+        if m not in closure:
+            closure[m] = set()
+            todo, seen = list(graph[m]), set()
+            while todo:
+                t = todo.pop()
+                if t not in seen:
+                    seen.add(t)
+                    todo.extend(graph[t])
+            closure[m] = seen
+        return closure[m]
+
+    bad = []
+    for mod in graph:
+        pkg = _package(mod)
+        if pkg not in LAYERS:
+            continue
+        extra = {_package(t) for t in reach(mod)} - LAYERS[pkg] - {pkg, ""}
+        if extra:
+            bad.append(f"{mod} reaches {sorted(extra)}")
+    assert not bad, "layer violations:\n" + "\n".join(bad)
+
+
+def test_what_import_really_loads():
+    """``import mlite.X`` in a fresh interpreter loads only X's layers below it, and no UI library."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, json, sys\n"
+        "before = set(sys.modules)\n"
+        "importlib.import_module('mlite.' + sys.argv[1])\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    loaded: dict[str, list[str]] = {}
+    for pkg in LAYERS:  # one fresh interpreter each: an earlier import would hide what this one loads
+        r = subprocess.run([sys.executable, "-c", code, pkg], capture_output=True, text=True, cwd=REPO)
+        assert r.returncode == 0, f"import mlite.{pkg} failed: {r.stderr.strip().splitlines()[-1:]}"
+        loaded[pkg] = json.loads(r.stdout)
+    bad = []
+    for pkg, mods in loaded.items():
+        extra = {_package(m) for m in mods if m.startswith("mlite.")} - LAYERS[pkg] - {pkg, ""}
+        ui = [m for m in mods if m.split(".")[0] in ("ipywidgets", "matplotlib", "IPython")]
+        if extra or ui:
+            bad.append(f"import mlite.{pkg} loads {sorted(extra)} {ui}")
+    assert not bad, "\n".join(bad)

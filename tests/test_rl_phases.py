@@ -191,12 +191,11 @@ def test_rl_view_controls_and_command_come_from_the_rows():
 
 # ------------------------------------------------------------------------------------------------ packages
 def test_memory_imports_no_runtime_and_nothing_imports_validation():
-    """memory/ reads the kernels' chunk sizes from models/chunks.py (memory/options.py's runtime import is the
-    options vocabulary's to remove); validation/ is imported by tests and benchmarks only; the shell reader is its
+    """memory/ reads the kernels' chunk sizes from models/chunks.py; validation/ is imported by tests and benchmarks only; the shell reader is its
     own package; the rollout rows import nothing above options/."""
     graph = import_graph(_modules(), lazy=True)
     for mod, targets in graph.items():
-        if mod.startswith("mlite.memory") and mod != "mlite.memory.options":
+        if mod.startswith("mlite.memory"):
             assert not [t for t in targets if t.startswith("mlite.runtime")], f"{mod} imports runtime/"
         if not mod.startswith("mlite.validation"):
             assert not [t for t in targets if t.startswith("mlite.validation")], f"{mod} imports validation/"

@@ -4,9 +4,9 @@
 The rules are in :mod:`mlite.memory.optimizer` (bytes per parameter) and :mod:`mlite.memory.activations`.
 """
 
+from ..options.training import GPU_MEMORY_GIB, RECOMPUTE, TrainingOptions
 from .estimate import GIB, MemoryEstimate, RankMemory, estimate
 from .optimizer import StateBytes, state_bytes
-from .options import GPU_MEMORY_GIB, RECOMPUTE, TrainingOptions
 from .sweep import fits_callback, mesh_table, sweep
 
 __all__ = [

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
 from ..models.chunks import ce_chunk_rows
+from ..options import TrainingOptions
 from ..options.optimizers import ALGORITHMS
 from ..units import GIB, MIB
 from .activations import (
@@ -31,7 +32,6 @@ from .activations import (
     norm_bytes,
 )
 from .optimizer import state_bytes
-from .options import TrainingOptions
 from .params import StageParams, stage_params
 
 CUBLAS_WORKSPACE = 64 * MIB

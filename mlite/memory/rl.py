@@ -30,9 +30,9 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import MliteError
+from ..options import TrainingOptions
 from .estimate import GIB, estimate
 from .optimizer import state_bytes
-from .options import TrainingOptions
 from .rl_engine import EngineMemory, start_engine
 from .rl_kv import FULL_KINDS
 from .rl_options import RolloutOptions

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MliteError
+from ..options import TrainingOptions
 from .estimate import RankMemory, estimate
-from .options import TrainingOptions
 from .rl_engine import EngineMemory
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..mesh import MeshPlan, enumerate_meshes, resolve
+from ..options import TrainingOptions
 from .estimate import estimate
-from .options import TrainingOptions
 
 
 def _row(est) -> dict:

@@ -322,9 +322,9 @@ def sdpa_layer_spec(case):
 def predict_row(row: dict) -> dict:
     """The estimator's static and peak bytes for one row of ``bench/mcore_memory.py`` (one GPU, CUDA)."""
     from ..memory.estimate import estimate
-    from ..memory.options import TrainingOptions
     from ..mesh import ParallelConfig, resolve
     from ..models import from_hf_config
+    from ..options import TrainingOptions
 
     case = OracleCase(seq=row["seq"], micro_batch=row["micro_batch"], recompute=row["recompute"], **row["model"])
     spec = from_hf_config(case.hf_config())
@@ -479,9 +479,9 @@ def predicted(case: OracleCase, device: str = "cpu", attention: str = "unfused")
     """The estimator's ``megatron`` components for ``case`` on one GPU, shaped like :func:`saved_bytes`."""
     from ..memory.activations import layer_bytes, mcore_moe_parts
     from ..memory.estimate import _act_dims, estimate
-    from ..memory.options import TrainingOptions
     from ..mesh import ParallelConfig, resolve
     from ..models import from_hf_config
+    from ..options import TrainingOptions
 
     spec = from_hf_config(case.hf_config())
     o = TrainingOptions(

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from ..errors import MliteError
 from ..memory.estimate import GIB
-from ..memory.options import TrainingOptions
 from ..memory.rl import rl_estimate
 from ..memory.rl_keys import rollout_kwargs
 from ..memory.rl_options import RolloutOptions
+from ..options import TrainingOptions
 
 _PREFIX = re.compile(r"^\((?:TaskRunner|main_task)[^)]*\)\s?")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
