@@ -110,8 +110,8 @@ def oracle() -> dict:
 @pytest.fixture(scope="module")
 def tp_oracle() -> list[dict]:
     """Every TP = 2 case on both ranks, in one start of two processes."""
-    from mlite.validation.mcore_oracle import tp_saved_bytes
     from mlite.runtime.dist import run_local
+    from mlite.validation.mcore_oracle import tp_saved_bytes
 
     return run_local(tp_saved_bytes, 2, ({n: asdict(c) for n, c in TP2.items()},), timeout_s=300)
 
