@@ -234,7 +234,7 @@ BAD = [
     (("run", *CFG, "--steps", "2", "--nproc", "2", "--device", "tpu", "--out", "runs/r1"), "--device"),
     ((*RUN, *CFG, "--recompute", "some"), "--recompute"),
     ((*RUN, *CFG, "--optimizer", "dist_opt", "--pao", "--no-distributed-optimizer"), "use_distributed_optimizer"),
-    ((*RUN, *CFG, "--trainer", "verl-sft", "--optimizer", "dist_opt"), "runs fsdp2 only"),
+    ((*RUN, *CFG, "--trainer", "verl-sft", "--optimizer", "dist_opt"), "is not run by verl's lite engine"),
     (("memory", "my-config.json", "--ngpu", "2", "--gpu-mem", "X1"), "--gpu-mem"),
     (("memory", "my-config.json", "--ngpu", "2", "--optimizer", "adam"), "--optimizer"),
     (("export", "my-config.json", "--nodes", "1", "--target", "nope", "--out", "exported"), "--target"),

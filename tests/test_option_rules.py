@@ -164,3 +164,27 @@ def test_the_options_layer_loads_no_memory_runtime_or_launch_module():
     bad = [m for m in loaded if m.split(".")[:2] in (["mlite", "memory"], ["mlite", "runtime"], ["mlite", "launch"])]
     assert bad == [] and "torch" not in loaded
     assert "mlite.options.optimizers" in loaded
+
+
+def test_verl_lite_engine_backends_are_refused_alike_by_the_run_the_export_and_the_engine(tmp_path):
+    """verl's lite engine runs the backends whose entry says so (fsdp2): ``mlite run --trainer verl-sft``, ``mlite
+    export --target verl-lite-sft`` and the engine's own config reader say the one line of
+    :func:`~mlite.options.optimizers.check_verl_lite_engine`, each naming its spelling of the field."""
+    from mlite.options.optimizers import check_verl_lite_engine
+
+    assert [b.name for b in BACKENDS.values() if b.verl_lite_engine] == ["fsdp2"]
+    check_verl_lite_engine("fsdp2")
+    flag = _message(lambda o: check_verl_lite_engine("dist_opt", "--optimizer"), {})
+    assert flag.startswith("--optimizer: dist_opt is not run by verl's lite engine") and "\n" not in flag
+    assert _refusal(lambda: RunConfig(trainer="verl-sft", optimizer="dist_opt")) == flag
+    out = tmp_path / "r"
+    res = run_cli("run", "--model", "tiny-dense", "--steps", "2", "--nproc", "1", "--device", "cpu", "--out", out,
+                  "--trainer", "verl-sft", "--optimizer", "dist_opt")  # fmt: skip
+    assert_one_line_error(res, flag)
+    assert not out.exists()
+    res = run_cli("export", "tiny-dense", "--nodes", "1", "--target", "verl-lite-sft", "--optimizer", "dist_opt",
+                  "--out", out)  # fmt: skip
+    assert_one_line_error(res, flag)
+    assert not out.exists()
+    key = _message(lambda o: check_verl_lite_engine("dist_opt", "engine.impl_cfg.optimizer"), {})
+    assert key.split(":", 1)[1] == flag.split(":", 1)[1]  # the same rule, the caller's field name

@@ -40,7 +40,7 @@ def test_local_variant_switches_only_the_table_keys():
 
 
 def test_local_variant_refuses_dist_opt():
-    with pytest.raises(MliteError, match="dist_opt is not implemented by the lite engine"):
+    with pytest.raises(MliteError, match=r"dist_opt is not run by verl's lite engine"):
         render(_plan("verl-lite-sft", optimizer="dist_opt"))
 
 

@@ -26,7 +26,9 @@ def options_from_args(args):
 
 def grad_copy_note(o, doc) -> str:
     """What a bf16 gradient buffer without PAO costs after the step, and which runtime that figure is for."""
-    if o.optimizer != "dist_opt" or o.main_grads_dtype != "bf16" or o.pao or o.param_dtype == "fp32":
+    from ..options.optimizers import BACKENDS
+
+    if not BACKENDS.entry(o.optimizer).grad_buffer or o.main_grads_dtype != "bf16" or o.pao or o.param_dtype == "fp32":
         return ""
     from ..units import GIB
 

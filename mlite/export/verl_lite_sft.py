@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import MliteError
+from ..options.optimizers import check_verl_lite_engine
 from ..options.table import ENGINE_SWITCH
 from . import verl_sft
 from .overrides import Override
@@ -30,11 +30,7 @@ def switch(ov: Override, *, to_local: bool = True) -> Override:
 
 
 def build_launcher(plan, spec, mp):
-    if plan.options.optimizer == "dist_opt":
-        raise MliteError(
-            "--target verl-lite-sft: optimizer dist_opt is not implemented by the lite engine yet; "
-            "use --optimizer fsdp2"
-        )
+    check_verl_lite_engine(plan.options.optimizer, "--optimizer")
     cluster = ENGINE_SWITCH[TARGET][0]
     lc, notes = verl_sft.build_launcher(replace(plan, target=cluster), spec, mp)
     sections = [(title, [switch(o) for o in ovs]) for title, ovs in lc.sections]

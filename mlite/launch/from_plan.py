@@ -19,6 +19,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..errors import MliteError
+from ..options import rules
+from ..options.optimizers import BACKENDS
 from ..options.table import RUN
 from ..options.training import TrainingOptions
 
@@ -113,7 +115,7 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
             out[r.field] = getattr(t, r.path[0].split(".", 1)[1])
     if t.exp_avg_dtype != t.exp_avg_sq_dtype:  # a run has one moment dtype (--moment-dtype)
         said.append(f"moments {t.exp_avg_dtype}/{t.exp_avg_sq_dtype} -> {t.exp_avg_dtype}")
-    if t.optimizer == "dist_opt" and t.offload_fraction:
+    if t.offload_fraction and rules.state_on_device in BACKENDS.entry(t.optimizer).lite_refuses:
         said.append(
             f"offload_fraction {t.offload_fraction:g} -> 0 (the lite runtime's dist_opt keeps its optimizer "
             "state on the device)"

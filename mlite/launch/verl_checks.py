@@ -7,6 +7,7 @@ the run-directory and supervisor modules. No verl import.
 from __future__ import annotations
 
 from ..errors import MliteError
+from ..options.optimizers import check_verl_lite_engine
 from ..options.table import (
     LITE_ENGINE,
     LITE_ENGINE_KEYS,
@@ -30,11 +31,7 @@ def check_trainer(cfg) -> tuple:
         return ovs  # refused at start (refuse_unused): a config.json may carry them for a later verl-sft run
     if cfg.launcher != "torchrun":
         raise MliteError("launcher: --trainer verl-sft runs under torchrun; drop --launcher ray")
-    if cfg.optimizer == "dist_opt":  # the engine would refuse it after torchrun started
-        raise MliteError(
-            "optimizer: --trainer verl-sft runs verl's lite engine, which runs fsdp2 only; use --optimizer fsdp2 "
-            "or --trainer lite for dist_opt"
-        )
+    check_verl_lite_engine(cfg.optimizer, "--optimizer")  # the engine would refuse it after torchrun started
     rows = rows_by_field(RUN)
     for name, why in RUN_VERL_NOT_RUN.items():
         if getattr(cfg, name) != rows[name].default:

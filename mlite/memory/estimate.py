@@ -21,7 +21,7 @@ from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
 from ..models.chunks import ce_chunk_rows
 from ..options import TrainingOptions
-from ..options.optimizers import ALGORITHMS
+from ..options.optimizers import ALGORITHMS, BACKENDS
 from ..units import GIB, MIB
 from .activations import (
     ActDims,
@@ -301,7 +301,7 @@ def _padding(sp: StageParams, spec, plan: MeshPlan, o: TrainingOptions, pb: int,
     of the parameter, gradient and optimizer figures, which count real elements only, as the runtime's tally does."""
     import math
 
-    if o.optimizer != "dist_opt" or not o.use_distributed_optimizer:
+    if not BACKENDS.entry(o.optimizer).grad_buffer or not o.use_distributed_optimizer:
         return 0.0
     tensors = sp.tensors
     d = plan.dp * plan.parallel.cp
@@ -331,6 +331,7 @@ def estimate(
     if not plan.valid:
         raise MliteError("invalid mesh: " + plan.errors[0].message)
     sb = state_bytes(o)
+    backend = BACKENDS.entry(o.optimizer)
     p = plan.parallel
     d_dense = plan.dp * p.cp if sb.shard_optimizer else 1
     d_exp = plan.edp if sb.shard_optimizer else 1
@@ -354,7 +355,7 @@ def estimate(
         else:
             acts, transients, persistent = _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb)
             grads_at_peak = None
-            if o.optimizer == "dist_opt":
+            if backend.step_temporaries:
                 # the algorithm's step temporaries (torch AdamW, foreach: sqrt(exp_avg_sq), 4 bytes)
                 transients["optimizer_step"] = ALGORITHMS.entry(o.optimizer_algorithm).step_bytes * (1 - f) * shard
         other = {"framework": o.framework_overhead_gib * GIB}
@@ -364,7 +365,7 @@ def estimate(
         host = {}
         if f:
             host["offloaded_optimizer"] = f * shard * sb.host_per_offloaded
-            if o.optimizer == "fsdp2":
+            if not backend.hybrid_offload:  # the host update reads fp32 copies of the gradients
                 host["cpu_update_grads"] = f * shard * 4
         idle = params + grads + master + m + v
         if o.param_offload:
@@ -373,11 +374,11 @@ def estimate(
         if o.optimizer_offload:
             host["offloaded_optimizer_state"] = master + m + v
             idle -= master + m + v
-        if o.grad_offload and o.optimizer == "dist_opt":
+        if o.grad_offload and backend.grad_buffer:
             host["offloaded_grads"] = grads
             idle -= grads
-        elif o.optimizer == "fsdp2":
-            idle -= grads  # fsdp2 frees gradients after the step (zero_grad sets them to None)
+        elif backend.frees_grads:
+            idle -= grads  # zero_grad sets them to None after the step
         ranks.append(
             RankMemory(
                 pp_rank=sp.pp_rank,
@@ -446,7 +447,7 @@ def _megatron_parts(
         else:  # output-layer input, the fp32 softmax the cross-entropy keeps, its target mask and indices
             acts["logits"] = 2 * tokens * h + 4 * D * vocab_local + 9 * D
             transients["logits_grad"] = 2 * D * vocab_local  # bf16 logits (forward) / their bf16 grad (backward)
-    if o.optimizer == "fsdp2":
+    if BACKENDS.entry(o.optimizer).unit_gather:
         transients["fsdp2_all_gather"] = 2 * sp.max_layer * sb.param
         transients["fsdp2_reduce_scatter"] = sp.max_layer * (sb.param + 4)
     if gqa and sp.layer_kinds:
@@ -509,12 +510,13 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
         "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation
         "loss_backward": root_t["loss_backward"],
     }
-    if o.optimizer == "fsdp2":
+    backend = BACKENDS.entry(o.optimizer)
+    if backend.unit_gather:
         transients["root_params_unsharded"] = root_numel * sb.param
         transients["fsdp2_unit"] = lite.unit_transient(sp.max_layer, d_dense)
     if full_layer:
         transients["recompute_layer"] = full_layer
-    if o.optimizer == "dist_opt":
+    if backend.grad_buffer:  # the buffers stay allocated
         return acts, transients, 1.0
     return acts, transients, (1.0 if o.num_microbatches > 1 else 0.0)
 

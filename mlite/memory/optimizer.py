@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from ..options.optimizers import ALGORITHMS, DTYPE_BYTES
+from ..options.optimizers import ALGORITHMS, BACKENDS, DTYPE_BYTES
 
 __all__ = ["DTYPE_BYTES", "StateBytes", "state_bytes"]
 
@@ -66,25 +66,29 @@ def state_bytes(o) -> StateBytes:
     pao = o.use_precision_aware_optimizer
     offload = o.offload_fraction > 0
     algo = ALGORITHMS.entry(o.optimizer_algorithm)
+    b = BACKENDS.entry(o.optimizer)
     if pb == 4:
         master = 0
-    elif pao and o.store_param_remainders and o.param_dtype == "bf16" and not (offload and o.optimizer == "dist_opt"):
+    elif pao and o.store_param_remainders and o.param_dtype == "bf16" and not (offload and b.hybrid_offload):
         master = 2
     else:
         master = 4
-    if o.optimizer == "dist_opt":
-        if offload:  # HybridDeviceOptimizer: fp32 state, PAO dtypes not applied
-            master = 4 if pb != 4 else 0
-            m, v = algo.state_bytes(_FP32_STATE)
-        else:  # bf16 moments need PAO (mlite.options.rules): without it the algorithm's state is fp32 here
-            m, v = algo.state_bytes(o)
+    if offload and b.hybrid_offload:  # HybridDeviceOptimizer: fp32 state, PAO dtypes not applied
+        master = 4 if pb != 4 else 0
+        m, v = algo.state_bytes(_FP32_STATE)
+    else:  # bf16 moments need PAO (mlite.options.rules): without it the algorithm's state is fp32 here
+        m, v = algo.state_bytes(o)
+    if b.grad_buffer:
         grad = DTYPE_BYTES[o.main_grads_dtype]
         lite = o.activation_model == "lite"  # the lite runtime's dist_opt widens the bf16 grads chunk by chunk
         copy = 4 if grad == 2 and not pao and not offload and pb != 4 and not lite else 0
-        # host per offloaded parameter: the fp32 param copy and the pinned fp32 grad, then the state
-        return StateBytes(pb, grad, master, m, v, 8 + m + v, False, o.use_distributed_optimizer, copy)
-    m, v = algo.state_bytes(o)
-    return StateBytes(pb, pb, master, m, v, master + m + v, True, True)
+    else:  # gradients in the parameter dtype, the state always sharded
+        grad, copy = pb, 0
+    # host per offloaded parameter: HybridDeviceOptimizer's fp32 param copy and pinned fp32 grad, then the state;
+    # else the state as it is on the device
+    host = 8 + m + v if b.hybrid_offload else master + m + v
+    sharded = o.use_distributed_optimizer if b.grad_buffer else True
+    return StateBytes(pb, grad, master, m, v, host, b.shards_params, sharded, copy)
 
 
 _FP32_STATE = SimpleNamespace(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32")

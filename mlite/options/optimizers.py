@@ -67,6 +67,25 @@ class Backend:
     """Rules of what the lite runtime's implementation does not run (not the estimator's concern)."""
     fixed: dict = field(default_factory=dict)
     """Options that do not apply to it -> the value they keep (the memory view disables their controls)."""
+    shards_params: bool = False
+    """Parameters and gradients are sharded over d too (``fully_shard``); False: whole parameters on every rank."""
+    grad_buffer: bool = False
+    """A contiguous gradient buffer in ``main_grads_dtype`` (Megatron-Core DDP): bucket padding, allocated for the
+    whole run (``zero_grad`` zeroes it), the fp32 main-grad copies of a bf16 buffer without PAO, ``grad_offload``."""
+    frees_grads: bool = False
+    """``zero_grad`` frees the gradients after the step (they are not resident between steps)."""
+    unit_gather: bool = False
+    """Each layer's parameters are all-gathered for compute and its gradients reduce-scattered: one layer's
+    unsharded copy is a transient."""
+    hybrid_offload: bool = False
+    """``offload_fraction`` runs Megatron-Core's HybridDeviceOptimizer: the state turns fp32 (PAO dtypes not applied)
+    and the host holds an fp32 param copy and a pinned fp32 grad per offloaded parameter; False: the offloaded state
+    keeps its dtypes and the host update reads fp32 copies of the gradients."""
+    step_temporaries: bool = False
+    """The algorithm's step temporaries (:attr:`Algorithm.step_bytes`) are counted at the peak (Megatron-Core's
+    optimizer steps on its fp32 shard after the backward)."""
+    verl_lite_engine: bool = False
+    """verl's lite engine (:mod:`mlite.verl_engine`, ``engine=lite``) runs it."""
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("optimizer algorithm", "optimizer_algorithm")
@@ -107,6 +126,9 @@ BACKENDS.register(
         "mlite.runtime.optim.backends:dist_opt",
         refuses=(rules.pao_needs_distributed_optimizer,),
         lite_refuses=(rules.state_on_device,),
+        grad_buffer=True,
+        hybrid_offload=True,
+        step_temporaries=True,
     )
 )
 BACKENDS.register(
@@ -116,6 +138,10 @@ BACKENDS.register(
         "mlite.runtime.optim.backends:fsdp2",
         refuses=(rules.grads_in_param_dtype, rules.always_sharded),
         fixed={"main_grads_dtype": "fp32", "use_distributed_optimizer": True},
+        shards_params=True,
+        frees_grads=True,
+        unit_gather=True,
+        verl_lite_engine=True,
     )
 )
 
@@ -152,6 +178,19 @@ def check_lite_runtime(o: Any, backend: str | None = None) -> None:
         )
     for rule in b.lite_refuses:
         rule(o)
+
+
+def check_verl_lite_engine(backend: str, field_name: str = "optimizer") -> None:
+    """verl's lite engine runs only the backends whose entry says so (:attr:`Backend.verl_lite_engine`); the one
+    refusal of ``mlite run --trainer verl-sft``, ``mlite export --target verl-lite-sft`` and the engine itself
+    (``field_name`` names the caller's spelling of the setting)."""
+    if BACKENDS.entry(backend).verl_lite_engine:
+        return
+    runs = ", ".join(b.name for b in BACKENDS.values() if b.verl_lite_engine)
+    raise MliteError(
+        f"{field_name}: {backend} is not run by verl's lite engine (engine=lite builds {runs} only); use "
+        f"{runs} there, or mlite run --trainer lite for {backend}"
+    )
 
 
 def load(path: str) -> Any:

@@ -112,8 +112,8 @@ class LiteRuntime:
         self.cfg = cfg
         bc = cfg.backend_cfg
         check_lite_parallel(bc.parallel)
-        self.dist_opt = bc.optimizer_backend == "dist_opt"
-        """Megatron-Core DDP + distributed optimizer (else FSDP2)."""
+        self.backend = BACKENDS.entry(bc.optimizer_backend)
+        """The optimizer backend's entry (:data:`mlite.options.optimizers.BACKENDS`)."""
         resolve_device(cfg.device)  # fail before touching the process group
         self.info = init_distributed(cfg.device, cfg.dist_timeout_s)
         self.device = self.info.device
@@ -416,10 +416,10 @@ class LiteRuntime:
         load(handle, path, load_optimizer)
 
     def _check_checkpoint_mesh(self, what: str) -> None:
-        if self.dist_opt:
+        if self.backend.grad_buffer:
             raise MliteError(
-                f"{what}: checkpoints of dist_opt runs are not implemented by the lite runtime (the optimizer "
-                "state is a range of the gradient buffer, not per-parameter DTensors); checkpoint an fsdp2 run"
+                f"{what}: checkpoints of {self.backend.name} runs are not implemented by the lite runtime (the "
+                "optimizer state is a range of the gradient buffer, not per-parameter DTensors); checkpoint an fsdp2 run"
             )
         if self.pstate.ep > 1 or self.pstate.tp > 1:
             raise MliteError(

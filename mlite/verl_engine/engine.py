@@ -20,6 +20,7 @@ from verl.workers.engine.base import BaseEngine, BaseEngineCtx, EngineRegistry
 from verl.workers.engine.utils import prepare_micro_batches
 
 from ..errors import MliteError
+from ..options.optimizers import check_verl_lite_engine
 from ..options.table import LITE_ENGINE, LITE_OPTIM_OVERRIDES
 
 _DTYPES = {"auto": "auto", "bfloat16": "bf16", "bf16": "bf16", "float32": "fp32", "fp32": "fp32"}
@@ -69,11 +70,8 @@ def runtime_config(model_config, engine_config, optimizer_config):
 
     e = engine_config
     impl = {k: v for k, v in dict(e.impl_cfg or {}).items() if k != "use_thd"}
-    if impl.get("optimizer") == "dist_opt":
-        raise MliteError(
-            "engine.impl_cfg.optimizer: dist_opt is not implemented by the lite engine yet (it is "
-            "the real mlite's Megatron-Core optimizer); use fsdp2"
-        )
+    if impl.get("optimizer") is not None:
+        check_verl_lite_engine(impl["optimizer"], "engine.impl_cfg.optimizer")
     if e.router_aux_loss_coef is not None:
         impl["moe_aux_loss_coeff"] = float(e.router_aux_loss_coef)
     if e.dtype not in _DTYPES:
