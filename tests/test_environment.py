@@ -35,13 +35,29 @@ def drift(env_text: str, pyproject_text: str, makefile_text: str) -> list[str]:
     problems: list[str] = []
     env = yaml.safe_load(env_text)
     project = tomllib.loads(pyproject_text)["project"]
-    groups = set(project["optional-dependencies"]) - {"all"}
 
     if env.get("name") != "mlite-lab":
         problems.append(f"environment.yml: name is {env.get('name')!r}, expected 'mlite-lab'")
     if env.get("channels") != ["conda-forge"]:
         problems.append(f"environment.yml: channels are {env.get('channels')!r}, expected ['conda-forge']")
+    pip_lines = _conda_drift(env, project, problems)
+    if pip_lines is None:
+        problems.append("environment.yml: no 'pip:' section installing the kit")
+        return problems
+    extras, torch = _pip_drift(pip_lines, set(project["optional-dependencies"]) - {"all"}, problems)
+    _torch_drift(torch, makefile_torch_spec(makefile_text), project, problems)
+    if (
+        torch
+        and extras is not None
+        and pip_lines.index(torch[0]) > next(i for i, ln in enumerate(pip_lines) if EDITABLE.match(str(ln).strip()))
+    ):
+        problems.append("environment.yml: the torch pin must come before '-e .[...]' so pip keeps that build")
+    return problems
 
+
+def _conda_drift(env: dict, project: dict, problems: list[str]) -> list | None:
+    """The conda dependencies: only ``python=X.Y`` (within requires-python), ``pip`` and the ``pip:`` section;
+    returns that section's lines (None: there is none)."""
     python, has_pip, pip_lines = None, False, None
     for dep in env.get("dependencies") or []:
         if isinstance(dep, dict) and set(dep) == {"pip"}:
@@ -64,10 +80,12 @@ def drift(env_text: str, pyproject_text: str, makefile_text: str) -> list[str]:
             f"environment.yml: python={python} does not satisfy pyproject's requires-python "
             f"'{project['requires-python']}'"
         )
-    if pip_lines is None:
-        problems.append("environment.yml: no 'pip:' section installing the kit")
-        return problems
+    return pip_lines
 
+
+def _pip_drift(pip_lines: list, groups: set[str], problems: list[str]) -> tuple[set[str] | None, list[str]]:
+    """The ``pip:`` lines: pip options, torch, and ``-e .[extras]`` naming every optional-dependency group;
+    returns ``(extras, torch lines)``."""
     extras, torch = None, []
     for line in pip_lines:
         line = str(line).strip()
@@ -94,27 +112,23 @@ def drift(env_text: str, pyproject_text: str, makefile_text: str) -> list[str]:
             f"groups (except 'all') are {sorted(groups)}; missing {sorted(groups - extras)}, "
             f"unknown {sorted(extras - groups)}"
         )
+    return extras, torch
 
-    make_torch = makefile_torch_spec(makefile_text)
+
+def _torch_drift(torch: list[str], make_torch: str, project: dict, problems: list[str]) -> None:
+    """One torch line, the Makefile's TORCH_SPEC default, within pyproject's torch dependency."""
     if torch != [make_torch]:
         problems.append(
             f"environment.yml: torch pin {torch} differs from the Makefile's TORCH_SPEC default "
             f"{make_torch!r} (one torch line, the same pin)"
         )
-    else:
-        pin = Requirement(make_torch)
-        version = next(iter(pin.specifier)).version if len(pin.specifier) == 1 else None
-        for dep in project.get("dependencies", []):
-            r = Requirement(dep)
-            if r.name == "torch" and version and not r.specifier.contains(version, prereleases=True):
-                problems.append(f"torch pin {make_torch!r} does not satisfy pyproject's dependency {dep!r}")
-    if (
-        torch
-        and extras is not None
-        and pip_lines.index(torch[0]) > next(i for i, ln in enumerate(pip_lines) if EDITABLE.match(str(ln).strip()))
-    ):
-        problems.append("environment.yml: the torch pin must come before '-e .[...]' so pip keeps that build")
-    return problems
+        return
+    pin = Requirement(make_torch)
+    version = next(iter(pin.specifier)).version if len(pin.specifier) == 1 else None
+    for dep in project.get("dependencies", []):
+        r = Requirement(dep)
+        if r.name == "torch" and version and not r.specifier.contains(version, prereleases=True):
+            problems.append(f"torch pin {make_torch!r} does not satisfy pyproject's dependency {dep!r}")
 
 
 def test_environment_yml_matches_pyproject_and_makefile():

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ..errors import MliteError
 from .config import load_config
 from .reader import from_hf_config
+from .spec import ModelSpec
 
 _EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
 """Routed-expert count, by family (Qwen, DeepSeek/GLM/Kimi, Mixtral)."""
@@ -69,8 +70,7 @@ def shrink_config(ref, *, layers: int | None = None, experts: int | None = None,
     t = _text(cfg)
     changes: list[str] = []
     n_old = spec.num_layers
-    main = spec.main_layers
-    kinds = [(layer.attention, layer.mlp) for layer in main]
+    kinds = [(layer.attention, layer.mlp) for layer in spec.main_layers]
 
     if layers is None:
         layers = n_old
@@ -78,87 +78,112 @@ def shrink_config(ref, *, layers: int | None = None, experts: int | None = None,
         raise MliteError(f"--layers {layers}: {name} has {n_old} layers; give 1 to {n_old}")
     src = list(range(n_old)) if layers == n_old else _choose_layers(kinds, layers)
     if layers != n_old:
-        distinct = len(set(kinds))
-        kept = len({kinds[i] for i in src})
-        t["num_hidden_layers"] = layers
-        msg = f"layers {n_old} -> {layers} (original layers {', '.join(map(str, src))})"
-        if kept < distinct:
-            msg += f"; only {kept} of the {distinct} layer kinds fit in {layers} layers"
-        changes.append(msg)
-        n_mtp = spec.num_mtp_layers
-        if isinstance(t.get("hybrid_override_pattern"), str) and len(t["hybrid_override_pattern"]) == n_old:
-            t["hybrid_override_pattern"] = "".join(t["hybrid_override_pattern"][i] for i in src)  # Nemotron-H
-        for key, val in list(t.items()):
-            if not isinstance(val, list) or key in ("mlp_only_layers", "architectures"):
-                continue
-            if len(val) == n_old:
-                t[key] = [val[i] for i in src]
-            elif n_mtp and len(val) == n_old + n_mtp:  # per-layer lists that also cover the MTP layers
-                t[key] = [val[i] for i in src] + val[n_old:]
-        if (
-            "full_attention_interval" in t
-            and "layer_types" not in t
-            and spec.architecture in ("qwen3_next", "qwen3_5_moe")
-        ):
-            t["layer_types"] = ["linear_attention" if kinds[i][0] == "gdn" else "full_attention" for i in src]
-            changes.append("layer_types written out (the interval rule would not give the chosen pattern)")
-        if isinstance(t.get("mlp_only_layers"), list) and t["mlp_only_layers"]:
-            old_idx = set(t["mlp_only_layers"])
-            t["mlp_only_layers"] = [j for j, i in enumerate(src) if i in old_idx]
-        for key, mlp_kind in _PREFIX_COUNTERS.items():
-            if isinstance(t.get(key), int) and t[key] > 0:
-                new = sum(1 for i in src if main[i].mlp == mlp_kind)
-                if new != t[key]:
-                    changes.append(f"{key} {t[key]} -> {new}")
-                    t[key] = new
-
+        _cut_layers(t, spec, kinds, src, changes)
     kept_experts = spec.num_experts or None
     if experts is not None:
-        ekey = next((k for k in _EXPERT_KEYS if isinstance(t.get(k), int) and t[k] > 0), None)
-        if ekey is None or not spec.is_moe:
-            raise MliteError(f"--experts {experts}: {name} has no routed experts (a dense model); leave --experts out")
-        old = t[ekey]
-        if not 1 <= experts <= old:
-            raise MliteError(f"--experts {experts}: {name} has {old} routed experts per layer; give 1 to {old}")
-        if experts != old:
-            t[ekey] = experts
-            kept_experts = experts
-            changes.append(f"routed experts {old} -> {experts} (experts 0..{experts - 1} of each MoE layer)")
-            groups = t.get("n_group")
-            if isinstance(groups, int) and groups > 1 and experts % groups:
-                g = math.gcd(groups, experts)
-                changes.append(f"n_group {groups} -> {g} ({experts} experts must split evenly into groups)")
-                t["n_group"] = groups = g
-                if isinstance(t.get("topk_group"), int) and t["topk_group"] > g:
-                    changes.append(f"topk_group {t['topk_group']} -> {g}")
-                    t["topk_group"] = g
-            reachable = experts
-            if isinstance(groups, int) and groups > 1 and isinstance(t.get("topk_group"), int):
-                reachable = t["topk_group"] * (experts // groups)
-            for k in _TOPK_KEYS:
-                if isinstance(t.get(k), int) and t[k] > reachable:
-                    changes.append(f"{k} {t[k]} -> {reachable} (no more experts can be routed to)")
-                    t[k] = reachable
-
+        kept_experts = _cut_experts(t, spec, name, experts, changes) or kept_experts
     if vocab is not None:
-        old = t.get("vocab_size")
-        if not isinstance(old, int):
-            raise MliteError(f"--vocab {vocab}: {name}'s config has no vocab_size")
-        if not 2 <= vocab <= old:
-            raise MliteError(f"--vocab {vocab}: {name} has a vocabulary of {old}; give 2 to {old}")
-        if vocab != old:
-            t["vocab_size"] = vocab
-            changes.append(f"vocab_size {old} -> {vocab} (random initialisation only)")
-            for k in _TOKEN_ID_KEYS:
-                for d in {id(cfg): cfg, id(t): t}.values():
-                    v = d.get(k)
-                    if (isinstance(v, int) and v >= vocab) or (isinstance(v, list) and any(x >= vocab for x in v)):
-                        d[k] = None
-                        changes.append(f"{k} dropped (outside the new vocabulary)")
+        _cut_vocab(cfg, t, name, vocab, changes)
     from_hf_config(cfg, name=f"{name}-cut")  # the cut config must still read as the same family
     return Shrunk(
         config=cfg, source_layers=tuple(src), changes=changes, num_experts=kept_experts if spec.is_moe else None
     )
+
+
+def _cut_layers(t: dict, spec: ModelSpec, kinds: list[tuple[str, str]], src: list[int], changes: list[str]) -> None:
+    """Keep the original layers ``src`` (fewer than all) in the text config ``t``: the count, every per-layer
+    list, the counters and index lists recomputed."""
+    n_old = spec.num_layers
+    distinct = len(set(kinds))
+    kept = len({kinds[i] for i in src})
+    t["num_hidden_layers"] = len(src)
+    msg = f"layers {n_old} -> {len(src)} (original layers {', '.join(map(str, src))})"
+    if kept < distinct:
+        msg += f"; only {kept} of the {distinct} layer kinds fit in {len(src)} layers"
+    changes.append(msg)
+    _reindex_per_layer(t, src, n_old, spec.num_mtp_layers)
+    if "full_attention_interval" in t and "layer_types" not in t and spec.architecture in ("qwen3_next", "qwen3_5_moe"):
+        t["layer_types"] = ["linear_attention" if kinds[i][0] == "gdn" else "full_attention" for i in src]
+        changes.append("layer_types written out (the interval rule would not give the chosen pattern)")
+    if isinstance(t.get("mlp_only_layers"), list) and t["mlp_only_layers"]:
+        old_idx = set(t["mlp_only_layers"])
+        t["mlp_only_layers"] = [j for j, i in enumerate(src) if i in old_idx]
+    for key, mlp_kind in _PREFIX_COUNTERS.items():
+        if isinstance(t.get(key), int) and t[key] > 0:
+            new = sum(1 for i in src if spec.main_layers[i].mlp == mlp_kind)
+            if new != t[key]:
+                changes.append(f"{key} {t[key]} -> {new}")
+                t[key] = new
+
+
+def _reindex_per_layer(t: dict, src: list[int], n_old: int, n_mtp: int) -> None:
+    """Per-layer lists (and Nemotron-H's pattern string) of ``t`` re-indexed to the layers ``src``."""
+    if isinstance(t.get("hybrid_override_pattern"), str) and len(t["hybrid_override_pattern"]) == n_old:
+        t["hybrid_override_pattern"] = "".join(t["hybrid_override_pattern"][i] for i in src)  # Nemotron-H
+    for key, val in list(t.items()):
+        if not isinstance(val, list) or key in ("mlp_only_layers", "architectures"):
+            continue
+        if len(val) == n_old:
+            t[key] = [val[i] for i in src]
+        elif n_mtp and len(val) == n_old + n_mtp:  # per-layer lists that also cover the MTP layers
+            t[key] = [val[i] for i in src] + val[n_old:]
+
+
+def _cut_experts(t: dict, spec: ModelSpec, name: str, experts: int, changes: list[str]) -> int | None:
+    """Keep routed experts ``0 .. experts-1``: the count, group-limited routing and top-k reduced as far as the
+    new count requires. Returns the new count (None: unchanged)."""
+    ekey = next((k for k in _EXPERT_KEYS if isinstance(t.get(k), int) and t[k] > 0), None)
+    if ekey is None or not spec.is_moe:
+        raise MliteError(f"--experts {experts}: {name} has no routed experts (a dense model); leave --experts out")
+    old = t[ekey]
+    if not 1 <= experts <= old:
+        raise MliteError(f"--experts {experts}: {name} has {old} routed experts per layer; give 1 to {old}")
+    if experts == old:
+        return None
+    t[ekey] = experts
+    changes.append(f"routed experts {old} -> {experts} (experts 0..{experts - 1} of each MoE layer)")
+    groups = _cut_groups(t, experts, changes)
+    reachable = experts
+    if isinstance(groups, int) and groups > 1 and isinstance(t.get("topk_group"), int):
+        reachable = t["topk_group"] * (experts // groups)
+    for k in _TOPK_KEYS:
+        if isinstance(t.get(k), int) and t[k] > reachable:
+            changes.append(f"{k} {t[k]} -> {reachable} (no more experts can be routed to)")
+            t[k] = reachable
+    return experts
+
+
+def _cut_groups(t: dict, experts: int, changes: list[str]) -> object:
+    """``n_group`` (and ``topk_group``) reduced so that ``experts`` split evenly into groups; the new ``n_group``
+    (as the config has it: possibly absent or not an int)."""
+    groups = t.get("n_group")
+    if isinstance(groups, int) and groups > 1 and experts % groups:
+        g = math.gcd(groups, experts)
+        changes.append(f"n_group {groups} -> {g} ({experts} experts must split evenly into groups)")
+        t["n_group"] = groups = g
+        if isinstance(t.get("topk_group"), int) and t["topk_group"] > g:
+            changes.append(f"topk_group {t['topk_group']} -> {g}")
+            t["topk_group"] = g
+    return groups
+
+
+def _cut_vocab(cfg: dict, t: dict, name: str, vocab: int, changes: list[str]) -> None:
+    """``vocab_size`` reduced to ``vocab``; special token ids beyond it dropped (in ``cfg`` and its text part)."""
+    old = t.get("vocab_size")
+    if not isinstance(old, int):
+        raise MliteError(f"--vocab {vocab}: {name}'s config has no vocab_size")
+    if not 2 <= vocab <= old:
+        raise MliteError(f"--vocab {vocab}: {name} has a vocabulary of {old}; give 2 to {old}")
+    if vocab == old:
+        return
+    t["vocab_size"] = vocab
+    changes.append(f"vocab_size {old} -> {vocab} (random initialisation only)")
+    for k in _TOKEN_ID_KEYS:
+        for d in {id(cfg): cfg, id(t): t}.values():
+            v = d.get(k)
+            if (isinstance(v, int) and v >= vocab) or (isinstance(v, list) and any(x >= vocab for x in v)):
+                d[k] = None
+                changes.append(f"{k} dropped (outside the new vocabulary)")
 
 
 __all__ = ["Shrunk", "shrink_config"]

@@ -36,6 +36,9 @@ class _Lexer:
         self.cmds: list[Command] = []
         self.case_depth = 0
         self.expect_pattern = False
+        self.words: list = []  # the command being read
+        self.start = 1  # its first line
+        self.after = ""  # the list operator before it
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -159,82 +162,96 @@ class _Lexer:
         return "((" + "".join(out) + "))"
 
     def lex(self) -> list[Command]:
-        words: list = []
-        start = self.line
-        after = ""
         while self.i < len(self.s):
             self.skip_ws(newlines=False)
             c = self.peek()
             if not c:
                 break
-            if not words:
-                start = self.line
+            if not self.words:
+                self.start = self.line
             if c in "\n;&|":
-                op = self.adv()
-                if c == ";" and self.peek() == ";":
-                    self.adv()
-                    self.expect_pattern = self.case_depth > 0
-                elif c in "&|" and self.peek() == c:
-                    op += self.adv()
-                flushed = bool(words)
-                if words:
-                    self.cmds.append(Command(words, line=start, after=after))
-                    words = []
-                if op in ("&&", "||"):
-                    after = op
-                elif flushed or op != "\n":  # a newline right after && / || continues the list
-                    after = ""
-                if op == "\n" and self.case_depth and self.cmds and self.cmds[-1].words[-1:] == ["in"]:
-                    self.expect_pattern = True
-                continue
-            if c in "<>":
-                if words and isinstance(words[-1], str) and words[-1].isdigit():
-                    words.pop()
-                while self.peek() in "<>&":
-                    self.adv()
-                while self.peek().isdigit() or self.peek() == "-":
-                    self.adv()
-                if self.s[self.i - 1] in "<>":
-                    self.skip_ws(newlines=False)
-                    self.read_word()
-                continue
-            if not words and self.case_depth and self.expect_pattern and not re.match(r"esac\b", self.s[self.i :]):
-                pat = []
-                while self.i < len(self.s) and self.peek() != ")":
-                    ch = self.peek()
-                    pat.append(self.read_until_quote(ch) if ch in "'\"" else self.adv())
+                self.read_operator(c)
+            elif c in "<>":
+                self.skip_redirect()
+            elif not self.words and self.at_pattern():
+                self.read_pattern()
+            elif c == "(" and self.peek(1) == "(" and not self.words:
+                self.words.append(self.read_arith_command())
+            elif c in "()":
                 self.adv()
-                words.append(("__pattern__", "".join(pat).strip().lstrip("(").strip()))
-                self.expect_pattern = False
-                continue
-            if c == "(" and self.peek(1) == "(" and not words:
-                words.append(self.read_arith_command())
-                continue
-            if c in "()":
-                self.adv()
-                if words:
-                    self.cmds.append(Command(words, line=start))
-                    words = []
-                continue
-            w = self.read_word()
-            if self.peek() == "(" and re.fullmatch(r"[A-Za-z_]\w*\+?=", w):
-                words.append((w.rstrip("="), self.read_array()))  # "NAME+" appends
-                continue
-            if not w:
-                if self.i < len(self.s) and self.peek() not in " \t\n":
-                    self.adv()
-                continue
-            if not words and w == "case":
-                self.case_depth += 1
-            elif not words and w == "esac":
-                self.case_depth -= 1
-                self.expect_pattern = False
-            words.append(w)
-            if words[-1] == "in" and words[0] == "case":
-                self.expect_pattern = True
-        if words:
-            self.cmds.append(Command(words, line=start))
+                self.flush("")
+            else:
+                self.read_command_word()
+        self.flush("")
         return self.cmds
+
+    def flush(self, after: str) -> bool:
+        """End the command being read (if it has words), its list operator ``after``; whether there was one."""
+        if not self.words:
+            return False
+        self.cmds.append(Command(self.words, line=self.start, after=after))
+        self.words = []
+        return True
+
+    def read_operator(self, c: str) -> None:
+        """A newline, ``;``, ``;;``, ``&``, ``&&``, ``|``, ``||``: ends the command; ``&&`` / ``||`` start a list."""
+        op = self.adv()
+        if c == ";" and self.peek() == ";":
+            self.adv()
+            self.expect_pattern = self.case_depth > 0
+        elif c in "&|" and self.peek() == c:
+            op += self.adv()
+        flushed = self.flush(self.after)
+        if op in ("&&", "||"):
+            self.after = op
+        elif flushed or op != "\n":  # a newline right after && / || continues the list
+            self.after = ""
+        if op == "\n" and self.case_depth and self.cmds and self.cmds[-1].words[-1:] == ["in"]:
+            self.expect_pattern = True
+
+    def skip_redirect(self) -> None:
+        """A redirection (``2>&1``, ``> file``, ``<<<``): dropped with its fd number and its target word."""
+        if self.words and isinstance(self.words[-1], str) and self.words[-1].isdigit():
+            self.words.pop()
+        while self.peek() in "<>&":
+            self.adv()
+        while self.peek().isdigit() or self.peek() == "-":
+            self.adv()
+        if self.s[self.i - 1] in "<>":
+            self.skip_ws(newlines=False)
+            self.read_word()
+
+    def at_pattern(self) -> bool:
+        """Whether a ``case`` pattern (``gpu)``) comes next, not the ``esac``."""
+        return bool(self.case_depth and self.expect_pattern and not re.match(r"esac\b", self.s[self.i :]))
+
+    def read_pattern(self) -> None:
+        pat = []
+        while self.i < len(self.s) and self.peek() != ")":
+            ch = self.peek()
+            pat.append(self.read_until_quote(ch) if ch in "'\"" else self.adv())
+        self.adv()
+        self.words.append(("__pattern__", "".join(pat).strip().lstrip("(").strip()))
+        self.expect_pattern = False
+
+    def read_command_word(self) -> None:
+        """A word of the command, or an array assignment ``NAME=( ... )``; tracks ``case`` / ``esac`` nesting."""
+        w = self.read_word()
+        if self.peek() == "(" and re.fullmatch(r"[A-Za-z_]\w*\+?=", w):
+            self.words.append((w.rstrip("="), self.read_array()))  # "NAME+" appends
+            return
+        if not w:
+            if self.i < len(self.s) and self.peek() not in " \t\n":
+                self.adv()
+            return
+        if not self.words and w == "case":
+            self.case_depth += 1
+        elif not self.words and w == "esac":
+            self.case_depth -= 1
+            self.expect_pattern = False
+        self.words.append(w)
+        if self.words[-1] == "in" and self.words[0] == "case":
+            self.expect_pattern = True
 
 
 def lex(text: str) -> list[Command]:

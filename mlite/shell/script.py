@@ -179,155 +179,232 @@ def _sibling(sh: Shell, words: list, here: Path | None) -> tuple[Path | None, st
 
 
 def _run(res: ScriptResult, text: str, here: Path | None, level: int) -> None:
+    """Run the commands of ``text`` in order on ``res`` (the sibling script ``here`` is read at nesting ``level``)."""
+    _Runner(res, here, level).run(lex(text))
+
+
+def _keyword(words: list) -> str | None:
+    return words[0] if words and isinstance(words[0], str) else None
+
+
+def _opens_block(first: str | None, words: list) -> bool:
+    """Whether a command starts a block that is not run: ``if`` / a loop, ``{``, ``function f {``."""
+    return first in _BLOCK_OPEN or first == "{" or (first == "function" and "{" in words)
+
+
+def _unset(res: ScriptResult, words: list) -> None:
+    for w in words[1:]:
+        if isinstance(w, str):
+            res.shell.vars.pop(w, None)
+
+
+def _print(res: ScriptResult, words: list) -> None:
     sh = res.shell
-    depth = 0
-    cases: list[dict] = []
-    status: bool | None = True  # of the last command run at the top level (None: a test that could not be read)
-    unknown_test = ""  # the test that made it None
-    ifs: list[dict] = []  # if-blocks whose condition was read: {"taken", "done", "nest", "then", "unknown"}
-    cmds = lex(text)
-    for k, cmd in enumerate(cmds):
+    sh.unresolved = set()
+    res.prints.append(" ".join(x for w in words[1:] if isinstance(w, str) for x in sh.expand(w)))
+
+
+def _colon(res: ScriptResult, words: list) -> None:
+    """``: "${X:=default}"``, ``: "${X:?message}"``: only the expansion's side effects."""
+    for w in words[1:]:
+        if isinstance(w, str):
+            res.shell.expand(w)
+
+
+def _ignore(res: ScriptResult, words: list) -> None:
+    """A builtin with no effect on the words of a launch line."""
+
+
+_BUILTINS = {
+    "unset": _unset,
+    "echo": _print,
+    "printf": _print,
+    ":": _colon,
+    **dict.fromkeys(("set", "exit", "cd", "mkdir", "pushd", "popd", "trap", "shopt", "ulimit", "true"), _ignore),
+}
+"""Commands read for their effect on the variables or :attr:`ScriptResult.prints`, not counted as commands."""
+
+
+class _Runner:
+    """The state of one :func:`_run`: open ``if`` / ``case`` / other blocks and the status of the last command."""
+
+    def __init__(self, res: ScriptResult, here: Path | None, level: int):
+        self.res, self.sh, self.here, self.level = res, res.shell, here, level
+        self.depth = 0  # nesting of blocks that are not run
+        self.cases: list[dict] = []
+        self.status: bool | None = True  # of the last command run at the top level (None: a test not read)
+        self.unknown_test = ""  # the test that made it None
+        self.ifs: list[dict] = []  # if-blocks whose condition was read: {"taken", "done", "nest", "then", "unknown"}
+        self.cmds: list[Command] = []
+
+    def run(self, cmds: list[Command]) -> None:
+        self.cmds = cmds
+        for k, cmd in enumerate(cmds):  # an ``else cmd`` inserts ``cmd`` after itself
+            self.step(k, cmd)
+
+    def top_level(self) -> bool:
+        """Outside any block that is not run and any ``case`` branch that is not taken."""
+        return self.depth == 0 and not cases_inactive(self.cases)
+
+    def step(self, k: int, cmd: Command) -> None:
         words = list(cmd.words)
-        kw = words[0] if words and isinstance(words[0], str) else None
-        if kw == "then" and ifs and ifs[-1]["then"]:
-            ifs[-1]["then"] = False
-            words = words[1:]
-            kw = words[0] if words and isinstance(words[0], str) else None
-            if not words:
-                continue
-        if ifs and not ifs[-1]["taken"]:  # inside a branch not taken: find the next branch or the fi
-            top = ifs[-1]
-            if top["unknown"]:
-                res.block_assignments |= {_assigned_name(w) for w in words if _is_assign(w)}
-            if kw in _OPENERS:
-                top["nest"] += 1
-            elif kw in _CLOSERS and top["nest"]:
-                top["nest"] -= 1
-            elif top["nest"]:
-                pass
-            elif kw == "fi":
-                ifs.pop()
-            elif kw == "elif" and not top["done"]:
-                r = _condition(sh, words, cmds, k)
-                if r is None:
-                    top.update(done=True, unknown=True)
-                    res.notes.append(
-                        f"line {cmd.line}: the elif condition could not be read; its branch and the "
-                        "ones after it were not read"
-                    )
-                else:
-                    top.update(taken=r, done=r, then=True)
-            elif kw == "else" and not top["done"]:
-                top.update(taken=True, done=True)
-                words = words[1:]
-                if words:
-                    cmds.insert(k + 1, Command(words, line=cmd.line))
-            continue
-        if ifs and depth == 0 and not cases_inactive(cases) and kw in ("elif", "else", "fi"):
-            if kw == "fi":
-                ifs.pop()
-            else:
-                ifs[-1]["taken"] = False  # the branch that ran ends here; skip to the fi
-            continue
-        if kw == "if" and depth == 0 and not cases_inactive(cases):
-            r = _condition(sh, words, cmds, k)
-            if r is not None:
-                ifs.append({"taken": r, "done": r, "nest": 0, "then": True, "unknown": False})
-                continue
-        if depth == 0 and not any(not cs["active"] for cs in cases):
-            if (cmd.after == "&&" and status is False) or (cmd.after == "||" and status is True):
-                continue  # not run; the list's status stays
-            guess = cmd.after and status is None
-            if not cmd.after:
-                status, unknown_test = True, ""
-            if words and words[0] in ("[", "[[", "test"):
-                status = _test(sh, words, cmd.line)
-                if status is None:
-                    unknown_test = f"the test at line {cmd.line}"
-                continue
-            if guess and words and _is_assign(words[0]):
-                # run on a test that could not be read: what it assigns is unresolved, not a guess
-                for w in words:
-                    if _is_assign(w):
-                        name = _assign(sh, w)
-                        sh.taint[name] = {unknown_test or f"the test before line {cmd.line}"}
-                continue
-        if words and isinstance(words[0], tuple) and words[0][0] == "__pattern__":
-            if cases and depth == 0:
-                cs = cases[-1]
-                cs["active"] = not cs["matched"] and cs["word"] is not None and case_matches(words[0][1], cs["word"])
-                cs["matched"] |= cs["active"]
+        if _keyword(words) == "then" and self.ifs and self.ifs[-1]["then"]:
+            self.ifs[-1]["then"] = False
             words = words[1:]
             if not words:
-                continue
+                return
+        kw = _keyword(words)
+        if self.ifs and not self.ifs[-1]["taken"]:
+            self.skip_branch(k, cmd, words, kw)
+            return
+        if self.if_control(k, words, kw):
+            return
+        if self.top_level() and self.list_step(cmd, words):
+            return
+        words = self.case_pattern(words)
+        if not words:
+            return
         first = words[0] if isinstance(words[0], str) else None
-        if first == "esac" and depth == 0:
-            if cases:
-                cs = cases.pop()
-                if cs.get("guess") and not cs["matched"]:
-                    res.notes.append(
-                        f"line {cs['line']}: no '{GPU_BRANCH}' branch in the case on {cs['raw']}; no branch was read"
-                    )
-            continue
-        inactive = any(not cs["active"] for cs in cases)
-        if depth or inactive:
-            if first in _BLOCK_OPEN or first == "{" or (first == "function" and "{" in words):
-                depth += 1
-            elif first in ("fi", "done", "}") and depth:
-                depth -= 1
-            if depth and not inactive:
-                res.skipped.append(Command(words, skipped=True, line=cmd.line))
-                res.block_assignments |= {_assigned_name(w) for w in words if _is_assign(w)}
-            if first == "case" and inactive:
-                cases.append({"word": None, "matched": True, "active": False})
-            elif first == "esac" and cases:
-                cases.pop()
-            continue
-        if first == "case":
-            cases.append(_case(res, words, cmd.line))
-            continue
-        if first in _BLOCK_OPEN or first == "{" or (first == "function" and "{" in words):
-            depth += 1
-            res.skipped.append(Command(words, skipped=True, line=cmd.line))
-            continue
-        if first in _DECL:
+        if first == "esac" and self.depth == 0:
+            self.esac()
+        elif self.depth or cases_inactive(self.cases):
+            self.in_block(cmd, words, first)
+        elif first == "case":
+            self.cases.append(_case(self.res, words, cmd.line))
+        elif _opens_block(first, words):
+            self.depth += 1
+            self.res.skipped.append(Command(words, skipped=True, line=cmd.line))
+        elif first in _DECL:
             for w in words[1:]:
                 if _is_assign(w):
-                    _assign(sh, w)
-            continue
+                    _assign(self.sh, w)
+        else:
+            self.simple(cmd, words)
+
+    def skip_branch(self, k: int, cmd: Command, words: list, kw: str | None) -> None:
+        """Inside an ``if`` branch not taken: find the next branch or the ``fi``."""
+        top = self.ifs[-1]
+        if top["unknown"]:
+            self.res.block_assignments |= {_assigned_name(w) for w in words if _is_assign(w)}
+        if kw in _OPENERS:
+            top["nest"] += 1
+        elif kw in _CLOSERS and top["nest"]:
+            top["nest"] -= 1
+        elif top["nest"]:
+            pass
+        elif kw == "fi":
+            self.ifs.pop()
+        elif kw == "elif" and not top["done"]:
+            r = _condition(self.sh, words, self.cmds, k)
+            if r is None:
+                top.update(done=True, unknown=True)
+                self.res.notes.append(
+                    f"line {cmd.line}: the elif condition could not be read; its branch and the "
+                    "ones after it were not read"
+                )
+            else:
+                top.update(taken=r, done=r, then=True)
+        elif kw == "else" and not top["done"]:
+            top.update(taken=True, done=True)
+            if words[1:]:
+                self.cmds.insert(k + 1, Command(words[1:], line=cmd.line))
+
+    def if_control(self, k: int, words: list, kw: str | None) -> bool:
+        """An ``if`` whose condition can be read, or the end of the branch that ran: whether ``words`` was one."""
+        if not self.top_level():
+            return False
+        if self.ifs and kw in ("elif", "else", "fi"):
+            if kw == "fi":
+                self.ifs.pop()
+            else:
+                self.ifs[-1]["taken"] = False  # the branch that ran ends here; skip to the fi
+            return True
+        if kw == "if":
+            r = _condition(self.sh, words, self.cmds, k)
+            if r is not None:
+                self.ifs.append({"taken": r, "done": r, "nest": 0, "then": True, "unknown": False})
+                return True
+        return False
+
+    def list_step(self, cmd: Command, words: list) -> bool:
+        """``&&`` / ``||`` lists and tests at the top level: whether the command was read (or not run) here."""
+        if (cmd.after == "&&" and self.status is False) or (cmd.after == "||" and self.status is True):
+            return True  # not run; the list's status stays
+        guess = cmd.after and self.status is None
+        if not cmd.after:
+            self.status, self.unknown_test = True, ""
+        if words and words[0] in ("[", "[[", "test"):
+            self.status = _test(self.sh, words, cmd.line)
+            if self.status is None:
+                self.unknown_test = f"the test at line {cmd.line}"
+            return True
+        if guess and words and _is_assign(words[0]):
+            # run on a test that could not be read: what it assigns is unresolved, not a guess
+            for w in words:
+                if _is_assign(w):
+                    name = _assign(self.sh, w)
+                    self.sh.taint[name] = {self.unknown_test or f"the test before line {cmd.line}"}
+            return True
+        return False
+
+    def case_pattern(self, words: list) -> list:
+        """A ``case`` pattern (``gpu)``) opens its branch when it matches; the words after it."""
+        if not (words and isinstance(words[0], tuple) and words[0][0] == "__pattern__"):
+            return words
+        if self.cases and self.depth == 0:
+            cs = self.cases[-1]
+            cs["active"] = not cs["matched"] and cs["word"] is not None and case_matches(words[0][1], cs["word"])
+            cs["matched"] |= cs["active"]
+        return words[1:]
+
+    def esac(self) -> None:
+        if not self.cases:
+            return
+        cs = self.cases.pop()
+        if cs.get("guess") and not cs["matched"]:
+            self.res.notes.append(
+                f"line {cs['line']}: no '{GPU_BRANCH}' branch in the case on {cs['raw']}; no branch was read"
+            )
+
+    def in_block(self, cmd: Command, words: list, first: str | None) -> None:
+        """Inside a block that is not run, or a ``case`` branch not taken: track nesting, keep the command."""
+        inactive = cases_inactive(self.cases)
+        if _opens_block(first, words):
+            self.depth += 1
+        elif first in ("fi", "done", "}") and self.depth:
+            self.depth -= 1
+        if self.depth and not inactive:
+            self.res.skipped.append(Command(words, skipped=True, line=cmd.line))
+            self.res.block_assignments |= {_assigned_name(w) for w in words if _is_assign(w)}
+        if first == "case" and inactive:
+            self.cases.append({"word": None, "matched": True, "active": False})
+        elif first == "esac" and self.cases:
+            self.cases.pop()
+
+    def simple(self, cmd: Command, words: list) -> None:
+        """A simple command run at the top level: assignments, builtins, a launch line, ``source`` / ``exec``."""
+        res, sh = self.res, self.sh
         while words and _is_assign(words[0]):
             _assign(sh, words[0])
             words = words[1:]
         if not words:
-            continue
-        if words[0] == "unset":
-            for w in words[1:]:
-                if isinstance(w, str):
-                    sh.vars.pop(w, None)
-            continue
-        if words[0] in ("echo", "printf"):
-            sh.unresolved = set()
-            res.prints.append(" ".join(x for w in words[1:] if isinstance(w, str) for x in sh.expand(w)))
-            continue
-        if words[0] == ":":  # ': "${X:=default}"', ': "${X:?message}"': only the expansion's side effects
-            for w in words[1:]:
-                if isinstance(w, str):
-                    sh.expand(w)
-            continue
-        if words[0] in ("set", "exit", "cd", "mkdir", "pushd", "popd", "trap", "shopt", "ulimit", "true"):
-            continue
+            return
+        head = words[0] if isinstance(words[0], str) else None
+        if head in _BUILTINS:
+            _BUILTINS[head](res, words)
+            return
         launch = _find_launch(sh, Command(words, line=cmd.line), in_block=False)
         if launch:
             res.launches.append(launch)
             res.commands += 1
-            continue
-        m = re.fullmatch(r'"?\$\{?([A-Za-z_]\w*)\}?"?', words[0]) if isinstance(words[0], str) else None
+            return
+        m = re.fullmatch(r'"?\$\{?([A-Za-z_]\w*)\}?"?', head) if head is not None else None
         if m and sh.vars.get(m.group(1)) is None and len(words) > 1:
             res.unset_commands.append((cmd.line, m.group(1)))
-        if words[0] in _FOLLOW or (words[0] == "exec" and len(words) > 1 and words[1] in ("bash", "sh")):
-            follow = words[1:] if words[0] == "exec" and len(words) > 1 and words[1] in ("bash", "sh") else words
-            _follow(res, follow, here, level, cmd.line)
-            continue
+        exec_shell = head == "exec" and len(words) > 1 and words[1] in ("bash", "sh")
+        if head in _FOLLOW or exec_shell:
+            _follow(res, words[1:] if exec_shell else words, self.here, self.level, cmd.line)
+            return
         res.commands += 1
 
 

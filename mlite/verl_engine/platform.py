@@ -64,81 +64,87 @@ def _device_module():
     return mod
 
 
+class _CPUCalls:
+    """The calls verl's SFT trainer makes on its platform, answered for a CPU-only host (gloo); a mixin, so that
+    this module loads without verl (verl's ``PlatformBase`` is imported by :func:`_platform_class`)."""
+
+    device_name = "cpu"
+    vendor_name = "cpu"
+
+    def __init__(self):
+        self._mod = _device_module()
+
+    @property
+    def device_module(self):
+        return self._mod
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self):
+        return "cpu"
+
+    def device_count(self) -> int:
+        return 1
+
+    def set_device(self, device_index) -> None:
+        return None
+
+    def synchronize(self, device_index=None) -> None:
+        return None
+
+    def manual_seed(self, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        self.manual_seed(seed)
+
+    def set_allocator_settings(self, settings: str) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        return None
+
+    def get_device_capability(self, device_index: int = 0):
+        return (None, None)
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envvar(self) -> str:
+        return "CUDA_VISIBLE_DEVICES"
+
+    @contextmanager
+    def nvtx_range(self, msg: str):
+        yield
+
+    def profiler_start(self) -> None:
+        return None
+
+    def profiler_stop(self) -> None:
+        return None
+
+    def ray_resource_name(self) -> str:
+        return "CPU"
+
+    def ray_noset_envvars(self) -> list[str]:
+        return []
+
+    def is_ipc_supported(self) -> bool:
+        return False
+
+    def cudart(self):
+        return None
+
+
 def _platform_class():
+    """:class:`_CPUCalls` on verl's ``PlatformBase`` (imported here: verl loads only when the shim is used)."""
     from verl.plugin.platform.platform_base import PlatformBase
 
-    class CPUPlatform(PlatformBase):
+    class CPUPlatform(_CPUCalls, PlatformBase):
         """verl platform of a CPU-only host (gloo)."""
-
-        device_name = "cpu"
-        vendor_name = "cpu"
-
-        def __init__(self):
-            self._mod = _device_module()
-
-        @property
-        def device_module(self):
-            return self._mod
-
-        def is_available(self) -> bool:
-            return True
-
-        def current_device(self):
-            return "cpu"
-
-        def device_count(self) -> int:
-            return 1
-
-        def set_device(self, device_index) -> None:
-            return None
-
-        def synchronize(self, device_index=None) -> None:
-            return None
-
-        def manual_seed(self, seed: int) -> None:
-            import torch
-
-            torch.manual_seed(seed)
-
-        def manual_seed_all(self, seed: int) -> None:
-            self.manual_seed(seed)
-
-        def set_allocator_settings(self, settings: str) -> None:
-            return None
-
-        def empty_cache(self) -> None:
-            return None
-
-        def get_device_capability(self, device_index: int = 0):
-            return (None, None)
-
-        def communication_backend_name(self) -> str:
-            return "gloo"
-
-        def visible_devices_envvar(self) -> str:
-            return "CUDA_VISIBLE_DEVICES"
-
-        @contextmanager
-        def nvtx_range(self, msg: str):
-            yield
-
-        def profiler_start(self) -> None:
-            return None
-
-        def profiler_stop(self) -> None:
-            return None
-
-        def ray_resource_name(self) -> str:
-            return "CPU"
-
-        def ray_noset_envvars(self) -> list[str]:
-            return []
-
-        def is_ipc_supported(self) -> bool:
-            return False
-
-        def cudart(self):
-            return None
 
     return CPUPlatform
 

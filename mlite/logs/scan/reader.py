@@ -49,6 +49,52 @@ def _decode_one(text) -> dict[str, float] | None:
     return r[0] if r else None
 
 
+def _keyword_hits(block: bytes, kws, skip_until: int, extra) -> list[tuple[int, int]]:
+    """``(offset, code)`` of the keywords ``kws`` in ``block`` from ``skip_until`` on, with the ``extra`` hits found
+    beforehand; unsorted."""
+    hits: list[tuple[int, int]] = [h for h in extra if h[0] >= skip_until] if extra else []
+    large = len(block) >= npscan.MIN_BYTES
+    for kw, code in kws:
+        if code == _VERL and large:
+            hits.extend([(i, _VERL) for i in npscan.verl_heads(block, skip_until)])
+        elif code == _VERL:
+            _verl_hits(block, kw, skip_until, hits)
+        else:
+            _keyword_lines(block, kw, code, skip_until, hits)
+    return hits
+
+
+def _verl_hits(block: bytes, kw: bytes, start: int, hits: list[tuple[int, int]]) -> None:
+    """A verl head is ``step:`` and a digit, one a line: prose (``step by step:``) is skipped unread."""
+    find, n = block.find, len(block)
+    i = find(kw, start)
+    while i != -1:
+        d = i + 5
+        if d < n and 48 <= block[d] <= 57:
+            hits.append((i, _VERL))
+            j = find(b"\n", d)
+            if j == -1:
+                break
+            i = find(kw, j)
+        else:
+            i = find(kw, d)
+
+
+def _keyword_lines(block: bytes, kw: bytes, code: int, start: int, hits: list[tuple[int, int]]) -> None:
+    """Every hit of ``kw``; one a line for a metric head (a code up to ``_PIPE``)."""
+    find = block.find
+    i = find(kw, start)
+    while i != -1:
+        hits.append((i, code))
+        if code <= _PIPE:  # metric line: one hit per line is enough
+            j = find(b"\n", i)
+            if j == -1:
+                break
+            i = find(kw, j)
+        else:
+            i = find(kw, i + len(kw))
+
+
 class _Scanner:
     def __init__(
         self,
@@ -192,34 +238,7 @@ class _Scanner:
         skip_until = self.resume(block, base)
         if not extra and len(kws) == 1 and kws[0][1] == _VERL and self.fast and n >= npscan.MIN_BYTES:
             return self.block_verl(block, base, skip_until)
-        hits: list[tuple[int, int]] = [h for h in extra if h[0] >= skip_until] if extra else []
-        find = block.find
-        for kw, code in kws:
-            if code == _VERL and n >= npscan.MIN_BYTES:
-                hits.extend([(i, _VERL) for i in npscan.verl_heads(block, skip_until)])
-                continue
-            i = find(kw, skip_until)
-            if code == _VERL:  # a head is 'step:' and a digit: prose ('step by step:') is skipped unread
-                while i != -1:
-                    d = i + 5
-                    if d < n and 48 <= block[d] <= 57:
-                        hits.append((i, code))
-                        j = find(b"\n", d)
-                        if j == -1:
-                            break
-                        i = find(kw, j)
-                    else:
-                        i = find(kw, d)
-                continue
-            while i != -1:
-                hits.append((i, code))
-                if code <= _PIPE:  # metric line: one hit per line is enough
-                    j = find(b"\n", i)
-                    if j == -1:
-                        break
-                    i = find(kw, j)
-                else:
-                    i = find(kw, i + len(kw))
+        hits = _keyword_hits(block, kws, skip_until, extra)
         if not hits:
             return base + block.count(b"\n") if self.count_lines else base
         hits.sort()
@@ -229,6 +248,7 @@ class _Scanner:
         fast = self.fast
         batch = self.batch
         line_body = fastverl.line_body
+        find = block.find
         tb_cover = -1
         k = 0
         while k < len(hits):
@@ -259,31 +279,42 @@ class _Scanner:
                     continue
             if batch:
                 self.flush_batch(block)
-            raw = block[ls:le].decode("utf-8", "replace")
-            if _VERL in codes:
-                head = verl_console.first_head(raw)
-                if head >= 0 or verl_console.is_candidate(raw):
-                    skip_until = max(skip_until, self.verl(raw, line_no, block, le, head))
-            if _ITER in codes or _VAL in codes:
-                raw, end = self.megatron_wrapped(raw, line_no, codes, block, le)
-                if end < 0:
-                    return self._end_of_block(block, cur_pos, cur_line, base)
-                skip_until = max(skip_until, end)
-                self.emit_megatron(raw, line_no, codes)
-            if _PIPE in codes:
-                rec = pipe.parse_line(raw)
-                if rec:
-                    self.emit(*rec, line_no, _P)
-            if _TB in codes and "Traceback (most recent call last)" in raw:
-                tb_cover = max(tb_cover, self.traceback(raw, line_no, block, le))
-            if _RAY in codes and ls > tb_cover and "RayTaskError" in raw and _TB not in codes:
-                msg = split_prefix(clean(raw))[1].strip()
-                self.text_events.append(Event(kind="traceback", line=line_no, step=self.last_step, message=msg[:300]))
-            if _EVT in codes:
-                found = classify_line(raw, line_no, self.last_step)
-                self.text_events.extend(found)
-                self.interrupts.extend(e for e in found if e.kind in INTERRUPTION_KINDS)
+            skip_until, tb_cover = self.read_line(block, ls, le, line_no, codes, skip_until, tb_cover)
+            if skip_until < 0:  # a wrapped Megatron line runs past the block
+                break
         return self._end_of_block(block, cur_pos, cur_line, base)
+
+    def read_line(
+        self, block: bytes, ls: int, le: int, line_no: int, codes: set, skip_until: int, tb_cover: int
+    ) -> tuple[int, int]:
+        """Read the line ``block[ls:le]`` whose keyword hits have the ``codes``: records, tracebacks, events.
+        Returns the new ``(skip_until, tb_cover)`` (where the next line to read starts; where the traceback read
+        last ends); ``skip_until`` is -1 when a wrapped Megatron record does not end in this block."""
+        raw = block[ls:le].decode("utf-8", "replace")
+        if _VERL in codes:
+            head = verl_console.first_head(raw)
+            if head >= 0 or verl_console.is_candidate(raw):
+                skip_until = max(skip_until, self.verl(raw, line_no, block, le, head))
+        if _ITER in codes or _VAL in codes:
+            raw, end = self.megatron_wrapped(raw, line_no, codes, block, le)
+            if end < 0:
+                return -1, tb_cover
+            skip_until = max(skip_until, end)
+            self.emit_megatron(raw, line_no, codes)
+        if _PIPE in codes:
+            rec = pipe.parse_line(raw)
+            if rec:
+                self.emit(*rec, line_no, _P)
+        if _TB in codes and "Traceback (most recent call last)" in raw:
+            tb_cover = max(tb_cover, self.traceback(raw, line_no, block, le))
+        if _RAY in codes and ls > tb_cover and "RayTaskError" in raw and _TB not in codes:
+            msg = split_prefix(clean(raw))[1].strip()
+            self.text_events.append(Event(kind="traceback", line=line_no, step=self.last_step, message=msg[:300]))
+        if _EVT in codes:
+            found = classify_line(raw, line_no, self.last_step)
+            self.text_events.extend(found)
+            self.interrupts.extend(e for e in found if e.kind in INTERRUPTION_KINDS)
+        return skip_until, tb_cover
 
     def block_verl(self, block: bytes, base: int, skip_until: int) -> int:
         """:meth:`block` of a large block when only verl heads are searched (iter_records, the export): the same
