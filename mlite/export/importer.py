@@ -341,18 +341,115 @@ class ImportedLauncher:
         )
 
 
+def _read_source(src: str | Path, text: str | None) -> tuple[str, str]:
+    """``(text, source name)`` of a launcher file, or of ``text`` given directly."""
+    if text is not None:
+        return text, str(src or "<text>")
+    path = Path(src).expanduser()
+    try:
+        return path.read_text(encoding="utf-8", errors="replace"), str(src)
+    except (FileNotFoundError, IsADirectoryError) as e:
+        what = "no such file" if isinstance(e, FileNotFoundError) else "is a folder"
+        raise MliteError(f"{src}: {what}; give a launcher script or a file with a verl command line") from None
+
+
+def _torchrun_args(launch) -> dict[str, str]:
+    """torchrun's ``--nnodes`` / ``--nproc-per-node`` before the entry point, by their underscore names."""
+    out: dict[str, str] = {}
+    for j, w in enumerate(launch.words[: launch.entry]):
+        if w.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")):
+            key, _, val = w.partition("=")
+            val = val or (launch.words[j + 1] if j + 1 < launch.entry else "")
+            out[key.lstrip("-").replace("-", "_")] = val
+    return out
+
+
+@dataclass
+class _LaunchWords:
+    """The arguments after a launch line's entry point, read as Hydra overrides."""
+
+    overrides: list[ParsedOverride] = field(default_factory=list)
+    """The overrides in order."""
+    unresolved: dict[str, list[str]] = field(default_factory=dict)
+    """Variable -> the override keys whose value needed it unset."""
+    used_by: dict[str, set] = field(default_factory=dict)
+    """Override key -> the variables its value was built from."""
+    config_name: str | None = None
+    """``--config-name`` / ``-cn`` without ``.yaml``."""
+
+
+def _launch_words(launch, warnings: list[str]) -> _LaunchWords:
+    """Read the words after the entry point (``--config-name`` / ``--config-path`` and Hydra overrides)."""
+    out = _LaunchWords()
+    words = launch.words[launch.entry + 1 :]
+    unres = launch.unresolved[launch.entry + 1 :]
+    deps = launch.used[launch.entry + 1 :]
+    i = 0
+    while i < len(words):
+        w, u, d = words[i], unres[i], deps[i]
+        i += 1
+        if w.startswith(("--config-name", "--config-path", "-cn")):
+            key, _, val = w.partition("=")
+            if not val and i < len(words):
+                val, i = words[i], i + 1
+            if key in ("--config-name", "-cn"):
+                out.config_name = val.removesuffix(".yaml")
+            continue
+        ov = parse_override(w)
+        if ov is None:
+            if w.strip():
+                warnings.append(f"'{w}' is not a Hydra override; ignored")
+            continue
+        out.overrides.append(ov)
+        out.used_by[ov.key] = d
+        for name in u:
+            out.unresolved.setdefault(name, []).append(ov.key)
+    return out
+
+
+def _unresolved_warnings(unresolved: dict[str, list[str]]) -> list[str]:
+    """One warning per variable that could not be resolved, naming where it was used."""
+    out = []
+    for name, keys in unresolved.items():
+        label = name if name.startswith("$") else "$" + name
+        shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        out.append(
+            f"could not resolve {label} (used in {shown}); pass --env {name.strip('$')}=VALUE"
+            if not name.startswith("$")
+            else f"could not resolve {label} (used in {shown})"
+        )
+    return out
+
+
+def _ignored_warnings(ignored: list[str]) -> list[str]:
+    """Warnings for ignored keys that look like mesh or memory settings."""
+    out = []
+    for k in ignored:
+        low = k.lower()
+        if any(
+            t in low for t in ("parallel_size", "offload", "recompute", ".engine.", "impl_cfg")
+        ) and not low.startswith(("actor_rollout_ref.rollout.", "actor_rollout_ref.ref.", "critic.")):
+            out.append(f"{k}: looks like a mesh or memory setting but is not read; ignored")
+        elif low.startswith(("actor_rollout_ref.ref.", "critic.")) and "parallel_size" in low:
+            out.append(f"{k}: the plan is the actor's mesh; the reference/critic setting is ignored")
+    return out
+
+
+def _launcher_rule_warning(p: ParallelConfig, ngpu: int) -> list[str]:
+    """The warning of a launcher that computes DP with verl's rule, where that disagrees with the runtime's."""
+    ldp = ngpu / p.pp / (p.tp * p.ep)
+    rdp = ngpu / (p.tp * p.cp * p.pp)
+    if ldp == rdp:
+        return []
+    return [
+        f"this launcher computes DP with verl's rule ngpu/PP = TP*EP*DP = {ldp:g}; the runtime's "
+        f"rule ngpu = TP*CP*DP*PP gives DP = {rdp:g} (they differ because CP {p.cp} != EP {p.ep})"
+    ]
+
+
 def import_launcher(src: str | Path, *, env: dict | None = None, text: str | None = None) -> ImportedLauncher:
     """Read a launcher file (or ``text``) into an :class:`ImportedLauncher`; ``env`` supplies outside variables."""
-    if text is None:
-        path = Path(src).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except (FileNotFoundError, IsADirectoryError) as e:
-            what = "no such file" if isinstance(e, FileNotFoundError) else "is a folder"
-            raise MliteError(f"{src}: {what}; give a launcher script or a file with a verl command line") from None
-        source = str(src)
-    else:
-        source = str(src or "<text>")
+    text, source = _read_source(src, text)
     res = run_script(text, env, path=None if source.startswith("<") else Path(source).expanduser())
     if not res.launches:
         raise _no_launch(source, res)
@@ -363,47 +460,10 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     launch = (outside or res.launches)[-1]
     if len(outside or res.launches) > 1:
         warnings.append(f"{len(outside or res.launches)} verl launch lines found; read the last (line {launch.line})")
-    ovs: list[ParsedOverride] = []
-    unresolved: dict[str, list[str]] = {}
-    config_name: str | None = None
-    torchrun: dict[str, str] = {}
-    for j, w in enumerate(launch.words[: launch.entry]):
-        if w.startswith(("--nnodes", "--nproc_per_node", "--nproc-per-node")):
-            key, _, val = w.partition("=")
-            val = val or (launch.words[j + 1] if j + 1 < launch.entry else "")
-            torchrun[key.lstrip("-").replace("-", "_")] = val
-    words = launch.words[launch.entry + 1 :]
-    unres = launch.unresolved[launch.entry + 1 :]
-    deps = launch.used[launch.entry + 1 :]
-    used_by: dict[str, set] = {}
-    i = 0
-    while i < len(words):
-        w, u, d = words[i], unres[i], deps[i]
-        i += 1
-        if w.startswith(("--config-name", "--config-path", "-cn")):
-            key, _, val = w.partition("=")
-            if not val and i < len(words):
-                val, i = words[i], i + 1
-            if key in ("--config-name", "-cn"):
-                config_name = val.removesuffix(".yaml")
-            continue
-        ov = parse_override(w)
-        if ov is None:
-            if w.strip():
-                warnings.append(f"'{w}' is not a Hydra override; ignored")
-            continue
-        ovs.append(ov)
-        used_by[ov.key] = d
-        for name in u:
-            unresolved.setdefault(name, []).append(ov.key)
-    for name, keys in unresolved.items():
-        label = name if name.startswith("$") else "$" + name
-        shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-        warnings.append(
-            f"could not resolve {label} (used in {shown}); pass --env {name.strip('$')}=VALUE"
-            if not name.startswith("$")
-            else f"could not resolve {label} (used in {shown})"
-        )
+    torchrun = _torchrun_args(launch)
+    lw = _launch_words(launch, warnings)
+    ovs, unresolved, config_name = lw.overrides, lw.unresolved, lw.config_name
+    warnings += _unresolved_warnings(unresolved)
     is_sft = "sft" in launch.module
     backend, parallel, consumed, mesh_warn = read_parallel(ovs, is_sft=is_sft, config_name=config_name)
     _refuse_unread_mesh(source, ovs, consumed | {"trainer.nnodes", "trainer.n_gpus_per_node"}, unresolved, res)
@@ -417,29 +477,15 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     if model_path is not None:
         consumed.add("model.path" if is_sft else "actor_rollout_ref.model.path")
     ignored = [o.key for o in ovs if o.key not in consumed]
-    read_vars = set().union(*(used_by.get(k, set()) for k in consumed)) if consumed else set()
+    read_vars = set().union(*(lw.used_by.get(k, set()) for k in consumed)) if consumed else set()
     for name in sorted(res.block_assignments & read_vars):
         warnings.append(
             f"{name} is also assigned inside an if/loop block that was not evaluated; the value set outside it was used"
         )
-    for k in ignored:
-        low = k.lower()
-        if any(
-            t in low for t in ("parallel_size", "offload", "recompute", ".engine.", "impl_cfg")
-        ) and not low.startswith(("actor_rollout_ref.rollout.", "actor_rollout_ref.ref.", "critic.")):
-            warnings.append(f"{k}: looks like a mesh or memory setting but is not read; ignored")
-        elif low.startswith(("actor_rollout_ref.ref.", "critic.")) and "parallel_size" in low:
-            warnings.append(f"{k}: the plan is the actor's mesh; the reference/critic setting is ignored")
+    warnings += _ignored_warnings(ignored)
     text_rule = uses_launcher_rule(text)
     if text_rule:
-        p = parallel
-        ldp = nnodes * gpn / p.pp / (p.tp * p.ep)
-        rdp = nnodes * gpn / (p.tp * p.cp * p.pp)
-        if ldp != rdp:
-            warnings.append(
-                f"this launcher computes DP with verl's rule ngpu/PP = TP*EP*DP = {ldp:g}; the runtime's "
-                f"rule ngpu = TP*CP*DP*PP gives DP = {rdp:g} (they differ because CP {p.cp} != EP {p.ep})"
-            )
+        warnings += _launcher_rule_warning(parallel, nnodes * gpn)
     by = {o.key: o.value for o in ovs}
     mtp = "model.mtp" if is_sft else "actor_rollout_ref.model.mtp"
     train_mtp = by.get(f"{mtp}.enable") is True and by.get(f"{mtp}.enable_train", True) is not False

@@ -19,6 +19,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..errors import MliteError
+from ..mesh.axes import AXES
 from ..options import rules
 from ..options.optimizers import BACKENDS
 from ..options.table import RUN
@@ -54,17 +55,12 @@ def _fit_nproc(limit: int, tp: int, cp: int, ep: int) -> int:
     return (limit // step) * step
 
 
-def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[str]]:
-    """``values`` (RunConfig fields from the command line) with the plan's settings, and what was shrunk.
-
-    ``given``: the fields the user set on the command line (their ``--layers``/``--experts``/``--vocab``/
-    ``--tokens-per-microbatch`` win over the defaults; ``--nproc`` is the limit of this node).
-    """
+def _plan_spec(model):
+    """The plan's model as a ModelSpec the lite runtime builds (else one line saying why not)."""
     from ..errors import ConfigError
     from ..models import from_hf_config
     from ..runtime.models.lite import SUPPORTED_ARCHITECTURES
 
-    model, mesh, opts = doc["model"], doc["mesh"], doc["options"]
     try:
         spec = from_hf_config(model)
     except ConfigError as e:  # the message names the file and the key
@@ -74,10 +70,14 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
             f"from_plan: {model} is a {spec.architecture} model, which the lite runtime does not build "
             f"(it builds {', '.join(SUPPORTED_ARCHITECTURES)}); this plan cannot be debugged here"
         )
-    out = dict(values, model=model)
-    said: list[str] = []
+    return spec
+
+
+def _shrink_mesh(doc: dict, limit: int, out: dict, said: list[str]) -> None:
+    """The plan's TP, CP and EP on at most ``limit`` processes (DP shrinks); the axes the lite runtime does not run
+    (:attr:`mlite.mesh.axes.Axis.lite_refusal`) fold to 1, each said."""
+    mesh = doc["mesh"]
     tp, cp, ep = (int(mesh.get(k, 1)) for k in ("tp", "cp", "ep"))
-    limit = int(values["nproc"])
     if tp * cp > limit:
         raise MliteError(
             f"from_plan: the plan's TP {tp} x CP {cp} = {tp * cp} ranks per model replica do not fit "
@@ -87,17 +87,18 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
         raise MliteError(f"from_plan: the plan's EP {ep} does not fit --nproc {limit}; give --nproc {ep} or more")
     n = _fit_nproc(limit, tp, cp, ep)
     out.update(tp=tp, cp=cp, ep=ep, etp=1, nproc=n)
-    dp_plan = mesh.get("dp")
-    said.append(f"data parallel {dp_plan} -> {n // (tp * cp)} (nproc {mesh.get('ngpu', doc.get('ngpu'))} -> {n})")
-    for axis in ("pp", "vpp"):
-        if int(mesh.get(axis, 1)) > 1:
-            said.append(
-                f"{axis} {mesh[axis]} -> 1 (the lite runtime has no pipeline parallelism; every rank runs "
-                "the cut model's layers)"
-            )
-    if int(mesh.get("etp", 1)) > 1:
-        said.append(f"etp {mesh['etp']} -> 1 (the lite runtime keeps each expert whole on its EP rank)")
+    said.append(
+        f"data parallel {mesh.get('dp')} -> {n // (tp * cp)} (nproc {mesh.get('ngpu', doc.get('ngpu'))} -> {n})"
+    )
+    for axis in AXES:
+        size = mesh.get(axis.name)
+        if axis.lite_refusal and size is not None and int(size) > 1:
+            said.append(f"{axis.name} {size} -> 1 ({axis.lite_refusal.split(';')[0]})")
 
+
+def _cut_defaults(spec, values: dict, given: set[str], out: dict) -> None:
+    """The default cut of the model (layers, experts, vocabulary) where the command line gave none."""
+    ep = out["ep"]
     if "layers" not in given or values.get("layers") is None:
         out["layers"] = min(DEFAULT_LAYERS, spec.num_layers)
     if spec.is_moe and ("experts" not in given or values.get("experts") is None):
@@ -106,6 +107,9 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
     if not values.get("hf_checkpoint") and ("vocab" not in given or values.get("vocab") is None):
         out["vocab"] = min(DEFAULT_VOCAB, spec.vocab_size)
 
+
+def _training_values(opts: dict, values: dict, given: set[str], out: dict, said: list[str]) -> None:
+    """The plan's training options as run fields, with what the lite runtime runs differently said."""
     unknown = sorted(set(opts) - {f.name for f in fields(TrainingOptions)})
     if unknown:
         raise MliteError(f"from_plan: options {', '.join(unknown)} of the plan are not training options here")
@@ -117,7 +121,7 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
         said.append(f"moments {t.exp_avg_dtype}/{t.exp_avg_sq_dtype} -> {t.exp_avg_dtype}")
     if t.offload_fraction and rules.state_on_device in BACKENDS.entry(t.optimizer).lite_refuses:
         said.append(
-            f"offload_fraction {t.offload_fraction:g} -> 0 (the lite runtime's dist_opt keeps its optimizer "
+            f"offload_fraction {t.offload_fraction:g} -> 0 (the lite runtime's {t.optimizer} keeps its optimizer "
             "state on the device)"
         )
         out["offload_fraction"] = 0.0
@@ -136,6 +140,20 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
             said.append(f"seq_len {seq} -> tokens_per_microbatch {values['tokens_per_microbatch']}")
     else:
         out["tokens_per_microbatch"] = max(seq, 16)
+
+
+def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[str]]:
+    """``values`` (RunConfig fields from the command line) with the plan's settings, and what was shrunk.
+
+    ``given``: the fields the user set on the command line (their ``--layers``/``--experts``/``--vocab``/
+    ``--tokens-per-microbatch`` win over the defaults; ``--nproc`` is the limit of this node).
+    """
+    spec = _plan_spec(doc["model"])
+    out = dict(values, model=doc["model"])
+    said: list[str] = []
+    _shrink_mesh(doc, int(values["nproc"]), out, said)
+    _cut_defaults(spec, values, given, out)
+    _training_values(doc["options"], values, given, out, said)
     return out, said
 
 

@@ -164,15 +164,56 @@ def _memory_record(stats: dict, probe: MemoryProbe, step: int) -> dict:
     }
 
 
+def _announce_cut(rd: RunDir, cfg) -> None:
+    """Rank 0's lifecycle lines before the model is built: what the cut changed, where the weights come from."""
+    for change in cfg.cut_changes():
+        rd.lifecycle(f"model cut: {change}")
+    if cfg.hf_checkpoint:
+        rd.lifecycle(f"weights: {cfg.hf_checkpoint} (Hugging Face checkpoint, loaded before sharding)")
+
+
+def _announce_world(rd: RunDir, cfg, rt, h, threads: int) -> None:
+    """Rank 0's lifecycle lines once the model is built: the world, the model and optimizer, the mesh, GDN's path."""
+    from ..runtime import gdn
+    from ..runtime.models.deltanet import GatedDeltaNet
+
+    ps, dev = rt.pstate, rt.device
+    n = sum(p.numel() for p in h.model.parameters())
+    rd.lifecycle(
+        f"world: {rt.world_size} process(es), {rt.info.backend} on {dev.type}, {threads} thread(s) each; "
+        f"model {cfg.model}: {n:,} parameters in {rt.param_dtype_name}; optimizer {cfg.optimizer}"
+        f"{' + PAO' if cfg.pao else ''}, moments {cfg.moment_dtype}, offload_fraction "
+        f"{cfg.offload_fraction:g}, param_offload {cfg.param_offload}, optimizer_offload "
+        f"{cfg.optimizer_offload}"
+    )
+    rd.lifecycle(f"mesh: tp {ps.tp}, cp {ps.cp}, ep {ps.ep}, etp 1, dp {ps.dp}, edp {ps.edp}")
+    deltanet = next((m for m in h.model.modules() if isinstance(m, GatedDeltaNet)), None)
+    if deltanet is not None:
+        rd.lifecycle(f"gated deltanet: {gdn.backend_note(dev, next(deltanet.parameters()).dtype)}")
+
+
+def _write_peaks(rd: RunDir, probe: MemoryProbe, rank: int, outcome: str, step: int) -> None:
+    """Gather every rank's peak into ``memory.json`` and write the result (rank 0)."""
+    peaks = _gather((probe.peak_bytes(), probe.kind, probe.rss_growth(), probe.detail))
+    if rank != 0:
+        return
+    mem = rd.read_memory() or {"ranks": []}
+    for r, (p, kind, rss, detail) in zip(mem.get("ranks", []), peaks):
+        r.update(peak=int(p), peak_kind=kind, peak_detail=detail, rss_growth=int(rss))
+    mem["peak"] = int(max(p[0] for p in peaks))
+    mem["peak_kind"] = peaks[0][1]
+    mem["steps"] = step
+    rd.write_json(rd.memory_file, mem)
+    rd.write_result(outcome, step)
+
+
 def train(rd: RunDir) -> dict:
     """Run the training loop of ``rd``'s config in this process; returns ``{"outcome", "steps"}``."""
     import psutil
     import torch
 
-    from ..runtime import gdn
     from ..runtime.data import sft_iterator
     from ..runtime.dist import destroy_distributed
-    from ..runtime.models.deltanet import GatedDeltaNet
     from ..runtime.runtime import (
         create_runtime,
         forward_backward,
@@ -203,24 +244,10 @@ def train(rd: RunDir) -> dict:
     )
     probe = MemoryProbe(dev, cfg.steps)
     if rank == 0:
-        for change in cfg.cut_changes():
-            rd.lifecycle(f"model cut: {change}")
-        if cfg.hf_checkpoint:
-            rd.lifecycle(f"weights: {cfg.hf_checkpoint} (Hugging Face checkpoint, loaded before sharding)")
+        _announce_cut(rd, cfg)
     h = rt.build_model()
     if rank == 0:
-        n = sum(p.numel() for p in h.model.parameters())
-        rd.lifecycle(
-            f"world: {world} process(es), {rt.info.backend} on {dev.type}, {threads} thread(s) each; "
-            f"model {cfg.model}: {n:,} parameters in {rt.param_dtype_name}; optimizer {cfg.optimizer}"
-            f"{' + PAO' if cfg.pao else ''}, moments {cfg.moment_dtype}, offload_fraction "
-            f"{cfg.offload_fraction:g}, param_offload {cfg.param_offload}, optimizer_offload "
-            f"{cfg.optimizer_offload}"
-        )
-        rd.lifecycle(f"mesh: tp {ps.tp}, cp {ps.cp}, ep {ps.ep}, etp 1, dp {ps.dp}, edp {ps.edp}")
-        deltanet = next((m for m in h.model.modules() if isinstance(m, GatedDeltaNet)), None)
-        if deltanet is not None:
-            rd.lifecycle(f"gated deltanet: {gdn.backend_note(dev, next(deltanet.parameters()).dtype)}")
+        _announce_world(rd, cfg, rt, h, threads)
     offload = cfg.param_offload or cfg.optimizer_offload
     moves = dict(model=cfg.param_offload, optimizer=cfg.optimizer_offload, grad=cfg.param_offload)
     outcome, step = COMPLETED, 0
@@ -274,16 +301,7 @@ def train(rd: RunDir) -> dict:
             if rank == 0:
                 rd.lifecycle(f"stop requested: the workers stopped after step {step} of {cfg.steps}")
             break
-    peaks = _gather((probe.peak_bytes(), probe.kind, probe.rss_growth(), probe.detail))
-    if rank == 0:
-        mem = rd.read_memory() or {"ranks": []}
-        for r, (p, kind, rss, detail) in zip(mem.get("ranks", []), peaks):
-            r.update(peak=int(p), peak_kind=kind, peak_detail=detail, rss_growth=int(rss))
-        mem["peak"] = int(max(p[0] for p in peaks))
-        mem["peak_kind"] = peaks[0][1]
-        mem["steps"] = step
-        rd.write_json(rd.memory_file, mem)
-        rd.write_result(outcome, step)
+    _write_peaks(rd, probe, rank, outcome, step)
     destroy_distributed()
     return {"outcome": outcome, "steps": step}
 
