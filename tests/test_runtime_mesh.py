@@ -493,5 +493,5 @@ def test_run_view_shows_the_mesh_and_its_estimate():
     dp_only = estimate_for(RunConfig(model="tiny-moe", nproc=4)).worst
     assert w.local_params < dp_only.local_params  # the mesh's estimate: experts split over EP
     assert fmt_bytes(round(w.params)) in v._memory.value
-    v._ep.value = 3  # an invalid mesh: one line in the banner, with the planner's reason
+    v._axes["ep"].value = 3  # an invalid mesh: one line in the banner, with the planner's reason
     assert "routed experts 8 are not divisible by EP 3" in v.errors.message

@@ -42,6 +42,7 @@ from mlite.memory import (
     mesh_table,
     state_bytes,
 )
+from mlite.mesh.axes import MESH_NAMES
 from mlite.options.cli import memory_flags
 from mlite.options.optimizers import BACKENDS, inapplicable
 from mlite.options.table import TRAINING, rows_by_field
@@ -432,8 +433,7 @@ class MemoryView(W.VBox):
         best = fit[0] if fit else None
         least = min(rows, key=lambda r: r["total"]) if rows else None
         self._picks = {"best": best, "least": least}
-        names = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp")
-        mesh = lambda r: " ".join(f"{k}={r[k]}" for k in names)
+        mesh = lambda r: " ".join(f"{k}={r[k]}" for k in MESH_NAMES)
         if best:
             head = (
                 f"<b>Cheapest mesh that fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB: "

@@ -14,6 +14,7 @@ from __future__ import annotations
 from mlite.launch import RunHandle
 from mlite.launch.memory_check import estimate_for, memory_rows
 from mlite.memory import GIB
+from mlite.mesh.axes import DERIVED, RUN_AXES
 from mlite.rundir import FAILED, STOPPED
 
 from ._common import figure_png
@@ -75,8 +76,8 @@ def draw_curves(fig, df, total_steps: int | None = None) -> None:
     fig.tight_layout()
 
 
-MESH_KEYS = ("tp", "cp", "ep", "etp", "dp", "edp")
-"""The mesh line's fields, in Megatron-Core's order (dense axes, then expert axes)."""
+MESH_KEYS = tuple(a.name for a in RUN_AXES) + DERIVED
+"""The mesh line's fields: the axes a debug run takes (:data:`mlite.mesh.axes.RUN_AXES`), then DP and EDP."""
 
 
 def mesh_text(est, measured: dict | None = None) -> str:

@@ -35,6 +35,7 @@ from mlite.errors import MliteError
 from mlite.launch import DEBUG_MODELS, RunConfig, start
 from mlite.launch.config import DEVICES, LAUNCHERS, MOMENT_DTYPES, OPTIMIZERS
 from mlite.launch.memory_check import estimate_for, memory_rows
+from mlite.mesh.axes import RUN_AXES
 from mlite.options.table import TRAINING, rows_by_field
 from mlite.rundir import COMPLETED, FAILED, FINAL, RUNNING, STOPPED
 
@@ -55,6 +56,11 @@ _LABELS = {f: r.label for f, r in rows_by_field(TRAINING).items()}
 
 TRAINER_OPTIONS = (("lite", "lite"), ("verl SFT", "verl-sft"))
 """The trainer switch: label -> ``RunConfig.trainer`` (:data:`mlite.options.table.TRAINERS`)."""
+
+
+def _pairs(items: list) -> list[list]:
+    """``items`` two by two (the form's rows of mesh controls)."""
+    return [items[i : i + 2] for i in range(0, len(items), 2)]
 
 
 class RunView(W.VBox):
@@ -88,10 +94,15 @@ class RunView(W.VBox):
             W.BoundedIntText(value=c.nproc, min=1, max=64, description="processes", layout=lay), "nproc"
         )
         small = W.Layout(width="130px")
-        self._tp, self._cp, self._ep, self._etp = (
-            field(W.BoundedIntText(value=getattr(c, n), min=1, max=64, description=n, layout=small), n)
-            for n in ("tp", "cp", "ep", "etp")
-        )
+        self._axes = {  # one control per axis a debug run takes (mlite.mesh.axes.RUN_AXES)
+            a.name: field(
+                W.BoundedIntText(
+                    value=getattr(c, a.name), min=1, max=64, description=a.name, tooltip=a.run_help, layout=small
+                ),
+                a.name,
+            )
+            for a in RUN_AXES
+        }
         self._mesh = W.HTML()
         self._mesh.add_class("mlite-run-mesh")
         self._device = field(W.Dropdown(options=DEVICES, value=c.device, description="device", layout=lay), "device")
@@ -178,8 +189,7 @@ class RunView(W.VBox):
                         self._model,
                         self._steps,
                         self._nproc,
-                        W.HBox([self._tp, self._cp]),
-                        W.HBox([self._ep, self._etp]),
+                        *(W.HBox(pair) for pair in _pairs(list(self._axes.values()))),
                         self._device,
                         self._launcher,
                         self._trainer,
@@ -225,10 +235,7 @@ class RunView(W.VBox):
             self._model,
             self._steps,
             self._nproc,
-            self._tp,
-            self._cp,
-            self._ep,
-            self._etp,
+            *self._axes.values(),
             self._device,
             self._launcher,
             self._trainer,
@@ -249,10 +256,7 @@ class RunView(W.VBox):
             model=self._model.value.strip(),
             steps=int(self._steps.value),
             nproc=int(self._nproc.value),
-            tp=int(self._tp.value),
-            cp=int(self._cp.value),
-            ep=int(self._ep.value),
-            etp=int(self._etp.value),
+            **{n: int(w.value) for n, w in self._axes.items()},
             device=self._device.value,
             launcher=self._launcher.value,
             optimizer=self._optimizer.value,
@@ -291,10 +295,7 @@ class RunView(W.VBox):
             "model": self._model,
             "steps": self._steps,
             "nproc": self._nproc,
-            "tp": self._tp,
-            "cp": self._cp,
-            "ep": self._ep,
-            "etp": self._etp,
+            **self._axes,
             "device": self._device,
             "launcher": self._launcher,
             "optimizer": self._optimizer,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MliteError
+from ..mesh.axes import RUN_AXES
 from ..mesh.config import ParallelConfig
 from ..options.table import RUN, rows_by_field
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
@@ -241,10 +242,7 @@ class RunConfig:
             ("num_microbatches", 1),
             ("lr_warmup_steps", 0),
             ("seed", 0),
-            ("tp", 1),
-            ("cp", 1),
-            ("ep", 1),
-            ("etp", 1),
+            *((a.name, 1) for a in RUN_AXES),
         ):
             x = get(name)
             if isinstance(x, bool) or not isinstance(x, int) or x < lo:
@@ -293,13 +291,9 @@ class RunConfig:
         from ..mesh import resolve
         from ..runtime.parallel.state import check_mesh
 
-        if self.etp != 1:  # a valid config (it round-trips), refused before a run starts
-            raise MliteError(
-                f"etp: {self.etp} is not run by the lite runtime (experts stay whole on each EP rank); use --etp 1"
-            )
-        spec = spec or self.model_spec()
         p = self.parallel_config()
-        check_mesh(p)
+        check_mesh(p)  # the axes the lite runtime does not run (etp > 1: a valid config, refused before a start)
+        spec = spec or self.model_spec()
         plan = resolve(spec, self.nproc, p, seq_len=2 * p.cp, gpus_per_node=self.nproc)
         if not plan.valid:
             reasons = "; ".join(f.message for f in plan.errors)

@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..mesh.axes import RUN_AXES
 from ..options.table import (
     LITE_ENGINE,
     LITE_SEARCHPATH,
@@ -44,10 +45,7 @@ def hydra_overrides(cfg, run_dir) -> list[str]:
     dtype = {"auto": "auto", "fp32": "float32", "bf16": "bfloat16"}[cfg.param_dtype]
     decay, decay_steps = cfg.lr_decay()
     values = {
-        "tp": cfg.tp,
-        "cp": cfg.cp,
-        "ep": cfg.ep,
-        "etp": cfg.etp,
+        **{a.name: getattr(cfg, a.name) for a in RUN_AXES},
         "optimizer": cfg.optimizer,
         "recompute": cfg.recompute,
         "pao": cfg.pao,

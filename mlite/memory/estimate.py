@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
+from ..mesh.axes import MESH_NAMES
 from ..models.chunks import ce_chunk_rows
 from ..options import TrainingOptions
 from ..options.optimizers import ALGORITHMS, BACKENDS
@@ -214,11 +215,7 @@ class MemoryEstimate:
                 }
                 for r in self.ranks
             ],
-            "mesh": {
-                k: v
-                for k, v in self.plan.to_dict().items()
-                if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp", "ngpu", "pp_layout")
-            },
+            "mesh": {k: v for k, v in self.plan.to_dict().items() if k in (*MESH_NAMES, "ngpu", "pp_layout")},
             "formulas": self.formulas,
             "validated_against": validated_against(self.options),
         }

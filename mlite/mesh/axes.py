@@ -58,6 +58,9 @@ class Axis:
     offers the divisors of the GPU count up to it."""
     width: int = 3
     """Column width of the axis in ``mlite mesh --list``."""
+    run_help: str = ""
+    """The help of ``mlite run``'s flag for the axis (a debug run's mesh on one node); empty: ``mlite run`` has no
+    flag for it (the lite runtime has no pipeline)."""
 
     @property
     def engine_key(self) -> str:
@@ -91,6 +94,7 @@ AXES: tuple[Axis, ...] = (
         expert=False,
         rank_order=0,
         bound="num_attention_heads",
+        run_help="tensor parallel size (sequence parallel); --nproc = TP*CP*DP",
     ),
     Axis(
         "pp",
@@ -115,7 +119,16 @@ AXES: tuple[Axis, ...] = (
         lite_refusal="the lite runtime runs tp, cp and ep on one node but no pipeline parallelism (pp = vpp = 1)",
         megatron_null_note="null: no interleaving (Megatron-Core rejects 1)",
     ),
-    Axis("cp", "--cp", "context parallel size", "CP", "context_parallel_size", "--context-parallel-size", rank_order=1),
+    Axis(
+        "cp",
+        "--cp",
+        "context parallel size",
+        "CP",
+        "context_parallel_size",
+        "--context-parallel-size",
+        rank_order=1,
+        run_help="context parallel size; --nproc = TP*CP*DP",
+    ),
     Axis(
         "ep",
         "--ep",
@@ -128,6 +141,7 @@ AXES: tuple[Axis, ...] = (
         rank_order=2,
         bound="num_experts",
         width=4,
+        run_help="expert parallel size; --nproc = EP*EDP (with ETP 1)",
     ),
     Axis(
         "etp",
@@ -142,6 +156,7 @@ AXES: tuple[Axis, ...] = (
         lite_refusal="the lite runtime implements etp = 1 only (experts whole on each EP rank); use --etp 1",
         rank_order=0,
         megatron_inherits="tp",
+        run_help="expert tensor parallel size (the lite runtime runs 1 only)",
     ),
 )
 """The model-parallel axes in mlite's order (``tp, pp, vpp, cp, ep, etp``); DP and EDP are derived."""
@@ -157,6 +172,10 @@ MEGATRON_KEYS: dict[str, str] = {a.name: a.megatron for a in AXES}
 
 DERIVED: tuple[str, ...] = ("dp", "edp")
 """Data-parallel sizes the planner derives from the GPU count (dense and expert)."""
+RUN_AXES: tuple[Axis, ...] = tuple(a for a in AXES if a.run_help)
+"""The axes ``mlite run`` takes a flag for (``tp, cp, ep, etp``)."""
+MESH_NAMES: tuple[str, ...] = AXIS_NAMES + DERIVED
+"""Every size of a resolved mesh, the axes then DP and EDP (``tp ... etp, dp, edp``)."""
 DP_RANK_ORDER = 3
 """DP's (and EDP's) position in Megatron-Core's ``RankGenerator`` order ``tp-cp-ep-dp-pp``."""
 
@@ -197,6 +216,8 @@ __all__ = [
     "DP_RANK_ORDER",
     "EXPERT_DIMS",
     "MEGATRON_KEYS",
+    "MESH_NAMES",
+    "RUN_AXES",
     "Axis",
     "model_parallel",
     "product_label",

@@ -15,6 +15,7 @@ then round-trips it through every spelling without further edits (and fails unti
 
 from __future__ import annotations
 
+from ..mesh.axes import RUN_AXES
 from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 from .optimizers import BACKENDS
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option, Via
@@ -566,41 +567,9 @@ RUN: tuple[Option, ...] = (
         required=True,
         verl_sft=Via("torchrun --nproc-per-node and trainer.n_gpus_per_node"),
     ),
-    Option(
-        "tp",
-        int,
-        1,
-        "--tp",
-        "tensor parallel size (sequence parallel); --nproc = TP*CP*DP",
-        path=("parallel.tp",),
-        verl_sft=Key("engine.tp"),
-    ),
-    Option(
-        "cp",
-        int,
-        1,
-        "--cp",
-        "context parallel size; --nproc = TP*CP*DP",
-        path=("parallel.cp",),
-        verl_sft=Key("engine.cp"),
-    ),
-    Option(
-        "ep",
-        int,
-        1,
-        "--ep",
-        "expert parallel size; --nproc = EP*EDP (with ETP 1)",
-        path=("parallel.ep",),
-        verl_sft=Key("engine.ep"),
-    ),
-    Option(
-        "etp",
-        int,
-        1,
-        "--etp",
-        "expert tensor parallel size (the lite runtime runs 1 only)",
-        path=("parallel.etp",),
-        verl_sft=Key("engine.etp"),
+    *(
+        Option(a.name, int, 1, a.flag, a.run_help, path=(f"parallel.{a.name}",), verl_sft=Key(f"engine.{a.engine_key}"))
+        for a in RUN_AXES
     ),
     Option(
         "device",
