@@ -197,7 +197,8 @@ def rollout_control(row, value):
             options=list(row.choices), value=value, description=row.label, style={"button_width": "90px", **st}
         )
     if row.choices or row.field.endswith("_parallel_size"):
-        options = [(str(c), c) for c in (row.choices or _DROPDOWN_SIZES)]
+        labels = row.choice_labels or ("",) * len(row.choices or _DROPDOWN_SIZES)
+        options = [(f"{c}: {t}" if t else str(c), c) for c, t in zip(row.choices or _DROPDOWN_SIZES, labels)]
         if row.default is None:
             options = [("verl's choice", 0), *options]
         width = 7 * (len(row.label) + max(len(t) for t, _ in options)) + 70

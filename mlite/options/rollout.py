@@ -108,6 +108,7 @@ ROLLOUT: tuple[Option, ...] = (
         "1: weights to host RAM, KV freed; 2: both freed (default: verl's choice, 2 in hybrid mode)",
         flag="--sleep-level",
         choices=(1, 2),
+        choice_labels=("weights to host", "discard both"),
         label="sleep level",
     ),
     _row("mode", str, "hybrid", None, "verl rollout mode: hybrid (sleep level 2) or colocated (1)", flag=None),

@@ -107,6 +107,9 @@ class Option:
     choices: Sequence = ()
     """Allowed values (argparse choices; the widget's options): a tuple, or the live names of a registry
     (:attr:`mlite.options.registry.Registry.names`: an entry registered later is a choice too)."""
+    choice_labels: tuple[str, ...] = ()
+    """A few words per choice, in :attr:`choices` order, shown beside it by a widget (``1: weights to host``);
+    empty: the bare values."""
     cli: str = "value"
     """``value`` (``--flag V``), ``switch`` (``--flag`` sets True), ``negate`` (``--flag`` sets False), ``gpu`` (GiB
     or a GPU name, see :data:`mlite.memory.GPU_MEMORY_GIB`)."""
