@@ -1,7 +1,11 @@
 """``import_launcher``: read the Hydra overrides of an existing verl command line back into a plan.
 
 Accepts a launcher script (bash arrays, ``${X:-default}`` knobs, ``case`` variants — see :mod:`.shell`), a resolved
-command (what ``DRY_RUN=1`` or ``set -x`` prints), or the launchers ``mlite export`` writes. Reads the mesh from the
+command (what ``DRY_RUN=1`` or ``set -x`` prints), or the launchers ``mlite export`` writes; the launch line is a verl
+entry point or any Python entry whose arguments are verl Hydra overrides (``python ../qwen3/verl_entrypoint.py``,
+``python3 -m main_gkd``). ``SLURM_*`` values come from the ``#SBATCH`` headers (:mod:`mlite.shell.slurm`), the config
+``--config-path`` / ``--config-name`` name from its YAML files beside the script (:mod:`.hydra_config`), and the
+overrides apply as Hydra applies them (``~key`` deletes, :func:`.overrides.apply_overrides`). Reads the mesh from the
 mlite engine keys (``engine.tp`` ... / ``actor_rollout_ref.actor.engine.tp`` ...) or verl's Megatron keys
 (``actor_rollout_ref.actor.megatron.*_parallel_size``; ETP ``null`` means ETP = TP there, 1 for mlite), the GPU count
 from ``trainer.nnodes x trainer.n_gpus_per_node`` (else torchrun's flags), and the training options the memory
