@@ -1,7 +1,11 @@
 """``import_launcher``: read the Hydra overrides of an existing verl command line back into a plan.
 
 Accepts a launcher script (bash arrays, ``${X:-default}`` knobs, ``case`` variants — see :mod:`.shell`), a resolved
-command (what ``DRY_RUN=1`` or ``set -x`` prints), or the launchers ``mlite export`` writes. Reads the mesh from the
+command (what ``DRY_RUN=1`` or ``set -x`` prints), or the launchers ``mlite export`` writes; the launch line is a verl
+entry point or any Python entry whose arguments are verl Hydra overrides (``python ../qwen3/verl_entrypoint.py``,
+``python3 -m main_gkd``). ``SLURM_*`` values come from the ``#SBATCH`` headers (:mod:`mlite.shell.slurm`), the config
+``--config-path`` / ``--config-name`` name from its YAML files beside the script (:mod:`.hydra_config`), and the
+overrides apply as Hydra applies them (``~key`` deletes, :func:`.overrides.apply_overrides`). Reads the mesh from the
 mlite engine keys (``engine.tp`` ... / ``actor_rollout_ref.actor.engine.tp`` ...) or verl's Megatron keys
 (``actor_rollout_ref.actor.megatron.*_parallel_size``; ETP ``null`` means ETP = TP there, 1 for mlite), the GPU count
 from ``trainer.nnodes x trainer.n_gpus_per_node`` (else torchrun's flags), and the training options the memory
@@ -16,6 +20,7 @@ launches nothing, hands over to a file that cannot be read, or runs a command va
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +30,7 @@ from ..errors import MliteError
 from ..mesh.axes import AXES, AXIS_NAMES, BY_NAME, DERIVED
 from ..shell.script import run_script, uses_launcher_rule
 from .mapping import ACTOR, read_options, read_parallel
-from .overrides import ParsedOverride, parse_override
+from .overrides import ParsedOverride, apply_overrides, parse_override
 from .verl_grpo_megatron import PARALLEL_KEYS
 
 if TYPE_CHECKING:
@@ -90,6 +95,8 @@ class ImportedLauncher:
     """The launcher trains MTP layers (``model.mtp.enable`` and ``enable_train``); else no stage holds them."""
     model_variant: str | None = None
     """``MODEL_VARIANT`` as the script leaves it (verl's Megatron Lite examples pick their model with it)."""
+    deleted: list[str] = field(default_factory=list)
+    """Keys the launcher deletes with Hydra's ``~key`` (unset, not empty)."""
 
     @property
     def ngpu(self) -> int:
@@ -103,10 +110,8 @@ class ImportedLauncher:
 
     def model_ref(self, config: str | None = None) -> str | None:
         """The model config to judge the mesh with: ``config``, else ``model.path`` when it is a local folder or
-        file, else its last component when it names a config in ``data/models/`` (a -Base/-Instruct/... suffix on
-        either side ignored: Moonlight-16B-A3B finds Moonlight-16B-A3B-Instruct, the same architecture; a ``-derived``
-        file counts as its model), else, with ``model.path`` empty, the config of the script's ``MODEL_VARIANT``."""
-        from ..models import available_models
+        file, else the catalog model its last component names (:func:`catalog_model`), else, with ``model.path``
+        empty, the config of the script's ``MODEL_VARIANT``."""
 
         if config:
             return config
@@ -115,10 +120,7 @@ class ImportedLauncher:
         p = Path(self.model_path).expanduser()
         if (p.is_dir() and (p / "config.json").is_file()) or (p.is_file() and p.suffix == ".json"):
             return str(p)
-        names = {n.lower(): n for n in available_models()}
-        base = _MODEL_SUFFIXES.sub("", p.name)  # Qwen3-30B-A3B-Base, -Instruct-2507: the same architecture
-        siblings = {_MODEL_SUFFIXES.sub("", n).lower(): n for n in sorted(available_models(), reverse=True)}
-        return names.get(p.name.lower()) or names.get(base.lower()) or siblings.get(base.lower())
+        return catalog_model(p.name)
 
     def plan(self, config: str | None = None):
         """``(MeshPlan or None, model ref or None)``: the planner's verdict on the mesh read."""
@@ -199,6 +201,7 @@ class ImportedLauncher:
                 "source": self.source,
                 "inherited": {k: v.why for k, v in self.inherited.items()},
                 "train_mtp": self.train_mtp,
+                "deleted": self.deleted,
             }
         )
         return out
@@ -341,6 +344,25 @@ class ImportedLauncher:
         )
 
 
+def catalog_model(name: str) -> str | None:
+    """The ``data/models/`` config a checkpoint folder's name names: the name itself, else with a -Base/-Instruct/...
+    suffix on either side ignored (Moonlight-16B-A3B finds Moonlight-16B-A3B-Instruct, the same architecture; a
+    ``-derived`` file counts as its model), else the longest catalog name it starts with followed by ``-`` or ``_``
+    (``Qwen3-235B-A22B-hf`` -> Qwen3-235B-A22B, ``DeepSeek-V3-0324-BF16`` -> DeepSeek-V3)."""
+    from ..models import available_models
+
+    models = sorted(available_models(), reverse=True)
+    names = {n.lower(): n for n in models}
+    base = _MODEL_SUFFIXES.sub("", name)  # Qwen3-30B-A3B-Base, -Instruct-2507: the same architecture
+    siblings = {_MODEL_SUFFIXES.sub("", n).lower(): n for n in models}
+    found = names.get(name.lower()) or names.get(base.lower()) or siblings.get(base.lower())
+    if found:
+        return found
+    low = name.lower()
+    heads = [(len(k), v) for k, v in (names | siblings).items() if low.startswith((k + "-", k + "_"))]
+    return max(heads)[1] if heads else None
+
+
 def _read_source(src: str | Path, text: str | None) -> tuple[str, str]:
     """``(text, source name)`` of a launcher file, or of ``text`` given directly."""
     if text is not None:
@@ -376,6 +398,10 @@ class _LaunchWords:
     """Override key -> the variables its value was built from."""
     config_name: str | None = None
     """``--config-name`` / ``-cn`` without ``.yaml``."""
+    config_path: str | None = None
+    """``--config-path`` / ``-cp`` as expanded."""
+    config_path_unresolved: list[str] = field(default_factory=list)
+    """Variables ``--config-path`` needed that are not set."""
 
 
 def _launch_words(launch, warnings: list[str]) -> _LaunchWords:
@@ -388,12 +414,14 @@ def _launch_words(launch, warnings: list[str]) -> _LaunchWords:
     while i < len(words):
         w, u, d = words[i], unres[i], deps[i]
         i += 1
-        if w.startswith(("--config-name", "--config-path", "-cn")):
+        if w.startswith(("--config-name", "--config-path", "-cn", "-cp")):
             key, _, val = w.partition("=")
             if not val and i < len(words):
-                val, i = words[i], i + 1
+                val, u, i = words[i], unres[i], i + 1
             if key in ("--config-name", "-cn"):
                 out.config_name = val.removesuffix(".yaml")
+            elif key in ("--config-path", "-cp"):
+                out.config_path, out.config_path_unresolved = val, list(u)
             continue
         ov = parse_override(w)
         if ov is None:
@@ -462,7 +490,10 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         warnings.append(f"{len(outside or res.launches)} verl launch lines found; read the last (line {launch.line})")
     torchrun = _torchrun_args(launch)
     lw = _launch_words(launch, warnings)
-    ovs, unresolved, config_name = lw.overrides, lw.unresolved, lw.config_name
+    unresolved, config_name = lw.unresolved, lw.config_name
+    base, config_notes = _config_values(lw, launch, source)
+    ovs, deleted, hydra_warn = apply_overrides(base, lw.overrides)
+    warnings += config_notes + hydra_warn + _slurm_notes(res, launch)
     warnings += _unresolved_warnings(unresolved)
     is_sft = "sft" in launch.module
     backend, parallel, consumed, mesh_warn = read_parallel(ovs, is_sft=is_sft, config_name=config_name)
@@ -476,7 +507,7 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     model_path = next((str(o.value) for o in ovs if o.key in ("model.path", "actor_rollout_ref.model.path")), None)
     if model_path is not None:
         consumed.add("model.path" if is_sft else "actor_rollout_ref.model.path")
-    ignored = [o.key for o in ovs if o.key not in consumed]
+    ignored = [o.key for o in ovs if o.key not in consumed and not o.origin]
     read_vars = set().union(*(lw.used_by.get(k, set()) for k in consumed)) if consumed else set()
     for name in sorted(res.block_assignments & read_vars):
         warnings.append(
@@ -504,11 +535,58 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         unresolved=unresolved,
         ignored=ignored,
         launcher_rule=text_rule,
-        inherited=_inherited(by, backend, is_sft, parallel),
+        inherited=_inherited(by, backend, is_sft, parallel, {o.key: o.origin for o in ovs if o.origin}),
         train_mtp=train_mtp,
         required=dict(res.shell.required),
         model_variant=res.shell.vars.get("MODEL_VARIANT"),
+        deleted=deleted,
     )
+
+
+def _slurm_notes(res, launch) -> list[str]:
+    """ "NAME=V from #SBATCH ... (line N)" for each ``SLURM_*`` value from a header that the launch line reads."""
+    used = set().union(*launch.used) if launch.used else set()
+    return [v.note(name) for name, v in res.slurm.items() if name in used]
+
+
+def _config_folder(lw: _LaunchWords, launch, source: str) -> Path | None:
+    """The ``--config-path`` folder: absolute, else relative to the entry script's folder (Hydra resolves it from
+    the file declaring ``@hydra.main``), else to the launcher's folder (the working directory it is run from)."""
+    p = Path(lw.config_path or "").expanduser()
+    if p.is_absolute():
+        return p if p.is_dir() else None
+    if source.startswith("<"):
+        return None
+    here = Path(source).expanduser().parent
+    entry = launch.module
+    tries = ([(here / entry).parent / p] if entry.endswith(".py") else []) + [here / p]
+    return next((t for t in tries if t.is_dir()), None)
+
+
+def _config_values(lw: _LaunchWords, launch, source: str) -> tuple[list[ParsedOverride], list[str]]:
+    """The values of the config ``--config-path`` / ``--config-name`` name, when it is found beside the launcher
+    (:func:`mlite.export.hydra_config.read_config`), and one line saying what was read and one what was not."""
+    from .hydra_config import read_config
+
+    if not lw.config_name or lw.config_path is None:
+        return [], []
+    name = f"--config-path={lw.config_path} --config-name={lw.config_name}"
+    if lw.config_path_unresolved:
+        need = ", ".join(f"${n}" if not n.startswith("$") else n for n in lw.config_path_unresolved)
+        return [], [f"{name}: not read ({need} is not set; pass --env for it); verl's defaults assumed"]
+    folder = _config_folder(lw, launch, source)
+    if folder is None:
+        return [], [f"{name}: not read (no such folder relative to {source}); verl's defaults assumed"]
+    rc = read_config(Path(os.path.normpath(folder)), lw.config_name)
+    notes = []
+    if rc.files:
+        notes.append(
+            f"read {os.path.normpath(folder)}: {', '.join(rc.files)} (their values count where the command line "
+            "is silent)"
+        )
+    if rc.unread:
+        notes.append(f"{name}: could not read {'; '.join(rc.unread)}; verl's defaults assumed for those")
+    return rc.values, notes
 
 
 def _no_launch(source: str, res) -> MliteError:
@@ -530,8 +608,8 @@ def _no_launch(source: str, res) -> MliteError:
         return MliteError(f"{source}: launches nothing: it only prints" + (f" '{said[:160]}'" if said else ""))
     return MliteError(
         f"{source}: no verl launch line found (expected python3 -m verl.trainer.main_ppo, torchrun ... "
-        "-m verl.trainer.sft_trainer, a recipe.<name>.main_<name> or verl.experimental... entry point "
-        "with Hydra overrides)"
+        "-m verl.trainer.sft_trainer, or any python entry point (-m MODULE or FILE.py) whose arguments are verl "
+        "Hydra overrides: actor_rollout_ref./data./trainer./model./engine. keys)"
     )
 
 
@@ -577,8 +655,9 @@ def _refuse_unread_mesh(source: str, ovs, consumed: set, unresolved: dict, res) 
             )
 
 
-def _inherited(by: dict, backend: str, is_sft: bool, p) -> dict:
-    """The mesh sizes the launcher leaves unset, with the value they take and why."""
+def _inherited(by: dict, backend: str, is_sft: bool, p, origins: dict | None = None) -> dict:
+    """The mesh sizes the launcher leaves unset, with the value they take and why (``origins``: key -> the config
+    file that set it, when not the command line)."""
     from ..mesh import Inherited
 
     out = {}
@@ -592,20 +671,25 @@ def _inherited(by: dict, backend: str, is_sft: bool, p) -> dict:
             return by.get(key(k)) is None
 
         def how(k):
-            return "sets it to null" if key(k) in by else f"does not set {PARALLEL_KEYS[k]}"
+            if key(k) not in by:
+                return f"does not set {PARALLEL_KEYS[k]}"
+            f = (origins or {}).get(key(k))
+            return f"'s config {f} sets it to null" if f else "sets it to null"
 
         for a in AXES:  # ETP: null means TP
             if a.megatron_inherits and unset(a.name):
                 src = BY_NAME[a.megatron_inherits]
                 out[a.name] = Inherited(
-                    f"{a.label} inherited from {src.label} = {p.size(src.name)} because the launcher {how(a.name)} "
+                    f"{a.label} inherited from {src.label} = {p.size(src.name)} because the launcher{_sp(how(a.name))} "
                     f"(Megatron-Core: {a.megatron} None means {src.label})",
                     key(a.name),
                 )
         if unset("vpp"):
-            out["vpp"] = Inherited(f"VPP null (no interleaved schedule) because the launcher {how('vpp')}", key("vpp"))
+            out["vpp"] = Inherited(
+                f"VPP null (no interleaved schedule) because the launcher{_sp(how('vpp'))}", key("vpp")
+            )
         if unset("cp"):
-            out["cp"] = Inherited(f"CP 1 (Megatron-Core's default) because the launcher {how('cp')}", key("cp"))
+            out["cp"] = Inherited(f"CP 1 (Megatron-Core's default) because the launcher{_sp(how('cp'))}", key("cp"))
     elif backend == "mlite":
         root = "engine" if is_sft else f"{ACTOR}.engine"
         for a in AXES:  # ETP: the engine's default None, read as 1
@@ -615,6 +699,11 @@ def _inherited(by: dict, backend: str, is_sft: bool, p) -> dict:
                     f"{root}.{a.engine_key}",
                 )
     return out
+
+
+def _sp(text: str) -> str:
+    """``text`` after "the launcher": a space unless it is a possessive (``'s config ...``)."""
+    return text if text.startswith("'") else " " + text
 
 
 def _int(ov: ParsedOverride | None, what: str, warnings: list[str]) -> int | None:

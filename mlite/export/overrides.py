@@ -80,10 +80,17 @@ class ParsedOverride:
     """The value text as written."""
     prefix: str = ""
     """``""``, ``+``, ``++`` or ``~``."""
+    origin: str = ""
+    """``""`` for the command line, else the config file the value comes from (:mod:`.hydra_config`)."""
 
     @property
     def add(self) -> bool:
         return self.prefix in ("+", "++")
+
+    @property
+    def delete(self) -> bool:
+        """``~key`` / ``~key=value``: Hydra removes the key (and what is under it) from the config."""
+        return self.prefix == "~"
 
 
 def parse_override(word: str) -> ParsedOverride | None:
@@ -92,7 +99,45 @@ def parse_override(word: str) -> ParsedOverride | None:
     if not m or (m.group(3) is None and m.group(1) != "~"):
         return None
     raw = m.group(3) or ""
-    return ParsedOverride(key=m.group(2), value=parse_value(raw), raw=raw, prefix=m.group(1) or "")
+    value = None if m.group(1) == "~" and m.group(3) is None else parse_value(raw)  # ~key: unset, not ""
+    return ParsedOverride(key=m.group(2), value=value, raw=raw, prefix=m.group(1) or "")
+
+
+def _under(key: str, root: str) -> bool:
+    return key == root or key.startswith(root + ".")
+
+
+def apply_overrides(base: list[ParsedOverride], cli: list[ParsedOverride]) -> tuple[list, list[str], list[str]]:
+    """The overrides as Hydra applies them to a config: ``(effective values, deleted keys, warnings)``.
+
+    ``base`` holds the values the config files set (:func:`mlite.export.hydra_config.read_config`), ``cli`` the
+    command line in order. ``key=v`` overrides, ``++key=v`` adds or overrides, ``+key=v`` adds (Hydra refuses it
+    for a key the config already has: "Could not append to config. An item is already at ..."), ``~key`` deletes the
+    key and everything under it (``~key=v`` only when the value is ``v``). Mirrors
+    ``hydra._internal.config_loader_impl.ConfigLoaderImpl._apply_overrides_to_config`` (Hydra 1.3,
+    https://github.com/facebookresearch/hydra/blob/v1.3.2/hydra/_internal/config_loader_impl.py)."""
+    values: dict[str, ParsedOverride] = {o.key: o for o in base}
+    deleted: list[str] = []
+    warnings: list[str] = []
+    for o in cli:
+        if o.delete:
+            hit = [k for k in values if _under(k, o.key)]
+            if o.raw and o.key in values and values[o.key].value != o.value:
+                warnings.append(f"~{o.key}={o.raw}: the value is {values[o.key].raw}, not {o.raw}; Hydra refuses it")
+                continue
+            for k in hit:
+                del values[k]
+            deleted.append(o.key)
+            continue
+        old = values.get(o.key)
+        if o.prefix == "+" and old is not None and old.origin:
+            warnings.append(
+                f"+{o.key}={o.raw}: {old.origin} already sets {o.key} ({old.raw}); Hydra refuses '+' for it "
+                f"(write {o.key}=... or ++{o.key}=...); the command line's value used"
+            )
+        values.pop(o.key, None)  # keep command-line order: re-insert at the end
+        values[o.key] = o
+    return list(values.values()), deleted, warnings
 
 
 def parse_value(text: str):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .expand import SPLIT, Shell, case_matches
 from .lex import _ASSIGN, _BLOCK_OPEN, Command, lex
+from .slurm import SlurmValue, sbatch_values
 
 ENTRY_MODULES = (
     "verl.trainer.main_ppo",
@@ -25,6 +26,10 @@ ENTRY_MODULES = (
 ENTRY_PATTERN = re.compile(r"(verl\.trainer\.[\w.]+|verl\.experimental\.[\w.]+|recipe\.\w+(\.\w+)*\.main_\w+)")
 """Other verl entry points launched with ``-m``: trainers, ``verl.experimental...`` mains, recipes'
 ``recipe.<name>.main_<name>``."""
+HYDRA_ROOTS = ("actor_rollout_ref.", "data.", "trainer.", "model.", "engine.")
+"""Keys under which an argument is a verl Hydra override: a Python entry point given one is a launch line
+(``python ../qwen3/verl_entrypoint.py ...``, ``python3 -m main_gkd ...``), whatever the module is called."""
+_PYTHON = re.compile(r"(.*/)?python(\d+(\.\d+)*)?")
 GPU_BRANCH = "gpu"
 """The ``case`` word used when the selector is a command substitution (a device probe)."""
 _FOLLOW = ("source", ".", "exec", "bash", "sh")
@@ -80,6 +85,8 @@ class ScriptResult:
     """``(line, variable)`` of commands whose first word is a variable that is not set (``$COMMAND ...``)."""
     skipped: list[Command] = field(default_factory=list)
     """Commands inside blocks that were not run (searched for a launch line when there is none outside)."""
+    slurm: dict[str, SlurmValue] = field(default_factory=dict)
+    """``SLURM_*`` values the ``#SBATCH`` headers set (and ``env`` did not), by name (:mod:`.slurm`)."""
 
 
 def _is_assign(w) -> bool:
@@ -124,9 +131,34 @@ def _assign(sh: Shell, w) -> str:
     return name
 
 
+def _is_override_of_verl(word: str) -> bool:
+    """Whether a word is a Hydra override (``key=v``, ``+key=v``, ``++key=v``, ``~key``) of a verl config key."""
+    key = word.lstrip("+~").split("=", 1)[0]
+    return ("=" in word or word.startswith("~")) and key.startswith(HYDRA_ROOTS)
+
+
+def _python_entry(words: list[str]) -> int | None:
+    """The index of the module (``-m M``) or script (``F.py``) a ``python`` command runs, when the arguments after
+    it are verl Hydra overrides; None otherwise."""
+    for k, w in enumerate(words):
+        if not _PYTHON.fullmatch(w):
+            continue
+        j = k + 1
+        while j < len(words) and words[j].startswith("-") and words[j] != "-m":
+            j += 1  # interpreter flags (-u, -X ...)
+        if j < len(words) and words[j] == "-m":
+            j += 1
+        elif j >= len(words) or not words[j].endswith(".py"):
+            return None
+        if j < len(words) and any(_is_override_of_verl(a) for a in words[j + 1 :]):
+            return j
+        return None
+    return None
+
+
 def _find_launch(sh: Shell, cmd: Command, in_block: bool) -> Launch | None:
     text = " ".join(w if isinstance(w, str) else w[0] for w in cmd.words)
-    if "verl" not in text and "recipe." not in text and "$" not in text:
+    if not any(t in text for t in ("verl", "recipe.", "$", *HYDRA_ROOTS)):
         return None
     words, unres, used = [], [], []
     for w in cmd.words:
@@ -141,6 +173,9 @@ def _find_launch(sh: Shell, cmd: Command, in_block: bool) -> Launch | None:
     for k, w in enumerate(words):
         if w in ENTRY_MODULES or (k and words[k - 1] == "-m" and ENTRY_PATTERN.fullmatch(w)):
             return Launch(words=words, unresolved=unres, used=used, entry=k, line=cmd.line, in_block=in_block)
+    entry = _python_entry(words)
+    if entry is not None:
+        return Launch(words=words, unresolved=unres, used=used, entry=entry, line=cmd.line, in_block=in_block)
     return None
 
 
@@ -148,6 +183,8 @@ def run_script(text: str, env: dict | None = None, *, path: str | Path | None = 
     """Read ``text`` (a script, or a resolved command line) with ``env`` as the only outside variables; ``path`` (the
     file ``text`` came from) lets ``source`` / ``exec`` of a sibling script be followed."""
     res = ScriptResult(shell=Shell(vars=dict(env or {})))
+    res.slurm = {k: v for k, v in sbatch_values(text).items() if k not in res.shell.vars}  # --env wins
+    res.shell.vars.update({k: v.value for k, v in res.slurm.items()})
     _run(res, text, Path(path) if path else None, 0)
     if not res.launches:
         for cmd in res.skipped:
