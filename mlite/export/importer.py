@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, cast
 
 from ..errors import MliteError
 from ..mesh.axes import AXES, AXIS_NAMES, BY_NAME, DERIVED
+from ..mesh.layout import SPLIT_KEYS
 from ..shell.script import run_script, uses_launcher_rule
-from .mapping import ACTOR, read_options, read_parallel
+from .mapping import ACTOR, read_options, read_parallel, read_split
 from .overrides import ParsedOverride, parse_override
 from .verl_grpo_megatron import PARALLEL_KEYS
 
 if TYPE_CHECKING:
-    from ..mesh import ParallelConfig
+    from ..mesh import ParallelConfig, PipelineSplit
     from ..models import ModelSpec
 
 _MLITE_SIZES = tuple(a.engine_key for a in AXES)
@@ -90,6 +91,9 @@ class ImportedLauncher:
     """The launcher trains MTP layers (``model.mtp.enable`` and ``enable_train``); else no stage holds them."""
     model_variant: str | None = None
     """``MODEL_VARIANT`` as the script leaves it (verl's Megatron Lite examples pick their model with it)."""
+    split: PipelineSplit | None = None
+    """The Megatron-Core pipeline split keys the launcher sets (first/last-stage counts, ``account_for_*``, a layer
+    list): the layers rule checks them as Megatron-Core does and the estimate uses the stages they give."""
 
     @property
     def ngpu(self) -> int:
@@ -136,10 +140,11 @@ class ImportedLauncher:
             self.parallel,
             seq_len=seq,
             gpus_per_node=self.gpus_per_node,
-            auto_uneven=True,
+            auto_uneven=not self.target.startswith("verl-megatron"),  # Megatron-Core: layers divide by PP
             inherited=self.inherited,
             train_mtp=self.train_mtp,
             kv_replication=self.target.startswith("verl-megatron"),
+            split=self.split,
         )
         if spec.vision_params:  # said with the estimate: where the memory estimate holds the tower
             from ..mesh.rules import finding
@@ -199,6 +204,7 @@ class ImportedLauncher:
                 "source": self.source,
                 "inherited": {k: v.why for k, v in self.inherited.items()},
                 "train_mtp": self.train_mtp,
+                "pipeline_split": self.split.describe() if self.split else "",
             }
         )
         return out
@@ -296,6 +302,16 @@ class ImportedLauncher:
             o = replace(o, gpu_memory_gib=gpu_memory_gib)
         return mp, estimate(from_hf_config(ref), mp, o)
 
+    def _parallel_with_split(self, ref: str):
+        """:attr:`parallel`, with the stages of the launcher's split keys as its ``pp_layout`` (the layout an export
+        writes as ``pipeline_model_parallel_layout``); unchanged without split keys or when they do not hold."""
+        from dataclasses import replace
+
+        if not self.split:
+            return self.parallel
+        mp, _ = self.plan(ref)
+        return replace(self.parallel, pp_layout=mp.layout) if mp is not None and mp.stages else self.parallel
+
     def to_export_plan(self, *, model: str | None = None, target: str | None = None, **kw):
         """An :class:`mlite.export.ExportPlan` with this mesh, cluster and options (the header then states the
         difference to this launcher's rule when it used verl's)."""
@@ -306,7 +322,7 @@ class ImportedLauncher:
             raise MliteError(f"no model config for '{self.model_path}': pass model= (a data/models name or path)")
         from .plan import ROLLOUT_OWNED
 
-        p = self.parallel
+        p = self._parallel_with_split(ref)
         ldp = self.ngpu / p.pp / (p.tp * p.ep)
         r = self.rollout
         if not self.target.endswith("-sft"):
@@ -466,7 +482,12 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     warnings += _unresolved_warnings(unresolved)
     is_sft = "sft" in launch.module
     backend, parallel, consumed, mesh_warn = read_parallel(ovs, is_sft=is_sft, config_name=config_name)
-    _refuse_unread_mesh(source, ovs, consumed | {"trainer.nnodes", "trainer.n_gpus_per_node"}, unresolved, res)
+    split_keys = {o.key for o in ovs if o.key.rsplit(".", 1)[-1] in SPLIT_KEYS.values()}
+    _refuse_unread_mesh(
+        source, ovs, consumed | split_keys | {"trainer.nnodes", "trainer.n_gpus_per_node"}, unresolved, res
+    )
+    split, consumed_s = read_split(ovs, backend=backend, is_sft=is_sft)
+    consumed |= consumed_s
     warnings += mesh_warn
     nnodes, gpn, consumed_c, cw = _cluster(ovs, torchrun, is_sft)
     warnings += cw
@@ -508,6 +529,7 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         train_mtp=train_mtp,
         required=dict(res.shell.required),
         model_variant=res.shell.vars.get("MODEL_VARIANT"),
+        split=split,
     )
 
 
@@ -541,6 +563,7 @@ def _is_mesh_key(key: str) -> bool:
         key in ("trainer.nnodes", "trainer.n_gpus_per_node")
         or leaf in PARALLEL_KEYS.values()
         or leaf == "pipeline_model_parallel_layout"
+        or leaf in SPLIT_KEYS.values()
         or (key.startswith(("engine.", f"{ACTOR}.engine.")) and leaf in _MLITE_SIZES)
     )
 
@@ -567,8 +590,8 @@ def _refuse_unread_mesh(source: str, ovs, consumed: set, unresolved: dict, res) 
                 f"{source}: {o.key}={o.raw}: could not expand {n if n.startswith('$') else '$' + n} ({how})"
             )
         leaf = o.key.rsplit(".", 1)[-1]
-        if leaf == "pipeline_model_parallel_layout":
-            continue
+        if leaf == "pipeline_model_parallel_layout" or leaf in SPLIT_KEYS.values():
+            continue  # the layout is parsed by the layers rule, the split keys by read_split
         ok = o.value is None and leaf in _NULLABLE_LEAVES
         if not ok and not (isinstance(o.value, int) and not isinstance(o.value, bool) and o.value >= 1):
             raise MliteError(
