@@ -307,3 +307,10 @@ def test_mlite_mesh_and_import_launcher_agree(model, capsys, tmp_path):
         assert (mesh["pp_layout"], mesh["layout_source"]) == (imp["pp_layout"], imp["layout_source"]), case
         verdicts.add(mesh["valid"])
     assert verdicts == {True, False}
+
+
+def test_a_zero_first_stage_count_is_megatron_cores_error_not_unset(capsys):
+    rc = main(["mesh", "Qwen3-8B", "--ngpu", "8", "--pp", "4", "--num-layers-in-first-pipeline-stage", "0", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and doc["errors"] == ["num_layers_in_first_pipeline_stage must be larger than 0 (got 0)"]
+    assert _mcore_counts(36, 4, 1, first=0) is None

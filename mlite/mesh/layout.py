@@ -185,6 +185,11 @@ SPLIT_KEYS = {
 ``actor_rollout_ref.actor.megatron.pipeline_parallel_num_layer_list``, MindSpeed's ``--num-layer-list``)."""
 
 
+def _set(v) -> bool:
+    """A split field that is given: a count (0 included: Megatron-Core's own error), True, a list."""
+    return v is not None and v is not False
+
+
 @dataclass(frozen=True, slots=True)
 class PipelineSplit:
     """How Megatron-Core is told to split the layers when no ``pp_layout`` is given (``TransformerConfig``)."""
@@ -201,14 +206,14 @@ class PipelineSplit:
     """``pipeline_parallel_num_layer_list`` (MindSpeed's ``num_layer_list``): decoder layers per pipeline rank."""
 
     def __bool__(self) -> bool:
-        return any(getattr(self, f) not in (None, False) for f in SPLIT_KEYS)
+        return any(_set(getattr(self, f)) for f in SPLIT_KEYS)
 
     def describe(self) -> str:
         """The keys set, as a launcher writes them: ``num_layers_in_first_pipeline_stage=11, ...``."""
         parts = []
         for f, key in SPLIT_KEYS.items():
             v = getattr(self, f)
-            if v in (None, False):
+            if not _set(v):
                 continue
             shown = "[" + ",".join(map(str, v)) + "]" if isinstance(v, tuple) else v
             parts.append(f"{key}={shown}")
