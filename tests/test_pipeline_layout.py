@@ -196,6 +196,15 @@ def test_a_layer_list_that_does_not_sum_to_the_layers_is_refused(tmp_path):
     assert any("summing to the model's 61 layers (it has 8 summing to 60)" in e for e in res.json()["errors"])
 
 
+def test_the_planner_gets_the_launchers_split_as_its_layout():
+    values = import_launcher(QWEN3_235B).planner_values()
+    assert values["pp"] == 8 and values["pp_layout"] == "E,t*11|" + "t*12|" * 6 + "t*11,L"
+    mp = resolve(
+        from_hf_config("Qwen3-235B-A22B"), 64, ParallelConfig(tp=4, pp=8, ep=4, etp=1, pp_layout=values["pp_layout"])
+    )
+    assert mp.valid and mp.layout_source == "pp_layout"
+
+
 def test_an_export_of_an_imported_split_writes_its_stages():
     p = import_launcher(VERL / "grpo_trainer" / "run_deepseek_v3_671b_megatron.sh").to_export_plan().parallel
     assert p.pp_layout == "E," + "t*5|" * 11 + "t*6,L"  # the launcher's last stage of 6 layers, as a layout

@@ -258,8 +258,10 @@ class ImportedLauncher:
 
     def planner_values(self) -> dict:
         """The mesh and cluster as planner fields: ``ngpu``, ``gpus_per_node``, ``seq_len``, ``tp`` ... ``etp``
-        (resolved, e.g. ETP = TP for a Megatron launcher that leaves it unset), ``pp_layout``."""
-        p = self.parallel
+        (resolved, e.g. ETP = TP for a Megatron launcher that leaves it unset), ``pp_layout`` (the stages of the
+        launcher's split keys when it sets them: the planner has no such fields)."""
+        ref = self.model_ref()
+        p = self._parallel_with_split(ref) if ref is not None else self.parallel
         return {
             "ngpu": self.ngpu,
             "gpus_per_node": self.gpus_per_node,
@@ -302,7 +304,7 @@ class ImportedLauncher:
             o = replace(o, gpu_memory_gib=gpu_memory_gib)
         return mp, estimate(from_hf_config(ref), mp, o)
 
-    def _parallel_with_split(self, ref: str):
+    def _parallel_with_split(self, ref: str) -> ParallelConfig:
         """:attr:`parallel`, with the stages of the launcher's split keys as its ``pp_layout`` (the layout an export
         writes as ``pipeline_model_parallel_layout``); unchanged without split keys or when they do not hold."""
         from dataclasses import replace
