@@ -2,10 +2,11 @@
 
 Errors are the checks Megatron-Core makes at start-up (``parallel_state.initialize_model_parallel``: world size
 divisible by TP*PP*CP and by ETP*EP*PP, VPP needs PP > 1; ``TransformerConfig``: heads divisible by TP, EP > 1 only
-with experts) plus what mlite's runtime needs (KV heads divisible by TP, FFN widths, layers over PP*VPP stages,
-2*CP dividing the sequence, DeepSeek-V4 with TP = ETP = 1). Warnings and info: groups spanning nodes, verl's launcher
-DP rule, sequence parallelism for MoE with TP > 1, Gated DeltaNet with CP, vocabulary padding, and each size that was
-not given but inherited (ETP = TP when a Megatron launcher leaves it unset).
+with experts; the layer split of ``TransformerConfig.__post_init__`` and ``get_num_layers_to_build``:
+:func:`~mlite.mesh.layout.split_layout`) plus what mlite's runtime needs (KV heads divisible by TP, FFN widths, layers
+over PP*VPP stages, 2*CP dividing the sequence, DeepSeek-V4 with TP = ETP = 1). Warnings and info: groups spanning
+nodes, verl's launcher DP rule, sequence parallelism for MoE with TP > 1, Gated DeltaNet with CP, vocabulary padding,
+and each size that was not given but inherited (ETP = TP when a Megatron launcher leaves it unset).
 
 A rule reads a :class:`MeshContext` (the mesh, the model, the GPU count) and returns findings whose
 :attr:`~mlite.mesh.Finding.fixes` are dicts of fields -> values; callers (the CLI, the planner widget) only render them.
