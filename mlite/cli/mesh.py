@@ -30,6 +30,57 @@ def parallel_from_args(args):
     return ParallelConfig(**{a: getattr(args, a) for a in AXIS_NAMES}, pp_layout=args.pp_layout)
 
 
+def add_split_flags(p) -> None:
+    """Megatron-Core's pipeline split (``TransformerConfig`` fields; MindSpeed's layer list), as Megatron-LM spells
+    the flags; checked by :func:`mlite.mesh.layout.split_layout`, the rule ``import-launcher`` applies to a
+    launcher's keys."""
+    g = p.add_argument_group("Megatron-Core pipeline split (instead of --pp-layout)")
+    g.add_argument(
+        "--num-layers-in-first-pipeline-stage",
+        type=int,
+        default=None,
+        metavar="N",
+        help="decoder layers on the first pipeline rank",
+    )
+    g.add_argument(
+        "--num-layers-in-last-pipeline-stage",
+        type=int,
+        default=None,
+        metavar="N",
+        help="decoder layers on the last pipeline rank",
+    )
+    g.add_argument(
+        "--account-for-embedding-in-pipeline-split",
+        action="store_true",
+        help="the embedding counts as one layer of the first stage",
+    )
+    g.add_argument(
+        "--account-for-loss-in-pipeline-split",
+        action="store_true",
+        help="the loss counts as one layer of the last stage",
+    )
+    g.add_argument(
+        "--num-layer-list",
+        default=None,
+        metavar="N,N,...",
+        help="decoder layers per pipeline rank (verl-on-Ascend's pipeline_parallel_num_layer_list)",
+    )
+
+
+def split_from_args(args):
+    """The :class:`mlite.mesh.PipelineSplit` of :func:`add_split_flags`."""
+    from ..mesh import PipelineSplit
+    from ..mesh.layout import layer_list
+
+    return PipelineSplit(
+        first=args.num_layers_in_first_pipeline_stage,
+        last=args.num_layers_in_last_pipeline_stage,
+        account_for_embedding=args.account_for_embedding_in_pipeline_split,
+        account_for_loss=args.account_for_loss_in_pipeline_split,
+        layer_list=None if args.num_layer_list is None else layer_list(args.num_layer_list, "--num-layer-list"),
+    )
+
+
 def add_parser(sub):
     p = sub.add_parser(
         COMMAND,
@@ -39,6 +90,7 @@ def add_parser(sub):
     p.add_argument("config", metavar="CONFIG", help="config.json path or a name in data/models/")
     p.add_argument("--ngpu", type=int, required=True, help="GPU count (world size)")
     add_mesh_flags(p)
+    add_split_flags(p)
     from ..mesh.ranks import PRINTED_KINDS
 
     p.add_argument("--rank", type=int, default=None, help=f"print this rank's {'/'.join(PRINTED_KINDS)} groups")
@@ -82,7 +134,14 @@ def run(args) -> int:
                 d = m.to_dict()
                 print("  " + " ".join(f"{d[k]:>{w}}" for k, w in cols) + f" {d['score']:>7.2f}  {d['pp_layout']}")
         return 0 if meshes else 1
-    plan = resolve(spec, args.ngpu, parallel_from_args(args), seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
+    plan = resolve(
+        spec,
+        args.ngpu,
+        parallel_from_args(args),
+        seq_len=args.seq_len,
+        gpus_per_node=args.gpus_per_node,
+        split=split_from_args(args),
+    )
     doc = plan.to_dict()
     if args.rank is not None:
         if not plan.dp or not plan.edp:

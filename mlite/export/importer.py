@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, cast
 
 from ..errors import MliteError
 from ..mesh.axes import AXES, AXIS_NAMES, BY_NAME, DERIVED
+from ..mesh.layout import SPLIT_KEYS
 from ..shell.script import run_script, uses_launcher_rule
-from .mapping import ACTOR, read_options, read_parallel
+from .mapping import ACTOR, read_options, read_parallel, read_split
 from .overrides import ParsedOverride, apply_overrides, parse_override
 from .verl_grpo_megatron import PARALLEL_KEYS
 
 if TYPE_CHECKING:
-    from ..mesh import ParallelConfig
+    from ..mesh import ParallelConfig, PipelineSplit
     from ..models import ModelSpec
 
 _MLITE_SIZES = tuple(a.engine_key for a in AXES)
@@ -97,6 +98,9 @@ class ImportedLauncher:
     """``MODEL_VARIANT`` as the script leaves it (verl's Megatron Lite examples pick their model with it)."""
     deleted: list[str] = field(default_factory=list)
     """Keys the launcher deletes with Hydra's ``~key`` (unset, not empty)."""
+    split: PipelineSplit | None = None
+    """The Megatron-Core pipeline split keys the launcher sets (first/last-stage counts, ``account_for_*``, a layer
+    list): the layers rule checks them as Megatron-Core does and the estimate uses the stages they give."""
 
     @property
     def ngpu(self) -> int:
@@ -138,10 +142,11 @@ class ImportedLauncher:
             self.parallel,
             seq_len=seq,
             gpus_per_node=self.gpus_per_node,
-            auto_uneven=True,
+            auto_uneven=not self.target.startswith("verl-megatron"),  # Megatron-Core: layers divide by PP
             inherited=self.inherited,
             train_mtp=self.train_mtp,
             kv_replication=self.target.startswith("verl-megatron"),
+            split=self.split,
         )
         if spec.vision_params:  # said with the estimate: where the memory estimate holds the tower
             from ..mesh.rules import finding
@@ -202,6 +207,7 @@ class ImportedLauncher:
                 "inherited": {k: v.why for k, v in self.inherited.items()},
                 "train_mtp": self.train_mtp,
                 "deleted": self.deleted,
+                "pipeline_split": self.split.describe() if self.split else "",
             }
         )
         return out
@@ -255,8 +261,10 @@ class ImportedLauncher:
 
     def planner_values(self) -> dict:
         """The mesh and cluster as planner fields: ``ngpu``, ``gpus_per_node``, ``seq_len``, ``tp`` ... ``etp``
-        (resolved, e.g. ETP = TP for a Megatron launcher that leaves it unset), ``pp_layout``."""
-        p = self.parallel
+        (resolved, e.g. ETP = TP for a Megatron launcher that leaves it unset), ``pp_layout`` (the stages of the
+        launcher's split keys when it sets them: the planner has no such fields)."""
+        ref = self.model_ref()
+        p = self._parallel_with_split(ref) if ref is not None else self.parallel
         return {
             "ngpu": self.ngpu,
             "gpus_per_node": self.gpus_per_node,
@@ -299,6 +307,16 @@ class ImportedLauncher:
             o = replace(o, gpu_memory_gib=gpu_memory_gib)
         return mp, estimate(from_hf_config(ref), mp, o)
 
+    def _parallel_with_split(self, ref: str) -> ParallelConfig:
+        """:attr:`parallel`, with the stages of the launcher's split keys as its ``pp_layout`` (the layout an export
+        writes as ``pipeline_model_parallel_layout``); unchanged without split keys or when they do not hold."""
+        from dataclasses import replace
+
+        if not self.split:
+            return self.parallel
+        mp, _ = self.plan(ref)
+        return replace(self.parallel, pp_layout=mp.layout) if mp is not None and mp.stages else self.parallel
+
     def to_export_plan(self, *, model: str | None = None, target: str | None = None, **kw):
         """An :class:`mlite.export.ExportPlan` with this mesh, cluster and options (the header then states the
         difference to this launcher's rule when it used verl's)."""
@@ -309,7 +327,7 @@ class ImportedLauncher:
             raise MliteError(f"no model config for '{self.model_path}': pass model= (a data/models name or path)")
         from .plan import ROLLOUT_OWNED
 
-        p = self.parallel
+        p = self._parallel_with_split(ref)
         ldp = self.ngpu / p.pp / (p.tp * p.ep)
         r = self.rollout
         if not self.target.endswith("-sft"):
@@ -497,7 +515,12 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     warnings += _unresolved_warnings(unresolved)
     is_sft = "sft" in launch.module
     backend, parallel, consumed, mesh_warn = read_parallel(ovs, is_sft=is_sft, config_name=config_name)
-    _refuse_unread_mesh(source, ovs, consumed | {"trainer.nnodes", "trainer.n_gpus_per_node"}, unresolved, res)
+    split_keys = {o.key for o in ovs if o.key.rsplit(".", 1)[-1] in SPLIT_KEYS.values()}
+    _refuse_unread_mesh(
+        source, ovs, consumed | split_keys | {"trainer.nnodes", "trainer.n_gpus_per_node"}, unresolved, res
+    )
+    split, consumed_s = read_split(ovs, backend=backend, is_sft=is_sft)
+    consumed |= consumed_s
     warnings += mesh_warn
     nnodes, gpn, consumed_c, cw = _cluster(ovs, torchrun, is_sft)
     warnings += cw
@@ -540,6 +563,7 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         required=dict(res.shell.required),
         model_variant=res.shell.vars.get("MODEL_VARIANT"),
         deleted=deleted,
+        split=split,
     )
 
 
@@ -619,6 +643,7 @@ def _is_mesh_key(key: str) -> bool:
         key in ("trainer.nnodes", "trainer.n_gpus_per_node")
         or leaf in PARALLEL_KEYS.values()
         or leaf == "pipeline_model_parallel_layout"
+        or leaf in SPLIT_KEYS.values()
         or (key.startswith(("engine.", f"{ACTOR}.engine.")) and leaf in _MLITE_SIZES)
     )
 
@@ -645,8 +670,8 @@ def _refuse_unread_mesh(source: str, ovs, consumed: set, unresolved: dict, res) 
                 f"{source}: {o.key}={o.raw}: could not expand {n if n.startswith('$') else '$' + n} ({how})"
             )
         leaf = o.key.rsplit(".", 1)[-1]
-        if leaf == "pipeline_model_parallel_layout":
-            continue
+        if leaf == "pipeline_model_parallel_layout" or leaf in SPLIT_KEYS.values():
+            continue  # the layout is parsed by the layers rule, the split keys by read_split
         ok = o.value is None and leaf in _NULLABLE_LEAVES
         if not ok and not (isinstance(o.value, int) and not isinstance(o.value, bool) and o.value >= 1):
             raise MliteError(

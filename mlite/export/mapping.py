@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..errors import MliteError
 from ..mesh import ParallelConfig
 from ..mesh.axes import AXES, MEGATRON_KEYS
+from ..mesh.layout import SPLIT_KEYS, PipelineSplit, layer_list
 from ..options import verl as table
 from .launcher import Knob
 from .mlite_keys import ENGINE_FIELDS
@@ -112,6 +113,40 @@ def read_parallel(ovs, *, is_sft: bool, config_name: str | None):
     except MliteError as e:
         w.append(f"mesh read from the launcher is not valid ({e.message}); defaults used")
         return backend, ParallelConfig(), consumed, w
+
+
+def split_key(field: str, *, is_sft: bool) -> str:
+    """The Hydra key of a :class:`~mlite.mesh.PipelineSplit` field in a verl Megatron launcher: the
+    ``TransformerConfig`` fields under ``megatron.override_transformer_config.``, the layer list under ``megatron.``
+    (verl-on-Ascend's ``ppo_mindspeed_trainer``)."""
+    root = "engine" if is_sft else f"{ACTOR}.megatron"
+    leaf = SPLIT_KEYS[field]
+    return f"{root}.{leaf}" if field == "layer_list" else f"{root}.override_transformer_config.{leaf}"
+
+
+def read_split(ovs, *, backend: str, is_sft: bool) -> tuple[PipelineSplit, set]:
+    """``(PipelineSplit, consumed keys)``: the launcher's Megatron-Core pipeline split keys (null: unset). A value
+    of the wrong kind raises MliteError naming the key (the CLI's exit 2)."""
+    if backend != "megatron":
+        return PipelineSplit(), set()
+    by = {o.key: o for o in ovs}
+    vals: dict = {}
+    for f in SPLIT_KEYS:
+        ov = by.get(split_key(f, is_sft=is_sft))
+        if ov is None or ov.value is None:
+            continue
+        v = ov.value
+        if f == "layer_list":
+            vals[f] = layer_list(v, ov.key)
+        elif f.startswith("account_for_"):
+            if not isinstance(v, bool):
+                raise MliteError(f"{ov.key}={ov.raw}: not True or False")
+            vals[f] = v
+        elif isinstance(v, int) and not isinstance(v, bool):
+            vals[f] = v  # <= 0 is Megatron-Core's own error, said by the layers rule
+        else:
+            raise MliteError(f"{ov.key}={ov.raw}: not an integer layer count (or null)")
+    return PipelineSplit(**vals), {split_key(f, is_sft=is_sft) for f in SPLIT_KEYS}
 
 
 def read_options(ovs, *, backend: str, is_sft: bool):

@@ -11,7 +11,7 @@ from .choices import field_options, mesh_command, mesh_key, planner_rows
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .device_mesh import DeviceMeshes, build_device_mesh
 from .enumerate import RankedMesh, enumerate_meshes, mesh_score
-from .layout import Stage, auto_layout, even_layout, layout_text, parse_layout
+from .layout import SPLIT_KEYS, PipelineSplit, Stage, auto_layout, even_layout, layout_text, parse_layout, split_layout
 from .plan import MeshPlan, resolve
 from .ranks import GROUP_KINDS, RankLayout
 from .rules import Finding, divisors, fix_label, pad_vocab
@@ -21,12 +21,14 @@ __all__ = [
     "DEFAULT_SEQ_LEN",
     "GROUP_KINDS",
     "RULES",
+    "SPLIT_KEYS",
     "DeviceMeshes",
     "Finding",
     "Inherited",
     "MeshContext",
     "MeshPlan",
     "ParallelConfig",
+    "PipelineSplit",
     "RankLayout",
     "RankedMesh",
     "Stage",
@@ -46,4 +48,5 @@ __all__ = [
     "planner_rows",
     "resolve",
     "run_rules",
+    "split_layout",
 ]

@@ -2,10 +2,11 @@
 
 Errors are the checks Megatron-Core makes at start-up (``parallel_state.initialize_model_parallel``: world size
 divisible by TP*PP*CP and by ETP*EP*PP, VPP needs PP > 1; ``TransformerConfig``: heads divisible by TP, EP > 1 only
-with experts) plus what mlite's runtime needs (KV heads divisible by TP, FFN widths, layers over PP*VPP stages,
-2*CP dividing the sequence, DeepSeek-V4 with TP = ETP = 1). Warnings and info: groups spanning nodes, verl's launcher
-DP rule, sequence parallelism for MoE with TP > 1, Gated DeltaNet with CP, vocabulary padding, and each size that was
-not given but inherited (ETP = TP when a Megatron launcher leaves it unset).
+with experts; the layer split of ``TransformerConfig.__post_init__`` and ``get_num_layers_to_build``:
+:func:`~mlite.mesh.layout.split_layout`) plus what mlite's runtime needs (KV heads divisible by TP, FFN widths, layers
+over PP*VPP stages, 2*CP dividing the sequence, DeepSeek-V4 with TP = ETP = 1). Warnings and info: groups spanning
+nodes, verl's launcher DP rule, sequence parallelism for MoE with TP > 1, Gated DeltaNet with CP, vocabulary padding,
+and each size that was not given but inherited (ETP = TP when a Megatron launcher leaves it unset).
 
 A rule reads a :class:`MeshContext` (the mesh, the model, the GPU count) and returns findings whose
 :attr:`~mlite.mesh.Finding.fixes` are dicts of fields -> values; callers (the CLI, the planner widget) only render them.
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..errors import MliteError
 from .axes import DENSE_DIMS, EXPERT_DIMS, model_parallel, product_label
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
-from .layout import Stage, auto_layout, even_layout, layout_text, parse_layout
+from .layout import PipelineSplit, Stage, auto_layout, even_layout, layout_text, parse_layout, split_layout
 from .rules import Finding, finding, nearest, pad_vocab
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class MeshContext:
     """Field -> :class:`Inherited`, for sizes that were not given."""
     train_mtp: bool | None = None
     """Whether MTP layers are trained (placed in the pipeline); None: when the model has them."""
+    split: PipelineSplit = field(default_factory=PipelineSplit)
+    """Megatron-Core's first/last-stage counts, ``account_for_*`` or a layer list (:func:`~.layout.split_layout`)."""
     kv_replication: bool = False
     """KV heads may divide TP instead (Megatron-Core's TransformerConfig: query groups 'a multiple or divisor' of TP,
     each rank then holds one KV head); the mlite runtime splits KV heads, so False for its plans."""
@@ -293,14 +296,31 @@ def rule_vpp(ctx: MeshContext) -> list[Finding]:
 
 
 def rule_layers(ctx: MeshContext) -> list[Finding]:
-    """Layers split into PP*VPP stages, evenly or by ``pp_layout`` (MTP layers placed only when trained)."""
+    """Layers split into PP*VPP stages: evenly, by ``pp_layout``, or by Megatron-Core's split keys (first/last-stage
+    counts, ``account_for_*``, a layer list: :func:`~mlite.mesh.layout.split_layout`); an uneven automatic layout
+    only with ``auto_uneven`` (Megatron Lite balances the layers itself; Megatron-Core asserts they divide by PP).
+    MTP layers are placed only when trained."""
     return list(ctx.layout[2])
+
+
+def _split(ctx: MeshContext) -> tuple[list[Stage], str, list[Finding]]:
+    """The stages of the launcher's (or ``mlite mesh``'s) Megatron-Core split keys, or the error naming them."""
+    p, s = ctx.p, ctx.split
+    if p.pp_layout:  # TransformerConfig.__post_init__: the layout excludes the other split arguments
+        msg = f"pipeline_model_parallel_layout cannot be set with the other pipeline split keys ({s.describe()})"
+        return [], "split", [finding("layers", "error", msg, "pp_layout", fixes=[{"pp_layout": ""}])]
+    try:
+        return split_layout(ctx.spec.num_layers, ctx.n_mtp, p.pp, p.vpp, s), "split", []
+    except MliteError as e:
+        return [], "split", [finding("layers", "error", e.message, "pp")]
 
 
 def _layout(ctx: MeshContext) -> tuple[list[Stage], str, list[Finding]]:
     p, F = ctx.p, []
     pp, vpp = p.pp, p.vpp
     n_layers, n_mtp, n_stages = ctx.spec.num_layers, ctx.n_mtp, pp * vpp
+    if ctx.split:
+        return _split(ctx)
     if p.pp_layout:
         try:
             stages = parse_layout(p.pp_layout, n_layers, n_mtp)

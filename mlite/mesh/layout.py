@@ -171,3 +171,152 @@ def stage_text(plan, pp_rank: int) -> str:
         bits += ["L"] if s.head else []
         parts.append(", ".join(bits) or "empty")
     return " | ".join(parts) if parts else "—"
+
+
+SPLIT_KEYS = {
+    "first": "num_layers_in_first_pipeline_stage",
+    "last": "num_layers_in_last_pipeline_stage",
+    "account_for_embedding": "account_for_embedding_in_pipeline_split",
+    "account_for_loss": "account_for_loss_in_pipeline_split",
+    "layer_list": "pipeline_parallel_num_layer_list",
+}
+""":class:`PipelineSplit` field -> the key a launcher sets it with (``TransformerConfig`` fields, under verl's
+``actor_rollout_ref.actor.megatron.override_transformer_config.``; the layer list is verl-on-Ascend's
+``actor_rollout_ref.actor.megatron.pipeline_parallel_num_layer_list``, MindSpeed's ``--num-layer-list``)."""
+
+
+def _set(v) -> bool:
+    """A split field that is given: a count (0 included: Megatron-Core's own error), True, a list."""
+    return v is not None and v is not False
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSplit:
+    """How Megatron-Core is told to split the layers when no ``pp_layout`` is given (``TransformerConfig``)."""
+
+    first: int | None = None
+    """``num_layers_in_first_pipeline_stage``: decoder layers on pipeline rank 0 (None: an equal share)."""
+    last: int | None = None
+    """``num_layers_in_last_pipeline_stage``: decoder layers on the last pipeline rank (None: an equal share)."""
+    account_for_embedding: bool = False
+    """``account_for_embedding_in_pipeline_split``: the embedding counts as one layer of the first stage."""
+    account_for_loss: bool = False
+    """``account_for_loss_in_pipeline_split``: the loss counts as one layer of the last stage."""
+    layer_list: tuple[int, ...] | None = None
+    """``pipeline_parallel_num_layer_list`` (MindSpeed's ``num_layer_list``): decoder layers per pipeline rank."""
+
+    def __bool__(self) -> bool:
+        return any(_set(getattr(self, f)) for f in SPLIT_KEYS)
+
+    def describe(self) -> str:
+        """The keys set, as a launcher writes them: ``num_layers_in_first_pipeline_stage=11, ...``."""
+        parts = []
+        for f, key in SPLIT_KEYS.items():
+            v = getattr(self, f)
+            if not _set(v):
+                continue
+            shown = "[" + ",".join(map(str, v)) + "]" if isinstance(v, tuple) else v
+            parts.append(f"{key}={shown}")
+        return ", ".join(parts)
+
+
+def layer_list(value, key: str) -> tuple[int, ...]:
+    """A layer list from a launcher value (a list) or a flag (``7,7,8`` or ``[7,7,8]``); MliteError naming ``key``."""
+    items = value if isinstance(value, list | tuple) else str(value).strip().strip("[]").split(",")
+    out = []
+    for v in items:
+        text = str(v).strip()
+        if isinstance(v, bool) or not text.isdigit() or int(text) < 1:
+            raise MliteError(f"{key}={value}: give positive layer counts, one per pipeline rank (e.g. 7,7,8,8)")
+        out.append(int(text))
+    if not out:
+        raise MliteError(f"{key}={value}: give positive layer counts, one per pipeline rank (e.g. 7,7,8,8)")
+    return tuple(out)
+
+
+def _rank_counts(num_layers: int, pp: int, vpp: int, s: PipelineSplit) -> list[int]:
+    """Decoder layers per pipeline rank under ``s``, or MliteError with Megatron-Core's reason."""
+    K = SPLIT_KEYS
+    if s.layer_list is not None:
+        if s.first is not None or s.last is not None or s.account_for_embedding or s.account_for_loss:
+            raise MliteError(f"{K['layer_list']} cannot be set with the other pipeline split keys ({s.describe()})")
+        if vpp > 1:
+            raise MliteError(f"{K['layer_list']} gives one count per pipeline rank: it cannot be used with VPP {vpp}")
+        if len(s.layer_list) != pp or sum(s.layer_list) != num_layers or min(s.layer_list) < 1:
+            raise MliteError(
+                f"{s.describe()} must list {pp} positive counts (one per pipeline rank) "
+                f"summing to the model's {num_layers} layers (it has {len(s.layer_list)} summing to "
+                f"{sum(s.layer_list)})"
+            )
+        return list(s.layer_list)
+    if s.first is None and s.last is None:  # even, with the embedding / loss counted as layers
+        total = num_layers + s.account_for_embedding + s.account_for_loss
+        if total % pp:
+            raise MliteError(
+                f"{num_layers} layers (+{total - num_layers} for {s.describe()}) = {total} are not divisible by PP {pp}"
+            )
+        return [total // pp] * pp
+    if s.account_for_embedding or s.account_for_loss:
+        raise MliteError(
+            f"{K['first']} / {K['last']} cannot be set together with {K['account_for_embedding']} / "
+            f"{K['account_for_loss']} ({s.describe()})"
+        )
+    ends = [(w, n) for w, n in (("first", s.first), ("last", s.last)) if n is not None]
+    if len(ends) > pp:
+        raise MliteError(f"{s.describe()}: {len(ends)} end stages need PP >= {len(ends)} (got PP {pp})")
+    rest, middle = num_layers, pp - len(ends)
+    for which, n in ends:
+        if n <= 0:
+            raise MliteError(f"{K[which]} must be larger than 0 (got {n})")
+        if vpp > 1 and n % vpp:
+            raise MliteError(f"{K[which]}={n} must be divisible by VPP {vpp}")
+        rest -= n
+    if rest < 0 or bool(rest) != bool(middle):
+        raise MliteError(
+            f"{s.describe()} leaves {rest} layers of the model's {num_layers} for {middle} middle pipeline stage(s)"
+        )
+    if middle and rest % middle:
+        raise MliteError(
+            f"{s.describe()} leaves {rest} middle layers, not divisible by the {middle} middle pipeline stages"
+        )
+    per = rest // middle if middle else 0
+    if middle and vpp > 1 and per % vpp:
+        raise MliteError(f"{s.describe()} gives each middle pipeline rank {per} layers, not divisible by VPP {vpp}")
+    counts = [per] * pp
+    if s.first is not None:
+        counts[0] = s.first
+    if s.last is not None:
+        counts[-1] = s.last
+    return counts
+
+
+def split_layout(num_layers: int, num_mtp: int, pp: int, vpp: int, split: PipelineSplit) -> list[Stage]:
+    """The PP x VPP stages (virtual order) Megatron-Core builds from ``split``; MliteError with its reason otherwise.
+
+    Mirrors megatron-core 0.16.1: ``TransformerConfig.__post_init__`` (megatron/core/transformer/
+    transformer_config.py: first/last counts > 0 and divisible by VPP, the middle layers divisible by the middle
+    stages and per rank by VPP, neither together with ``account_for_*``; with ``account_for_*`` alone, the layers
+    plus one each divisible by PP) and ``get_num_layers_to_build`` (megatron/core/transformer/transformer_block.py:
+    each rank's count over its VPP chunks, one layer fewer in the first / last chunk that holds the embedding / loss).
+    The layer list is MindSpeed's ``num_layer_list`` (one count per rank, summing to the layers; as checked by
+    https://github.com/hicann/cann-recipes-train ``rl_train/deepseek`` ``translate_verl_train_configs_to_megatron``).
+    MTP layers sit with the loss, as Megatron-Core places them (last pipeline rank, last virtual chunk).
+    """
+    counts = _rank_counts(num_layers, pp, vpp, split)
+    n_stages = pp * vpp
+    stages, start = [], 0
+    for i in range(n_stages):
+        rank, last = i % pp, i == n_stages - 1
+        if counts[rank] % vpp:
+            raise MliteError(
+                f"{split.describe()} gives pipeline rank {rank} {counts[rank]} layers, not divisible by VPP {vpp}"
+            )
+        n = counts[rank] // vpp - (split.account_for_embedding and i == 0) - (split.account_for_loss and last)
+        if n < 0:
+            where = "first" if i == 0 else "last"
+            raise MliteError(f"{split.describe()}: not enough layers in the {where} virtual pipeline stage")
+        stages.append(Stage(i, i == 0, tuple(range(start, start + n)), tuple(range(num_mtp)) if last else (), last))
+        start += n
+    if start != num_layers:  # the account_for_* checks above make this exact; kept as the invariant
+        raise MliteError(f"{split.describe()} places {start} layers but the model has {num_layers}")
+    return stages

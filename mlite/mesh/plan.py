@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ..errors import MliteError
 from .checks import RULES, MeshContext, run_rules
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
-from .layout import Stage, layout_text
+from .layout import PipelineSplit, Stage, layout_text
 from .ranks import RankLayout
 from .rules import Finding, pad_vocab
 
@@ -34,7 +34,8 @@ class MeshPlan:
     stages: list[Stage] = field(default_factory=list)
     """PP x VPP stages in virtual order (empty when the layers cannot be split)."""
     layout_source: str = "even"
-    """``even``, ``pp_layout`` (given) or ``auto`` (an uneven layout the planner made)."""
+    """``even``, ``pp_layout`` (given), ``split`` (Megatron-Core's first/last-stage counts, ``account_for_*`` or a
+    layer list) or ``auto`` (an uneven layout the planner made)."""
     findings: list[Finding] = field(default_factory=list)
     """Every rule's verdict (errors, warnings, info)."""
 
@@ -115,6 +116,7 @@ def resolve(
     inherited: dict | None = None,
     train_mtp: bool | None = None,
     kv_replication: bool = False,
+    split: PipelineSplit | None = None,
     rules=RULES,
 ) -> MeshPlan:
     """Resolve and validate ``parallel`` for ``spec`` on ``ngpu`` GPUs. Never raises for an invalid mesh:
@@ -122,7 +124,9 @@ def resolve(
     choose an uneven layout when layers do not split evenly (reported as a warning) instead of failing the layers
     rule; ``inherited`` (field -> :class:`~mlite.mesh.checks.Inherited`) names sizes that were not given, so the
     findings say why they have their value; ``train_mtp=False`` places no MTP layers in the pipeline;
-    ``kv_replication`` accepts KV heads that divide TP (Megatron-Core replicates them; the mlite runtime does not)."""
+    ``kv_replication`` accepts KV heads that divide TP (Megatron-Core replicates them; the mlite runtime does not);
+    ``split`` is Megatron-Core's first/last-stage counts, ``account_for_*`` or a layer list
+    (:func:`mlite.mesh.layout.split_layout`), checked with Megatron-Core's rules."""
     p = parallel or ParallelConfig()
     if isinstance(ngpu, bool) or not isinstance(ngpu, int) or ngpu < 1:
         raise MliteError(f"--ngpu must be a positive integer, got {ngpu!r}")
@@ -139,6 +143,7 @@ def resolve(
         inherited=dict(inherited or {}),
         train_mtp=train_mtp,
         kv_replication=kv_replication,
+        split=split or PipelineSplit(),
     )
     findings = run_rules(ctx, rules)
     stages, source, _ = ctx.layout
