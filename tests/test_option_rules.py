@@ -187,4 +187,6 @@ def test_verl_lite_engine_backends_are_refused_alike_by_the_run_the_export_and_t
     assert_one_line_error(res, flag)
     assert not out.exists()
     key = _message(lambda o: check_verl_lite_engine("dist_opt", "engine.impl_cfg.optimizer"), {})
-    assert key.split(":", 1)[1] == flag.split(":", 1)[1]  # the same rule, the caller's field name
+    # the same rule and wording, with the caller's field name (and its fix: a flag, or the key's value)
+    assert key.split(":", 1)[1].split(";")[0] == flag.split(":", 1)[1].split(";")[0]
+    assert flag.endswith("use --optimizer fsdp2") and key.endswith("set it to fsdp2")

@@ -187,9 +187,9 @@ def check_verl_lite_engine(backend: str, field_name: str = "optimizer") -> None:
     if BACKENDS.entry(backend).verl_lite_engine:
         return
     runs = ", ".join(b.name for b in BACKENDS.values() if b.verl_lite_engine)
+    fix = f"use {field_name} {runs}" if field_name.startswith("--") else f"set it to {runs}"
     raise MliteError(
-        f"{field_name}: {backend} is not run by verl's lite engine (engine=lite builds {runs} only); use "
-        f"{runs} there, or mlite run --trainer lite for {backend}"
+        f"{field_name}: {backend} is not run by verl's lite engine (engine=lite builds {runs} only); {fix}"
     )
 
 
