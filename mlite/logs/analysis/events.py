@@ -149,7 +149,7 @@ def classify_line(raw: str, line: int, step: int | None) -> list[Event]:
         return out
     m = _NODE_FAIL_RE.search(text)
     if m:
-        add("node_failure", split_prefix(text)[1].strip())
+        add("node_failure", m.group(0) if m.group(1) else split_prefix(text)[1].strip())
         return out
     m = _SUBMITIT_RE.search(text)
     if m:
