@@ -1,7 +1,7 @@
 """The real third-party logs found for the third round (``tests/data/logs/40_`` on, see the README there for where
 each comes from): Slurm / torchrun lines behind the indentation, line numbers and prefixes that a copied log carries,
 NeMo 2 iteration lines (stored at ``global_step``), DeepSpeed's launcher ending and Megatron-LLM's bad-grad-norm
-warning. Every expected value below was read by eye from the files."""
+warning, MoE load-balancing and MTP losses. Every expected value below was read by eye from the files."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _events(run, kind: str):
 
 
 def test_third_round_logs_are_present():
-    assert [p.name[:2] for p in THIRD] == ["40", "41", "42", "43", "44"]
+    assert [p.name[:2] for p in THIRD] == ["40", "41", "42", "43", "44", "45", "46"]
 
 
 @pytest.mark.parametrize("path", THIRD, ids=lambda p: p.name[:2])
@@ -154,3 +154,26 @@ def test_a_unit_after_the_number_reads_as_the_unit_in_the_label(prefix, tmp_path
     assert got.skipped_lines == 0 and got.metrics == want.metrics
     assert got.wide.equals(want.wide)
     assert [(e.kind, e.line, e.step) for e in got.events] == [(e.kind, e.line, e.step) for e in want.events]
+
+
+# -- MoE and MTP losses ----------------------------------------------------------------------------------------------
+def test_45_moe_records_wrapped_inside_the_load_balancing_loss_name():
+    """Megatron-Core MoE (EP 2, aux_loss) pasted at a fixed width: each record cut inside ``load_bal`` /
+    ``ancing_loss`` and the memory report between records 1 and 2; the user's Ctrl-C at the end."""
+    run = _log("45_")
+    assert run.skipped_lines == 0 and run.wide.index.tolist() == [1, 2, 3, 4, 5]
+    w = run.wide
+    assert w["load_balancing_loss"].tolist() == [1.010554, 1.0097, 1.010454, 1.010483, 1.009435]
+    assert w.loc[1, "lm_loss"] == 11.77436 and w.loc[5, "grad_norm"] == 0.463
+    assert w.loc[1, "elapsed_time_per_iteration_ms"] == 14312.0 and w.loc[3, "num_zeros"] == 0.0
+    assert not [m for m in run.metrics if m.startswith(("load_bal_", "ancing"))]
+    assert not run.events
+
+
+def test_46_mtp_loss_and_load_balancing_loss_are_metrics_beside_the_lm_loss():
+    """Megatron-Bridge's MTP guide, the logged line of a Qwen3-30B-A3B run with one MTP layer."""
+    run = _log("46_")
+    w = run.wide
+    assert run.wide.index.tolist() == [100] and run.role("loss") == "lm_loss"
+    assert w.loc[100, "mtp_1_loss"] == 7.925096 and w.loc[100, "load_balancing_loss"] == 1.329517
+    assert w.loc[100, "lm_loss"] == 7.968678 and w.loc[100, "grad_norm"] == 1.04
