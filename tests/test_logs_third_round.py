@@ -9,6 +9,7 @@ import re
 
 import pytest
 from conftest import REPO, run_cli
+from test_logs_real import _events
 
 from mlite.logs import EVENT_KINDS, read_log
 from mlite.logs.analysis.events import classify_line
@@ -16,15 +17,12 @@ from mlite.logs.input.text import split_prefix
 
 LOGS = REPO / "tests" / "data" / "logs"
 THIRD = sorted(p for p in LOGS.iterdir() if p.name[:2].isdigit() and int(p.name[:2]) >= 40)
+BY_NUMBER = {p.name[:3]: p for p in THIRD}
+"""``"42_"`` -> the file."""
 
 
-def _log(prefix: str):
-    [path] = [p for p in THIRD if p.name.startswith(prefix)]
-    return read_log(path)
-
-
-def _events(run, kind: str):
-    return [e for e in run.events if e.kind == kind]
+def _log(number: str):
+    return read_log(BY_NUMBER[number])
 
 
 def test_third_round_logs_are_present():
