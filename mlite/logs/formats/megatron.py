@@ -101,13 +101,15 @@ def parse_fields(rest: str) -> tuple[list[str], list[float], bool]:
         if not sep or not label.strip():
             bad = bad or i < len(segs) - 1  # a cut last segment is a truncated line
             continue
-        if tok[-1:].isalpha() and " " in tok.strip():
-            label, tok = split_unit(label, tok.strip())
         try:
             v = float(tok)
         except ValueError:
-            bad = True
-            continue
+            label, tok = split_unit(label, tok.strip())
+            try:
+                v = float(tok)
+            except ValueError:
+                bad = True
+                continue
         keys.append(label)
         vals.append(v)
     return keys, vals, bad
@@ -135,7 +137,7 @@ def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | Non
     reduced_train_loss: 11.03 | ...``, log 42) are stored at their ``global_step``: the iteration counts within
     the epoch, and an epoch change is not a restart."""
     rec = parse_headed(_ITER_RE, text)
-    if rec is None or STEP_FIELD not in rec[1]:
+    if rec is None or STEP_FIELD not in text or STEP_FIELD not in rec[1]:
         return rec
     _, names, vals, bad = rec
     i = names.index(STEP_FIELD)
