@@ -1,8 +1,10 @@
 """Text events: failures a log states at a line — CUDA / host OOM, NCCL watchdog timeouts, scheduler endings
 (Slurm cancellations for a time limit, a preemption, a node failure or a requeue, in every wording found in real
-logs: see :data:`SLURM_RE`; srun's node failures; submitit's preemption / timeout / requeue notes), srun task
-exits and other exit codes, Python tracebacks and Ray's ``RayTaskError`` — and the kit's ``[mlite] status: ...``
-lines.
+logs: see :data:`SLURM_RE`, also when a copy wrapped the line before its verb; srun's node failures; submitit's
+preemption / timeout / requeue notes), srun task exits, DeepSpeed's launcher ending and other exit codes, Megatron-LLM's
+bad-grad-norm warning (a ``nan`` event), Python tracebacks and Ray's ``RayTaskError`` — and the kit's
+``[mlite] status: ...`` lines. The patterns search anywhere in a line: indentation, line numbers of a copy and the
+prefixes of Ray, torchrun and srun (:func:`..input.text.split_prefix`) do not hide them.
 
 The reader searches each block for the byte strings of :data:`LINE_KEYWORDS` (a cheap ``bytes.find`` before any
 regex) and hands the matching lines to :func:`classify_line`; a traceback header starts a
