@@ -1,8 +1,10 @@
 """Text events: failures a log states at a line — CUDA / host OOM, NCCL watchdog timeouts, scheduler endings
 (Slurm cancellations for a time limit, a preemption, a node failure or a requeue, in every wording found in real
-logs: see :data:`SLURM_RE`; srun's node failures; submitit's preemption / timeout / requeue notes), srun task
-exits and other exit codes, Python tracebacks and Ray's ``RayTaskError`` — and the kit's ``[mlite] status: ...``
-lines.
+logs: see :data:`SLURM_RE`, also when a copy wrapped the line before its verb; srun's node failures; submitit's
+preemption / timeout / requeue notes), srun task exits, DeepSpeed's launcher ending and other exit codes, Megatron-LLM's
+bad-grad-norm warning (a ``nan`` event), Python tracebacks and Ray's ``RayTaskError`` — and the kit's
+``[mlite] status: ...`` lines. The patterns search anywhere in a line: indentation, line numbers of a copy and the
+prefixes of Ray, torchrun and srun (:func:`..input.text.split_prefix`) do not hide them.
 
 The reader searches each block for the byte strings of :data:`LINE_KEYWORDS` (a cheap ``bytes.find`` before any
 regex) and hands the matching lines to :func:`classify_line`; a traceback header starts a
@@ -14,6 +16,7 @@ the same error). Events computed from the metric values (NaN/inf, spikes, restar
 from __future__ import annotations
 
 import re
+import signal
 
 from ...rundir import FAILED, LIFECYCLE_PREFIX, STATUS_PREFIX, STOPPED
 from ..input.text import clean, split_prefix
@@ -38,6 +41,8 @@ LINE_KEYWORDS = (
     b"Node failure",
     b"Requeued job",
     b"job is preempted",
+    b"sigkill_handler]",
+    b"Bad grad_norm",
     LIFECYCLE_PREFIX.encode(),
 )
 """Byte strings whose lines may hold a text event (searched with ``bytes.find`` before any regex)."""
@@ -62,6 +67,11 @@ SLURM_RE = re.compile(
 ``*** STEP 32233190.0 ON nid01934 CANCELLED AT ...``, older Slurm's ``*** JOB 830329 CANCELLED AT <t> DUE TO TIME
 LIMIT on n447 ***`` and ``*** JOB 1479012 CANCELLED AT <t> *** on sh-2-3``, and without a time
 (``*** JOB 454600 CANCELLED DUE TO TIME LIMIT ***``, ``JOB CANCELLED DUE TO TIME LIMIT``)."""
+_SLURM_TAIL_RE = re.compile(
+    r"^\s*(CANCELLED|STEPD TERMINATED)(?: AT (\S+))?(?: DUE TO ([A-Z][A-Za-z ,_]*?))? \*\*\*\s*$"
+)
+"""The end of slurmstepd's line when a copy wrapped it before the verb (log 40): ``*** STEP 24928305.interactive
+ON nc10433`` / ``CANCELLED AT 2024-01-27T23:38:18 DUE TO TIME LIMIT ***``; the wrapped line starts with the verb."""
 _DUE_KINDS = (
     ("TIME LIMIT", "time_limit"),
     ("PREEMPT", "preempted"),
@@ -77,6 +87,13 @@ _SRUN_RE = re.compile(
     r"srun: error: (\S+): tasks? ([\d,\-\[\]]+): (Exited with exit code (\d+)|Killed|Terminated"
     r"|Segmentation fault.*|Aborted.*|Bus error.*)"
 )
+_DEEPSPEED_RE = re.compile(r"\[launch\.py:\d+:sigkill_handler\].*\bexits with return code = (-?\d+)\s*$")
+"""DeepSpeed's launcher when a rank dies (``deepspeed/launcher/launch.py::sigkill_handler``, log 43):
+``[ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', ...] exits with return code = -9``;
+a negative code is the signal that killed the rank."""
+_BAD_GRAD_RE = re.compile(r"\*\*\*WARNING\*\*\* Bad grad_norm detected \(grad_norm=([^)]*)\)")
+"""Megatron-LLM's skipped update (``megatron/optimizer/optimizer.py``, epfLLM/Megatron-LLM PR #34, log 44): the
+iteration after it is counted as skipped and prints no grad norm."""
 _EXIT_RE = re.compile(r"\b(?:[Ee]xit(?:ed)? (?:with )?(?:exit )?code|exitcode)\s*[:=]?\s*(-?\d+)")
 _MLITE_RE = re.compile(re.escape(STATUS_PREFIX) + r"(\w+)(.*)")
 _MAX_MSG = 300
@@ -106,20 +123,35 @@ def classify_line(raw: str, line: int, step: int | None) -> list[Event]:
         return out
     m = SLURM_RE.search(text)
     if m:
-        what, ident, node = m.group(1).lower(), m.group(2), m.group(3) or m.group(5) or m.group(8) or m.group(9)
-        due = (m.group(7) or "").strip(" ,")
-        kind = next((k for word, k in _DUE_KINDS if word in due.upper()), "cancelled")
-        verb = "cancelled" if m.group(4) == "CANCELLED" else "terminated by slurmstepd"
-        add(
-            kind,
-            f"Slurm {what}{' ' + ident if ident else ''}{' on ' + node if node else ''} {verb}"
-            + (f" at {m.group(6)}" if m.group(6) else "")
-            + (f" due to {due.lower()}" if due else ""),
+        node = m.group(3) or m.group(5) or m.group(8) or m.group(9)
+        what = m.group(1).lower() + (" " + m.group(2) if m.group(2) else "") + (" on " + node if node else "")
+        add(*_slurm_ending(what, m.group(4), m.group(6), m.group(7)))
+        return out
+    m = _SLURM_TAIL_RE.match(split_prefix(text)[1])
+    if m:
+        kind, msg = _slurm_ending("job or step", m.group(1), m.group(2), m.group(3))
+        add(kind, msg + " (the end of a wrapped slurmstepd line: its job id is on the line before)")
+        return out
+    m = _DEEPSPEED_RE.search(text)
+    if m:
+        add("exit_code", _deepspeed_exit(int(m.group(1))))
+        return out
+    m = _BAD_GRAD_RE.search(text)
+    if m:
+        after = f" after step {step}" if step is not None else ""
+        out.append(
+            Event(
+                kind="nan",
+                line=line,
+                step=step,
+                metric="grad_norm",
+                message=f"bad grad norm ({m.group(1)}){after}: the optimizer skipped the next iteration's update",
+            )
         )
         return out
     m = _NODE_FAIL_RE.search(text)
     if m:
-        add("node_failure", split_prefix(text)[1].strip())
+        add("node_failure", m.group(0) if m.group(1) else split_prefix(text)[1].strip())
         return out
     m = _SUBMITIT_RE.search(text)
     if m:
@@ -146,6 +178,26 @@ def classify_line(raw: str, line: int, step: int | None) -> list[Event]:
         if m and m.group(1) not in ("0", "-0") and "Traceback" not in text:
             add("exit_code", split_prefix(text)[1].strip())
     return out
+
+
+def _slurm_ending(what: str, verb: str, at: str | None, due: str | None) -> tuple[str, str]:
+    """``(kind, message)`` of slurmstepd's ending line: ``what`` (``job 524549 on ault43``), its verb, time, reason."""
+    due = (due or "").strip(" ,")
+    kind = next((k for word, k in _DUE_KINDS if word in due.upper()), "cancelled")
+    done = "cancelled" if verb == "CANCELLED" else "terminated by slurmstepd"
+    msg = f"Slurm {what} {done}" + (f" at {at}" if at else "") + (f" due to {due.lower()}" if due else "")
+    return kind, msg
+
+
+def _deepspeed_exit(code: int) -> str:
+    """The message of DeepSpeed's ``exits with return code = N`` (a negative code named as its signal)."""
+    why = ""
+    if code < 0:
+        try:
+            why = f" (killed by {signal.Signals(-code).name})"
+        except ValueError:
+            why = ""
+    return f"DeepSpeed launcher: a rank exited with return code {code}{why}; the launcher killed the others"
 
 
 class TracebackWalker:

@@ -58,8 +58,12 @@ _VAL_RE = re.compile(
     r"(?:\s+on\s+(\w+)\s+set)?\s*\|"
 )
 _SNAKE_RE = re.compile(r"[^0-9a-z]+")
-_FULL_SEG_RE = re.compile(r"\s*[A-Za-z][\w ()/.,\-]*:\s*[-+]?(?:\d[\w.+\-]*|\.\d[\w.+\-]*|nan|inf|NAN|INF|NaN)\s*")
+_FULL_SEG_RE = re.compile(
+    r"\s*[A-Za-z][\w ()/.,\-]*:\s*[-+]?(?:\d[\w.+\-]*|\.\d[\w.+\-]*|nan|inf|NAN|INF|NaN)(?: [A-Za-z][\w/]*)?\s*"
+)
 _PART_SEG_RE = re.compile(r"\s*(?:[A-Za-z][\w ()/.,\-]*(?::\s*[-+]?[\w.+\-]*)?)?\s*")
+_UNIT_RE = re.compile(r"([-+]?(?:\d[\d.]*(?:[eE][-+]?\d+)?|\.\d+))\s+(ms|s|sec|us|GB|GiB|MB|MiB|TFLOP/s(?:/GPU)?)")
+"""A number and the unit printed after it (``21392.5 ms``)."""
 _KNOWN_LABELS = frozenset(FIELD_NAMES) | {"lm loss value", "lm loss ppl"}
 _LAUNCHER_RE = re.compile(r"\s*(?:\[default\d+\]:|\[[\w.-]+:\d+\]:|\d+: |\([^)]*pid=\d+|\[\d{4}-\d\d-\d\d )")
 MAX_WRAP_LINES = 16
@@ -72,8 +76,19 @@ def field_name(label: str) -> str:
     return FIELD_NAMES.get(low) or _SNAKE_RE.sub("_", low).strip("_")
 
 
+def split_unit(label: str, tok: str) -> tuple[str, str]:
+    """``(label, number)`` of a field whose number has its unit after it: ``elapsed time per iteration`` /
+    ``21392.5 ms`` -> ``elapsed time per iteration (ms)`` / ``21392.5``, the label Megatron-LM prints with the
+    unit in it (so both spellings are one metric); other tokens come back as they are."""
+    m = _UNIT_RE.fullmatch(tok)
+    if m is None:
+        return label, tok
+    return f"{label.rstrip()} ({m.group(2)})", m.group(1)
+
+
 def parse_fields(rest: str) -> tuple[list[str], list[float], bool]:
-    """``label: value | label: value | ...`` -> (labels, values, malformed); a cut last segment is not malformed."""
+    """``label: value | label: value | ...`` -> (labels, values, malformed); a cut last segment is not malformed,
+    and a number with its unit after it (:func:`split_unit`) is a value."""
     keys: list[str] = []
     vals: list[float] = []
     bad = False
@@ -89,8 +104,12 @@ def parse_fields(rest: str) -> tuple[list[str], list[float], bool]:
         try:
             v = float(tok)
         except ValueError:
-            bad = True
-            continue
+            label, tok = split_unit(label, tok.strip())
+            try:
+                v = float(tok)
+            except ValueError:
+                bad = True
+                continue
         keys.append(label)
         vals.append(v)
     return keys, vals, bad
@@ -107,9 +126,25 @@ def parse_headed(head_re: re.Pattern, text: str) -> tuple[int, list[str], list[f
     return int(m.group(1)), [field_name(k) for k in labels], vals, bad
 
 
+STEP_FIELD = "global_step"
+"""NeMo 2's field that counts the optimizer steps of the run (its ``iteration i/N`` restarts at 0 each epoch)."""
+
+
 def parse_iteration(text: str) -> tuple[int, list[str], list[float], bool] | None:
-    """An iteration line -> ``(iteration, metric names, values, malformed)``; None when ``text`` is not one."""
-    return parse_headed(_ITER_RE, text)
+    """An iteration line -> ``(iteration, metric names, values, malformed)``; None when ``text`` is not one.
+
+    NeMo 2's lines (``Training epoch 1, iteration 0/999 | lr: 2.999e-06 | ... | global_step: 19 |
+    reduced_train_loss: 11.03 | ...``, log 42) are stored at their ``global_step``: the iteration counts within
+    the epoch, and an epoch change is not a restart."""
+    rec = parse_headed(_ITER_RE, text)
+    if rec is None or STEP_FIELD not in text or STEP_FIELD not in rec[1]:
+        return rec
+    _, names, vals, bad = rec
+    i = names.index(STEP_FIELD)
+    g = vals[i]
+    if g != g or g < 0 or g != int(g):
+        return rec
+    return int(g), names[:i] + names[i + 1 :], vals[:i] + vals[i + 1 :], bad
 
 
 def parse_validation(text: str, last_step: int | None) -> tuple[int, list[str], list[float], bool] | None:
@@ -151,8 +186,9 @@ def _segments_ok(rest: str) -> bool:
             continue
         if not _FULL_SEG_RE.fullmatch(seg):
             return False
+        label, _, tok = seg.rpartition(":")
         try:
-            float(seg.rpartition(":")[2])
+            float(split_unit(label, tok.strip())[1])
         except ValueError:
             return False
     return bool(_PART_SEG_RE.fullmatch(last))
@@ -234,13 +270,14 @@ def sniff(head: Head) -> bool:
 
 
 ROLES = {
-    "loss": ("lm_loss", "lm loss", "lm-loss-training/lm loss"),
-    "val_loss": ("val/lm_loss", "lm loss validation", "lm-loss-validation/lm loss validation"),
+    "loss": ("lm_loss", "lm loss", "lm-loss-training/lm loss", "reduced_train_loss"),
+    "val_loss": ("val/lm_loss", "lm loss validation", "lm-loss-validation/lm loss validation", "val_loss"),
     "grad_norm": ("grad_norm", "grad-norm", "grad-norm/grad-norm"),
-    "lr": ("learning_rate", "learning-rate", "learning-rate/learning-rate"),
+    "lr": ("learning_rate", "learning-rate", "learning-rate/learning-rate", "lr"),
     "throughput": ("throughput_per_gpu", "throughput"),
 }
-"""Console names (lower_snake) first, then the TensorBoard tags Megatron writes (``lm loss``, ``grad-norm``...)."""
+"""Console names (lower_snake) first, then the TensorBoard tags Megatron writes (``lm loss``, ``grad-norm``...),
+then NeMo 2's console names (``reduced_train_loss``, ``lr``, ``val_loss``)."""
 
 CONSOLE = ConsoleReader(grammar=NAME, shows=shows_records)
 """The console scan, Megatron's heads (``iteration``, ``validation loss at``)."""

@@ -16,11 +16,16 @@ PREFIX_RE = re.compile(
     r"^(?:"
     r"\((?:[\w.:<>-]+(?: [\w.:<>-]+)*)?(?:,? ?pid=\d+)?(?:, ip=[\w.:-]+)?\) ?"  # Ray: (TaskRunner pid=1, ip=..) (raylet)
     r"|\[default\d+\]:"  # torchrun --tee: [default3]:
+    r"|\[rank\d+\]: ?"  # a rank of torch.distributed: [rank1]: Traceback ... (log 41)
     r"|\[[\w.-]+:\d+\]: ?"  # [host:rank]:
     r"|\s*\d+: "  # srun --label: 3:
     r")+"
 )
 """Prefixes that Ray and the launchers put in front of a process's line (one or several stacked)."""
+
+GUTTER_RE = re.compile(r"^\s*\d{1,7}(?: {2,}|\t)(?=\S)")
+"""Line numbers that a copy of a log carries in front of every line (`` 111  [rank1]: Traceback ...``, log 41):
+not a prefix of a process, so :func:`split_prefix` drops them before it reads one."""
 
 _WRAPPED_RE = re.compile(r"^(?:np|numpy)\.(?:float|int|uint|longlong|double|half|single)\w*\((.*)\)$")
 _TENSOR_RE = re.compile(r"^tensor\(([^,()]*)")
@@ -44,7 +49,10 @@ def clean(text: str) -> str:
 
 
 def split_prefix(text: str) -> tuple[str, str]:
-    """``(prefix, rest)``: the Ray / launcher prefix of an ANSI-free line and what follows it."""
+    """``(prefix, rest)``: the Ray / launcher prefix of an ANSI-free line and what follows it (line numbers of a
+    copied log before it dropped: :data:`GUTTER_RE`)."""
+    if text[:1].isdigit() or text[:1] == " ":
+        text = GUTTER_RE.sub("", text, count=1)
     m = PREFIX_RE.match(text)
     if not m:
         return "", text
