@@ -100,23 +100,8 @@ def test_export_of_an_invalid_mesh_is_bad_input_and_writes_nothing(capsys, here)
 
 
 def test_run_of_an_invalid_mesh_is_bad_input_and_starts_nothing(capsys, here):
-    res = _mlite(
-        capsys,
-        "run",
-        "--model",
-        "tiny-moe",
-        "--steps",
-        "2",
-        "--nproc",
-        "2",
-        "--device",
-        "cpu",
-        "--tp",
-        "3",
-        "--out",
-        "r",
-    )
-    _bad_input(res, "mlite run: mesh:", "is not a valid mesh")
+    run = ("run", "--model", "tiny-moe", "--steps", "2", "--nproc", "2", "--device", "cpu")
+    _bad_input(_mlite(capsys, *run, "--tp", "3", "--out", "r"), "mlite run: mesh:", "is not a valid mesh")
     assert not (here / "r").exists() and not (here / "default-runs").exists()
 
 
