@@ -326,29 +326,20 @@ def test_an_older_run_is_not_touched_without_overwrite(home):
     assert listing(home) == before and (old / "train.log").read_text() == "# mlite-lab run log\n"
 
 
-def test_invalid_mesh_is_a_verdict_for_the_planning_commands_and_writes_nothing(home):
-    """``mlite mesh / memory / export`` judge a mesh (exit 1, reasons on stdout); export writes no file then."""
+def test_invalid_mesh_is_a_verdict_for_the_judging_commands_and_bad_input_for_export(home):
+    """``mlite mesh / memory`` judge a mesh (exit 1, reasons on stdout); ``mlite export`` cannot write a launcher for
+    it (bad input: exit 2, one line) and writes no file (mlite.cli.EXIT_CODES)."""
     before = listing(home)
     for args in (
         ("mesh", "my-config.json", "--ngpu", "2", "--tp", "3"),
         ("memory", "my-config.json", "--ngpu", "2", "--tp", "3"),
-        (
-            "export",
-            "my-config.json",
-            "--nodes",
-            "1",
-            "--gpus-per-node",
-            "2",
-            "--tp",
-            "3",
-            "--target",
-            "verl-mlite-sft",
-            "--out",
-            "exported",
-        ),
     ):
         res = mlite(home, *args)
-        assert res.rc == 1 and "not divisible by TP" in res.out and "Traceback" not in res.err, (args, res)
+        assert res.rc == 1 and "not divisible by TP" in res.out and res.err == "", (args, res)
+    export = ("export", "my-config.json", "--nodes", "1", "--gpus-per-node", "2", "--tp", "3")
+    assert_one_line_error(
+        mlite(home, *export, "--target", "verl-mlite-sft", "--out", "exported"), "not divisible by TP"
+    )
     assert listing(home) == before
 
 

@@ -205,7 +205,7 @@ def test_header_states_runtime_rule_and_launcher_rule_difference(exported):
     # 32 GPUs, TP1 CP2 PP2 EP8: runtime DP = 32/(1*2*2) = 8, EDP = 32/(1*8*2) = 2; verl's rule 32/2/(1*8) = 2
     assert "dense ranks  = TP*CP*DP*PP   = 1*2*8*2 = 32" in job
     assert "expert ranks = ETP*EP*EDP*PP = 1*8*2*2 = 32" in job
-    assert "gives DP = 2 here; the runtime" in job and "uses DP = 8" in job
+    assert "gives DP 2 here; the runtime" in job and "uses DP = 8" in job
     _plan8, res8, out8, _, _ = exported("qwen35-8", "verl-mlite-grpo")
     assert "gives the same DP = 1 here (CP = EP)" in (out8 / res8.job).read_text()
 

@@ -59,13 +59,9 @@ def test_text_output_names_the_files_and_the_submit_line(tmp_path):
     assert "wrote" in res.out and "sbatch job_mlite_sft.sbatch" in res.out
 
 
-def test_invalid_mesh_exits_1_with_the_reasons(tmp_path):
-    res = run_cli(
-        "export", "Qwen3-30B-A3B", "--nodes", "4", "--pp", "3", "--target", "verl-mlite-grpo", "--out", tmp_path / "y"
-    )
-    assert res.rc == 1 and "not divisible by TP*CP*PP" in res.out
-    assert not (tmp_path / "y").exists()
-    res = run_cli(
+def test_invalid_mesh_is_bad_input_with_the_reasons(tmp_path):
+    """Nothing can be exported for an invalid mesh: exit 2, the planner's reasons in one line (mlite.cli.EXIT_CODES)."""
+    args = (
         "export",
         "Qwen3-30B-A3B",
         "--nodes",
@@ -76,9 +72,10 @@ def test_invalid_mesh_exits_1_with_the_reasons(tmp_path):
         "verl-mlite-grpo",
         "--out",
         tmp_path / "y",
-        "--json",
     )
-    assert res.rc == 1 and res.json()["valid"] is False and res.json()["errors"]
+    for extra in ((), ("--json",)):
+        assert_one_line_error(run_cli(*args, *extra), "invalid mesh", "not divisible by TP*CP*PP")
+        assert not (tmp_path / "y").exists()
 
 
 def test_bad_usage_is_one_line_exit_2(tmp_path):

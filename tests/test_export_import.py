@@ -17,6 +17,7 @@ from conftest import assert_one_line_error, run_cli
 from mlite.errors import MliteError
 from mlite.export import import_launcher
 from mlite.export.validate import validate_command
+from mlite.mesh import ParallelConfig
 from mlite.shell.script import run_script, uses_launcher_rule
 
 DATA = Path(__file__).resolve().parent / "data" / "launchers"
@@ -144,6 +145,16 @@ def test_reader_finds_a_launch_inside_an_if_when_none_is_outside():
     res = run_script(text)
     assert res.launches and res.launches[0].in_block
     assert res.launches[0].words[-1].endswith("=4")
+
+
+def test_launcher_rule_warning_says_when_verls_rule_does_not_divide():
+    from mlite.export.importer import _launcher_rule_warning
+
+    [w] = _launcher_rule_warning(ParallelConfig(tp=2, ep=8), 8)  # verl: 8/(2*8); the runtime: 8/2 = 4
+    assert "computes DP with verl's rule ngpu/PP = TP*EP*DP, which does not divide" in w and "DP = 4" in w
+    assert "0.5" not in w
+    [w] = _launcher_rule_warning(ParallelConfig(cp=2, ep=8), 32)
+    assert "which gives DP 4;" in w and "DP = 16" in w
 
 
 def test_launcher_rule_detection():

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
+import shutil
 
 from conftest import REPO, assert_one_line_error, run_cli
 
@@ -27,7 +29,7 @@ def test_check_json_contract(tmp_path):
     res = run_cli("logs", "check", _ref("22_"), _ref("09_"), str(oom), "--json")
     assert res.rc == 0, res.err  # failures found is not an error of check itself
     doc = res.json()
-    assert set(doc) == {"runs"} and len(doc["runs"]) == 3
+    assert set(doc) == {"runs", "skipped"} and len(doc["runs"]) == 3 and doc["skipped"] == []
     for run in doc["runs"]:
         assert set(run) == RUN_KEYS
         for ev in run["events"]:
@@ -40,6 +42,33 @@ def test_check_json_contract(tmp_path):
     assert {"nan", "oom", "traceback", "exit_code"} <= {e["kind"] for e in gen["events"]}
     nan = next(e for e in gen["events"] if e["kind"] == "nan")
     assert nan["step"] == 25 and nan["metric"] in gen["metrics"] and isinstance(nan["line"], int)
+
+
+def test_check_skips_files_that_are_not_logs_among_several(tmp_path):
+    """``mlite logs check data/logs/*`` (the shell's expansion or a quoted glob) leaves the README and the script out
+    in one line, instead of reading their prose as Megatron logs; the one file named alone gets a clear refusal."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("README.md", "make_samples.py", "synthetic_megatron_gpt_4x8_restart_preempted.out"):
+        shutil.copy(SAMPLES / name, logs / name)
+    shutil.copytree(SAMPLES / "mlite_tiny_moe_fsdp2", logs / "mlite_tiny_moe_fsdp2")
+    (logs / "slurm-77").write_text("Traceback (most recent call last):\nRuntimeError: boom\n")  # no suffix: read
+    record = {"step": 1, "data": {"actor/loss": 0.5}}
+    (logs / "metrics.json").write_text(json.dumps(record) + "\n")  # a .json holding records: read
+    expected = ["mlite_tiny_moe_fsdp2", "slurm-77", "synthetic_megatron_gpt_4x8_restart_preempted"]
+    for args in ([str(logs / "*")], sorted(str(p) for p in logs.iterdir())):
+        res = run_cli("logs", "check", *args)
+        assert res.rc == 0, res.err
+        assert res.out.splitlines()[0] == "skipped 2 file(s) that are not training logs: README.md, make_samples.py"
+        doc = run_cli("logs", "check", *args, "--json").json()
+        assert doc["skipped"] == [str(logs / "README.md"), str(logs / "make_samples.py")]
+        names = sorted(r["path"].rsplit("/", 1)[-1].removesuffix(".out") for r in doc["runs"])
+        assert names == sorted([*expected, "metrics.json"]), names
+        assert all("README" not in r["path"] for r in doc["runs"])
+    assert_one_line_error(run_cli("logs", "check", logs / "README.md"), "README.md' is not a training log", ".md")
+    assert_one_line_error(
+        run_cli("logs", "check", logs / "README.md", logs / "make_samples.py"), "no log among the inputs"
+    )
 
 
 def test_check_exit_codes_and_errors(tmp_path):

@@ -43,8 +43,9 @@ def _fuzz_lines(lines: list[bytes], rng: random.Random, rate: float = 0.3) -> tu
         if rng.random() >= rate:
             continue
         kind = rng.randrange(4)
-        if kind == 0 and b"step:" in ln:  # a writer killed mid-line
-            cut = rng.randrange(ln.index(b"step:") + 5, len(ln))
+        at = ln.find(b"step:")
+        if kind == 0 and 0 <= at < len(ln) - 5:  # a writer killed mid-line (not prose ending "step by step:")
+            cut = rng.randrange(at + 5, len(ln))
             out.append(ln[:cut])
             bad += 1
         elif kind == 1:

@@ -4,6 +4,7 @@ the events the log was written with (and no others) are found, each at its line 
 from __future__ import annotations
 
 import math
+import random
 import shutil
 
 import pytest
@@ -178,7 +179,7 @@ def test_hard_wrapped_metric_lines_at_any_terminal_width(tmp_path, width):
 def test_slow_drift_is_a_change_point_with_its_start_step(tmp_path):
     """Loss, grad norm and KL rise x3 over 20 steps from step 30 (no single record jumps): change points that start
     within 15 steps of 30, on those metrics only, and no spike."""
-    truth = generate(GenSpec(steps=70, seed=17, drift_from=30, noise=0), tmp_path / "drift.log")
+    truth = generate(GenSpec(steps=70, seed=6, drift_from=30, noise=0), tmp_path / "drift.log")
     run = read_log(truth.path)
     cps = [e for e in run.events if e.kind == "change_point"]
     assert {e.metric for e in cps} == {"actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/kl_loss"}
@@ -233,3 +234,53 @@ def test_hard_wrapped_megatron_records_at_any_terminal_width(tmp_path, width):
     got = list(zip(t["step"].tolist(), t["metric"].astype(str).tolist(), t["value"].tolist()))
     expected = [(s, k, v) for s, values in truth.records for k, v in values.items()]
     assert got == expected and run.skipped_lines == 0
+
+
+# -- plausible values per metric -------------------------------------------------------------------------------------
+def _plausible(records: list[tuple[int, dict[str, float]]]) -> None:
+    """Every value in its metric's range (clip fractions in [0, 1], 0/1 rewards, lengths up to the configured maximum,
+    a fixed small kl_coef, an epoch that is small and never goes down while the steps go up)."""
+    from mlite.synth.metrics import KL_COEF, MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH
+
+    prev_step = prev_epoch = None
+    for step, r in records:
+        for k, v in r.items():
+            if math.isnan(v):
+                continue
+            if "clipfrac" in k or k.endswith("/clip_ratio") or k.startswith(("critic/score/", "critic/rewards/")):
+                assert 0.0 <= v <= 1.0, (step, k, v)
+            if k.startswith(("perf/mfu", "train/mfu")):
+                assert 0.0 < v < 1.0, (step, k, v)
+            if k.startswith(("timing", "perf/", "response_length/", "prompt_length/")):
+                assert v >= 0.0, (step, k, v)
+        if "actor/kl_coef" in r:
+            assert r["actor/kl_coef"] == KL_COEF
+        if "response_length/max" in r:
+            assert r["response_length/min"] <= r["response_length/mean"] <= r["response_length/max"]
+            assert r["response_length/max"] <= MAX_RESPONSE_LENGTH and r["prompt_length/max"] <= MAX_PROMPT_LENGTH
+        if "training/epoch" in r:
+            epoch = r["training/epoch"]
+            assert epoch.is_integer() and 0 <= epoch <= step / 10, (step, epoch)
+            if prev_step is not None and step > prev_step:
+                assert epoch >= prev_epoch, (step, epoch, prev_epoch)
+            prev_step, prev_epoch = step, epoch
+
+
+@pytest.mark.parametrize("kind", ["grpo", "ppo", "sft"])
+def test_generated_values_are_plausible_for_their_metric(kind):
+    from mlite.synth.verl import verl_values
+
+    spec = GenSpec(kind=kind, steps=120, seed=21)
+    rng = random.Random(spec.seed)
+    _plausible([(step, verl_values(rng, step, spec)) for step in range(1, 121)])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SAMPLES.glob("synthetic_verl_*")))
+def test_sample_logs_hold_plausible_values(name):
+    """The committed samples (data/logs/make_samples.py) were written by the plausible generator."""
+    run = read_log(SAMPLES / name)
+    wide = run.wide
+    records = [(int(s), {k: float(v) for k, v in row.items()}) for s, row in zip(wide.index, wide.to_dict("records"))]
+    assert records
+    _plausible(records)
+    assert "actor/kl_coef" not in wide or set(wide["actor/kl_coef"].dropna()) == {0.001}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import warnings
 
 import pytest
@@ -136,6 +137,11 @@ def test_warnings():
     disagree = resolve(Q30, 32, ParallelConfig(cp=2, ep=8))
     w = next(f.message for f in disagree.warnings if f.rule == "launcher_rule")
     assert "gives DP 4," in w and "gives DP 16 " in w  # 32/(1*8) vs 32/(1*2*1)
+    # TP2 EP8 on 8 GPUs: verl's rule 8/(2*8) does not divide: said so, never "DP 0.5"
+    odd = resolve(Q30, 8, ParallelConfig(tp=2, ep=8))
+    w = next(f.message for f in odd.warnings if f.rule == "launcher_rule")
+    assert "does not divide (ngpu/PP = 8 is not a multiple of TP*EP = 16)" in w and "gives DP 4 " in w
+    assert not re.search(r"DP \d*\.\d", w), w
 
 
 def test_vocab_padding_reported():

@@ -67,6 +67,7 @@ def test_dropdown_lists_data_models(explorer):
         ('{"model_type": "qwen3", ', ["invalid JSON", "line 1"]),
         (json.dumps({"model_type": "qwen3", "hidden_size": 64}), ["num_attention_heads", "missing"]),
         (json.dumps({"model_type": "no_such_arch", "hidden_size": 64}), ["no_such_arch"]),
+        ('{"model_type": "qwen3", "num_attention_heads": NaN}', ["field 'num_attention_heads' is NaN", "finite"]),
     ],
 )
 def test_bad_input_is_one_line_inline(explorer, tmp_path, content, needles):

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from conftest import REPO, assert_one_line_error, run_cli
 
+from mlite.errors import ConfigError
 from mlite.models import COMPONENTS, available_models, from_hf_config
 from mlite.models.hf_meta import meta_param_count, transformers_knows
 
@@ -255,6 +259,60 @@ def test_cli_missing_file_and_binary(tmp_path):
     p = tmp_path / "bin.json"
     p.write_bytes(b"\xff\xfe\x00garbage")
     assert_one_line_error(run_cli("params", p), "UTF-8")
+
+
+@pytest.mark.parametrize(
+    "field, literal, shown",
+    [
+        ("num_attention_heads", "NaN", "NaN"),
+        ("intermediate_size", "Infinity", "Infinity"),
+        ("num_key_value_heads", "-Infinity", "-Infinity"),
+        ("head_dim", "NaN", "NaN"),
+        ("vocab_size", "1e999", "Infinity"),  # an overflowing literal reads as infinity
+        ("vocab_size", "1" + "0" * 400, "a 401-digit integer"),
+        ("rope_theta", "NaN", "NaN"),  # a field no count reads: still not a number the kit can hold
+    ],
+)
+def test_non_finite_numbers_are_refused_in_one_line(tmp_path, field, literal, shown):
+    """Python's json reads NaN / Infinity (JSON has neither): ``mlite params`` and ``mlite memory`` name the field
+    and the file in one line, exit 2, no traceback."""
+    cfg = json.loads((REPO / "data" / "models" / "Qwen3-8B.json").read_text())
+    assert field in cfg
+    cfg[field] = "@"
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg).replace('"@"', literal))
+    needles = (str(p), f"field '{field}' is {shown}", "finite number")
+    assert_one_line_error(run_cli("params", p), *needles)
+    if field == "head_dim":
+        assert_one_line_error(run_cli("memory", p, "--ngpu", "8"), *needles)
+
+
+def test_non_finite_numbers_are_refused_in_nested_fields_and_dicts():
+    cfg = json.loads((REPO / "data" / "models" / "Qwen3-VL-8B-Instruct.json").read_text())
+    cfg["text_config"]["num_attention_heads"] = float("nan")
+    with pytest.raises(ConfigError, match=r"^config: field 'text_config.num_attention_heads' is NaN"):
+        from_hf_config(cfg)
+    cfg = json.loads((REPO / "data" / "models" / "Qwen3-8B.json").read_text())
+    cfg["layer_types"] = ["full_attention", float("inf")]
+    with pytest.raises(ConfigError, match=r"field 'layer_types\[1\]' is Infinity"):
+        from_hf_config(cfg)
+
+
+def test_a_config_json_is_named_after_its_folder_from_any_directory(tmp_path):
+    """``mlite params config.json`` in the model's folder names the model after that folder (not an empty name)."""
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text((REPO / "data" / "models" / "Qwen3-8B.json").read_text())
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(REPO))
+    for ref in ("config.json", "./config.json", "."):
+        p = subprocess.run(
+            [sys.executable, "-m", "mlite", "params", ref], capture_output=True, text=True, cwd=folder, env=env
+        )
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines()[0].startswith("my-model  (qwen3,"), (ref, p.stdout)
+    assert from_hf_config(folder / "config.json").name == "my-model"
+    (folder / "other.json").write_text((folder / "config.json").read_text())
+    assert from_hf_config(folder / "other.json").name == "other"
 
 
 def test_mimo_mtp_layer_is_the_released_layout():

@@ -2,8 +2,8 @@
 
 Each sub-command lives in its own module of this package and defines ``COMMAND`` (its name),
 ``add_parser(subparsers)`` and ``run(args) -> int``; modules are discovered, so adding a command touches
-no other file. Contract: bad input (:class:`mlite.errors.MliteError`, argparse errors) exits 2 with one
-line on stderr and no traceback.
+no other file. The exit codes follow :data:`EXIT_CODES` (printed by ``mlite --help``, quoted in the README):
+bad input (:class:`mlite.errors.MliteError`, argparse errors) exits 2 with one line on stderr, no traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +15,17 @@ import pkgutil
 import sys
 
 from ..errors import MliteError
+
+EXIT_CODES = """\
+Exit codes (every command):
+  0  done, and any verdict asked for is yes.
+  1  a verdict asked for is no, the reasons on stdout: mesh (the mesh is invalid, or --list finds none), memory and
+     rl-memory (it does not fit, or the mesh is invalid), import-launcher (the launcher's mesh is invalid or, with
+     --estimate, does not fit), run (the run failed or was stopped), logs check --strict / --fail-on (a failure
+     found), logs compare --strict (not bitwise equal).
+  2  input the command cannot act on (a malformed config, a bad flag value, run or export on an invalid mesh): one
+     line on stderr naming the field, no traceback, nothing written."""
+"""The one exit-code rule of the ``mlite`` commands (``mlite --help``'s epilog; the README quotes it)."""
 
 
 def _commands():
@@ -30,11 +41,16 @@ def _commands():
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse's own contract), no usage dump
-        self.exit(2, f"mlite: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="mlite", description="Plan, debug-run and analyze verl + Megatron Lite training.")
+    p = _Parser(
+        prog="mlite",
+        description="Plan, debug-run and analyze verl + Megatron Lite training.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     from .. import __version__
 
     p.add_argument("--version", action="version", version=f"mlite-lab {__version__}")
@@ -52,7 +68,8 @@ def print_json(obj) -> None:
 
 
 def print_invalid_mesh(plan, as_json: bool) -> int:
-    """An invalid mesh as the estimating commands report it (``--json``: valid, errors, fits); exit code 1."""
+    """An invalid mesh as the judging commands report it (``--json``: valid, errors, fits): a verdict, exit 1
+    (:data:`EXIT_CODES`)."""
     if as_json:
         print_json({"valid": False, "errors": [f.message for f in plan.errors], "fits": False})
     else:

@@ -2,7 +2,9 @@
 write a verl launcher (SFT on the mlite engine, GRPO with the mlite actor, or GRPO on verl's Megatron backend), the
 Slurm job that starts Ray and runs it, and plan.json.
 
-Exit 0 when the files were written, 1 when the mesh is invalid (the reasons are printed), 2 on bad usage.
+Exit 0 when the files were written; 2 on bad input, an invalid mesh included (nothing can be written for it: one
+line on stderr with the planner's reasons, nothing written; ``mlite mesh`` is the command that judges a mesh). See
+:data:`mlite.cli.EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from ..export import ExportPlan, InvalidMesh, write
+    from ..export import ExportPlan, write
     from ..mesh.axes import sizes_text
     from ..options import EXPORT, values_from_args
     from . import print_json
@@ -46,16 +48,7 @@ def run(args) -> int:
         gpus_per_node=args.gpus_per_node,
         **values_from_args(args, EXPORT),
     )
-    try:
-        res = write(plan, args.out)
-    except InvalidMesh as e:
-        doc = e.mesh.to_dict()
-        if args.json:
-            print_json({"valid": False, "errors": doc["errors"], "warnings": doc["warnings"], "files": []})
-        else:
-            for f in e.mesh.errors:
-                print(f"error: [{f.rule}] {f.message}")
-        return 1
+    res = write(plan, args.out)  # an invalid mesh raises InvalidMesh: bad input, exit 2 (nothing written)
     if args.json:
         print_json(res.to_dict())
         return 0

@@ -2,7 +2,9 @@
 the kit's run directories).
 
 * ``check FILE... [--json] [--strict] [--fail-on KINDS]``: format, steps, metrics, events and skipped lines
-  per run; a healthy run (no event, nothing skipped) gets a one-line verdict. Exit 0 even when it finds
+  per run; a healthy run (no event, nothing skipped) gets a one-line verdict. Files among several inputs that are
+  not logs (a README, a script: :func:`mlite.logs.input.nonlog.not_a_log`) are left out, in one line
+  (``--json``: ``skipped``). Exit 0 even when it finds
   failures (finding them is the job); ``--strict`` exits 1 when a run has an error-kind event (every kind but
   the warnings ``spike``, ``change_point``, ``kl_zero`` and ``restart``), ``--fail-on nan,oom`` when it has
   one of the kinds listed.
@@ -146,10 +148,13 @@ def _check(args) -> int:
         if unknown:
             raise MliteError(f"--fail-on: unknown event kind(s) {', '.join(unknown)}; kinds: {', '.join(EVENT_KINDS)}")
         fail_on = frozenset(fail_on | kinds)
-    runs = check_logs(args.files, progress=_progress(args))
+    skipped: list = []
+    runs = check_logs(args.files, progress=_progress(args), skipped=skipped)
     if args.json:
-        print_json({"runs": [r.summary() for r in runs]})
+        print_json({"runs": [r.summary() for r in runs], "skipped": [str(p) for p in skipped]})
     else:
+        if skipped:
+            print(_skipped_line(skipped))
         for r in runs:
             if _healthy(r):
                 print(_verdict(r))
@@ -157,6 +162,12 @@ def _check(args) -> int:
                 _print_run(r)
     failed = any(e.kind in fail_on for r in runs for e in r.events)
     return 1 if failed else 0
+
+
+def _skipped_line(skipped) -> str:
+    """The one line saying which inputs were left out as not logs (a README, a script next to the logs)."""
+    names = ", ".join(p.name for p in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+    return f"skipped {len(skipped)} file(s) that are not training logs: {names}"
 
 
 def _healthy(r) -> bool:
@@ -210,7 +221,10 @@ def _plot(args) -> int:
     files = list(args.files)
     if args.baseline is not None and not _names_a_run(args.baseline, files):
         files.append(args.baseline)
-    runs = read_logs(files, progress=_progress(args))
+    skipped: list = []
+    runs = read_logs(files, progress=_progress(args), skipped=skipped)
+    if skipped:
+        print(_skipped_line(skipped))
     save_plot(
         runs,
         args.output,

@@ -7,6 +7,7 @@ import math
 
 from ..errors import MliteError
 from ..mesh.axes import DENSE_DIMS, EXPERT_DIMS, product_label, sizes_text
+from ..mesh.rules import launcher_rule_dp, launcher_rule_outcome
 
 
 def _fmt(x: float) -> str:
@@ -24,12 +25,6 @@ def _world_lines(sizes: dict) -> list[str]:
     ]
 
 
-def launcher_rule_dp(mp) -> float:
-    """DP by verl's mlite example launchers' rule ``ngpu / PP = TP * EP * DP``."""
-    p = mp.parallel
-    return mp.ngpu / p.pp / (p.tp * p.ep)
-
-
 def mesh_accounting(plan, mp) -> list[str]:
     """Lines stating the runtime rule with this plan's numbers, and where verl's launcher rule differs."""
     p = mp.parallel
@@ -43,7 +38,7 @@ def mesh_accounting(plan, mp) -> list[str]:
     if mp.layout:
         how = {"even": "even split", "auto": "uneven, chosen by the planner", "pp_layout": "given"}[mp.layout_source]
         lines.append(f"  stages (pp_layout, {how}): {mp.layout}")
-    ldp = launcher_rule_dp(mp)
+    ldp = launcher_rule_dp(mp.ngpu, p)
     if plan.source_launcher and plan.source_rule_dp is not None:
         diff = mp.dp - plan.source_rule_dp
         lines += [
@@ -54,7 +49,8 @@ def mesh_accounting(plan, mp) -> list[str]:
         ]
     elif ldp != mp.dp:
         lines += [
-            f"verl's example launchers write ngpu/PP = TP*EP*DP, which gives DP = {_fmt(ldp)} here; the runtime",
+            f"verl's example launchers write ngpu/PP = TP*EP*DP, which {launcher_rule_outcome(mp.ngpu, p)} here; "
+            "the runtime",
             f"  uses DP = {mp.dp} (the rules agree only when CP = EP; here CP={p.cp}, EP={p.ep}).",
         ]
     else:

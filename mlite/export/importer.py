@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, cast
 from ..errors import MliteError
 from ..mesh.axes import AXES, AXIS_NAMES, BY_NAME, DERIVED
 from ..mesh.layout import SPLIT_KEYS
+from ..mesh.rules import launcher_rule_dp, launcher_rule_outcome
 from ..shell.script import run_script, uses_launcher_rule
 from .mapping import ACTOR, read_options, read_parallel, read_split
 from .overrides import ParsedOverride, apply_overrides, parse_override
@@ -188,7 +189,7 @@ class ImportedLauncher:
         out["info"] = doc["info"] + self._model_info(config, ref)
         for k in (*AXIS_NAMES, *DERIVED, "pp_layout", "layout_source"):
             out[k] = doc[k]
-        ldp = self.ngpu / p.pp / (p.tp * p.ep)
+        ldp = launcher_rule_dp(self.ngpu, p)
         out.update(
             {
                 "nnodes": self.nnodes,
@@ -328,7 +329,7 @@ class ImportedLauncher:
         from .plan import ROLLOUT_OWNED
 
         p = self._parallel_with_split(ref)
-        ldp = self.ngpu / p.pp / (p.tp * p.ep)
+        ldp = launcher_rule_dp(self.ngpu, p)
         r = self.rollout
         if not self.target.endswith("-sft"):
             kw.setdefault(
@@ -483,12 +484,12 @@ def _ignored_warnings(ignored: list[str]) -> list[str]:
 
 def _launcher_rule_warning(p: ParallelConfig, ngpu: int) -> list[str]:
     """The warning of a launcher that computes DP with verl's rule, where that disagrees with the runtime's."""
-    ldp = ngpu / p.pp / (p.tp * p.ep)
     rdp = ngpu / (p.tp * p.cp * p.pp)
-    if ldp == rdp:
+    if launcher_rule_dp(ngpu, p) == rdp:
         return []
     return [
-        f"this launcher computes DP with verl's rule ngpu/PP = TP*EP*DP = {ldp:g}; the runtime's "
+        f"this launcher computes DP with verl's rule ngpu/PP = TP*EP*DP, which {launcher_rule_outcome(ngpu, p)}; "
+        "the runtime's "
         f"rule ngpu = TP*CP*DP*PP gives DP = {rdp:g} (they differ because CP {p.cp} != EP {p.ep})"
     ]
 

@@ -21,7 +21,7 @@ BUILDERS = {
 
 
 class InvalidMesh(MliteError):
-    """The plan's mesh breaks a rule; ``.mesh`` holds the planner's verdict (``mlite export`` exits 1)."""
+    """The plan's mesh breaks a rule; ``.mesh`` holds the planner's verdict (``mlite export``: bad input, exit 2)."""
 
     def __init__(self, mesh):
         self.mesh = mesh

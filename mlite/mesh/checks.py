@@ -22,7 +22,7 @@ from ..errors import MliteError
 from .axes import DENSE_DIMS, EXPERT_DIMS, model_parallel, product_label
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .layout import PipelineSplit, Stage, auto_layout, even_layout, layout_text, parse_layout, split_layout
-from .rules import Finding, finding, nearest, pad_vocab
+from .rules import LAUNCHER_RULE, Finding, finding, launcher_rule_dp, launcher_rule_outcome, nearest, pad_vocab
 
 if TYPE_CHECKING:
     from ..models import ModelSpec
@@ -437,15 +437,13 @@ def rule_launcher_rule(ctx: MeshContext) -> list[Finding]:
     p, dp = ctx.p, ctx.dp
     if not (dp and ctx.spec.num_experts):
         return []
-    launcher_dp = ctx.ngpu / p.pp / (p.tp * p.ep)
-    if launcher_dp == dp:
+    if launcher_rule_dp(ctx.ngpu, p) == dp:
         return []
-    shown = int(launcher_dp) if float(launcher_dp).is_integer() else round(launcher_dp, 3)
     return [
         finding(
             "launcher_rule",
             "warning",
-            f"verl's launcher rule ngpu/PP = TP*EP*DP gives DP {shown}, the "
+            f"{LAUNCHER_RULE} {launcher_rule_outcome(ctx.ngpu, p)}, the "
             f"runtime's rule ngpu = TP*CP*DP*PP gives DP {dp} (they agree only when CP = EP; here CP {p.cp}, "
             f"EP {p.ep})",
             "cp",

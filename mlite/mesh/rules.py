@@ -1,4 +1,7 @@
-"""Findings and the small helpers the mesh rules share (divisors, nearest valid values, vocabulary padding).
+"""Findings and the small helpers the mesh rules share (divisors, nearest valid values, vocabulary padding, verl's
+launcher rule ``ngpu/PP = TP*EP*DP``: verl's Megatron Lite example launchers compute ``DP=$((NGPU_PER_PP / (TP *
+EP)))``; the planner's warning, the launcher import and the export header state it through
+:func:`launcher_rule_outcome`, never as a fractional DP).
 
 A :class:`Finding` is one rule's verdict; its :attr:`Finding.fixes` are alternative fixes, each a dict of
 fields -> values (``{"tp": 4}``, or ``{"ep": 1, "etp": 1}`` where one fix sets two sizes). The rules themselves
@@ -80,3 +83,20 @@ def pad_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
     """Megatron pads the vocabulary to a multiple of ``divisible_by * tp``."""
     m = divisible_by * tp
     return -(-vocab // m) * m
+
+
+LAUNCHER_RULE = "verl's launcher rule ngpu/PP = TP*EP*DP"
+"""verl's launcher rule, as the messages name it."""
+
+
+def launcher_rule_dp(ngpu: int, p) -> float:
+    """DP by verl's rule for ``ngpu`` GPUs and the sizes ``p`` (``tp``, ``pp``, ``ep``); not always whole."""
+    return ngpu / p.pp / (p.tp * p.ep)
+
+
+def launcher_rule_outcome(ngpu: int, p) -> str:
+    """What the rule gives: ``gives DP 4``, or ``does not divide (ngpu/PP = 8 is not a multiple of TP*EP = 16)``."""
+    dp = launcher_rule_dp(ngpu, p)
+    if dp.is_integer() and dp >= 1:
+        return f"gives DP {int(dp)}"
+    return f"does not divide (ngpu/PP = {ngpu / p.pp:g} is not a multiple of TP*EP = {p.tp * p.ep})"

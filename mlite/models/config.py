@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,45 @@ def resolve_config_path(ref: str | Path) -> Path:
     raise ConfigError(f"{ref}: no such file, and no model of that name in data/models/ (available: {names})")
 
 
+LARGEST_VALUE = 2**63
+"""The magnitude a config number must stay below (int64, what tensor sizes are): the largest shipped config
+value is about 1e7; a 400-digit integer would overflow the float arithmetic of the estimates."""
+
+
+def _unusable(value: Any, key: str = "") -> tuple[str, str] | None:
+    """The first ``(dotted key, shown value)`` in ``value`` that is NaN, infinite or not below
+    :data:`LARGEST_VALUE`, or None."""
+    if isinstance(value, float) and math.isnan(value):
+        return key, "NaN"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= LARGEST_VALUE:
+        if isinstance(value, float) and math.isinf(value):
+            return key, "Infinity" if value > 0 else "-Infinity"
+        digits = len(str(abs(int(value))))
+        return key, f"{value:.3g}" if isinstance(value, float) else f"a {digits}-digit integer"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _unusable(v, f"{key}[{k}]" if isinstance(k, int) else f"{key}.{k}" if key else str(k))
+        if found is not None:
+            return found
+    return None
+
+
+def refuse_non_finite(cfg: dict, where: str) -> None:
+    """Refuse a config holding ``NaN`` / ``Infinity`` anywhere (Python's ``json`` accepts them, JSON does not;
+    an overflowing literal such as ``1e999`` reads as infinity) or a number not below :data:`LARGEST_VALUE`:
+    one line naming the field and the file."""
+    found = _unusable(cfg)
+    if found is not None:
+        key, shown = found
+        raise ConfigError(f"{where}: field '{key}' is {shown}; a config value must be a finite number below 2^63")
+
+
 def load_config(ref: str | Path | dict) -> tuple[str, dict]:
-    """Return ``(name, config_dict)`` for a path, a ``data/models`` name or a dict."""
+    """Return ``(name, config_dict)`` for a path, a ``data/models`` name or a dict; every number is finite.
+
+    A file's name is its folder's for a ``config.json`` (``./config.json`` included), else the file stem."""
     if isinstance(ref, dict):
+        refuse_non_finite(ref, "config")
         return str(ref.get("_name_or_path") or ref.get("model_type") or "config"), dict(ref)
     path = resolve_config_path(ref)
     try:
@@ -51,7 +88,8 @@ def load_config(ref: str | Path | dict) -> tuple[str, dict]:
         raise ConfigError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: the top level must be a JSON object, found {type(cfg).__name__}")
-    name = path.parent.name if path.name == "config.json" else path.stem
+    refuse_non_finite(cfg, str(path))
+    name = (path.resolve().parent.name or path.stem) if path.name == "config.json" else path.stem
     return name, cfg
 
 

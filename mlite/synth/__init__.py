@@ -9,6 +9,7 @@ benchmark. Nothing here is read by the analysis itself (:mod:`mlite.logs` never 
     truth.events    # the event kinds a correct reader must find
 
 Modules: :mod:`.spec` (what to write and the truth), :mod:`.curves` (the noisy training curves),
+:mod:`.metrics` (a plausible range per metric that is not a curve),
 :mod:`.text` (the chatter and endings of a Slurm job), :mod:`.verl` and :mod:`.megatron` (one writer per
 format), :mod:`.generate` (writing files, the benchmark log), :mod:`.tensorboard` (TensorBoard logdirs).
 """

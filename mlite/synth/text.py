@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 
+from .metrics import KL_COEF, STEPS_PER_EPOCH
+
 ESC_CYAN, ESC_YELLOW, ESC_GREEN, ESC_RESET = "\x1b[36m", "\x1b[33m", "\x1b[32m", "\x1b[0m"
 
 QUESTIONS = (
@@ -67,6 +69,20 @@ def hard_wrap(line: str, width: int | None) -> list[str]:
     return [line[i : i + width] for i in range(0, len(line), width)]
 
 
+ACTOR_CONFIG = {
+    "ppo_epochs": "1",
+    "ppo_mini_batch_size": "256",
+    "ppo_micro_batch_size_per_gpu": "8",
+    "use_kl_loss": "True",
+    "kl_loss_coef": repr(KL_COEF),
+    "entropy_coeff": "0",
+    "loss_agg_mode": "'token-mean'",
+    "nccl_timeout": "600",
+    "strategy": "'fsdp'",
+}
+"""The actor settings the config dump shows (what the metrics of :mod:`.metrics` are plausible for)."""
+
+
 def startup(rng: random.Random, *, driver: str, nodes: int, gpus: int, ansi: bool, total_steps: int) -> list[str]:
     """Lines before the first step: Ray start-up, the config dump, worker init, dataset sizes."""
     lines = [
@@ -77,19 +93,8 @@ def startup(rng: random.Random, *, driver: str, nodes: int, gpus: int, ansi: boo
         f"{driver}TaskRunner hostname: node-0, PID: {rng.randint(1000, 99999)}",
         f"{driver}{{'actor_rollout_ref': {{'actor': {{'clip_ratio': 0.2,",
     ]
-    choices = ("1", "256", "False", "0.001", "'token-mean'", "600", "'fsdp'")
-    for k in (
-        "ppo_epochs",
-        "ppo_mini_batch_size",
-        "ppo_micro_batch_size_per_gpu",
-        "use_kl_loss",
-        "kl_loss_coef",
-        "entropy_coeff",
-        "loss_agg_mode",
-        "nccl_timeout",
-        "strategy",
-    ):
-        lines.append(f"{driver}                                 '{k}': {rng.choice(choices)},")
+    for k, v in ACTOR_CONFIG.items():
+        lines.append(f"{driver}                                 '{k}': {v},")
     lines.append(
         f"{driver} 'trainer': {{'logger': ['console', 'file'], 'nnodes': {nodes}, 'n_gpus_per_node': {gpus}, "
         f"'total_training_steps': {total_steps}}}}}"
@@ -105,7 +110,7 @@ def startup(rng: random.Random, *, driver: str, nodes: int, gpus: int, ansi: boo
                 f"UserWarning: FSDP is switching to use `NO_SHARD` instead of ShardingStrategy.FULL_SHARD"
             )
             lines.append(f"{w}  warnings.warn(")
-    lines.append(f"{driver}Size of train dataloader: {total_steps}, Size of val dataloader: 1")
+    lines.append(f"{driver}Size of train dataloader: {STEPS_PER_EPOCH}, Size of val dataloader: 1")
     lines.append(f"{driver}Total training steps: {total_steps}")
     return lines
 

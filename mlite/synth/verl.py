@@ -10,6 +10,7 @@ import random
 
 from . import text as T
 from .curves import curves
+from .metrics import plausible
 from .spec import GenSpec, Truth, ending_events, step_sequence
 from .text import hard_wrap
 
@@ -32,8 +33,8 @@ def verl_values(rng: random.Random, step: int, spec: GenSpec) -> dict[str, float
     keys = T.GRPO_KEYS + (T.PPO_EXTRA_KEYS if spec.kind == "ppo" else ())
     out = {}
     for k in keys:
-        if k in T.INT_KEYS:
-            out[k] = float(step if k == "training/global_step" else rng.randint(50, 4000))
+        if k == "training/global_step":
+            out[k] = float(step)
         elif k == "actor/pg_loss":
             out[k] = c["loss"] - 0.3 + rng.gauss(0, 0.01)
         elif k == "actor/grad_norm":
@@ -47,11 +48,11 @@ def verl_values(rng: random.Random, step: int, spec: GenSpec) -> dict[str, float
         elif k == "actor/entropy":
             out[k] = c["entropy"]
         elif k in ("critic/score/mean", "critic/rewards/mean"):
-            out[k] = c["reward"]
+            out[k] = min(1.0, max(0.0, c["reward"]))  # the mean of 0/1 rewards
         elif k.endswith("/lr"):
             out[k] = c["lr"]
         else:
-            out[k] = rng.uniform(0, 10)
+            out[k] = plausible(k, rng, step, out)
     return out
 
 

@@ -19,6 +19,7 @@ from ... import rundir as schema
 from ...errors import MliteError
 from ..formats import registry
 from ..records import ERROR_KINDS, Event
+from .nonlog import not_a_log
 from .source import LOG_SUFFIXES, LogSource, head_text, is_text_log, stem_name
 
 __all__ = ["LogSource", "final_format", "is_run_dir", "no_metrics_event", "resolve_inputs", "sniff_format"]
@@ -53,20 +54,25 @@ def _source(path: Path) -> LogSource:
     return LogSource(path=path, name=run, fmt=name, metrics_path=path, events_path=path)
 
 
-def resolve_inputs(items, *, allow_empty: bool = False) -> list[LogSource]:
+def resolve_inputs(items, *, allow_empty: bool = False, skipped: list[Path] | None = None) -> list[LogSource]:
     """Files, globs and directories -> the log sources to read, in the given order (globs sorted).
 
-    Raises :class:`MliteError` for a path that does not exist, a glob or directory with no log in it, or
-    an unreadable file.
+    Among a glob's matches or several inputs, files that are not logs (:func:`.nonlog.not_a_log`: a README, a
+    script) are left out and appended to ``skipped``; the one file named alone is refused instead. Raises
+    :class:`MliteError` for a path that does not exist, a glob or directory with no log in it, or an unreadable file.
     """
     if isinstance(items, (str, os.PathLike)):
         items = [items]
+    items = list(items)
+    left_out: list[Path] = []
     paths: list[Path] = []
     for item in items:
         s = os.path.expanduser(str(item))
         if glob.has_magic(s):
             hits = sorted(glob.glob(s, recursive=True))
             hits = [h for h in hits if Path(h).is_file() or registry.claimed(Path(h))]
+            left_out += [Path(h) for h in hits if not_a_log(Path(h)) is not None]
+            hits = [h for h in hits if not_a_log(Path(h)) is None]
             if not hits and not allow_empty:
                 raise MliteError(f"no log file matches '{item}': check the pattern (e.g. 'logs/*.out')")
             paths.extend(Path(h) for h in hits)
@@ -74,6 +80,15 @@ def resolve_inputs(items, *, allow_empty: bool = False) -> list[LogSource]:
         p = Path(s)
         if not p.exists():
             raise MliteError(f"log file '{item}' does not exist: give a log file, a run directory or a glob")
+        why = not_a_log(p)
+        if why is not None:
+            if len(items) == 1:
+                raise MliteError(
+                    f"'{item}' is not a training log ({why}): give a log file ({', '.join(LOG_SUFFIXES)}, "
+                    "optionally .gz), a run directory or a glob"
+                )
+            left_out.append(p)
+            continue
         if p.is_dir() and not registry.claimed(p):
             inner = sorted(c for c in p.iterdir() if is_text_log(c) or registry.claimed(c))
             if not inner and not allow_empty:
@@ -94,6 +109,10 @@ def resolve_inputs(items, *, allow_empty: bool = False) -> list[LogSource]:
         if p.is_file() and not os.access(p, os.R_OK):
             raise MliteError(f"cannot read log file '{p}': permission denied")
         sources.append(_source(p))
+    if left_out and not sources and not allow_empty:
+        raise MliteError(f"no log among the inputs: {', '.join(str(p) for p in left_out[:4])} are not training logs")
+    if skipped is not None:
+        skipped.extend(left_out)
     _unique_names(sources)
     return sources
 

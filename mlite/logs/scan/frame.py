@@ -162,12 +162,13 @@ def _read(sources: list[LogSource], *, keep: bool, progress) -> list[RunLog]:
     return runs
 
 
-def read_logs(items, *, progress: bool | None = None) -> list[RunLog]:
+def read_logs(items, *, progress: bool | None = None, skipped: list | None = None) -> list[RunLog]:
     """Read files, globs, run directories or directories of logs (see :func:`detect.resolve_inputs`).
 
-    ``progress``: a tqdm bar by bytes read (None: only for large or many inputs).
+    ``progress``: a tqdm bar by bytes read (None: only for large or many inputs); ``skipped``: a list the paths
+    left out as not logs are appended to.
     """
-    return _read(resolve_inputs(items), keep=True, progress=progress)
+    return _read(resolve_inputs(items, skipped=skipped), keep=True, progress=progress)
 
 
 def read_log(path, *, progress: bool | None = None) -> RunLog:
@@ -178,9 +179,10 @@ def read_log(path, *, progress: bool | None = None) -> RunLog:
     return _read(sources, keep=True, progress=progress)[0]
 
 
-def check_logs(items, *, progress: bool | None = None) -> list[RunLog]:
-    """Summaries and events only (values are not kept: memory stays flat for any log size)."""
-    return _read(resolve_inputs(items), keep=False, progress=progress)
+def check_logs(items, *, progress: bool | None = None, skipped: list | None = None) -> list[RunLog]:
+    """Summaries and events only (values are not kept: memory stays flat for any log size); ``skipped`` as for
+    :func:`read_logs`."""
+    return _read(resolve_inputs(items, skipped=skipped), keep=False, progress=progress)
 
 
 def tidy_frame(runs: list[RunLog]):
