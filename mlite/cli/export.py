@@ -27,8 +27,16 @@ def add_parser(sub):
     add_memory_flags(p)
     groups = add_flags(p, EXPORT)  # the ExportPlan fields (mlite.options.table.EXPORT)
     groups["export"].add_argument("--out", required=True, help="folder to write the files into (created)")
+    p.set_defaults(**{_optimizer_dest(): None})  # not given: the target's default (mlite.export.plan.default_optimizer)
     p.add_argument("--json", action="store_true", help="list the files written with the resolved mesh")
     return p
+
+
+def _optimizer_dest() -> str:
+    from ..options import TRAINING
+    from ..options.table import rows_by_field
+
+    return rows_by_field(TRAINING)["optimizer"].dest
 
 
 def run(args) -> int:
@@ -39,6 +47,10 @@ def run(args) -> int:
     from .memory import options_from_args
     from .mesh import parallel_from_args
 
+    if getattr(args, _optimizer_dest()) is None:  # --optimizer not given: the one the target runs
+        from ..export.plan import default_optimizer
+
+        setattr(args, _optimizer_dest(), default_optimizer(args.target))
     plan = ExportPlan(
         model=args.config,
         parallel=parallel_from_args(args),
