@@ -180,3 +180,49 @@ def test_lite_sft_target_takes_the_optimizer_the_lite_engine_builds(tmp_path, ca
     )
     err = capsys.readouterr().err
     assert rc == 2 and "dist_opt is not run by verl's lite engine" in err and not (tmp_path / "x").exists()
+
+
+def test_notebook_01_read_launcher_then_write_files_gives_a_plan_debug_this_plan_takes(tmp_path, monkeypatch):
+    """Notebook 01's cells with their own arguments: read the default launcher, *Write files* (the export view
+    following the planner and the memory view), then notebook 02's cell's call: the newest plan, shrunk to 2
+    processes (the launcher's EP 8 -> 2), a mesh the planner accepts, no MTP training exported."""
+    from widgets.export_view import ExportView
+    from widgets.launcher_view import LauncherView
+    from widgets.memory_view import MemoryView
+    from widgets.model_explorer import ModelExplorer
+    from widgets.planner import MeshPlanner
+
+    monkeypatch.delenv("MLITE_RUNS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    explorer = ModelExplorer("Qwen3-30B-A3B")
+    planner = MeshPlanner(explorer, ngpu=16, ep=8)
+    memory = MemoryView(planner, gpu="H100")
+    launcher = LauncherView(planner, memory, explorer=explorer)
+    launcher.pick.value = NOTEBOOK_LAUNCHER
+    launcher.load()
+    export = ExportView(planner.model_ref)
+    export.follow(planner, memory)
+    res = export.export()
+    assert "mtp" not in res.files[res.launcher]
+    plan = newest_plan()
+    assert plan is not None and str(plan) == res.paths[-1]
+    doc = json.loads(plan.read_text())
+    assert (doc["model"], doc["mesh"]["tp"], doc["mesh"]["ep"]) == ("Qwen3.5-35B-A3B", 2, 8)
+    cfg, said = config_from_plan(plan, nproc=2, steps=2, device="cpu", tokens_per_microbatch=64)
+    assert (cfg.tp, cfg.ep, cfg.nproc) == (2, 2, 2) and "ep 8 -> 2 (nproc 2)" in said
+    cfg.check_environment()  # what mlite.launch.start checks before a process starts
+
+
+def test_a_cut_real_model_trains_with_the_from_plan_defaults(tmp_path, capsys):
+    """A cut Qwen3-30B-A3B from its plan (EP 2, 2 CPU processes, 64 tokens), no --lr: after the first update
+    (step 1 is the warmup's lr 0) the loss never rises above where it started and ends lower (the run's 3e-3
+    went 9.03 -> 12.9 -> 17.3 here)."""
+    plan = _plan(tmp_path, ep=2)
+    out = tmp_path / "run"
+    argv = ["run", "--from-plan", str(plan), "--steps", "5", "--nproc", "2", "--device", "cpu"]
+    rc = main([*argv, "--tokens-per-microbatch", "64", "--out", str(out)])
+    stdout = capsys.readouterr().out
+    assert rc == 0, (out / "train.log").read_text()
+    assert "plan shrunk: lr 0.0003" in stdout
+    loss = [json.loads(line)["data"]["train/loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(loss) == 5 and max(loss[2:]) < loss[1] and loss[-1] < loss[1] - 1.0, loss
