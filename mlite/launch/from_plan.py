@@ -62,7 +62,7 @@ def newest_plan(root=None) -> Path | None:
     alphabetically last; None when there is none."""
     from .config import export_root
 
-    plans = [p for p in Path(root if root is not None else export_root()).expanduser().glob("*/plan.json")]
+    plans = list(Path(root if root is not None else export_root()).expanduser().glob("*/plan.json"))
     return max(plans, key=lambda p: (p.stat().st_mtime_ns, str(p))) if plans else None
 
 
