@@ -238,9 +238,20 @@ BAD = [
     (("memory", "my-config.json", "--ngpu", "2", "--gpu-mem", "X1"), "--gpu-mem"),
     (("memory", "my-config.json", "--ngpu", "2", "--optimizer", "adam"), "--optimizer"),
     (("export", "my-config.json", "--nodes", "1", "--target", "nope", "--out", "exported"), "--target"),
-    (
-        ("export", "my-config.json", "--nodes", "1", "--target", "verl-lite-sft", "--out", "exported"),
-        "--optimizer fsdp2",
+    (  # the lite engine's target defaults to fsdp2 (tests/test_from_plan.py); dist_opt chosen is refused
+        (
+            "export",
+            "my-config.json",
+            "--nodes",
+            "1",
+            "--target",
+            "verl-lite-sft",
+            "--optimizer",
+            "dist_opt",
+            "--out",
+            "exported",
+        ),
+        "dist_opt is not run by verl's lite engine",
     ),
     (("logs", "plot", "logs/mlite_tiny_moe_fsdp2", "-o", "p.png", "--metrics", "nope"), "nope"),
     (("logs", "check", "logs/", "--fail-on", "nope"), "--fail-on"),

@@ -123,6 +123,25 @@ def test_estimator_options_follow_the_run(tmp_path):
     assert [rows[k]["measured"] for k in ("parameters", "gradients", "optimizer state", "peak")] == [11, 20, 31, 100]
 
 
+def test_a_running_run_shows_no_peak_ratio_until_the_peak_is_measured():
+    """While a run goes, memory.json holds the first step's per-rank figures (on a CPU the tally of parameters,
+    gradients and optimizer state, not a peak): the peak row waits for the finished run's gathered peak, and the
+    note says so, so measured / estimated is never two different quantities."""
+    from mlite.launch.memory_check import memory_rows
+    from widgets.run_monitor import peak_note
+
+    cfg = RunConfig(model="tiny-moe", nproc=2)
+    running = {"ranks": [{"params": 10, "grads": 20, "optimizer": 30, "peak": 60, "peak_kind": "cpu_tensor_peak"}]}
+    rows = {r["item"]: r for r in memory_rows(cfg, running)}
+    assert rows["parameters"]["measured"] == 10 and rows["parameters"]["ratio"] is not None
+    assert rows["peak"]["measured"] is None and rows["peak"]["ratio"] is None
+    assert "shown when the run ends" in peak_note(running)
+    ended = dict(running, peak=500, peak_kind="cpu_tensor_peak")
+    rows = {r["item"]: r for r in memory_rows(cfg, ended)}
+    assert rows["peak"]["measured"] == 500 and rows["peak"]["ratio"] == pytest.approx(500 / rows["peak"]["estimated"])
+    assert "MemTracker" in peak_note(ended)
+
+
 # ---------------------------------------------------------------------------------------------- run directory
 def test_run_directory_is_read_by_mlite_logs_bit_for_bit(tmp_path):
     from mlite.logs import read_log

@@ -20,6 +20,7 @@ import traitlets
 
 from mlite.errors import MliteError
 from mlite.export import TARGETS, ExportPlan, InvalidMesh, write
+from mlite.launch.config import export_root
 from mlite.memory import TrainingOptions
 from mlite.mesh import ParallelConfig
 from mlite.mesh.axes import AXES, sizes_text
@@ -28,8 +29,9 @@ from mlite.options.table import EXPORT, TRAINING, rows_by_field
 
 from ._common import ErrorBanner, esc
 
-DEFAULT_OUT = "runs/export"
-"""Files go to ``<out>/<experiment name>/``."""
+DEFAULT_OUT = None
+"""Files go to ``<out>/<experiment name>/``; None: :func:`mlite.launch.config.export_root` (``runs/export`` beside
+the notebook, or under ``$MLITE_RUNS``; git-ignored), where notebook 02 finds the newest plan."""
 
 _ROWS = rows_by_field(TRAINING)
 """The options table's rows: choices, defaults and labels of the option controls."""
@@ -46,7 +48,7 @@ class ExportView(W.VBox):
     result = traitlets.Any(None, allow_none=True)
     """The last :class:`mlite.export.ExportResult` written (None before the first write or after an error)."""
 
-    def __init__(self, model: str = "Qwen3-30B-A3B", *, out: str = DEFAULT_OUT, **kwargs):
+    def __init__(self, model: str = "Qwen3-30B-A3B", *, out: str | None = DEFAULT_OUT, **kwargs):
         super().__init__(**kwargs)
         self.add_class("mlite-export-view")
         names = available_models()
@@ -100,10 +102,14 @@ class ExportView(W.VBox):
             description=_ROWS["recompute"].label,
             layout=W.Layout(width="200px"),
         )
-        self._out = W.Text(value=out, description="Folder", layout=W.Layout(width="420px"))
+        self._out = W.Text(
+            value=str(out if out is not None else export_root()), description="Folder", layout=W.Layout(width="420px")
+        )
         self._out.add_class("mlite-export-out")
         self._write = W.Button(description="Write files", button_style="primary", icon="save")
         self._write.add_class("mlite-export-write")
+        self._train_mtp: bool | None = None
+        """Whether the plan trains MTP (an imported launcher's choice, through the planner: :meth:`set_plan`)."""
         self.errors = ErrorBanner()
         """Inline error line (bad input, invalid mesh) and traceback area (bugs)."""
         self._summary = W.HTML()
@@ -144,8 +150,11 @@ class ExportView(W.VBox):
         nodes: int | None = None,
         gpus_per_node: int | None = None,
         target: str | None = None,
+        train_mtp: bool | None = None,
     ) -> None:
-        """Fill the view from another view's choice (any argument left None keeps what is shown)."""
+        """Fill the view from another view's choice (any argument left None keeps what is shown, but ``train_mtp``:
+        None is the planner's default, MTP trained when the model has some)."""
+        self._train_mtp = train_mtp
         if model is not None:
             self.model = model
         if parallel is not None:
@@ -174,6 +183,7 @@ class ExportView(W.VBox):
                 options=memory.options() if memory is not None else None,
                 gpus_per_node=gpn,
                 nodes=max(1, -(-plan.ngpu // gpn)) if plan is not None else None,
+                train_mtp=planner.train_mtp,  # an imported launcher's MTP training, exported as it was
             )
 
         planner.observe(sync, names=["plan", "model_ref"])
@@ -203,13 +213,14 @@ class ExportView(W.VBox):
             options=options,
             nodes=self._nodes.value,
             gpus_per_node=self._gpus.value,
+            train_mtp=self._train_mtp,
         )
 
     def export(self):
         """Write the files for the current controls and show them; an invalid mesh shows its reasons inline."""
         self.result = None
         plan = self.plan()
-        folder = f"{self._out.value.strip() or DEFAULT_OUT}/{plan.name}"
+        folder = f"{self._out.value.strip() or export_root()}/{plan.name}"
         try:
             res = write(plan, folder)
         except InvalidMesh:

@@ -266,6 +266,12 @@ class MeshPlanner(W.VBox):
         }
         self.refresh()
 
+    @property
+    def train_mtp(self) -> bool | None:
+        """Whether the planned run trains the model's MTP layers (:meth:`assume`'s; None: the planner's default, yes
+        when the model has some)."""
+        return self._train_mtp
+
     def inherited(self) -> dict:
         """The inherited sizes still in effect (their controls unchanged since :meth:`assume`)."""
         return {f: inh for f, (v, inh) in self._inherited.items() if self.controls[f].value == v}

@@ -38,6 +38,11 @@ def peak_note(measured: dict | None) -> str:
     kind = (measured or {}).get("peak_kind") or next(
         (r.get("peak_kind") for r in (measured or {}).get("ranks", []) if r.get("peak_kind")), None
     )
+    if kind and (measured or {}).get("peak") is None:  # the run goes on: memory.json holds step 1's figures only
+        return (
+            "measured peak: shown when the run ends (the peak of a whole tracked step, the quantity the estimate "
+            "is); parameters, gradients and optimizer state are measured after the first step"
+        )
     if kind == "cuda_max_memory_allocated":
         return "measured peak: torch.cuda.max_memory_allocated() of the largest rank"
     if kind == "cpu_tensor_peak":

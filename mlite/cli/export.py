@@ -9,6 +9,8 @@ line on stderr with the planner's reasons, nothing written; ``mlite mesh`` is th
 
 from __future__ import annotations
 
+import argparse
+
 COMMAND = "export"
 ORDER = 40
 
@@ -29,8 +31,26 @@ def add_parser(sub):
     add_memory_flags(p)
     groups = add_flags(p, EXPORT)  # the ExportPlan fields (mlite.options.table.EXPORT)
     groups["export"].add_argument("--out", required=True, help="folder to write the files into (created)")
+    for action in p._actions:  # --optimizer given or not: not given, the target's (export.plan.default_optimizer)
+        if action.dest == _optimizer_dest():
+            action.__class__ = _Chosen
     p.add_argument("--json", action="store_true", help="list the files written with the resolved mesh")
     return p
+
+
+class _Chosen(argparse._StoreAction):
+    """A store action that also records that its flag was given (``<dest>_chosen``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, f"{self.dest}_chosen", True)
+
+
+def _optimizer_dest() -> str:
+    from ..options import TRAINING
+    from ..options.table import rows_by_field
+
+    return rows_by_field(TRAINING)["optimizer"].dest
 
 
 def run(args) -> int:
@@ -41,6 +61,10 @@ def run(args) -> int:
     from .memory import options_from_args
     from .mesh import parallel_from_args
 
+    if not getattr(args, f"{_optimizer_dest()}_chosen", False):  # --optimizer not given: the one the target runs
+        from ..export.plan import default_optimizer
+
+        setattr(args, _optimizer_dest(), default_optimizer(args.target))
     plan = ExportPlan(
         model=args.config,
         parallel=parallel_from_args(args),

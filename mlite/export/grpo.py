@@ -59,12 +59,12 @@ def data() -> list[Override]:
     ]
 
 
-def model(spec) -> list[Override]:
+def model(spec, train_mtp: bool | None = None) -> list[Override]:
     return [
         Override("actor_rollout_ref.model.path", var("MODEL_PATH")),
         Override.lit("actor_rollout_ref.model.trust_remote_code", True),
         Override.lit("actor_rollout_ref.model.use_fused_kernels", False),
-        *mtp_overrides("actor_rollout_ref.model", spec),
+        *mtp_overrides("actor_rollout_ref.model", spec, train_mtp),
     ]
 
 

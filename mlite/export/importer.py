@@ -344,6 +344,7 @@ class ImportedLauncher:
             ):
                 if field in r:
                     kw.setdefault(name, r[field])
+        kw.setdefault("train_mtp", self.train_mtp)  # the launcher's MTP training, written back as it was
         return ExportPlan(
             model=ref,
             target=target

@@ -154,9 +154,12 @@ def render(lc: Launcher) -> str:
     return "\n".join(out)
 
 
-def mtp_overrides(prefix: str, spec) -> list[Override]:
-    """Train the model's MTP layers when it has some: the planner places them in the last pipeline stage, and verl
-    leaves them off unless ``<model>.mtp.enable`` and ``enable_train`` are set (``trainer/config/model/hf_model.yaml``)."""
-    if not spec.num_mtp_layers:
+def mtp_overrides(prefix: str, spec, train: bool | None = None) -> list[Override]:
+    """Train the model's MTP layers when it has some and the plan trains them (``train``:
+    :attr:`~mlite.export.plan.ExportPlan.train_mtp`, None = yes): the planner places them in the last pipeline stage,
+    and verl leaves them off unless ``<model>.mtp.enable`` and ``enable_train`` are set
+    (``trainer/config/model/hf_model.yaml``). ``train=False`` (an imported launcher that does not train MTP) writes
+    neither key: verl's default, off, as the launcher had it."""
+    if not spec.num_mtp_layers or train is False:
         return []
     return [Override.lit(f"{prefix}.mtp.enable", True), Override.lit(f"{prefix}.mtp.enable_train", True)]

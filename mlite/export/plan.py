@@ -32,6 +32,19 @@ ROLLOUT_OWNED = (
 )
 """RolloutOptions fields an ExportPlan owns through fields of its own (the rest are ``rollout_knobs``)."""
 
+
+def default_optimizer(target: str) -> str:
+    """The optimizer an export for ``target`` uses when none is chosen: the options' default, but for a target on
+    verl's lite engine the first backend that engine builds (its one rule:
+    :func:`mlite.options.optimizers.check_verl_lite_engine`), so ``--target verl-lite-sft`` works as given."""
+    from ..options.optimizers import BACKENDS
+
+    default = TrainingOptions().optimizer
+    if target not in LOCAL_TARGETS or BACKENDS.entry(default).verl_lite_engine:
+        return default
+    return next(b.name for b in BACKENDS.values() if b.verl_lite_engine)
+
+
 DEFAULT_LOG_DIR = "runs/slurm"
 """Where Slurm output (``%x-%j.out``) and verl's JSONL metrics go; the analysis notebook looks here."""
 
@@ -101,6 +114,9 @@ class ExportPlan:
     """Launcher this plan was imported from (``mlite import-launcher``), for the header's mesh accounting."""
     source_rule_dp: float | None = None
     """DP that ``source_launcher`` computed with verl's rule ngpu/PP = TP*EP*DP (None: it did not use that rule)."""
+    train_mtp: bool | None = None
+    """Train the model's MTP layers (verl's ``mtp.enable`` and ``enable_train``, placed in the last stage): None
+    trains them when the model has some; False (an imported launcher that does not train MTP) writes neither key."""
 
     def __post_init__(self):
         if self.target not in TARGETS + LOCAL_TARGETS:
@@ -222,6 +238,7 @@ class ExportPlan:
             seq_len=self.options.seq_len,
             gpus_per_node=self.gpus_per_node,
             auto_uneven=True,
+            train_mtp=self.train_mtp,
         )
         return spec, plan
 

@@ -75,7 +75,7 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
         sections=[
             ("ALGORITHM", grpo.algorithm()),
             ("DATA", grpo.data()),
-            ("MODEL", grpo.model(spec)),
+            ("MODEL", grpo.model(spec, plan.train_mtp)),
             ("ACTOR", actor),
             ("ROLLOUT", grpo.rollout(plan)),
             ("TRAINER", grpo.trainer()),

@@ -55,7 +55,7 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
     model = [
         Override("model.path", var("MODEL_PATH")),
         Override.lit("model.trust_remote_code", True),
-        *mtp_overrides("model", spec),
+        *mtp_overrides("model", spec, plan.train_mtp),
     ]
     optim = [
         Override.lit("optim", "megatron"),

@@ -79,6 +79,7 @@ def render(plan) -> ExportResult:
         "notes": notes,
         "experiment_name": plan.name,
         "log_dir": plan.log_dir,
+        "train_mtp": plan.train_mtp,
     }
     if not plan.is_sft:
         doc["rollout"] = _jsonable(asdict(plan.rollout_options))

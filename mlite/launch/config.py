@@ -31,7 +31,6 @@ from ..options.table import RUN_OPTIMIZERS as OPTIMIZERS
 from ..options.table import RUN_PARAM_DTYPES as PARAM_DTYPES
 from ..options.table import RUN_RECOMPUTE as RECOMPUTE
 from ..options.training import TrainingOptions
-from ..paths import REPO_ROOT
 
 if TYPE_CHECKING:
     from ..runtime.config import RuntimeConfig
@@ -45,19 +44,23 @@ __all__ = [
     "PARAM_DTYPES",
     "RECOMPUTE",
     "RunConfig",
+    "export_root",
     "runs_root",
 ]
 
 
 def runs_root() -> Path:
-    """Where runs go by default: ``$MLITE_RUNS``, else ``runs/`` at the repository root of a source checkout
-    (git-ignored), else ``runs/`` in the current directory (an installed package has no repository)."""
-    from ..paths import is_source_checkout
-
+    """Where runs go by default: ``$MLITE_RUNS``, else ``runs/`` in the current directory -- beside the notebook
+    for the views (a kernel runs in its notebook's folder), where the command runs for ``mlite run``. Every
+    ``runs/`` folder is git-ignored (``.gitignore``); exports go to :func:`export_root` inside it."""
     env = os.environ.get("MLITE_RUNS")
-    if env:
-        return Path(env).expanduser().resolve()
-    return REPO_ROOT / "runs" if is_source_checkout() else Path.cwd() / "runs"
+    return Path(env).expanduser().resolve() if env else (Path.cwd() / "runs").resolve()
+
+
+def export_root() -> Path:
+    """Where the export view writes a plan's files by default (``<runs_root>/export/<experiment name>/``) and where
+    notebook 02 looks for the newest one (:func:`mlite.launch.from_plan.newest_plan`)."""
+    return runs_root() / "export"
 
 
 def _rows() -> dict:

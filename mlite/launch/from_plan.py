@@ -4,11 +4,14 @@ The run keeps what the plan decides and the lite runtime runs: the model's archi
 EP, PAO, the moment dtype, offload_fraction and the context offloads, recompute, the parameter dtype. It shrinks what
 cannot fit one small node: the depth (``--layers``, default 2: one layer of each kind first), the routed experts
 (``--experts``, default the smallest multiple of EP that is at least 8, or all of them when fewer), the vocabulary of
-a randomly initialised run (``--vocab``, default 4096), the data-parallel size (``nproc`` = the largest multiple of
-TP x CP and of EP that is at most ``--nproc``), the sequence (tokens per micro-batch at most ``--tokens-per-
+a randomly initialised run (``--vocab``, default 4096), the mesh (TP, CP and EP each to the largest divisor of the
+plan's size that fits ``--nproc``, TP kept first, then CP, then EP, checked for the cut model by the planner:
+:func:`mesh_candidates`), the data-parallel size (``nproc`` = the largest multiple of TP x CP and of EP that is at
+most ``--nproc``), the sequence (tokens per micro-batch at most ``--tokens-per-
 microbatch``), and the axes the lite runtime has not got (PP and VPP fold into the cut depth, ETP into whole experts).
-Every shrink is said, one sentence each. A plan that cannot be shrunk (TP x CP or EP larger than ``--nproc``, an
-architecture the runtime does not build, a file that is not a plan) raises :class:`~mlite.errors.MliteError`.
+Every shrink is said, one sentence each (``ep 8 -> 2 (nproc 2)``). A plan that cannot be shrunk (an architecture
+the runtime does not build, a file that is not a plan, a ``--experts`` cut no mesh takes) raises
+:class:`~mlite.errors.MliteError`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ RUN_OWN = ("num_microbatches",)
 DEFAULT_LAYERS = 2
 DEFAULT_MIN_EXPERTS = 8
 DEFAULT_VOCAB = 4096
+DEFAULT_LR = 3e-4
+"""The learning rate of a plan's debug run unless ``--lr`` is given: a cut real model at random initialisation
+diverges at the run's 3e-3 (a cut Qwen3-30B-A3B on 2 CPU processes, 64 tokens: loss 8.75, 9.03, 12.9, 17.3 at
+steps 1-4; 1e-3 rises to 15.7 by step 5), while 3e-4 falls from the first update on (9.03, 8.03, 7.40, 6.84, 6.81)."""
 
 
 def read_plan(path) -> dict:
@@ -47,6 +54,16 @@ def read_plan(path) -> dict:
     if missing:
         raise MliteError(f"from_plan: {p} is not an 'mlite export' plan (no {', '.join(missing)})")
     return doc
+
+
+def newest_plan(root=None) -> Path | None:
+    """The ``plan.json`` written last (latest modification time) in a folder of ``root`` (default
+    :func:`mlite.launch.config.export_root`, where notebook 01's Export view writes): the plan just exported, not the
+    alphabetically last; None when there is none."""
+    from .config import export_root
+
+    plans = list(Path(root if root is not None else export_root()).expanduser().glob("*/plan.json"))
+    return max(plans, key=lambda p: (p.stat().st_mtime_ns, str(p))) if plans else None
 
 
 def _fit_nproc(limit: int, tp: int, cp: int, ep: int) -> int:
@@ -73,22 +90,53 @@ def _plan_spec(model):
     return spec
 
 
-def _shrink_mesh(doc: dict, limit: int, out: dict, said: list[str]) -> None:
-    """The plan's TP, CP and EP on at most ``limit`` processes (DP shrinks); the axes the lite runtime does not run
-    (:attr:`mlite.mesh.axes.Axis.lite_refusal`) fold to 1, each said."""
+def _divisors(size: int, limit: int) -> list[int]:
+    """The divisors of ``size`` that are at most ``limit``, largest first."""
+    return [d for d in range(min(size, limit), 0, -1) if size % d == 0]
+
+
+def mesh_candidates(tp: int, cp: int, ep: int, limit: int):
+    """``(tp, cp, ep)`` meshes on at most ``limit`` processes, the plan's sizes kept as far as they go: each a
+    divisor of the plan's size (so the heads, FFN widths and experts the plan's size divides stay divisible), TP
+    kept first, then CP, then EP, and TP x CP and EP on a common process count (their lcm) within ``limit``."""
+    for t in _divisors(tp, limit):
+        for c in _divisors(cp, limit // t):
+            for e in _divisors(ep, limit):
+                if math.lcm(t * c, e) <= limit:
+                    yield t, c, e
+
+
+def _fit_mesh(doc: dict, spec, values: dict, given: set[str], out: dict, said: list[str]) -> None:
+    """The plan's TP, CP and EP shrunk onto at most ``--nproc`` processes (DP shrinks with them), the cut model's
+    defaults for that mesh (:func:`_cut_defaults`), and the first candidate (:func:`mesh_candidates`) the planner
+    accepts for the cut model (:meth:`RunConfig.check_mesh`, i.e. :func:`mlite.mesh.resolve`); the axes the lite
+    runtime does not run (:attr:`mlite.mesh.axes.Axis.lite_refusal`) fold to 1. Every shrink is said."""
+    from .config import RunConfig
+
     mesh = doc["mesh"]
-    tp, cp, ep = (int(mesh.get(k, 1)) for k in ("tp", "cp", "ep"))
-    if tp * cp > limit:
-        raise MliteError(
-            f"from_plan: the plan's TP {tp} x CP {cp} = {tp * cp} ranks per model replica do not fit "
-            f"--nproc {limit}; give --nproc {tp * cp} or more"
-        )
-    if ep > limit:
-        raise MliteError(f"from_plan: the plan's EP {ep} does not fit --nproc {limit}; give --nproc {ep} or more")
-    n = _fit_nproc(limit, tp, cp, ep)
-    out.update(tp=tp, cp=cp, ep=ep, etp=1, nproc=n)
+    limit = int(values["nproc"])
+    plan = {k: int(mesh.get(k, 1)) for k in ("tp", "cp", "ep")}
+    refused: MliteError | None = None
+    fits = None
+    for tp, cp, ep in mesh_candidates(plan["tp"], plan["cp"], plan["ep"], limit):
+        n = _fit_nproc(limit, tp, cp, ep)
+        out.update(tp=tp, cp=cp, ep=ep, etp=1, nproc=n)
+        _cut_defaults(spec, values, given, out)
+        try:
+            RunConfig(**out).check_mesh()
+        except MliteError as e:  # e.g. --experts not a multiple of this EP: the next, smaller mesh
+            refused = e
+            continue
+        fits = n
+        break
+    if fits is None:  # not even tp = cp = ep = 1 (only a cut the user gave can do that): the planner's reasons
+        raise refused or MliteError(f"from_plan: no mesh of this plan fits --nproc {limit}")
+    for k, v in plan.items():
+        if out[k] != v:
+            said.append(f"{k} {v} -> {out[k]} (nproc {limit})")
     said.append(
-        f"data parallel {mesh.get('dp')} -> {n // (tp * cp)} (nproc {mesh.get('ngpu', doc.get('ngpu'))} -> {n})"
+        f"data parallel {mesh.get('dp')} -> {fits // (out['tp'] * out['cp'])} "
+        f"(nproc {mesh.get('ngpu', doc.get('ngpu'))} -> {fits})"
     )
     for axis in AXES:
         size = mesh.get(axis.name)
@@ -151,10 +199,15 @@ def plan_values(doc: dict, values: dict, given: set[str]) -> tuple[dict, list[st
     spec = _plan_spec(doc["model"])
     out = dict(values, model=doc["model"])
     said: list[str] = []
-    _shrink_mesh(doc, int(values["nproc"]), out, said)
-    _cut_defaults(spec, values, given, out)
-    _training_values(doc["options"], values, given, out, said)
-    return out, said
+    trained: list[str] = []
+    _training_values(doc["options"], values, given, out, trained)
+    if "lr" not in given:
+        out["lr"] = DEFAULT_LR
+        trained.append(
+            f"lr {DEFAULT_LR:g} (the debug default for a cut model at random initialisation; --lr sets another)"
+        )
+    _fit_mesh(doc, spec, values, given, out, said)
+    return out, said + trained
 
 
 def config_from_plan(path, **fields):
@@ -168,4 +221,4 @@ def config_from_plan(path, **fields):
     return RunConfig(**values), shrunk
 
 
-__all__ = ["config_from_plan", "plan_values", "read_plan"]
+__all__ = ["config_from_plan", "mesh_candidates", "newest_plan", "plan_values", "read_plan"]

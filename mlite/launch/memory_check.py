@@ -33,8 +33,11 @@ def memory_rows(config: RunConfig, measured: dict | None, est=None) -> list[dict
     """Rows ``{"item", "measured", "estimated", "ratio"}`` (bytes per rank; measured = the largest rank).
 
     Optimizer state counts device and host together (offload_fraction moves it, it still exists). ``peak``:
-    measured as ``memory.json`` says (``peak_kind``: CUDA ``max_memory_allocated``, or on CPU the tensor peak of
-    the step run under PyTorch's MemTracker), estimated as the allocator peak of a steady-state step.
+    measured as ``memory.json`` says once the run has ended (its top-level ``peak``, gathered from every rank:
+    ``peak_kind`` CUDA ``max_memory_allocated``, or on CPU the tensor peak of the step run under PyTorch's
+    MemTracker), estimated as the allocator peak of a steady-state step. While the run goes ``memory.json`` holds
+    only the first step's per-rank figures (on a CPU the tally of parameters, gradients and optimizer state, not a
+    peak): the peak row stays empty until then, so the ratio always compares the same quantity.
     """
     est = est if est is not None else estimate_for(config)
     w = est.worst
@@ -55,7 +58,7 @@ def memory_rows(config: RunConfig, measured: dict | None, est=None) -> list[dict
         "parameters": largest("params"),
         "gradients": largest("grads"),
         "optimizer state": largest("optimizer"),
-        "peak": (measured or {}).get("peak", largest("peak")),
+        "peak": (measured or {}).get("peak"),  # the finished run's (see above), never the first step's tally
     }
     rows = []
     for item, e in estimated.items():
