@@ -125,7 +125,7 @@ def test_stages_of_a_pipeline_each_get_a_bar():
     assert f"(pp {doc['stage']}, the most loaded)" in view._cards.value
 
 
-def test_table_marks_oom_and_applies_the_cheapest_mesh_that_fits():
+def test_table_marks_oom_and_applies_the_best_ranked_mesh_that_fits():
     planner, view = _views()
     spec = from_hf_config("Qwen3-30B-A3B")
     rows = mesh_table(spec, 16, TrainingOptions())
@@ -154,11 +154,14 @@ def test_table_marks_oom_and_applies_the_cheapest_mesh_that_fits():
     assert f"{len(rows) - oom} of {len(rows)} fit" in view._table_title.value
     assert not view.estimate.fits  # the notebook's default mesh needs offload on an H100
     best = next(m for m in rows if m.fits)
+    least = min(rows, key=lambda m: m.extra["total_bytes"])
+    assert least.fits and least is not best  # two different meshes, each named for what it is
+    shown = view._cheapest_html.value
+    assert "Best-ranked mesh that fits" in shown and "Cheapest" not in shown and "Least GPU memory" in shown
     view._cheapest_best.click()
     assert planner.parallel().tp == best.plan.parallel.tp and planner.parallel().pp == best.plan.parallel.pp
     assert planner.parallel().vpp == best.plan.parallel.vpp and planner.parallel().ep == best.plan.parallel.ep
     assert view.estimate.fits and view.estimate.worst.total == pytest.approx(best.extra["total_bytes"], abs=1)
-    least = min(rows, key=lambda m: m.extra["total_bytes"])
     view._cheapest_least.click()
     assert view.estimate.worst.total == pytest.approx(least.extra["total_bytes"], abs=1)
     # a row click applies that mesh in the planner
