@@ -805,3 +805,26 @@ def test_rl_view_follows_the_memory_view_and_agrees_with_the_cli():
     rl.set(data_parallel_size=1)
     rl.set(tensor_model_parallel_size=16)
     assert "--rollout-tp 16 must divide --ngpu 8" in rl.errors.message and rl.estimate is None
+
+
+def test_notebook_01_rl_view_opens_on_a_step_that_fits():
+    """Notebook 01's cells that build the explorer, planner, memory view and RL view, run as they are: the RL view
+    opens on a step that starts and fits (issue 30: it opened red, "vLLM would not start", on its own defaults),
+    and the memory view's verdict and the RL view's command line say the same as ``mlite rl-memory``."""
+    cells = [
+        "".join(c["source"])
+        for c in json.loads((REPO / "notebooks" / "01_plan.ipynb").read_text())["cells"]
+        if c["cell_type"] == "code"
+    ]
+    wanted = ("ModelExplorer(MODEL)", "MeshPlanner(explorer", "MemoryView(planner", "RLView(memory")
+    ns: dict = {}
+    for marker in wanted:
+        (src,) = [s for s in cells if marker in s]
+        exec(compile(src, f"<01_plan: {marker}>", "exec"), ns)
+    rl = ns["rl"]
+    assert rl.errors.message == "" and rl.estimate is not None
+    d = rl.estimate.to_dict()
+    assert d["errors"] == [] and d["fits"] is True, d["errors"]
+    assert "mlite-rl-oom" not in rl.chart.value
+    res = run_cli(*rl.command().split()[1:], "--json")
+    assert res.rc == 0 and res.json()["fits"] is True, res.out[-400:]
