@@ -209,7 +209,7 @@ class MemoryView(W.VBox):
         self._invalid = W.HTML()
         self._invalid.add_class("mlite-memory-invalid")
         self._cards = W.HTML()
-        self._chart = W.HTML()
+        self._chart = W.HTML(layout=W.Layout(flex="0 0 auto"))  # its SVG's own width: never squeezed by the stages
         self._chart.add_class("mlite-memory-chart")
         self._stages = W.HTML()
         self._stages.add_class("mlite-memory-stages")
@@ -217,7 +217,14 @@ class MemoryView(W.VBox):
         self._why.add_class("mlite-memory-why")
         self._details = W.HTML()
         self._details.add_class("mlite-memory-details")
-        self._results = W.VBox([self._cards, W.HBox([self._chart, self._stages]), self._why, self._details])
+        self._results = W.VBox(
+            [
+                self._cards,
+                W.HBox([self._chart, self._stages], layout=W.Layout(flex_flow="row wrap")),
+                self._why,
+                self._details,
+            ]
+        )
         self._cheapest_html = W.HTML()
         self._cheapest_best = W.Button(description="apply best-ranked", layout=W.Layout(width="auto"))
         self._cheapest_best.add_class("mlite-memory-apply-cheapest")
