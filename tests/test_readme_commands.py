@@ -115,3 +115,20 @@ def test_readme_block_runs_as_written(block, elsewhere):
         first = p.stdout.splitlines()[0] if p.stdout.strip() else ""
         first = first.replace(f"{cwd}{os.sep}", "")
         assert _squash(first) == _squash(cmd.first_line or ""), f"{where}: prints first\n{first}"
+
+
+DOCS = [README, REPO / "data" / "models" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(REPO)) for d in DOCS])
+def test_links_resolve_in_a_clone_and_sources_are_public(doc):
+    """Every relative link and picture of the README, ``docs/`` and ``data/models/README.md`` names a file of the
+    repository (nothing outside a clone such as ``../shared/reference``), and sources are cited by URL or
+    repository path, never by the id of an internal index."""
+    text = doc.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not re.match(r"[a-z]+:", t)]
+    missing = [t for t in local if not (doc.parent / t).resolve().is_relative_to(REPO) or not (doc.parent / t).exists()]
+    assert not missing, missing
+    assert "shared/reference" not in text
+    assert not re.search(r"\b(?:index|file) ids? \d{6,}", text), re.search(r".{40}\bids? \d{6,}.{20}", text)
