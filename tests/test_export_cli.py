@@ -94,3 +94,28 @@ def test_bad_usage_is_one_line_exit_2(tmp_path):
     assert_one_line_error(
         run_cli("export", "Qwen3-8B", "--nodes", "0", "--target", "verl-mlite-sft", "--out", tmp_path), "nodes"
     )
+
+
+def test_console_says_when_the_plan_does_not_fit(tmp_path):
+    """A plan that does not fit in GPU memory is written, and the console says so with the launcher header's own
+    line, instead of a bare "submit:" (issue 30: Kimi-K2 at 166.7 GiB per GPU on 80 GiB printed only "submit")."""
+    mesh = ["--pp", "8", "--ep", "8", "--cp", "8"]
+    args = ["Kimi-K2-Instruct", "--nodes", "32", *mesh, "--target", "verl-megatron-grpo"]
+    res = run_cli("export", *args, "--out", tmp_path / "k")
+    assert res.rc == 0, res.err
+    header = (tmp_path / "k" / "run_verl_megatron_grpo.sh").read_text()
+    (line,) = [ln[2:] for ln in header.splitlines() if ln.startswith("# Memory estimate")]
+    assert "does NOT fit in 80 GiB" in line and f"  {line}" in res.out.splitlines()
+    assert any(ln.startswith("  DOES NOT FIT:") for ln in res.out.splitlines())
+    assert not any(ln.startswith("  submit:") for ln in res.out.splitlines())
+    assert "  submit once it fits: cd " in res.out
+    doc = run_cli("export", *args, "--out", tmp_path / "j", "--json").json()
+    layout = doc["mesh"]["pp_layout"]
+    oracle = run_cli("memory", "Kimi-K2-Instruct", "--ngpu", "256", *mesh, "--pp-layout", layout, "--json")
+    assert oracle.rc == 1 and oracle.json()["fits"] is False
+    assert doc["memory"]["fits"] is False and doc["memory"]["line"] == line
+    assert doc["memory"]["per_gpu_bytes"] == oracle.json()["per_gpu"]["total"]
+    # the same mesh with PAO and bf16 gradients on an H200 fits, and is offered for submission
+    ok = run_cli("export", *args, "--gpu-mem", "H200", "--pao", "--grad-dtype", "bf16", "--out", tmp_path / "f")
+    assert ok.rc == 0 and "fits in 141 GiB" in ok.out and "DOES NOT FIT" not in ok.out
+    assert any(ln.startswith("  submit: cd ") for ln in ok.out.splitlines())

@@ -58,3 +58,24 @@ def test_bad_model_is_one_inline_line(view):
     view.model = "NoSuchModel"
     view._write.click()
     assert "NoSuchModel" in view.errors.message
+
+
+def test_tab_titles_are_whole_file_names(view):
+    """The tabs carry the whole file names, and the view's style lets each tab be as wide as its name (JupyterLab's
+    tab bar cuts a title at 144 px by default: "run_verl_mlite_grpo.s", issue 30)."""
+    import re
+
+    from widgets.export_view import TAB_STYLE
+
+    view.set_plan(parallel=ParallelConfig(ep=8), nodes=1, target="verl-mlite-grpo")
+    view._write.click()
+    names = list(view.result.files)
+    assert "run_verl_mlite_grpo.sh" in names
+    assert [view._tabs.get_title(i) for i in range(len(names))] == names
+    assert view._tab_style in view.children and view._tab_style.value == TAB_STYLE
+    assert view.children.index(view._tab_style) < view.children.index(view._tabs)
+    (rule,) = re.findall(r"\{([^}]*)\}", TAB_STYLE)
+    assert "flex: 0 0 auto" in rule and "max-width: none" in rule
+    for bar in ("lm-TabBar", "p-TabBar"):  # JupyterLab 4's lumino classes and the older phosphor ones
+        assert f".mlite-export-tabs > .{bar} .{bar}-tab" in TAB_STYLE
+    assert "mlite-export-tabs" in view._tabs._dom_classes

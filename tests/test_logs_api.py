@@ -269,3 +269,34 @@ def test_text_event_classification():
     # benign lines that contain the keywords
     assert kinds("(TaskRunner pid=1) 'nccl_timeout': 600, 'timeout': 30") == []
     assert kinds("to avoid running out of memory, lower ppo_micro_batch_size_per_gpu") == []
+
+
+def test_plot_with_ten_runs_keeps_legend_and_event_labels_clear(tmp_path):
+    """Ten runs, each ending in a failure a step or two from the others: one figure legend outside every panel
+    (each run named once), and the event labels, written once per step and panel, overlap neither each other nor
+    the legend (issue 30: legends covered the data and labels overlapped)."""
+    from mlite.logs.plots.plot import figure_png
+
+    endings = ("oom", "nccl_timeout", "cancelled", "time_limit", "oom", "preempted", "oom", "cancelled", "oom", "ok")
+    runs = [
+        read_log(generate(GenSpec(steps=40 + i, seed=i, ending=e, noise=0), tmp_path / f"run{i}.log").path)
+        for i, e in enumerate(endings)
+    ]
+    fig = plot_runs(runs, ["loss", "grad_norm"])
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert all(ax.get_legend() is None for ax in axes)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [r.name for r in runs]
+    box = legend.get_window_extent(renderer)
+    assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in axes)
+    for ax in axes:
+        labels = [t for t in ax.texts if t.get_text()]
+        steps = {ev.step for r in runs for ev in r.events if ev.kind in ("oom", "nccl_timeout", "cancelled")}
+        assert len(labels) >= len(steps) > 3  # one label per step with an event, not one per run
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        for i, a in enumerate(boxes):
+            assert not box.overlaps(a)
+            assert not [j for j, b in enumerate(boxes[i + 1 :], i + 1) if a.overlaps(b)], labels[i].get_text()
+    assert figure_png(fig)[:4] == b"\x89PNG"

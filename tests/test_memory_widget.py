@@ -125,7 +125,7 @@ def test_stages_of_a_pipeline_each_get_a_bar():
     assert f"(pp {doc['stage']}, the most loaded)" in view._cards.value
 
 
-def test_table_marks_oom_and_applies_the_cheapest_mesh_that_fits():
+def test_table_marks_oom_and_applies_the_best_ranked_mesh_that_fits():
     planner, view = _views()
     spec = from_hf_config("Qwen3-30B-A3B")
     rows = mesh_table(spec, 16, TrainingOptions())
@@ -154,11 +154,14 @@ def test_table_marks_oom_and_applies_the_cheapest_mesh_that_fits():
     assert f"{len(rows) - oom} of {len(rows)} fit" in view._table_title.value
     assert not view.estimate.fits  # the notebook's default mesh needs offload on an H100
     best = next(m for m in rows if m.fits)
+    least = min(rows, key=lambda m: m.extra["total_bytes"])
+    assert least.fits and least is not best  # two different meshes, each named for what it is
+    shown = view._cheapest_html.value
+    assert "Best-ranked mesh that fits" in shown and "Cheapest" not in shown and "Least GPU memory" in shown
     view._cheapest_best.click()
     assert planner.parallel().tp == best.plan.parallel.tp and planner.parallel().pp == best.plan.parallel.pp
     assert planner.parallel().vpp == best.plan.parallel.vpp and planner.parallel().ep == best.plan.parallel.ep
     assert view.estimate.fits and view.estimate.worst.total == pytest.approx(best.extra["total_bytes"], abs=1)
-    least = min(rows, key=lambda m: m.extra["total_bytes"])
     view._cheapest_least.click()
     assert view.estimate.worst.total == pytest.approx(least.extra["total_bytes"], abs=1)
     # a row click applies that mesh in the planner
@@ -238,3 +241,36 @@ def test_table_is_recomputed_once_after_the_slider_stops(monkeypatch):
     spec = from_hf_config("Qwen3-30B-A3B")
     rows = mesh_table(spec, 16, TrainingOptions(offload_fraction=0.25))
     assert [r["fits"] for r in view.table.rows] == [bool(m.fits) for m in rows]
+
+
+def _lab(color: str) -> tuple[float, float, float]:
+    """CIELAB of an sRGB ``#rrggbb`` (D65), the oracle of how far apart two colours look."""
+    lin = [(c / 255) for c in bytes.fromhex(color[1:])]
+    r, g, b = [((c + 0.055) / 1.055) ** 2.4 if c > 0.04045 else c / 12.92 for c in lin]
+    xyz = (
+        (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047,
+        0.2126 * r + 0.7152 * g + 0.0722 * b,
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883,
+    )
+    fx, fy, fz = [v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116 for v in xyz]
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def test_memory_chart_colours_are_distinct_and_the_chart_readable():
+    """Every part of the bar (the three optimizer parts included) and the host bar differ by a CIE76 distance of
+    30 or more (issue 30: three similar reds), and one pipeline stage gets a chart of a readable width."""
+    import itertools
+    import re
+
+    from widgets.memory_chart import HOST_COLOR, MIN_PLOT_WIDTH, SEGMENTS
+
+    colours = {label: c for _, label, c in SEGMENTS} | {"host": HOST_COLOR}
+    for (a, ca), (b, cb) in itertools.combinations(colours.items(), 2):
+        d = sum((x - y) ** 2 for x, y in zip(_lab(ca), _lab(cb), strict=True)) ** 0.5
+        assert d >= 30, (a, b, round(d, 1))
+    _, view = _views("Qwen3-8B", ngpu=1, mesh={})
+    svg = view._chart.value
+    width = int(re.search(r'<svg[^>]* width="(\d+)"', svg).group(1))
+    bars = [float(w) for w in re.findall(r'class="mlite-memory-seg-params"[^>]* width="([\d.]+)"', svg)]
+    assert width >= MIN_PLOT_WIDTH + 58 and bars and min(bars) >= 80
+    assert all(c in svg for c in colours.values())

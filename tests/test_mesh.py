@@ -212,6 +212,43 @@ def test_enumerate_all_valid_and_ranked():
     assert flags == sorted(flags, reverse=True) and flags[0] is True
 
 
+def test_meshes_that_do_not_fit_rank_by_their_memory():
+    """A mesh that does not fit is ranked by how much memory it needs, not by its score (issue 30: a 1 T model's
+    list opened with TP1/PP1/EP8, 912 GiB per GPU)."""
+    need = lambda p: 1000 // (p.parallel.tp * p.parallel.pp * p.parallel.ep)  # a stand-in per-GPU figure
+    ranked = enumerate_meshes(Q30, 16, fits=lambda p: (need(p) <= 40, {"total_bytes": need(p)}))
+    fit = [m for m in ranked if m.fits]
+    over = [m.extra["total_bytes"] for m in ranked if not m.fits]
+    assert fit and over and ranked[: len(fit)] == fit
+    assert [m.score for m in fit] == sorted(m.score for m in fit)
+    assert over == sorted(over) and over[0] < over[-1]
+
+
+def test_cli_list_with_gpu_memory_puts_the_meshes_that_fit_first():
+    from mlite.memory import TrainingOptions, estimate
+
+    kimi = from_hf_config("Kimi-K2-Instruct")
+    plain = run_cli("mesh", "Kimi-K2-Instruct", "--ngpu", "256", "--list", "--limit", "3")
+    assert plain.rc == 0 and "--gpu-mem ranks the meshes that fit first" in plain.out.splitlines()[0]
+    res = run_cli("mesh", "Kimi-K2-Instruct", "--ngpu", "256", "--list", "--gpu-mem", "H200", "--json")
+    assert res.rc == 0, res.err
+    meshes = res.json()["meshes"]
+    flags = [m["fits"] for m in meshes]
+    assert flags[0] is True and flags == sorted(flags, reverse=True) and False in flags
+    first = meshes[0]
+    cfg = ParallelConfig(**{k: first[k] for k in ("tp", "pp", "vpp", "cp", "ep", "etp")})
+    est = estimate(kimi, resolve(kimi, 256, cfg, auto_uneven=True), TrainingOptions(gpu_memory_gib=141.0))
+    assert est.fits and round(est.worst.total) == first["total_bytes"]
+    # the score's favourite (TP 1, PP 1) does not fit a 1 T model on 141 GiB, and is not first
+    top = enumerate_meshes(kimi, 256)[0].plan.parallel
+    assert (first["tp"], first["pp"]) != (top.tp, top.pp)
+    text = run_cli("mesh", "Kimi-K2-Instruct", "--ngpu", "256", "--list", "--gpu-mem", "H200", "--limit", "2")
+    lines = text.out.splitlines()
+    assert text.rc == 0 and "fit in 141 GiB" in lines[0] and "GiB/GPU" in lines[1] and lines[2].split()[-2] == "yes"
+    bad = run_cli("mesh", "Kimi-K2-Instruct", "--ngpu", "256", "--list", "--gpu-mem", "lots")
+    assert_one_line_error(bad, "--gpu-mem")
+
+
 def test_enumerate_uneven_for_prime_layer_count():
     meshes = enumerate_meshes(DSV3, 64)
     uneven = [m for m in meshes if m.plan.layout_source == "auto"]

@@ -263,9 +263,16 @@ def test_follows_the_explorer_and_prints_the_cli_command():
     explorer._select.value = "Llama-3.1-8B"
     assert p.spec.name == "Llama-3.1-8B" and p.model_ref == "Llama-3.1-8B"
     assert len(p.table.rows) == len(enumerate_meshes(p.spec, 16, seq_len=8192)) != n
-    assert [f.rule for f in p.plan.errors] == ["experts"]  # EP 8 kept, reported
+    # a dense model has no expert axes: EP 8 falls back to 1 (the only size offered), TP 2 is kept
+    assert p.plan.valid, p.plan.errors
+    assert (p.controls["ep"].value, p.controls["etp"].value, p.controls["tp"].value) == (1, 1, 2)
+    assert list(p.controls["ep"].options) == [1]
+    p.apply(ep=2)  # chosen for this model: kept and reported, with its fix
+    assert [f.rule for f in p.plan.errors] == ["experts"]
     _buttons(p)["ep = etp = 1"].click()
     assert p.plan.valid
+    explorer._select.value = "Qwen3-30B-A3B"  # back to a MoE model: EP 1 is a size it offers, kept
+    assert p.controls["ep"].value == 1 and p.plan.valid and 8 in p.controls["ep"].options
 
 
 def test_views_import_no_pyplot():

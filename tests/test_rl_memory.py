@@ -805,3 +805,45 @@ def test_rl_view_follows_the_memory_view_and_agrees_with_the_cli():
     rl.set(data_parallel_size=1)
     rl.set(tensor_model_parallel_size=16)
     assert "--rollout-tp 16 must divide --ngpu 8" in rl.errors.message and rl.estimate is None
+
+
+def test_notebook_01_rl_view_opens_on_a_step_that_fits():
+    """Notebook 01's cells that build the explorer, planner, memory view and RL view, run as they are: the RL view
+    opens on a step that starts and fits (issue 30: it opened red, "vLLM would not start", on its own defaults),
+    and the memory view's verdict and the RL view's command line say the same as ``mlite rl-memory``."""
+    cells = [
+        "".join(c["source"])
+        for c in json.loads((REPO / "notebooks" / "01_plan.ipynb").read_text())["cells"]
+        if c["cell_type"] == "code"
+    ]
+    wanted = ("ModelExplorer(MODEL)", "MeshPlanner(explorer", "MemoryView(planner", "RLView(memory")
+    ns: dict = {}
+    for marker in wanted:
+        (src,) = [s for s in cells if marker in s]
+        exec(compile(src, f"<01_plan: {marker}>", "exec"), ns)
+    rl = ns["rl"]
+    assert rl.errors.message == "" and rl.estimate is not None
+    d = rl.estimate.to_dict()
+    assert d["errors"] == [] and d["fits"] is True, d["errors"]
+    assert "mlite-rl-oom" not in rl.chart.value
+    res = run_cli(*rl.command().split()[1:], "--json")
+    assert res.rc == 0 and res.json()["fits"] is True, res.out[-400:]
+
+
+def test_rl_view_offers_to_offload_the_actor_when_the_engine_would_not_start():
+    """With the actor resident, notebook 01's plan leaves vLLM too little to start: the view says so and offers the
+    fix (the memory view's param_offload and optimizer_offload); one click and the step starts, the button hides."""
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+    from widgets.rl_view import RLView
+
+    memory = MemoryView(MeshPlanner("Qwen3-30B-A3B", ngpu=16, ep=8), gpu="H100")
+    rl = RLView(memory, tensor_model_parallel_size=4, prompt_length=512, response_length=1024, n=8)
+    assert any("vLLM would not start" in e for e in rl.estimate.errors)
+    assert rl.offload_actor.layout.display is None and "mlite-rl-offload-actor" in rl.offload_actor._dom_classes
+    rl.offload_actor.click()
+    o = memory.options()
+    assert o.param_offload and o.optimizer_offload
+    assert rl.estimate.errors == [] and rl.estimate.fits
+    assert rl.offload_actor.layout.display == "none"
+    assert "--param-offload --optimizer-offload" in rl.command()

@@ -38,6 +38,13 @@ _ROWS = rows_by_field(TRAINING)
 _PLAN = rows_by_field(EXPORT)
 
 
+TAB_STYLE = (
+    "<style>.mlite-export-tabs > .lm-TabBar .lm-TabBar-tab, .mlite-export-tabs > .p-TabBar .p-TabBar-tab "
+    "{flex: 0 0 auto !important; max-width: none !important; min-width: 0 !important}</style>"
+)
+"""CSS of the export view's tabs: each tab as wide as its title (a file name), none cut."""
+
+
 class ExportView(W.VBox):
     """Pick a target and a cluster, press *Write files*, read the launcher and the job in tabs."""
 
@@ -116,6 +123,8 @@ class ExportView(W.VBox):
         self._summary.add_class("mlite-export-summary")
         self._tabs = W.Tab()
         self._tabs.add_class("mlite-export-tabs")
+        self._tab_style = W.HTML(TAB_STYLE)
+        """Tabs as wide as their file names (JupyterLab's default cuts them at 144 px: "run_verl_mlite_grpo.s")."""
         self.children = (
             W.HBox([self._model, self._target, self._nodes, self._gpus]),
             W.HBox(list(self._mesh.values()) + [self._layout]),
@@ -123,6 +132,7 @@ class ExportView(W.VBox):
             W.HBox([self._out, self._write]),
             self.errors,
             self._summary,
+            self._tab_style,
             self._tabs,
         )
         self._write.on_click(self.errors.guard(lambda _b: self.export()))

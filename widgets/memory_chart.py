@@ -11,16 +11,18 @@ from mlite.memory import GIB
 
 from ._common import esc
 
-SEGMENTS = (  # (key, label, colour)
+SEGMENTS = (  # (key, label, colour): hues far apart (the three optimizer parts red, orange, gold), none grey
     ("params", "params", "#4C72B0"),
     ("grads", "grads", "#55A868"),
     ("master", "optimizer: master", "#C44E52"),
-    ("exp_avg", "optimizer: exp_avg", "#D9777A"),
-    ("exp_avg_sq", "optimizer: exp_avg_sq", "#E8A3A5"),
-    ("activations", "activations", "#8172B3"),
-    ("other", "other (transients, framework, padding)", "#937860"),
+    ("exp_avg", "optimizer: exp_avg", "#F28E2B"),
+    ("exp_avg_sq", "optimizer: exp_avg_sq", "#EDC948"),
+    ("activations", "activations", "#B07AA1"),
+    ("other", "other (transients, framework, padding)", "#5F4B3A"),
 )
-HOST_COLOR = "#9E9E9E"
+HOST_COLOR = "#BDBDBD"
+MIN_PLOT_WIDTH = 420
+"""Pixels of the bars' area at the least (one pipeline stage included): the chart stays readable."""
 
 
 def gib(x: float, digits: int = 2) -> str:
@@ -53,6 +55,10 @@ def memory_svg(est) -> str:
     top = max([cap] + [r.total for r in ranks] + [r.host_total for r in ranks]) * 1.08 / GIB
     n = len(ranks)
     bar, hbar, group = (64, 28, 130) if n <= 2 else (44, 20, 90) if n <= 8 else (22, 10, 44) if n <= 24 else (10, 5, 20)
+    if n * group < MIN_PLOT_WIDTH:  # few stages: wider groups and bars (at most 96 px a bar)
+        scale = MIN_PLOT_WIDTH / (n * group)
+        group = -(-MIN_PLOT_WIDTH // n)
+        bar, hbar = min(round(bar * scale), 96), min(round(hbar * scale), 40)
     left, right, top_pad, plot_h, bottom = 58, 110, 16, 250, 34
     width = left + n * group + right
     height = top_pad + plot_h + bottom

@@ -7,12 +7,12 @@ context offload, ``recompute``, ``seq_len`` (the planner's own box, shown here t
 sequence parallelism, attention kernel. Output: the GPU total of the most loaded rank against the usable memory,
 a stacked bar per pipeline stage (params / grads / optimizer / activations / other) with the capacity line and
 the host memory next to it, "why" (each number with its formula and the values that went in, from
-``MemoryEstimate.to_dict()["formulas"]``), the cheapest mesh that fits, and every valid mesh with its estimate
+``MemoryEstimate.to_dict()["formulas"]``), the best-ranked mesh that fits and the one with the least memory, and every valid mesh with its estimate
 (:func:`mlite.memory.mesh_table`), OOM cells in red; clicking a row applies that mesh in the planner.
 
-"Cheapest mesh that fits": the best-ranked mesh among those that fit on this GPU count, i.e. the first row of
-:func:`mlite.memory.mesh_table` (meshes that fit come first, then the planner's score: TP and EP inside a node,
-the smallest pipeline bubble, the least CP, smaller TP/ETP). The mesh with the least GPU memory is shown next to it.
+"Best-ranked mesh that fits": the first row of :func:`mlite.memory.mesh_table` (meshes that fit come first, then
+the planner's score: TP and EP inside a node, the smallest pipeline bubble, the least CP, smaller TP/ETP); it is
+not the one with the least memory, which is shown next to it ("Least GPU memory", each with its apply button).
 
 The whole-mesh table is recomputed after the controls stop moving for a moment (a quarter second, debounced on the
 kernel's event loop) so dragging the slider stays live; the picked mesh's own figures follow every move.
@@ -209,7 +209,7 @@ class MemoryView(W.VBox):
         self._invalid = W.HTML()
         self._invalid.add_class("mlite-memory-invalid")
         self._cards = W.HTML()
-        self._chart = W.HTML()
+        self._chart = W.HTML(layout=W.Layout(flex="0 0 auto"))  # its SVG's own width: never squeezed by the stages
         self._chart.add_class("mlite-memory-chart")
         self._stages = W.HTML()
         self._stages.add_class("mlite-memory-stages")
@@ -217,7 +217,14 @@ class MemoryView(W.VBox):
         self._why.add_class("mlite-memory-why")
         self._details = W.HTML()
         self._details.add_class("mlite-memory-details")
-        self._results = W.VBox([self._cards, W.HBox([self._chart, self._stages]), self._why, self._details])
+        self._results = W.VBox(
+            [
+                self._cards,
+                W.HBox([self._chart, self._stages], layout=W.Layout(flex_flow="row wrap")),
+                self._why,
+                self._details,
+            ]
+        )
         self._cheapest_html = W.HTML()
         self._cheapest_best = W.Button(description="apply best-ranked", layout=W.Layout(width="auto"))
         self._cheapest_best.add_class("mlite-memory-apply-cheapest")
@@ -436,11 +443,11 @@ class MemoryView(W.VBox):
         mesh = lambda r: " ".join(f"{k}={r[k]}" for k in MESH_NAMES)
         if best:
             head = (
-                f"<b>Cheapest mesh that fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB: "
+                f"<b>Best-ranked mesh that fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB: "
                 f"<code>{esc(mesh(best))}</code> — {gib(best['total'])} per GPU, score {best['score']:.2f}. "
                 "<span style='color:#666'>"
-                "(the best-ranked mesh among those that fit: TP and EP inside a node, smallest pipeline bubble, "
-                "least CP, then smaller TP/ETP)</span>"
+                "(ranked by the planner's score: TP and EP inside a node, smallest pipeline bubble, least CP, "
+                "then smaller TP/ETP; not the least memory, below)</span>"
             )
         else:
             head = (

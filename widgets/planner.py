@@ -203,7 +203,7 @@ class MeshPlanner(W.VBox):
         self._busy = False
         for w in c.values():
             w.observe(self.errors.guard(self._on_control), names="value")
-        self.observe(self.errors.guard(lambda _c: self.refresh()), names="spec")
+        self.observe(self.errors.guard(self._on_spec), names="spec")
         self.observe(self.errors.guard(lambda _c: self._render_command()), names="model_ref")
         self.errors.run(self.refresh)
 
@@ -275,6 +275,24 @@ class MeshPlanner(W.VBox):
     def inherited(self) -> dict:
         """The inherited sizes still in effect (their controls unchanged since :meth:`assume`)."""
         return {f: inh for f, (v, inh) in self._inherited.items() if self.controls[f].value == v}
+
+    def _on_spec(self, change) -> None:
+        """A new model: a size it cannot use at all (not among :func:`field_options`: EP and ETP of a model without
+        routed experts, which offers only 1; a TP above its bound) falls back to the largest size it offers below it;
+        then re-plan.
+        A size chosen for this model (:meth:`apply`) is kept, and reported when invalid."""
+        spec = change["new"]
+        if spec is not None and change["old"] is not None:
+            self._busy = True
+            try:
+                for f in FIELDS:
+                    w, offered = self.controls[f], field_options(spec, self.ngpu, f)
+                    if w.value not in offered:
+                        v = max([v for v in offered if v <= w.value] or [min(offered)])
+                        w.options, w.value = tuple(offered), v
+            finally:
+                self._busy = False
+        self.refresh()
 
     def _on_control(self, _change) -> None:
         if not self._busy:

@@ -15,7 +15,8 @@ fields: name, tensor_model_parallel_size, data_parallel_size, gpu_memory_utiliza
 sleep_level, prompt_length, response_length, n, train_batch_size, max_model_len, ref, ref_param_offload, host_mem_gib), ``mlite-rl-chart``
 (SVG; bars ``g.mlite-rl-bar[data-phase][data-bytes][data-fits]``, failing ones also ``.mlite-rl-oom``; host bars
 ``g.mlite-rl-host-bar[data-phase][data-bytes]``), ``mlite-rl-peak``, ``mlite-rl-fits``, ``mlite-rl-kv``,
-``mlite-rl-host``, ``mlite-rl-messages``, ``mlite-rl-command``, ``mlite-rl-invalid``, ``mlite-error``.
+``mlite-rl-host``, ``mlite-rl-messages``, ``mlite-rl-offload-actor`` (the fix button while the step does not fit
+with the actor resident), ``mlite-rl-command``, ``mlite-rl-invalid``, ``mlite-error``.
 """
 
 from __future__ import annotations
@@ -255,6 +256,16 @@ class RLView(W.VBox):
         self.cmd.add_class("mlite-rl-command")
         self.invalid = W.HTML()
         self.invalid.add_class("mlite-rl-invalid")
+        self.offload_actor = W.Button(
+            description="offload the actor while the engine generates (param_offload, optimizer_offload)",
+            layout=W.Layout(width="auto", display="none"),
+        )
+        """Shown while the step does not fit with the actor resident: sets the memory view's two offload switches
+        (verl's colocated Megatron examples offload the actor for the rollout)."""
+        self.offload_actor.add_class("mlite-rl-offload-actor")
+        self.offload_actor.on_click(
+            self.errors.guard(lambda _b: self.memory.set(param_offload=True, optimizer_offload=True))
+        )
         controls = W.HBox(
             list(c.values()), layout=W.Layout(flex_flow="row wrap", align_items="center", grid_gap="4px 12px")
         )
@@ -265,6 +276,7 @@ class RLView(W.VBox):
             self.cards,
             self.chart,
             self.messages,
+            self.offload_actor,
             self.cmd,
         ]
         for w in c.values():
@@ -318,6 +330,7 @@ class RLView(W.VBox):
             self.estimate = None
             self.invalid.value = "<i>the planner's mesh is invalid: fix it above to see the RL phases</i>"
             self.chart.value = self.cards.value = self.messages.value = self.cmd.value = ""
+            self.offload_actor.layout.display = "none"
             return
         self.invalid.value = ""
         self.estimate = None
@@ -376,4 +389,7 @@ class RLView(W.VBox):
         items = [f'<li style="color:{OOM}"><b>error</b>: {esc(e)}</li>' for e in d["errors"]]
         items += [f"<li>{esc(w)}</li>" for w in d["warnings"]]
         self.messages.value = f"<ul style='margin:2px 0'>{''.join(items)}</ul>" if items else ""
+        o = est.training
+        resident = not (o.param_offload and o.optimizer_offload)
+        self.offload_actor.layout.display = None if d["errors"] and resident else "none"
         self.cmd.value = f"<code>{esc(self.command())}</code>"

@@ -4,7 +4,9 @@ Slurm job that starts Ray and runs it, and plan.json.
 
 Exit 0 when the files were written; 2 on bad input, an invalid mesh included (nothing can be written for it: one
 line on stderr with the planner's reasons, nothing written; ``mlite mesh`` is the command that judges a mesh). See
-:data:`mlite.cli.EXIT_CODES`.
+:data:`mlite.cli.EXIT_CODES`. The console (and ``--json``'s ``"memory"``) also says whether the plan fits in GPU
+memory, by the estimate the launcher's header states; a plan that does not fit is written all the same (exit 0)
+but not offered for submission as it is.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ def run(args) -> int:
         **values_from_args(args, EXPORT),
     )
     res = write(plan, args.out)  # an invalid mesh raises InvalidMesh: bad input, exit 2 (nothing written)
+    line, fits, per_gpu = _memory_verdict(plan)
     if args.json:
-        print_json(res.to_dict())
+        print_json(res.to_dict() | {"memory": {"fits": fits, "per_gpu_bytes": per_gpu, "line": line}})
         return 0
     m = res.mesh
     print(f"{args.target}: {plan.nodes} x {plan.gpus_per_node} GPUs, {sizes_text(m)} -> dp={m['dp']} edp={m['edp']}")
@@ -82,5 +85,32 @@ def run(args) -> int:
         print(f"  wrote {path}")
     for w in m["warnings"] + res.notes:
         print(f"  warning: {w}")
-    print(f"  submit: cd {args.out} && mkdir -p {plan.log_dir} && sbatch {res.job}")
+    if line:
+        print(f"  {line}")
+    submit = f"cd {args.out} && mkdir -p {plan.log_dir} && sbatch {res.job}"
+    if fits is False:
+        print(
+            "  DOES NOT FIT: the job would run out of GPU memory; make it fit first (--pao --grad-dtype bf16, "
+            "--offload-fraction, --recompute, more --nodes: `mlite memory` shows where the bytes go)"
+        )
+        print(f"  submit once it fits: {submit}")
+    else:
+        print(f"  submit: {submit}")
     return 0
+
+
+def _memory_verdict(plan) -> tuple[str, bool | None, int | None]:
+    """The launcher header's memory line, the verdict and the per-GPU bytes of ``plan`` (the options the target
+    runs, :func:`mlite.export.mapping.option_overrides`); ``("", None, None)`` where no estimate can be made."""
+    from ..errors import MliteError
+    from ..export.header import memory_line
+    from ..export.mapping import option_overrides
+    from ..memory import estimate
+
+    spec, mp = plan.resolve()
+    options = option_overrides(plan, mp, spec)[3]
+    try:
+        est = estimate(spec, mp, options)
+    except MliteError:
+        return "", None, None
+    return "".join(memory_line(spec, mp, options)), est.fits, round(est.worst.total)

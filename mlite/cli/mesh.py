@@ -96,6 +96,13 @@ def add_parser(sub):
     p.add_argument("--rank", type=int, default=None, help=f"print this rank's {'/'.join(PRINTED_KINDS)} groups")
     p.add_argument("--list", action="store_true", help="enumerate every valid mesh, best first")
     p.add_argument("--limit", type=int, default=20, help="rows of --list in text output (JSON has all)")
+    p.add_argument(
+        "--gpu-mem",
+        default=None,
+        metavar="GIB|GPU",
+        help="with --list: rank with memory in view: the meshes that fit this device memory (GiB or a GPU name; "
+        "mlite memory's estimate with its default options) first, the others by least memory per GPU",
+    )
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
 
@@ -111,8 +118,48 @@ def _list_columns() -> list[tuple[str, int]]:
     return [(a.name, a.width) for a in AXES] + [(d, _DERIVED_WIDTH) for d in DERIVED]
 
 
+def _list_meshes(spec, args) -> tuple[list, str]:
+    """The ranked meshes of ``--list`` and how they are ranked (with ``--gpu-mem``: by the memory estimate)."""
+    from ..mesh import enumerate_meshes
+
+    if args.gpu_mem is None:
+        meshes = enumerate_meshes(spec, args.ngpu, seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
+        return meshes, "best first by the score; --gpu-mem ranks the meshes that fit first"
+    from ..memory import mesh_table
+    from ..options import TrainingOptions
+    from ..options.cli import gpu_gib
+
+    gib = gpu_gib(args.gpu_mem, "--gpu-mem")
+    o = TrainingOptions(gpu_memory_gib=gib, seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
+    meshes = mesh_table(spec, args.ngpu, o)
+    n_fit = sum(bool(m.fits) for m in meshes)
+    return meshes, f"{n_fit} fit in {gib:g} GiB by mlite memory's defaults: those first, then least memory"
+
+
+def _print_list(spec, args) -> int:
+    from ..units import GIB
+    from . import print_json
+
+    meshes, how = _list_meshes(spec, args)
+    if args.json:
+        print_json({"meshes": [m.to_dict() for m in meshes]})
+        return 0 if meshes else 1
+    mem = args.gpu_mem is not None
+    print(f"{len(meshes)} valid meshes for {spec.name} on {args.ngpu} GPUs ({how}):")
+    cols = _list_columns()
+    head = " ".join(f"{k:>{w}}" for k, w in cols) + f" {'score':>7}"
+    print("  " + head + (f" {'GiB/GPU':>8} {'fits':>4}" if mem else "") + "  layout")
+    for m in meshes[: args.limit]:
+        d = m.to_dict()
+        line = " ".join(f"{d[k]:>{w}}" for k, w in cols) + f" {d['score']:>7.2f}"
+        if mem:
+            line += f" {d['total_bytes'] / GIB:>8.1f} {'yes' if m.fits else 'no':>4}"
+        print("  " + line + f"  {d['pp_layout']}")
+    return 0 if meshes else 1
+
+
 def run(args) -> int:
-    from ..mesh import enumerate_meshes, resolve
+    from ..mesh import resolve
     from ..mesh.axes import sizes_text
     from ..models import from_hf_config
     from . import print_json
@@ -123,17 +170,7 @@ def run(args) -> int:
         raise MliteError(f"--limit {args.limit}: give the number of meshes to print (1 or more)")
     spec = from_hf_config(args.config)
     if args.list:
-        meshes = enumerate_meshes(spec, args.ngpu, seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
-        if args.json:
-            print_json({"meshes": [m.to_dict() for m in meshes]})
-        else:
-            print(f"{len(meshes)} valid meshes for {spec.name} on {args.ngpu} GPUs (best first):")
-            cols = _list_columns()
-            print("  " + " ".join(f"{k:>{w}}" for k, w in cols) + f" {'score':>7}  layout")
-            for m in meshes[: args.limit]:
-                d = m.to_dict()
-                print("  " + " ".join(f"{d[k]:>{w}}" for k, w in cols) + f" {d['score']:>7.2f}  {d['pp_layout']}")
-        return 0 if meshes else 1
+        return _print_list(spec, args)
     plan = resolve(
         spec,
         args.ngpu,

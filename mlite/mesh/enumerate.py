@@ -5,7 +5,9 @@ Candidates: PP a divisor of N with PP <= layers; VPP 1, or (PP > 1) any VPP that
 layouts chosen automatically when the layers do not split evenly and VPP is 1).
 
 Ranking (ascending; lower is better), in order of precedence:
-  1. fits in memory (when a ``fits`` callback is given, e.g. from the memory estimator);
+  1. fits in memory (when a ``fits`` callback is given, e.g. from the memory estimator); among the meshes that do
+     not fit, the least per-GPU memory first (the callback's ``extra["total_bytes"]``, where it reports one): the
+     score of a mesh that does not fit says nothing, how far it is from fitting does;
   2. score = 100 * [TP group spans nodes] + 30 * [EP*ETP group spans nodes]
              + 50 * pipeline bubble (PP-1)/(VPP*M + PP-1), M = num_microbatches
              + 4 * log2(CP) + 2 * log2(TP) + 1 * log2(ETP) + 0.5 * [uneven stages].
@@ -118,6 +120,13 @@ def enumerate_meshes(
             r = fits(plan)
             verdict, extra = r if isinstance(r, tuple) else (r, None)
         out.append(RankedMesh(plan, mesh_score(plan, num_microbatches), verdict, extra))
-    p = lambda m: m.plan.parallel
-    out.sort(key=lambda m: (m.fits is False, m.score, p(m).pp, p(m).vpp, p(m).tp, p(m).cp, -p(m).ep, p(m).etp_size))
+    out.sort(key=rank_key)
     return out
+
+
+def rank_key(m: RankedMesh) -> tuple:
+    """The sort key of :func:`enumerate_meshes` (module docstring): fits first, then the score (a mesh that does not
+    fit: its per-GPU bytes first), then the smaller pipeline, VPP, TP, CP, the larger EP, the smaller ETP."""
+    p = m.plan.parallel
+    over = float((m.extra or {}).get("total_bytes", 0)) if m.fits is False else 0.0
+    return (m.fits is False, over, m.score, p.pp, p.vpp, p.tp, p.cp, -p.ep, p.etp_size)

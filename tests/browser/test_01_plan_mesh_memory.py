@@ -163,7 +163,12 @@ def test_memory_offload_slider_moves_memory_to_the_host(page):
     gpu = view.locator(".mlite-memory-gpu select").input_value()
     gib = float(view.locator(".mlite-memory-gpu_memory_gib input").input_value())
     plan = resolve(spec, m["ngpu"], cfg, seq_len=m["seq_len"])
-    opts = lambda f: TrainingOptions(offload_fraction=f, gpu_memory_gib=gib, seq_len=m["seq_len"])
+    # the RL cell offloads the actor for the rollout (param_offload, optimizer_offload): the view's switches as shown
+    switches = {
+        k: view.locator(f".mlite-memory-{k} input").is_checked() for k in ("param_offload", "optimizer_offload")
+    }
+    assert switches == {"param_offload": True, "optimizer_offload": True}
+    opts = lambda f: TrainingOptions(offload_fraction=f, gpu_memory_gib=gib, seq_len=m["seq_len"], **switches)
     before = estimate(spec, plan, opts(0.0)).to_dict()
     total = view.locator(".mlite-memory-gpu-total .mlite-figure-exact")
     expect(total).to_have_text(f"{before['per_gpu']['total']:,} B")

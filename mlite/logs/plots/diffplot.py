@@ -12,6 +12,7 @@ import math
 
 from ...errors import MliteError
 from ..analysis.roles import EXTRA_ROLES, ROLE_LABELS, ROLES
+from .plot import figure_legend
 
 
 def _resolve(run, item: str) -> str | None:
@@ -69,11 +70,9 @@ def draw_differences(fig, runs, baseline, panels, *, ncols: int = 2, smooth_fn=N
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.3)
-        if drawn:
-            ax.legend(fontsize=7, loc="best")
-        else:
+        if not drawn:
             ax.text(0.5, 0.5, "no common steps", transform=ax.transAxes, ha="center", fontsize=8)
     for k in range(len(panels), nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
-    fig.tight_layout()
+    figure_legend(fig, [ax for row in axes for ax in row if ax.get_visible()])
     return fig

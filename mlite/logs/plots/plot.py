@@ -85,6 +85,7 @@ def draw(fig, runs, panels=None, *, smooth: float = 0.0, logy="auto", events: bo
         all_vals = []
         labelled: set[str] = set()
         names = {_resolve(r, item) for r in runs} - {None}
+        line_events: dict[int, list[str]] = {}
         for run, color in zip(runs, colors):
             metric = _resolve(run, item)
             if metric is None or not run.has_values:
@@ -114,7 +115,7 @@ def draw(fig, runs, panels=None, *, smooth: float = 0.0, logy="auto", events: bo
                         label=f"{run.name} ({val})",
                     )
             if events:
-                _mark_events(ax, run, metric, s, labelled)
+                _mark_events(ax, run, metric, s, labelled, line_events)
         title = ROLE_LABELS.get(item, item)
         if item in ROLE_LABELS and len(names) == 1:
             title += f"  ({next(iter(names))})"
@@ -126,19 +127,87 @@ def draw(fig, runs, panels=None, *, smooth: float = 0.0, logy="auto", events: bo
         wants_log = logy is True or (logy == "auto" and item in ("loss", "grad_norm") and _auto_log(vals))
         if wants_log and vals.size and (vals[np.isfinite(vals)] > 0).all():
             ax.set_yscale("log")
-        if k == 0 or len(runs) > 1:
-            ax.legend(fontsize=7, loc="best")
+        _place_event_labels(ax, line_events)
     for k in range(len(panels), nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
-    fig.tight_layout()
+    figure_legend(fig, [ax for row in axes for ax in row if ax.get_visible()])
     return fig
 
 
-def _mark_events(ax, run, metric: str, s, labelled: set) -> None:
-    """Spikes as red triangles on the curve, NaN / inf as dotted lines, failures and restarts as vertical
-    lines labelled with their kinds (one label per step)."""
-    import numpy as np
+LEGEND_FONT = 7
+"""Font size of the figure legend (points)."""
+EVENT_FONT = 6
+"""Font size of the event labels (points)."""
 
+
+def figure_legend(fig, axes) -> None:
+    """One legend for the whole figure, below the panels and outside every axes, each label once (with ten runs a
+    legend inside a panel covers the curves); the figure grows by the legend's rows, then the panels are laid out
+    above it."""
+    handles: dict = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    if not handles:
+        fig.tight_layout()
+        return
+    char_pt = 0.62 * LEGEND_FONT  # a character's width, about
+    longest = max(len(label) for label in handles) * char_pt + 36  # + the line sample and the gaps
+    ncol = max(1, min(len(handles), int(fig.get_figwidth() * 72 // longest)))
+    rows = math.ceil(len(handles) / ncol)
+    extra = rows * LEGEND_FONT * 1.9 / 72 + 0.12  # inches
+    fig.set_figheight(fig.get_figheight() + extra)
+    fig.tight_layout(rect=(0, extra / fig.get_figheight(), 1, 1))
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=ncol,
+        fontsize=LEGEND_FONT,
+        frameon=False,
+    )
+
+
+def _place_event_labels(ax, line_events: dict) -> None:
+    """The labels of the vertical event lines (step -> kinds, gathered over every run of the panel, each once),
+    written across the top of the panel in rows: a label goes in the highest row where it overlaps no other."""
+    if not line_events:
+        return
+    x0, x1 = ax.get_xlim()
+    span = (x1 - x0) or 1.0
+    fig = ax.get_figure()
+    pos = ax.get_position()
+    width_pt = max(pos.width * fig.get_figwidth() * 72, 1.0)
+    row_h = EVENT_FONT * 1.6 / max(pos.height * fig.get_figheight() * 72, 1.0)
+    rows: list[list[tuple[float, float]]] = []
+    for step in sorted(line_events):
+        text = ", ".join(line_events[step])
+        f = (step - x0) / span
+        w = (len(text) * 0.62 * EVENT_FONT + 6) * 1.3 / width_pt  # a margin: the layout narrows the panel a little
+        right = f > 0.75
+        lo, hi = (f - w, f) if right else (f, f + w)
+        r = next((i for i, row in enumerate(rows) if all(hi < a or lo > b for a, b in row)), len(rows))
+        if r == len(rows):
+            rows.append([])
+        rows[r].append((lo, hi))
+        ax.annotate(
+            text,
+            (step, 0.985 - r * row_h),
+            xycoords=ax.get_xaxis_transform(),
+            fontsize=EVENT_FONT,
+            va="top",
+            ha="right" if right else "left",
+            color="darkred",
+            xytext=(-2 if right else 2, 0),
+            textcoords="offset points",
+            bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+        )
+
+
+def _mark_events(ax, run, metric: str, s, labelled: set, line_events: dict) -> None:
+    """Spikes as red triangles on the curve, NaN / inf as dotted lines, failures and restarts as vertical lines;
+    their kinds go into ``line_events`` (step -> kinds, shared by the panel's runs) for :func:`_place_event_labels`."""
     at_step: dict[int, list[str]] = {}
     for ev in run.events:
         if ev.step is None:
@@ -167,25 +236,13 @@ def _mark_events(ax, run, metric: str, s, labelled: set) -> None:
             kinds = at_step.setdefault(ev.step, [])
             if _LINE_EVENTS[ev.kind] not in kinds:
                 kinds.append(_LINE_EVENTS[ev.kind])
-    if not at_step:
-        return
-    finite = s.replace([np.inf, -np.inf], np.nan).to_numpy()
-    top = np.nanmax(finite) if np.isfinite(finite).any() else 0.0
     for step, kinds in at_step.items():
         restart = kinds == ["restart"]
         ax.axvline(
             step, color="gray" if restart else "darkred", linestyle="--" if restart else "-.", linewidth=0.9, alpha=0.8
         )
-        ax.annotate(
-            ", ".join(kinds),
-            (step, top),
-            fontsize=6,
-            rotation=90,
-            va="top",
-            color="darkred",
-            xytext=(2, 0),
-            textcoords="offset points",
-        )
+        shared = line_events.setdefault(step, [])
+        shared += [k for k in kinds if k not in shared]
 
 
 def plot_runs(
