@@ -190,3 +190,18 @@ def test_verl_lite_engine_backends_are_refused_alike_by_the_run_the_export_and_t
     # the same rule and wording, with the caller's field name (and its fix: a flag, or the key's value)
     assert key.split(":", 1)[1].split(";")[0] == flag.split(":", 1)[1].split(";")[0]
     assert flag.endswith("use --optimizer fsdp2") and key.endswith("set it to fsdp2")
+
+
+@pytest.mark.parametrize(
+    "run, training",
+    [
+        (dict(recompute="some"), dict(recompute="some")),
+        (dict(moment_dtype="fp8"), dict(exp_avg_dtype="fp8", exp_avg_sq_dtype="fp8")),
+        (dict(grad_dtype="fp8"), dict(main_grads_dtype="fp8")),
+        (dict(optimizer="zero3"), dict(optimizer="zero3")),
+    ],
+)
+def test_a_training_value_outside_its_choices_is_refused_alike_by_the_run_and_the_options(run, training):
+    """A run's training fields are the training vocabulary's: the run refuses a value outside the choices with the
+    options' own line (it states no choice list of its own)."""
+    assert _refusal(lambda: RunConfig(**run)) == _refusal(lambda: TrainingOptions(**training))

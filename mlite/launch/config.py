@@ -24,7 +24,6 @@ from ..mesh.config import ParallelConfig
 from ..options.table import RUN, rows_by_field
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
 from ..options.table import RUN_DEVICES as DEVICES
-from ..options.table import RUN_GRAD_DTYPES as GRAD_DTYPES
 from ..options.table import RUN_LAUNCHERS as LAUNCHERS
 from ..options.table import RUN_MOMENT_DTYPES as MOMENT_DTYPES
 from ..options.table import RUN_OPTIMIZERS as OPTIMIZERS
@@ -250,15 +249,8 @@ class RunConfig:
             x = get(name)
             if isinstance(x, bool) or not isinstance(x, int) or x < lo:
                 raise MliteError(f"{name}: {x!r} must be an integer >= {lo}")
-        for name, allowed in (
-            ("device", DEVICES),
-            ("optimizer", OPTIMIZERS),
-            ("launcher", LAUNCHERS),
-            ("moment_dtype", MOMENT_DTYPES),
-            ("grad_dtype", GRAD_DTYPES),
-            ("recompute", RECOMPUTE),
-            ("param_dtype", PARAM_DTYPES),
-        ):
+        # the training fields' values (optimizer, dtypes, recompute) are TrainingOptions' to check, with its messages
+        for name, allowed in (("device", DEVICES), ("launcher", LAUNCHERS), ("param_dtype", PARAM_DTYPES)):
             x = get(name)
             if x not in allowed:
                 raise MliteError(f"{name}: {x!r} is not one of {', '.join(allowed)}")
