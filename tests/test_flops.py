@@ -30,7 +30,8 @@ cross-entropy computes its two gradient GEMMs inside its forward, so the total o
 3 x holds. MoE: on CPU the real router decides, and the counter counts what ran (every (token, slot) pair goes
 through exactly one expert's GEMMs, so the total does not depend on the balance); on the meta device (the catalog's
 real configs at full width) a balanced routing is forced, since meta tensors hold no routing decisions. MLA / DSA /
-compressed attention / Mamba2 are not built by the lite runtime (``SUPPORTED_ARCHITECTURES``), so they are not here.
+compressed attention / Mamba2 are not built by the lite runtime (``SUPPORTED_ARCHITECTURES``); MLA is counted on transformers' own
+DeepSeek-V3 model instead (the last test), DSA / compressed attention / Mamba2 are not here.
 """
 
 from __future__ import annotations
@@ -178,3 +179,38 @@ def test_tied_and_untied_cost_the_same():
     """Tying shares the matrix, it does not remove the GEMM: the same FLOPs either way."""
     raw = load_config("Qwen3-8B")[1]
     assert _spec(raw, "a", True).flops_per_token(4096) == _spec(raw, "b", False).flops_per_token(4096)
+
+
+MLA = ("DeepSeek-V3", "Moonlight-16B-A3B-Instruct")
+"""Shipped MLA configs (with and without a query LoRA), which the lite runtime does not build: counted on transformers'
+own model (``attn_implementation="eager"``: the scores and values are two matmuls over the whole square, as under
+SDPA's math path), cut to one dense MLA layer, at full width on the meta device."""
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied_output_projection"])
+@pytest.mark.parametrize("name", MLA)
+def test_flops_per_token_matches_flop_counter_on_transformers_mla_tied_output_projection_counted(name, tied):
+    """MLA's low-rank projections (q_a / q_b or q, kv_a_with_mqa, kv_b, o) and its score/value term
+    (qk = nope + rope, v = v_head_dim) as the formula counts them, forward + backward. What transformers computes
+    besides the model's GEMMs is taken off by name: the rotary table's ``inv_freq @ positions`` matmul (module
+    ``rotary_emb``) and, as for the lite models, the 2 FLOPs per element the formula gives the MLA's two latent
+    RMSNorm weights (vectors inside the attention component)."""
+    import transformers
+
+    cfg = {k: v for k, v in shrink_config(name, layers=1).config.items() if k != "quantization_config"}
+    spec = _spec(cfg, name, tied)
+    assert [lay.attention for lay in spec.main_layers] == ["mla"]
+    hf = transformers.AutoConfig.for_model(**dict(cfg, tie_word_embeddings=tied))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
+    ids = torch.zeros(1, T, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as fc:
+        model(input_ids=ids).logits.sum().backward()
+    by = {k: sum(d.values()) for k, d in fc.get_flop_counts().items()}
+    rotary = sum(v for k, v in by.items() if k.endswith(".rotary_emb"))
+    assert 0 < rotary < 1e-6 * fc.get_total_flops()
+    comp = {f"model.layers.{lay.index}.{g.name}": g.component for lay in spec.main_layers for g in lay.groups}
+    vectors = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 1 and comp.get(n) in _MATRIX_COMPONENTS)
+    assert vectors > 0  # the latent norms
+    want = spec.flops_per_token(T, training=True, causal=False) * T - 3 * 2 * vectors * T
+    assert fc.get_total_flops() - rotary == want
