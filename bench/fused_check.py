@@ -122,11 +122,65 @@ def check(device: str, large: bool | None = None) -> dict:
     return out
 
 
+TIE_HIGHS = (0x3F80, 0x3F81, 0xBF80, 0xBF81, 0x0000, 0x0001, 0x8000, 0x8001, 0x4B7E, 0x4B7F, 0xC2FE, 0xC2FF, 0x7F7E)
+"""High halves of the tie masters: even and odd, both signs, the smallest subnormals, large and near-largest finite."""
+
+
+def ties(device: str) -> dict:
+    """Masters whose low 16 bits are exactly 0x8000 (the tie), a zero update (zero gradient and moments), through the
+    kernel in every storage mode: the bf16 param must be the high half rounded away from zero (+1 on the bit pattern,
+    odd and even alike), the fp32 master / fp32 param unchanged, the remainder -0x8000. Returns ``{mode: {check:
+    holds}}`` (a random master is a tie with probability 2^-16, so :func:`check` never meets one)."""
+    import torch
+
+    from mlite.runtime.optim import fused
+    from mlite.runtime.optim.adamw import AdamWHyper, step_scalars
+    from mlite.runtime.optim.master import split_fp32
+
+    n = fused.BLOCK + 37  # a whole block and a partial one
+    high = torch.tensor(TIE_HIGHS, dtype=torch.int32).repeat(n // len(TIE_HIGHS) + 1)[:n]
+    master = ((high << 16) | 0x8000).view(torch.float32).to(device)
+    grad = torch.zeros(n, dtype=torch.bfloat16, device=device)
+    sc = step_scalars(AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, step=1))
+    away = ((high + 1) & 0xFFFF).to(torch.int16)  # the high half + 1 (ties away from zero, in magnitude)
+    out: dict = {}
+    for mode in (fused.MODE_MASTER, fused.MODE_REMAINDER, fused.MODE_PARAM):
+        m, v = torch.zeros(n, device=device), torch.zeros(n, device=device)
+        zeros = torch.zeros(fused.blocks(n), dtype=torch.int32, device=device)
+        p16, rem = split_fp32(master)
+        if mode == fused.MODE_PARAM:
+            p, w = master.clone(), None
+        else:
+            p, w = p16.clone(), (master.clone() if mode == fused.MODE_MASTER else rem.clone())
+        fused.launch(p, grad, w, m, v, zeros, mode, sc)
+        if mode == fused.MODE_PARAM:
+            ok = {"fp32 param unchanged": torch.equal(_bits(p), _bits(master))}
+        else:
+            got = _bits(p)
+            ok = {
+                "param rounded away from zero": torch.equal(got, away),
+                "param differs from nearest-even on even highs": bool(
+                    (got != _bits(master.to(torch.bfloat16)))[(high & 1) == 0].all()
+                ),
+            }
+            if mode == fused.MODE_MASTER:
+                ok["master unchanged"] = torch.equal(_bits(w), _bits(master))
+            else:
+                ok["remainder -0x8000"] = bool((w.cpu() == -0x8000).all())
+        out[mode] = ok
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--large", action="store_true", help="add shards of ~1 M elements (default on CUDA)")
+    ap.add_argument("--ties", action="store_true", help="the exact-tie masters in every storage mode instead")
     a = ap.parse_args()
+    if a.ties:
+        t = ties(a.device)
+        print(json.dumps(t, indent=1))
+        return 0 if all(all(ok.values()) for ok in t.values()) else 1
     r = check(a.device, large=True if a.large else None)
     print(json.dumps(r, indent=1))
     return 0 if r["all_equal"] else 1

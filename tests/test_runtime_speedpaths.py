@@ -86,46 +86,14 @@ def test_fused_kernel_equals_torch_update_bitwise(monkeypatch):
         assert all(ok), (case, ok)
 
 
-TIE_HIGHS = (0x3F80, 0x3F81, 0xBF80, 0xBF81, 0x0000, 0x0001, 0x8000, 0x8001, 0x4B7E, 0x4B7F, 0xC2FE, 0xC2FF, 0x7F7E)
-"""High halves of the tie masters: even and odd, both signs, the smallest subnormals, large and near-largest finite."""
-
-
 def _tie_worker(rank, world):
-    """Masters whose low 16 bits are exactly 0x8000 (the tie), a zero update (zero gradient and moments), through the
-    kernel in every storage mode: the bf16 param must be the high half rounded away from zero (+1 on the bit
-    pattern, odd and even alike), the fp32 master / fp32 param unchanged, the remainder -0x8000."""
-    n = fused.BLOCK + 37  # a whole block and a partial one
-    high = torch.tensor(TIE_HIGHS, dtype=torch.int32).repeat(n // len(TIE_HIGHS) + 1)[:n]
-    master = ((high << 16) | 0x8000).view(torch.float32)
-    grad = torch.zeros(n, dtype=torch.bfloat16)
-    sc = step_scalars(AdamWHyper(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, step=1))
-    away = ((high + 1) & 0xFFFF).to(torch.int16)  # the high half + 1 (ties away from zero, in magnitude)
-    out = {}
-    for mode in (fused.MODE_MASTER, fused.MODE_REMAINDER, fused.MODE_PARAM):
-        m, v = torch.zeros(n), torch.zeros(n)
-        zeros = torch.zeros(fused.blocks(n), dtype=torch.int32)
-        p16, rem = split_fp32(master)
-        if mode == fused.MODE_PARAM:
-            p, w = master.clone(), None
-        else:
-            p, w = p16.clone(), (master.clone() if mode == fused.MODE_MASTER else rem.clone())
-        fused.launch(p, grad, w, m, v, zeros, mode, sc)
-        if mode == fused.MODE_PARAM:
-            ok = {"fp32 param unchanged": torch.equal(bits(p), bits(master))}
-        else:
-            got = bits(p)
-            ok = {
-                "param rounded away from zero": torch.equal(got, away),
-                "param differs from nearest-even on even highs": bool(
-                    (got != bits(master.to(torch.bfloat16)))[(high & 1) == 0].all()
-                ),
-            }
-            if mode == fused.MODE_MASTER:
-                ok["master unchanged"] = torch.equal(bits(w), bits(master))
-            else:
-                ok["remainder -0x8000"] = bool((w == -0x8000).all())
-        out[mode] = ok
-    return out
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from fused_check import ties
+
+    return ties("cpu")
 
 
 def test_fused_kernel_rounds_exact_ties_away_from_zero_not_to_nearest_even(monkeypatch):
