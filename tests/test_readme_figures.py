@@ -121,3 +121,21 @@ def test_cli_runs_record(readme):
     _quoted(
         readme, f"final loss {loss['hybrid_fla']} vs {loss['hybrid_torch']}) is in `bench/results/gpu_cli_runs.txt`"
     )
+
+
+def test_registry_rows_record(readme):
+    """bench/results/gpu_registry_rows.txt: the kernel's tie and bitwise checks passed on CUDA, and the tiny-moe rows
+    after the backend registry end at the final loss of the earlier record (what the README says)."""
+    text = (RESULTS / "gpu_registry_rows.txt").read_text(encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if ln[:1] != "#"]
+    assert "fused_check --ties rc=0" in lines and "fused_check rc=0" in lines
+    heads = [i for i, ln in enumerate(lines) if " rc=" in ln and not ln.startswith("fused_check")]
+    rows = {lines[i].split()[0]: lines[i + 2] for i in heads}
+    assert list(rows) == ["moe_fsdp2", "moe_distopt_pao_bf16g", "dense_fsdp2_offload1"]
+    assert all(done.startswith("completed: 20 steps") for done in rows.values()), rows
+    loss = {k: done.split("final loss ")[1].split(",")[0] for k, done in rows.items()}
+    earlier = [ln for ln in (RESULTS / "gpu_cli_runs.txt").read_text(encoding="utf-8").splitlines() if ln[:1] != "#"]
+    was = next(earlier[i + 1] for i, ln in enumerate(earlier) if ln.startswith("moe_fsdp2 rc="))
+    assert loss["moe_fsdp2"] == loss["moe_distopt_pao_bf16g"] == was.split("final loss ")[1].split(",")[0]
+    assert "# check.json all_equal: True" in text and '"remainder -0x8000": true' in text
+    _quoted(readme, f"the same tiny-moe rows end at the same final loss ({loss['moe_fsdp2']},")
