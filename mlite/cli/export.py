@@ -102,11 +102,16 @@ def run(args) -> int:
 def _memory_verdict(plan) -> tuple[str, bool | None, int | None]:
     """The launcher header's memory line, the verdict and the per-GPU bytes of ``plan`` (the options the target
     runs, :func:`mlite.export.mapping.option_overrides`); ``("", None, None)`` where no estimate can be made."""
+    from dataclasses import replace
+
     from ..errors import MliteError
     from ..export.header import memory_line
     from ..export.mapping import option_overrides
     from ..memory import estimate
+    from ..options.table import ENGINE_SWITCH
 
+    if plan.target in ENGINE_SWITCH:  # a local variant runs its cluster target's options (verl-lite-sft)
+        plan = replace(plan, target=ENGINE_SWITCH[plan.target][0])
     spec, mp = plan.resolve()
     options = option_overrides(plan, mp, spec)[3]
     try:

@@ -12,7 +12,7 @@ import math
 
 from ...errors import MliteError
 from ..analysis.roles import EXTRA_ROLES, ROLE_LABELS, ROLES
-from .plot import figure_legend
+from .legend import figure_legend
 
 
 def _resolve(run, item: str) -> str | None:
