@@ -143,3 +143,9 @@ def test_mlite_run_trains_two_cpu_steps_with_the_toy(toy, tmp_path):
     res = run_cli("run", *args[:-1], str(bad), "--optimizer-algorithm", TOY, "--offload-fraction", "1", env=toy)
     assert_one_line_error(res, "offload_fraction: toy_sgd keeps no state to offload")
     assert not bad.exists()
+
+
+def test_a_plugin_that_does_not_import_is_one_line_and_exit_2(tmp_path):
+    """``$MLITE_PLUGINS`` naming a module that is not there: every command says so in one line, no traceback."""
+    res = run_cli("params", "tiny-dense", env={"MLITE_PLUGINS": "no_such_mlite_plugin"})
+    assert_one_line_error(res, "MLITE_PLUGINS: cannot import no_such_mlite_plugin")

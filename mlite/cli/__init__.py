@@ -79,7 +79,11 @@ def print_invalid_mesh(plan, as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # the option rows read the registries, which load $MLITE_PLUGINS
+    except MliteError as e:
+        print(f"mlite: {e.message}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
