@@ -1,0 +1,156 @@
+"""Hardware profiles: what one GPU, its node and its network can do, as data.
+
+A profile is a JSON object with every field of :class:`HardwareProfile` (``sources`` says where each vendor figure
+comes from; ``measured`` what ``mlite calibrate`` measured on the user's machine). The shipped profiles are
+``data/hardware/{A100,H100,H200,B200}.json``; ``mlite time --hardware`` takes one of their names or the path of a
+profile file (``mlite calibrate --out PROFILE.json`` writes one). A missing, unknown or non-positive field is refused
+in one line that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from ..errors import MliteError
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareProfile:
+    """One GPU model in its node: peak rates, bandwidths and the efficiencies the time model applies to them."""
+
+    name: str
+    """Display name (``H200``, or what ``mlite calibrate`` saw: ``NVIDIA H200 (calibrated)``)."""
+    peak_bf16_flops: float
+    """Dense bf16 tensor-core peak, FLOP/s (vendor datasheet, no 2:4 sparsity)."""
+    peak_fp8_flops: float
+    """Dense fp8 tensor-core peak, FLOP/s (0 where the GPU has none)."""
+    hbm_bytes_per_s: float
+    """Device memory bandwidth, bytes/s (vendor figure; calibrate: a measured device-to-device copy, read + write)."""
+    memory_gib: float
+    """Device memory, GiB."""
+    nvlink_bytes_per_s: float
+    """NVLink bandwidth per GPU, one direction, bytes/s (inside the node)."""
+    network_bytes_per_s: float
+    """Inter-node (InfiniBand / RoCE) bandwidth per GPU, one direction, bytes/s."""
+    pcie_bytes_per_s: float
+    """Host <-> device bandwidth per GPU (pinned memory), bytes/s."""
+    gpus_per_node: int
+    """GPUs per node (NVLink domain)."""
+    gemm_efficiency: float
+    """Share of the bf16 peak a large GEMM reaches (calibrate: fitted to GEMMs at the model's shapes)."""
+    gemm_overhead_s: float
+    """Fixed cost of one GEMM beyond its FLOPs (launch, tile and wave quantisation), seconds."""
+    grouped_gemm_efficiency: float
+    """Share of the bf16 peak the routed experts' grouped GEMM reaches at large token groups."""
+    attention_efficiency: float
+    """Share of the bf16 peak the flash-attention forward kernel reaches (its FLOPs: 4 x tokens x context x heads x d)."""
+    attention_bwd_efficiency: float
+    """Share of the bf16 peak the flash-attention backward kernel reaches (its FLOPs: 2.5 x the forward's)."""
+    elementwise_efficiency: float
+    """Share of ``hbm_bytes_per_s`` that norms, activations, rotary, residual adds and the loss reach."""
+    kernel_launch_s: float
+    """Host time to launch one kernel (eager PyTorch); a layer is never faster than its launches."""
+    comm_efficiency: float
+    """Share of the link bandwidth an NCCL ring collective reaches (bus bandwidth / link bandwidth)."""
+    comm_latency_s: float
+    """Fixed cost of one collective or point-to-point transfer, seconds."""
+    host_adam_params_per_s: float
+    """Parameters per second the host (CPU) Adam update of one GPU's offloaded shard runs at."""
+    host_memory_gib: float
+    """Host RAM per node, GiB."""
+    sources: dict = field(default_factory=dict)
+    """Field -> where its value comes from (datasheet URL, measurement, documented guess)."""
+    measured: dict = field(default_factory=dict)
+    """What ``mlite calibrate`` measured (raw rates, shapes, device name); empty for a shipped profile."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+REQUIRED = tuple(f.name for f in fields(HardwareProfile) if f.name not in ("sources", "measured"))
+"""The fields a profile file must give."""
+_FRACTIONS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency", "attention_bwd_efficiency",
+              "elementwise_efficiency", "comm_efficiency")
+_MAY_BE_ZERO = ("peak_fp8_flops", "gemm_overhead_s", "kernel_launch_s", "comm_latency_s", "network_bytes_per_s")
+
+
+def hardware_dir() -> Path:
+    """The folder of the shipped profiles."""
+    from ..paths import data_dir
+
+    return data_dir() / "hardware"
+
+
+def hardware_names() -> list[str]:
+    """The shipped profile names (file stems)."""
+    d = hardware_dir()
+    return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
+
+
+def profile_from_dict(doc, where: str) -> HardwareProfile:
+    """A checked profile from a JSON object (``where`` names the file in messages)."""
+    if not isinstance(doc, dict):
+        raise MliteError(f"{where}: a hardware profile is a JSON object with the fields {', '.join(REQUIRED)}")
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise MliteError(
+            f"{where}: missing field {missing[0]!r} ({len(missing)} missing); a profile gives every one of "
+            f"{', '.join(REQUIRED)} (mlite calibrate --out writes a complete one)"
+        )
+    known = set(REQUIRED) | {"sources", "measured"}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise MliteError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(sorted(known))}")
+    values = {}
+    for k in REQUIRED:
+        v = doc[k]
+        if k == "name":
+            if not isinstance(v, str) or not v.strip():
+                raise MliteError(f"{where}: field 'name' must be a non-empty string")
+            values[k] = v
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise MliteError(f"{where}: field {k!r} = {v!r} must be a finite number")
+        if v < 0 or (v == 0 and k not in _MAY_BE_ZERO):
+            raise MliteError(f"{where}: field {k!r} = {v!r} must be positive")
+        if k in _FRACTIONS and v > 1:
+            raise MliteError(f"{where}: field {k!r} = {v!r} is a share of a peak: give a number in (0, 1]")
+        if k == "gpus_per_node":
+            if int(v) != v:
+                raise MliteError(f"{where}: field 'gpus_per_node' = {v!r} must be a whole number")
+            v = int(v)
+        values[k] = float(v) if k != "gpus_per_node" else v
+    for k in ("sources", "measured"):
+        v = doc.get(k, {})
+        if not isinstance(v, dict):
+            raise MliteError(f"{where}: field {k!r} must be a JSON object")
+        values[k] = v
+    return HardwareProfile(**values)
+
+
+def load_hardware(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
+    """A shipped profile by name (case-insensitive: ``H200``) or a profile file's path."""
+    if isinstance(name_or_path, HardwareProfile):
+        return name_or_path
+    text = str(name_or_path)
+    names = hardware_names()
+    by_upper = {n.upper(): n for n in names}
+    if text.upper() in by_upper:
+        path = hardware_dir() / f"{by_upper[text.upper()]}.json"
+    else:
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise MliteError(
+                f"--hardware {text!r}: not a shipped profile ({', '.join(names)}) nor a profile file; give one of "
+                "those names or the path mlite calibrate --out wrote"
+            )
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise MliteError(f"{path}: cannot read the hardware profile ({e.__class__.__name__}); check the path") from None
+    except json.JSONDecodeError as e:
+        raise MliteError(f"{path}: not JSON (line {e.lineno}: {e.msg}); a profile is one JSON object") from None
+    return profile_from_dict(doc, str(path))
