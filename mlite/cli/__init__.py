@@ -23,7 +23,8 @@ Exit codes (every command):
      rl-memory (it does not fit, or the mesh is invalid), import-launcher (the launcher's mesh is invalid or, with
      --estimate, does not fit), run (the run failed or was stopped), logs check --strict / --fail-on (a failure
      found), logs compare --strict (not bitwise equal).
-  2  input the command cannot act on (a malformed config, a bad flag value, run or export on an invalid mesh): one
+  2  input the command cannot act on (a malformed config, a bad flag value, run, export or time on an invalid mesh,
+     an unknown hardware profile): one
      line on stderr naming the field, no traceback, nothing written."""
 """The one exit-code rule of the ``mlite`` commands (``mlite --help``'s epilog; the README quotes it)."""
 

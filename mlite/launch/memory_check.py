@@ -15,9 +15,9 @@ from __future__ import annotations
 from .config import RunConfig
 
 
-def estimate_for(config: RunConfig):
-    """The memory estimate (``MemoryEstimate``) of ``config``'s run."""
-    from ..memory import estimate
+def plan_for(config: RunConfig):
+    """``(spec, plan, training options)`` of ``config``'s run: its model, the mesh its ``nproc`` ranks use (as
+    ``mlite.mesh.resolve`` plans it) and its options, as the estimator and the time model take them."""
     from ..mesh import resolve
 
     spec = config.model_spec()
@@ -26,7 +26,14 @@ def estimate_for(config: RunConfig):
     # CP splits each sequence into 2*CP chunks: the planner's sequence-length rule sees the padded length
     seq = max(opts.seq_len // (2 * p.cp), 1) * 2 * p.cp
     plan = resolve(spec, config.nproc, p, seq_len=seq, gpus_per_node=opts.gpus_per_node, auto_uneven=True)
-    return estimate(spec, plan, opts)
+    return spec, plan, opts
+
+
+def estimate_for(config: RunConfig):
+    """The memory estimate (``MemoryEstimate``) of ``config``'s run."""
+    from ..memory import estimate
+
+    return estimate(*plan_for(config))
 
 
 def memory_rows(config: RunConfig, measured: dict | None, est=None) -> list[dict]:

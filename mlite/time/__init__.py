@@ -4,5 +4,6 @@ calibration on the user's machine (:mod:`mlite.time.calibrate`)."""
 from __future__ import annotations
 
 from .hardware import HardwareProfile, hardware_names, load_hardware
+from .model import PARTS, StepTime, predict
 
-__all__ = ["HardwareProfile", "hardware_names", "load_hardware"]
+__all__ = ["PARTS", "HardwareProfile", "StepTime", "hardware_names", "load_hardware", "predict"]

@@ -13,6 +13,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from ..errors import MliteError
 
@@ -72,8 +73,14 @@ class HardwareProfile:
 
 REQUIRED = tuple(f.name for f in fields(HardwareProfile) if f.name not in ("sources", "measured"))
 """The fields a profile file must give."""
-_FRACTIONS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency", "attention_bwd_efficiency",
-              "elementwise_efficiency", "comm_efficiency")
+_FRACTIONS = (
+    "gemm_efficiency",
+    "grouped_gemm_efficiency",
+    "attention_efficiency",
+    "attention_bwd_efficiency",
+    "elementwise_efficiency",
+    "comm_efficiency",
+)
 _MAY_BE_ZERO = ("peak_fp8_flops", "gemm_overhead_s", "kernel_launch_s", "comm_latency_s", "network_bytes_per_s")
 
 
@@ -104,7 +111,7 @@ def profile_from_dict(doc, where: str) -> HardwareProfile:
     unknown = sorted(set(doc) - known)
     if unknown:
         raise MliteError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(sorted(known))}")
-    values = {}
+    values: dict[str, Any] = {}
     for k in REQUIRED:
         v = doc[k]
         if k == "name":

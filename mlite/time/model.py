@@ -1,0 +1,395 @@
+"""``predict``: the step time of a plan (model, mesh, training options) on a hardware profile.
+
+One optimizer step of 1F1B (interleaved when VPP > 1) is
+
+    step = m x t_mb(slowest pipeline rank) + (pp - 1) / vpp x mean t_mb  (the bubble)
+           + exposed data-parallel traffic + optimizer step + offloaded update
+
+with ``t_mb`` one micro-batch's forward + backward + recompute (:mod:`mlite.time.compute`) plus its exposed TP / SP
+collectives, CP ring transfers, EP dispatch and combine and pipeline sends (:mod:`mlite.time.comm`). What overlaps
+with what is the backend's: Megatron-Core DDP reduce-scatters the gradients during the last micro-batch's backward and
+all-gathers the parameters during the next forward (``overlap_grad_reduce`` / ``overlap_param_gather``, as NeMo's and
+Megatron-Bridge's recipes set them); FSDP2 gathers each layer while the previous one computes and reduce-scatters
+every micro-batch; TP, EP and pipeline transfers are on the critical path (no TE comm overlap, no DeepEP overlap);
+a CP ring transfer hides behind its attention block. Every such choice is listed in ``assumptions``.
+
+The optimizer step moves its state at the HBM rate (:func:`optimizer_bytes_per_param`); ``offload_fraction`` of it
+runs on the host: gradients down and parameters up over PCIe plus the host Adam at ``host_adam_params_per_s``, not
+overlapped with the device part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..models.flops import flops_per_token
+from .comm import p2p_s, ring_s, spans_nodes
+from .compute import Cost, Shard, embedding_cost, head_cost, layer_backward, layer_forward
+from .hardware import HardwareProfile, load_hardware
+
+PARTS = (
+    "forward",
+    "backward",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_p2p",
+    "pp_bubble",
+    "dp_comm",
+    "optimizer",
+    "offload",
+)
+"""The names of :attr:`StepTime.parts`, in the order of a step (their seconds add up to ``step_s``)."""
+COMM_PARTS = ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm")
+"""The parts that are exposed communication."""
+GRAD_BUCKET = 40_000_000
+"""Megatron-Core DDP's default bucket (elements): the last bucket's reduce-scatter is never hidden."""
+_DTYPE = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@dataclass
+class StepTime:
+    """The predicted step of one plan."""
+
+    step_s: float
+    """Seconds per optimizer step."""
+    tokens_per_step: float
+    """Tokens per optimizer step over the whole job (micro-batch x sequence x micro-batches x DP)."""
+    tokens_per_s_per_gpu: float
+    """Tokens per second per GPU."""
+    mfu: float
+    """Model FLOPs utilisation: FLOPs per token (tied output projection included) x tokens/s/GPU / bf16 peak."""
+    parts: dict
+    """Part (:data:`PARTS`) -> seconds of the step it takes on the critical path; they add up to ``step_s``."""
+    exposed_comm_s: float
+    """Seconds of communication not hidden behind compute (the sum of :data:`COMM_PARTS`)."""
+    comm_total: dict
+    """Communication part -> its seconds before overlap (what the links carry)."""
+    compute: dict
+    """``forward`` / ``backward`` / ``recompute`` -> kind (gemm, attention, experts, routing, elementwise, loss) ->
+    GPU seconds over the step's micro-batches on the slowest pipeline rank."""
+    stage: int
+    """The slowest pipeline rank (whose micro-batches set the pace)."""
+    assumptions: list
+    """What the prediction assumes rather than knows."""
+    hardware: HardwareProfile
+    """The profile it used."""
+    ngpu: int = 0
+    """GPUs of the plan."""
+    calibration: dict = field(default_factory=dict)
+    """When refitted from a run (``mlite time --calibrate-from``): the run, its measured step and the scale."""
+
+    def to_dict(self) -> dict:
+        return {
+            "step_s": self.step_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": self.mfu,
+            "parts": dict(self.parts),
+            "exposed_comm_s": self.exposed_comm_s,
+            "assumptions": list(self.assumptions),
+            "hardware": self.hardware.to_dict(),
+            "tokens_per_step": self.tokens_per_step,
+            "comm_total": dict(self.comm_total),
+            "compute": {k: dict(v) for k, v in self.compute.items()},
+            "stage": self.stage,
+            "ngpu": self.ngpu,
+            "calibration": dict(self.calibration),
+        }
+
+
+def optimizer_bytes_per_param(o) -> tuple[float, str]:
+    """HBM bytes the optimizer step moves per local parameter, and the sum written out.
+
+    Gradient read for the norm, read for the update; fp32 master read + write (with PAO and param remainders: the
+    bf16 parameter and its int16 remainder, read + write); the two moments read + written in their dtypes; the bf16
+    parameter written from the master (not with remainders); ``zero_grad`` writing the gradient buffer (not where the
+    backend frees its gradients)."""
+    from ..options.optimizers import ALGORITHMS, BACKENDS
+
+    be = BACKENDS.entry(o.optimizer)
+    g = 4 if not be.grad_buffer else _DTYPE[o.main_grads_dtype]
+    m1, m2 = ALGORITHMS.entry(o.optimizer_algorithm).state_bytes(o)
+    remainders = o.use_precision_aware_optimizer and o.store_param_remainders and o.param_dtype == "bf16"
+    master = 8 if o.param_dtype != "fp32" else 0
+    param = 0 if remainders or o.param_dtype == "fp32" else 2
+    p_rw = 8 if o.param_dtype == "fp32" else 0
+    zero = 0 if be.frees_grads else g
+    terms = [
+        ("grad norm", g),
+        ("grad", g),
+        ("master", master),
+        ("moments", 2 * (m1 + m2)),
+        ("param", param + p_rw),
+        ("zero_grad", zero),
+    ]
+    return float(sum(v for _, v in terms)), " + ".join(f"{v} {k}" for k, v in terms if v)
+
+
+def _shard(spec, plan, o) -> Shard:
+    p = plan.parallel
+    sp = bool(o.sequence_parallel or (spec.is_moe and p.tp > 1))
+    return Shard(
+        tokens=o.micro_batch_size * o.seq_len / p.cp,
+        tp=p.tp,
+        sp=sp and p.tp > 1,
+        ep=p.ep,
+        etp=p.etp_size,
+        seq_len=o.seq_len,
+        fused_ce=bool(o.fused_cross_entropy),
+    )
+
+
+@dataclass
+class _Rank:
+    fwd: Cost
+    bwd: Cost
+    rec: Cost
+    comm: dict
+    exposed: dict
+    n_layers: int
+
+
+def _recompute_kinds(o) -> tuple[str, ...] | None:
+    """The kinds a layer's forward recomputes in the backward (None: the whole layer)."""
+    if o.recompute == "full":
+        return None
+    kinds: set[str] = set()
+    if o.recompute == "selective":
+        kinds.add("attention")
+    mods = set(o.recompute_modules or ())
+    if "core_attn" in mods or "gdn" in mods:
+        kinds.add("attention")
+    if "mlp" in mods or "moe" in mods:
+        kinds |= {"experts", "routing", "elementwise"}
+    return tuple(sorted(kinds))
+
+
+def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
+    fwd, bwd, rec = Cost(), Cost(), Cost()
+    only = _recompute_kinds(o)
+    n_moe = 0
+    n_attn = 0
+    cp_exposed = 0.0
+    cp_total = 0.0
+    p = plan.parallel
+    gpn = plan.gpus_per_node
+    n_layers = 0
+    for layer, count in st.layer_kinds:
+        f = layer_forward(hw, spec, layer, sh)
+        b = layer_backward(hw, spec, layer, sh)
+        fwd.merge(f, count)
+        bwd.merge(b, count)
+        n_layers += count
+        if only is None:
+            rec.merge(f, count)
+        elif only:
+            rec.merge(layer_forward(hw, spec, layer, sh, only=only), count)
+        if layer.mlp in ("moe", "hash_moe"):
+            n_moe += count
+        if layer.attention in ("full", "gated_full", "mla", "dsa", "csa", "hca", "swa", "gdn"):
+            n_attn += count
+            if p.cp > 1:
+                kv = spec.num_key_value_heads if layer.attention not in ("mla", "dsa") else spec.num_attention_heads
+                d = spec.head_dim + spec.v_head_dim
+                nbytes = (p.cp - 1) * sh.tokens * kv / p.tp * d * 2
+                crosses = spans_nodes(p.cp, p.tp, gpn)
+                c_f = p2p_s(hw, nbytes, crosses)
+                c_b = p2p_s(hw, 2 * nbytes, crosses)
+                a_f = f.parts.get("attention", 0.0)
+                a_b = b.parts.get("attention", 0.0)
+                cp_total += count * (c_f + c_b + (c_f if only is None else 0.0))
+                cp_exposed += count * (max(0.0, c_f - a_f) + max(0.0, c_b - a_b))
+                if only is None:
+                    cp_exposed += count * max(0.0, c_f - a_f)
+    if st.has_embedding:
+        fwd.merge(embedding_cost(hw, spec, sh, False))
+        bwd.merge(embedding_cost(hw, spec, sh, True))
+    if st.has_head:
+        fwd.merge(head_cost(hw, spec, sh, False))
+        bwd.merge(head_cost(hw, spec, sh, True))
+    comm: dict[str, float] = {}
+    h = spec.hidden_size
+    layers_all = n_layers + st.mtp_layers
+    passes = 3 if only is None else 2  # forward, backward (+ the recomputed forward)
+    if p.tp > 1:
+        buf = sh.tokens * h * 2
+        crosses = spans_nodes(p.tp, 1, gpn)
+        if sh.sp:
+            one = 2 * ring_s(hw, buf, p.tp, crosses, "all_gather") + 2 * ring_s(
+                hw, buf, p.tp, crosses, "reduce_scatter"
+            )
+        else:
+            one = 2 * ring_s(hw, buf, p.tp, crosses, "all_reduce")
+        comm["tp_comm"] = passes * layers_all * one
+    if n_moe and p.ep * p.etp_size > 1:
+        buf = sh.sp_tokens * spec.moe_router_topk * h * 2
+        one = 0.0
+        if p.ep > 1:
+            one += 2 * ring_s(hw, buf * p.etp_size, p.ep, spans_nodes(p.ep, p.etp_size, gpn), "all_to_all")
+        if p.etp_size > 1:
+            one += ring_s(hw, buf * p.etp_size, p.etp_size, spans_nodes(p.etp_size, 1, gpn), "all_gather")
+            one += ring_s(hw, buf * p.etp_size, p.etp_size, spans_nodes(p.etp_size, 1, gpn), "reduce_scatter")
+        comm["ep_comm"] = passes * n_moe * one
+    if p.pp > 1:
+        crosses = spans_nodes(p.pp, p.tp * p.cp * plan.dp, gpn)
+        comm["pp_p2p"] = 2 * p.vpp * p2p_s(hw, sh.sp_tokens * h * 2, crosses)
+    exposed = dict(comm)
+    if cp_total:
+        comm["cp_comm"] = cp_total
+        exposed["cp_comm"] = cp_exposed
+    return _Rank(fwd, bwd, rec, comm, exposed, layers_all)
+
+
+def _dp_time(hw, spec, plan, o, st, r: _Rank) -> tuple[float, float, list[str]]:
+    """(total, exposed) seconds of the data-parallel traffic of one step on this pipeline rank."""
+    from ..options.optimizers import BACKENDS
+
+    p = plan.parallel
+    gpn = plan.gpus_per_node
+    be = BACKENDS.entry(o.optimizer)
+    notes: list[str] = []
+    groups = [  # (parameters, group size, stride)
+        (st.dense, plan.dp * p.cp, p.tp),
+        (st.expert, plan.edp, p.ep * p.etp_size),
+    ]
+    m = o.num_microbatches
+    fwd_mb, bwd_mb = r.fwd.seconds(hw), r.bwd.seconds(hw)
+    total = exposed = 0.0
+    if be.shards_params:
+        # FSDP2: each layer gathered in the forward and again in the backward, gradients reduce-scattered in fp32,
+        # every micro-batch; on one rank the gather and the reduce are copies in HBM.
+        per_mb = 0.0
+        for n, size, stride in groups:
+            if not n:
+                continue
+            if size > 1:
+                crosses = spans_nodes(size, stride, gpn)
+                per_mb += 2 * ring_s(hw, n * 2, size, crosses, "all_gather") + ring_s(
+                    hw, n * 4, size, crosses, "reduce_scatter"
+                )
+            else:
+                per_mb += n * (2 * 4 + 6) / (hw.hbm_bytes_per_s * hw.elementwise_efficiency)
+        total = m * per_mb
+        layer_share = 1.0 / max(r.n_layers, 1)
+        hidden = fwd_mb + bwd_mb
+        exposed = m * (max(0.0, per_mb - hidden) + per_mb * layer_share)
+        notes.append(
+            "fsdp2: every layer's gather overlaps the previous layer's compute (prefetch); the first gather "
+            "and the last reduce-scatter of each micro-batch are exposed; on one GPU they are HBM copies"
+        )
+        return total, exposed, notes
+    gb = _DTYPE[o.main_grads_dtype] if be.grad_buffer else 4
+    for n, size, stride in groups:
+        if not n or size <= 1:
+            continue
+        crosses = spans_nodes(size, stride, gpn)
+        if o.use_distributed_optimizer:
+            rs = ring_s(hw, n * gb, size, crosses, "reduce_scatter")
+            ag = ring_s(hw, n * 2, size, crosses, "all_gather")
+        else:
+            rs, ag = ring_s(hw, n * gb, size, crosses, "all_reduce"), 0.0
+        last = min(1.0, GRAD_BUCKET / n)
+        total += rs + ag
+        exposed += max(0.0, rs - bwd_mb) + last * rs + max(0.0, ag - fwd_mb)
+    if total:
+        notes.append(
+            "dist_opt: gradient reduce-scatter overlaps the last micro-batch's backward, parameter all-gather "
+            "the next forward (overlap_grad_reduce / overlap_param_gather on); the last 40M-element bucket is "
+            "exposed"
+        )
+    return total, exposed, notes
+
+
+def _update_time(hw, plan, o, st) -> tuple[float, float, str]:
+    """(device optimizer seconds, offloaded update seconds, bytes formula) of this pipeline rank's shard."""
+    from ..options.optimizers import BACKENDS
+
+    p = plan.parallel
+    be = BACKENDS.entry(o.optimizer)
+    sharded = be.shards_params or o.use_distributed_optimizer
+    n = st.dense / (plan.dp * p.cp if sharded else 1) + st.expert / (plan.edp if sharded else 1)
+    per, formula = optimizer_bytes_per_param(o)
+    f = float(o.offload_fraction)
+    device = (1 - f) * n * per / (hw.hbm_bytes_per_s * hw.elementwise_efficiency) + 8 * hw.kernel_launch_s
+    off = 0.0
+    if f > 0:
+        g = _DTYPE[o.main_grads_dtype] if be.grad_buffer else 4
+        off = f * n * (g + 2) / hw.pcie_bytes_per_s + f * n / hw.host_adam_params_per_s
+    return device, off, formula
+
+
+def predict(spec, plan, training=None, hardware: HardwareProfile | str = "H200") -> StepTime:
+    """The predicted step of ``spec`` on the resolved mesh ``plan`` with ``training``'s options."""
+    from ..errors import MliteError
+    from ..memory.params import stage_params
+    from ..options import TrainingOptions
+
+    hw = load_hardware(hardware)
+    o = training or TrainingOptions()
+    if not plan.valid:
+        raise MliteError("the mesh is invalid: fix the errors mlite mesh reports before asking for its step time")
+    p = plan.parallel
+    sh = _shard(spec, plan, o)
+    stages = stage_params(spec, plan)
+    ranks = [_rank_costs(hw, spec, plan, o, st, sh) for st in stages]
+    mb = [r.fwd.seconds(hw) + r.bwd.seconds(hw) + r.rec.seconds(hw) + sum(r.exposed.values()) for r in ranks]
+    slow = max(range(len(ranks)), key=lambda i: mb[i])
+    r, st = ranks[slow], stages[slow]
+    m = o.num_microbatches
+    bubble = (p.pp - 1) / p.vpp * (sum(mb) / len(mb)) if p.pp > 1 else 0.0
+    dp_total, dp_exposed, notes = _dp_time(hw, spec, plan, o, st, r)
+    opt_s, off_s, formula = _update_time(hw, plan, o, st)
+    parts = {
+        "forward": m * r.fwd.seconds(hw),
+        "backward": m * r.bwd.seconds(hw),
+        "recompute": m * r.rec.seconds(hw),
+        "tp_comm": m * r.exposed.get("tp_comm", 0.0),
+        "cp_comm": m * r.exposed.get("cp_comm", 0.0),
+        "ep_comm": m * r.exposed.get("ep_comm", 0.0),
+        "pp_p2p": m * r.exposed.get("pp_p2p", 0.0),
+        "pp_bubble": bubble,
+        "dp_comm": dp_exposed,
+        "optimizer": opt_s,
+        "offload": off_s,
+    }
+    comm_total = {k: m * r.comm.get(k, 0.0) for k in COMM_PARTS if k != "dp_comm"}
+    comm_total["dp_comm"] = dp_total
+    step = sum(parts.values())
+    tokens = o.micro_batch_size * o.seq_len * m * plan.dp
+    tps = tokens / step / plan.ngpu
+    mfu = flops_per_token(spec, o.seq_len) * tps / hw.peak_bf16_flops
+    assumptions = [
+        "balanced routing: every expert gets tokens x topk / experts rows" if spec.is_moe else None,
+        "TP / SP collectives, EP dispatch + combine and pipeline sends are not overlapped with compute",
+        f"1F1B pipeline bubble (pp - 1) / vpp x the mean micro-batch time ({p.pp - 1}/{p.vpp})" if p.pp > 1 else None,
+        *notes,
+        f"optimizer step: {formula} bytes per local parameter at {hw.elementwise_efficiency:.0%} of the HBM rate",
+        "offloaded update: gradients to the host and parameters back over PCIe, host Adam at "
+        f"{hw.host_adam_params_per_s:.3g} params/s, not overlapped with the device part"
+        if o.offload_fraction
+        else None,
+        "attention at the flash kernel's rate (the profile's attention efficiencies)",
+        "no data loading, logging or Python overhead beyond kernel launches",
+    ]
+    src = "mlite calibrate" if hw.measured else "vendor figures and documented default efficiencies"
+    assumptions.append(f"hardware {hw.name}: {src}")
+    compute = {
+        "forward": {k: m * v for k, v in r.fwd.parts.items()},
+        "backward": {k: m * v for k, v in r.bwd.parts.items()},
+        "recompute": {k: m * v for k, v in r.rec.parts.items()},
+    }
+    return StepTime(
+        step_s=step,
+        tokens_per_step=tokens,
+        tokens_per_s_per_gpu=tps,
+        mfu=mfu,
+        parts=parts,
+        exposed_comm_s=sum(parts[k] for k in COMM_PARTS),
+        comm_total=comm_total,
+        compute=compute,
+        stage=slow,
+        assumptions=[a for a in assumptions if a],
+        hardware=hw,
+        ngpu=plan.ngpu,
+    )
