@@ -165,6 +165,37 @@ def _recompute_kinds(o) -> tuple[str, ...] | None:
     return tuple(sorted(kinds))
 
 
+_LAYER_CACHE: dict = {}
+_FLOPS_CACHE: dict = {}
+
+
+def _flops(spec, seq_len: int) -> float:
+    """:func:`flops_per_token` of the training step, cached per model and sequence length."""
+    hit = _FLOPS_CACHE.get((id(spec), seq_len))
+    if hit is None or hit[0] is not spec:
+        if len(_FLOPS_CACHE) > 1024:
+            _FLOPS_CACHE.clear()
+        hit = _FLOPS_CACHE[id(spec), seq_len] = (spec, flops_per_token(spec, seq_len))
+    return hit[1]
+
+
+def _layer_costs(hw, spec, layer, sh: Shard, only: tuple[str, ...] | None = None) -> tuple[Cost, Cost]:
+    """``(forward, backward)`` of one layer (``only``: the recomputed forward's kinds, backward then empty), cached
+    per profile, layer and shard: the meshes of a table share most of them. Callers only read the costs."""
+    key = (id(hw), id(layer), sh, only)
+    hit = _LAYER_CACHE.get(key)
+    if hit is not None and hit[0] is hw and hit[1] is layer:
+        return hit[2]
+    if len(_LAYER_CACHE) > 65536:
+        _LAYER_CACHE.clear()
+    if only is None:
+        out = (layer_forward(hw, spec, layer, sh), layer_backward(hw, spec, layer, sh))
+    else:
+        out = (layer_forward(hw, spec, layer, sh, only=only), Cost())
+    _LAYER_CACHE[key] = (hw, layer, out)
+    return out
+
+
 def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
     fwd, bwd, rec = Cost(), Cost(), Cost()
     only = _recompute_kinds(o)
@@ -176,15 +207,14 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
     gpn = plan.gpus_per_node
     n_layers = 0
     for layer, count in st.layer_kinds:
-        f = layer_forward(hw, spec, layer, sh)
-        b = layer_backward(hw, spec, layer, sh)
+        f, b = _layer_costs(hw, spec, layer, sh)
         fwd.merge(f, count)
         bwd.merge(b, count)
         n_layers += count
         if only is None:
             rec.merge(f, count)
         elif only:
-            rec.merge(layer_forward(hw, spec, layer, sh, only=only), count)
+            rec.merge(_layer_costs(hw, spec, layer, sh, only)[0], count)
         if layer.mlp in ("moe", "hash_moe"):
             n_moe += count
         if layer.attention in ("full", "gated_full", "mla", "dsa", "csa", "hca", "swa", "gdn"):
@@ -358,7 +388,7 @@ def predict(spec, plan, training=None, hardware: HardwareProfile | str = "H200")
     step = sum(parts.values())
     tokens = o.micro_batch_size * o.seq_len * m * plan.dp
     tps = tokens / step / plan.ngpu
-    mfu = flops_per_token(spec, o.seq_len) * tps / hw.peak_bf16_flops
+    mfu = _flops(spec, o.seq_len) * tps / hw.peak_bf16_flops
     assumptions = [
         "balanced routing: every expert gets tokens x topk / experts rows" if spec.is_moe else None,
         "TP / SP collectives, EP dispatch + combine and pipeline sends are not overlapped with compute",
