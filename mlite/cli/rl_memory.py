@@ -41,16 +41,29 @@ def add_parser(sub):
     return p
 
 
-def add_rollout_flags(p) -> None:
+def add_rollout_flags(p, *, optional: bool = False) -> None:
     """The rollout flags, from the rows of :data:`mlite.options.rollout.ROLLOUT` (help: each row's verl key first);
-    the memory share's two spellings and the two ``free_cache_engine`` switches are mutually exclusive."""
+    the memory share's two spellings and the two ``free_cache_engine`` switches are mutually exclusive.
+    ``optional``: the required rows are not required by argparse (``mlite time`` asks for them only with ``--rl``:
+    :func:`missing_rollout_flags`)."""
+    from dataclasses import replace
+
     from ..options import add_flags
     from ..options.rollout import CACHE, GROUP, ROLLOUT, SHARE, SPELLINGS
 
     g = p.add_argument_group(GROUP)
     groups = {GROUP: g, SHARE: g.add_mutually_exclusive_group(), CACHE: g.add_mutually_exclusive_group()}
     rows = [x for r in ROLLOUT for x in (r, *(s for s in SPELLINGS if s.field == r.field))]  # a pair side by side
+    if optional:
+        rows = [replace(r, required=False, default=None) if r.required else r for r in rows]
     add_flags(p, rows, groups=groups)
+
+
+def missing_rollout_flags(args) -> list[str]:
+    """The required rollout flags an :func:`add_rollout_flags` ``optional`` parser was not given."""
+    from ..options.rollout import ROLLOUT
+
+    return [r.flag for r in ROLLOUT if r.required and r.flag and getattr(args, r.dest, None) is None]
 
 
 def rollout_from_args(args):

@@ -41,6 +41,16 @@ def add_parser(sub):
         metavar="RUN_DIR",
         help="refit the profile's compute efficiency to this finished mlite run's measured step time first",
     )
+    p.add_argument(
+        "--rl",
+        action="store_true",
+        help="also predict a colocated verl RL step phase by phase (generate, old_log_prob, ref, update_actor, "
+        "update_weights) with the rollout flags of mlite rl-memory; --seq-len defaults to prompt + response",
+    )
+    from .rl_memory import add_rollout_flags
+
+    add_rollout_flags(p, optional=True)
+    p.set_defaults(seq_len=None)
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
 
@@ -57,6 +67,18 @@ def prediction_from_args(args):
 
     hw = load_hardware(args.hardware)
     spec = from_hf_config(args.config)
+    rollout = None
+    if args.rl:
+        from .rl_memory import missing_rollout_flags, rollout_from_args
+
+        missing = missing_rollout_flags(args)
+        if missing:
+            raise MliteError(f"--rl needs the RL batch: give {', '.join(missing)} (as mlite rl-memory takes them)")
+        rollout = rollout_from_args(args)
+    if args.seq_len is None:
+        from ..mesh.config import DEFAULT_SEQ_LEN
+
+        args.seq_len = rollout.seq_tokens if rollout else DEFAULT_SEQ_LEN
     o = options_from_args(args)
     plan = resolve(
         spec,
@@ -76,6 +98,10 @@ def prediction_from_args(args):
         hw, info = calibrate_from_run(args.calibrate_from, hw)
     t = predict(spec, plan, o, hw)
     t.calibration = info
+    if rollout is not None:
+        from ..time.rl import rl_step_time
+
+        t.rl = rl_step_time(spec, plan, o, rollout, hw)
     return spec, plan, o, t
 
 
@@ -106,7 +132,13 @@ def run(args) -> int:
             f"  refit from {c['run_dir']}: measured {c['measured_step_s']:.4f} s over {c['steps']} steps, predicted "
             f"{c['predicted_before_s']:.4f} s before, efficiencies x{c['scale']:.3g}"
         )
+    if t.rl is not None:
+        rl = t.rl
+        print(f"  RL step    {rl.step_s:10.4f} s ({rl.update_steps} optimizer step(s) in update_actor)")
+        for name, sec in rl.phases.items():
+            bar = "#" * max(1, round(40 * sec / max(rl.step_s, 1e-30)))
+            print(f"    {name:15s} {sec:10.4f} s  {bar}")
     print("  assumptions:")
-    for a in t.assumptions:
+    for a in [*t.assumptions, *(t.rl.assumptions if t.rl is not None else [])]:
         print(f"    - {a}")
     return 0

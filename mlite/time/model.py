@@ -21,6 +21,7 @@ overlapped with the device part.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..models.flops import flops_per_token
 from .comm import p2p_s, ring_s, spans_nodes
@@ -79,6 +80,8 @@ class StepTime:
     """GPUs of the plan."""
     calibration: dict = field(default_factory=dict)
     """When refitted from a run (``mlite time --calibrate-from``): the run, its measured step and the scale."""
+    rl: Any = None
+    """With ``mlite time --rl``: the RL step phase by phase (:class:`mlite.time.rl.RLStepTime`)."""
 
     def to_dict(self) -> dict:
         return {
@@ -95,6 +98,7 @@ class StepTime:
             "stage": self.stage,
             "ngpu": self.ngpu,
             "calibration": dict(self.calibration),
+            **(self.rl.to_dict() if self.rl is not None else {}),
         }
 
 
@@ -148,6 +152,7 @@ class _Rank:
     comm: dict
     exposed: dict
     n_layers: int
+    fwd_exposed: dict
 
 
 def _recompute_kinds(o) -> tuple[str, ...] | None:
@@ -203,6 +208,7 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
     n_attn = 0
     cp_exposed = 0.0
     cp_total = 0.0
+    cp_fwd = 0.0
     p = plan.parallel
     gpn = plan.gpus_per_node
     n_layers = 0
@@ -230,6 +236,7 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
                 a_b = b.parts.get("attention", 0.0)
                 cp_total += count * (c_f + c_b + (c_f if only is None else 0.0))
                 cp_exposed += count * (max(0.0, c_f - a_f) + max(0.0, c_b - a_b))
+                cp_fwd += count * max(0.0, c_f - a_f)
                 if only is None:
                     cp_exposed += count * max(0.0, c_f - a_f)
     if st.has_embedding:
@@ -265,10 +272,12 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
         crosses = spans_nodes(p.pp, p.tp * p.cp * plan.dp, gpn)
         comm["pp_p2p"] = 2 * p.vpp * p2p_s(hw, sh.sp_tokens * h * 2, crosses)
     exposed = dict(comm)
+    fwd_exposed = {k: v / (2 if k == "pp_p2p" else passes) for k, v in comm.items()}
     if cp_total:
         comm["cp_comm"] = cp_total
         exposed["cp_comm"] = cp_exposed
-    return _Rank(fwd, bwd, rec, comm, exposed, layers_all)
+        fwd_exposed["cp_comm"] = cp_fwd
+    return _Rank(fwd, bwd, rec, comm, exposed, layers_all, fwd_exposed)
 
 
 def _dp_time(hw, spec, plan, o, st, r: _Rank) -> tuple[float, float, list[str]]:
@@ -423,3 +432,23 @@ def predict(spec, plan, training=None, hardware: HardwareProfile | str = "H200")
         hardware=hw,
         ngpu=plan.ngpu,
     )
+
+
+def forward_time(spec, plan, training, hardware: HardwareProfile | str = "H200") -> dict:
+    """Part -> seconds of a forward-only pass over ``training.num_microbatches`` micro-batches (verl's log-prob
+    forwards): the forward compute, one pass of the TP / EP / CP traffic, the pipeline sends one way and a bubble of
+    (pp - 1) / vpp mean forward micro-batches; no backward, no data-parallel traffic, no optimizer."""
+    from ..memory.params import stage_params
+
+    hw = load_hardware(hardware)
+    p = plan.parallel
+    sh = _shard(spec, plan, training)
+    ranks = [_rank_costs(hw, spec, plan, training, st, sh) for st in stage_params(spec, plan)]
+    mb = [r.fwd.seconds(hw) + sum(r.fwd_exposed.values()) for r in ranks]
+    slow = max(range(len(ranks)), key=lambda i: mb[i])
+    r, m = ranks[slow], training.num_microbatches
+    out = {"forward": m * r.fwd.seconds(hw)}
+    for k in COMM_PARTS[:-1]:
+        out[k] = m * r.fwd_exposed.get(k, 0.0)
+    out["pp_bubble"] = (p.pp - 1) / p.vpp * sum(mb) / len(mb) if p.pp > 1 else 0.0
+    return out
