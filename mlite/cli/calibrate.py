@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import _Parser
+
 COMMAND = "calibrate"
 ORDER = 65
 
@@ -35,7 +37,19 @@ def add_parser(sub):
     p.add_argument("--out", default=None, help="write the profile JSON here (its folder must exist)")
     p.add_argument("--quick", action="store_true", help="small sizes (seconds; a smoke test)")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.__class__ = _StrictParser
     return p
+
+
+class _StrictParser(_Parser):
+    """Unknown flags are this command's error (``mlite calibrate: error: ...``): with every argument optional,
+    argparse would hand them to the top-level parser, whose message does not name the command."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return ns, extra
 
 
 def _fmt(v) -> str:

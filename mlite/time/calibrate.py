@@ -26,6 +26,7 @@ collective efficiency and latency) stay the base profile's.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import platform
 import statistics
@@ -285,7 +286,7 @@ def gemm_rates(device, shapes: Iterable[tuple[int, int, int]], dtype=None, repea
         w = torch.randn(n, k, device=device, dtype=dtype)
         out = torch.empty(m, n, device=device, dtype=dtype)
         wt = w.t()
-        t = _timed(lambda x=x, wt=wt, out=out: torch.mm(x, wt, out=out), device, repeats)
+        t = _timed(functools.partial(torch.mm, x, wt, out=out), device, repeats)
         rows.append([m, n, k, 2.0 * m * n * k / t, t])
     return rows
 
@@ -360,7 +361,7 @@ def attention_rate(
 
 # ------------------------------------------------------------------------------------------------ routed experts
 def grouped_gemm_rate(
-    device, *, num_experts: int, topk: int, hidden: int, ffn: int, tokens: int, dtype=None, repeats: int = 5
+    device, num_experts: int, topk: int, hidden: int, ffn: int, *, tokens: int, dtype=None, repeats: int = 5
 ) -> dict:
     """The routed experts' SwiGLU GEMMs as the lite runtime runs them on ``device`` (its expert path), ``tokens x
     topk`` rows spread evenly over ``num_experts``: seconds and FLOP rate (FLOPs 2 x rows x 3 x ffn x hidden)."""
@@ -585,15 +586,8 @@ def calibrate(device="cuda", spec=None, base=None, quick: bool = False) -> Hardw
     sources["attention_bwd_efficiency"] = f"mlite calibrate: causal SDPA backward (fwd+bwd - fwd) bf16, {shape}"
 
     if spec.is_moe and spec.num_experts and spec.moe_ffn_hidden_size:
-        gg = grouped_gemm_rate(
-            device,
-            num_experts=spec.num_experts,
-            topk=spec.moe_router_topk,
-            hidden=spec.hidden_size,
-            ffn=spec.moe_ffn_hidden_size,
-            tokens=sz.expert_tokens,
-            repeats=sz.repeats,
-        )
+        experts = (spec.num_experts, spec.moe_router_topk, spec.hidden_size, spec.moe_ffn_hidden_size)
+        gg = grouped_gemm_rate(device, *experts, tokens=sz.expert_tokens, repeats=sz.repeats)
         values["grouped_gemm_efficiency"] = min(1.0, gg["flops_per_s"] / peak)
         measured["grouped_gemm"] = gg
         sources["grouped_gemm_efficiency"] = (
