@@ -15,12 +15,14 @@ import torch
 from conftest import REPO
 
 from mlite.cli import main
+from mlite.errors import MliteError
 from mlite.models import from_hf_config
 from mlite.models.flops import _MATRIX_COMPONENTS, attention_flops, flops_per_token
 from mlite.runtime.models.moe import expert_path
 from mlite.time.calibrate import (
     MEASURED_FIELDS,
     calibrate,
+    check_device,
     fit_gemm,
     host_device_bandwidth,
     model_gemm_shapes,
@@ -64,8 +66,9 @@ def test_quick_cpu_calibrate_loads_back_and_replaces_the_measured_fields(quick_m
 
 
 def test_a_dense_model_keeps_the_base_grouped_gemm_and_says_why():
-    prof = calibrate("cpu", "tiny-dense", quick=True)
+    prof = calibrate("cpu", "tiny-dense")  # a CPU always runs the quick sizes
     base = load_hardware("H100")  # no GPU name to match: the default base
+    assert prof.measured["sizes"] == "quick" and not prof.measured["quick"]
     assert prof.measured["base"] == "H100" and prof.grouped_gemm_efficiency == base.grouped_gemm_efficiency
     assert "no routed experts" in prof.measured["grouped_gemm"]
     assert prof.sources["grouped_gemm_efficiency"] == base.sources["grouped_gemm_efficiency"]
@@ -140,6 +143,15 @@ def test_cpu_has_no_host_device_link_and_the_base_is_chosen_by_name(tmp_path):
     custom.write_text(json.dumps(load_hardware("B200").to_dict() | {"name": "my B200"}))
     assert resolve_base(str(custom), "cpu").name == "my B200"
     assert resolve_base("h200", "cpu").name == "H200"
+
+
+def test_cuda_devices_are_named_by_index(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert check_device("cuda") == "cuda:1" and check_device("cuda:0") == "cuda:0" and check_device("cpu") == "cpu"
+    with pytest.raises(MliteError, match="only 2 CUDA device"):
+        check_device("cuda:2")
 
 
 def _mlite(cwd, *args):

@@ -89,7 +89,8 @@ QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 
 
 # ---------------------------------------------------------------------------------------------------- device, timing
 def check_device(device) -> str:
-    """``cuda``, ``cuda:N`` or ``cpu``, usable here; anything else is bad input (one line)."""
+    """``cuda``, ``cuda:N`` or ``cpu``, usable here, as ``cuda:N`` (the current device for ``cuda``) or ``cpu``;
+    anything else is bad input (one line)."""
     import torch
 
     text = str(device)
@@ -104,6 +105,7 @@ def check_device(device) -> str:
         index = torch.device(text).index
         if index is not None and index >= torch.cuda.device_count():
             raise MliteError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+        return f"cuda:{torch.cuda.current_device() if index is None else index}"
     return text
 
 
@@ -521,53 +523,32 @@ def _shapes_for(spec, tokens: Sequence[int]) -> list[tuple[int, int, int]]:
     return [(s.m, s.n, s.k) for t in tokens for s in model_gemm_shapes(spec, t)]
 
 
-def calibrate(device="cuda", spec=None, base=None, quick: bool = False) -> HardwareProfile:
-    """Measure ``device`` and return the base profile with the measured fields replaced (:data:`MEASURED_FIELDS`),
-    ``name`` = ``<device> (calibrated)``, ``sources`` naming each measurement and ``measured`` holding every raw
-    figure. ``spec``: the model whose shapes are measured (a :class:`~mlite.models.ModelSpec` or a catalog name /
-    config path; default ``tiny-dense``); ``quick``: small sizes (a CPU smoke test in seconds)."""
-    import torch
+Part = tuple[dict, dict, dict]
+"""What one measurement gives :func:`calibrate`: (profile fields, their ``sources`` lines, ``measured`` entries)."""
+_BY = "mlite calibrate: "
 
-    from ..models import from_hf_config
 
-    device = check_device(device)
-    base_profile = resolve_base(base, device)
-    if spec is None or isinstance(spec, str):
-        spec = from_hf_config(spec or "tiny-dense")
-    sz = QUICK if quick else FULL
-    if _is_cuda(device):
-        torch.cuda.set_device(torch.device(device))
-    peak = base_profile.peak_bf16_flops
-    values: dict[str, float] = {}
-    sources: dict[str, str] = {}
-    measured: dict = {
-        "device": device_name(device),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "spec": spec.name,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "base": base_profile.name,
-        "quick": quick,
-        "peak_bf16_flops_used": peak,
-    }
-    if not _is_cuda(device):
-        measured["note"] = (
-            f"measured on CPU against the {base_profile.name} profile's GPU peak: only a smoke test of mlite "
-            "calibrate, not a profile to predict GPU step times with"
-        )
-
+def _part_gemm(device, spec, sz: Sizes, peak: float) -> Part:
     squares = [(s, s, s) for s in sz.gemm_squares]
     table = gemm_rates(device, _shapes_for(spec, sz.gemm_tokens) + squares, repeats=sz.repeats)
     eff, overhead = fit_gemm(table, peak)
-    values["gemm_efficiency"], values["gemm_overhead_s"] = eff, overhead
-    measured["gemm_table"] = [[m, n, k, r] for m, n, k, r, _ in table]
-    measured["gemm_fit"] = {"gemm_efficiency": eff, "gemm_overhead_s": overhead, "shapes": len(table)}
     what = (
         f"torch.mm bf16 at {spec.name}'s projections x {list(sz.gemm_tokens)} tokens + squares {list(sz.gemm_squares)}"
     )
-    sources["gemm_efficiency"] = f"mlite calibrate: {what}, fitted t = flops/(peak x eff) + overhead"
-    sources["gemm_overhead_s"] = f"mlite calibrate: {what}, fitted overhead"
+    return (
+        {"gemm_efficiency": eff, "gemm_overhead_s": overhead},
+        {
+            "gemm_efficiency": f"{_BY}{what}, fitted t = flops/(peak x eff) + overhead",
+            "gemm_overhead_s": f"{_BY}{what}, fitted overhead",
+        },
+        {
+            "gemm_table": [[m, n, k, r] for m, n, k, r, _ in table],
+            "gemm_fit": {"gemm_efficiency": eff, "gemm_overhead_s": overhead, "shapes": len(table)},
+        },
+    )
 
+
+def _part_attention(device, spec, sz: Sizes, peak: float) -> Part:
     seq = min(sz.attention_seq, spec.max_position_embeddings or sz.attention_seq)
     att = attention_rate(
         device,
@@ -578,59 +559,138 @@ def calibrate(device="cuda", spec=None, base=None, quick: bool = False) -> Hardw
         batch=max(1, sz.attention_tokens // seq),
         repeats=sz.repeats,
     )
-    values["attention_efficiency"] = min(1.0, att["fwd_flops_per_s"] / peak)
-    values["attention_bwd_efficiency"] = min(1.0, att["bwd_flops_per_s"] / peak)
-    measured["attention"] = att
     shape = f"{att['batch']} x {att['heads']} heads (kv {att['kv_heads']}) x seq {seq} x d {att['head_dim']}"
-    sources["attention_efficiency"] = f"mlite calibrate: causal SDPA forward bf16, {shape}"
-    sources["attention_bwd_efficiency"] = f"mlite calibrate: causal SDPA backward (fwd+bwd - fwd) bf16, {shape}"
-
-    if spec.is_moe and spec.num_experts and spec.moe_ffn_hidden_size:
-        experts = (spec.num_experts, spec.moe_router_topk, spec.hidden_size, spec.moe_ffn_hidden_size)
-        gg = grouped_gemm_rate(device, *experts, tokens=sz.expert_tokens, repeats=sz.repeats)
-        values["grouped_gemm_efficiency"] = min(1.0, gg["flops_per_s"] / peak)
-        measured["grouped_gemm"] = gg
-        sources["grouped_gemm_efficiency"] = (
-            f"mlite calibrate: the runtime's {gg['path']} expert SwiGLU, {gg['num_experts']} experts x "
-            f"{gg['ffn']} x {gg['hidden']}, {gg['tokens']} tokens top-{gg['topk']}"
-        )
-    else:
-        measured["grouped_gemm"] = f"not measured: {spec.name} has no routed experts (calibrate with a MoE config)"
-
-    mem = copy_bandwidth(device, sz.copy_bytes, sz.repeats)
-    values["hbm_bytes_per_s"] = mem["copy_bytes_per_s"]
-    values["elementwise_efficiency"] = mem["elementwise_efficiency"]
-    measured["memory"] = mem
-    sources["hbm_bytes_per_s"] = f"mlite calibrate: device copy of {mem['bytes']} bytes (read + write)"
-    sources["elementwise_efficiency"] = "mlite calibrate: bf16 add (3 tensors of traffic) bandwidth / copy bandwidth"
-
-    launch = launch_cost(device, sz.launches, sz.repeats)
-    values["kernel_launch_s"] = launch["kernel_launch_s"]
-    measured["launch"] = launch
-    sources["kernel_launch_s"] = f"mlite calibrate: {launch['launches']} x add_ on one element, host clock"
-
-    link = host_device_bandwidth(device, sz.pcie_bytes, sz.repeats)
-    if link is None:
-        measured["pcie"] = "not measured: no host <-> device link on cpu (the base profile's value is kept)"
-    else:
-        values["pcie_bytes_per_s"] = link["pcie_bytes_per_s"]
-        measured["pcie"] = link
-        sources["pcie_bytes_per_s"] = (
-            f"mlite calibrate: pinned copies of {link['bytes']} bytes, harmonic mean of host->device and device->host"
-        )
-
-    adam = host_adam_rate(sz.adam_numel, "master", sz.repeats)
-    values["host_adam_params_per_s"] = adam["params_per_s"]
-    measured["host_adam"] = adam
-    measured["host_adam_remainder"] = host_adam_rate(sz.adam_numel, "remainder", sz.repeats)
-    sources["host_adam_params_per_s"] = (
-        f"mlite calibrate: host AdamW (update_chunk, fp32 master) on {adam['numel']} elements, "
-        f"{adam['threads']} threads"
+    return (
+        {
+            "attention_efficiency": min(1.0, att["fwd_flops_per_s"] / peak),
+            "attention_bwd_efficiency": min(1.0, att["bwd_flops_per_s"] / peak),
+        },
+        {
+            "attention_efficiency": f"{_BY}causal SDPA forward bf16, {shape}",
+            "attention_bwd_efficiency": f"{_BY}causal SDPA backward (fwd+bwd - fwd) bf16, {shape}",
+        },
+        {"attention": att},
     )
 
-    for k, v in values.items():
-        if not (math.isfinite(v) and v >= 0):
-            raise MliteError(f"mlite calibrate: measured {k} = {v!r} is not a finite non-negative number")
+
+def _part_experts(device, spec, sz: Sizes, peak: float) -> Part:
+    if not (spec.is_moe and spec.num_experts and spec.moe_ffn_hidden_size):
+        return (
+            {},
+            {},
+            {"grouped_gemm": f"not measured: {spec.name} has no routed experts (calibrate with a MoE config)"},
+        )
+    experts = (spec.num_experts, spec.moe_router_topk, spec.hidden_size, spec.moe_ffn_hidden_size)
+    gg = grouped_gemm_rate(device, *experts, tokens=sz.expert_tokens, repeats=sz.repeats)
+    what = f"{gg['num_experts']} experts x {gg['ffn']} x {gg['hidden']}, {gg['tokens']} tokens top-{gg['topk']}"
+    return (
+        {"grouped_gemm_efficiency": min(1.0, gg["flops_per_s"] / peak)},
+        {"grouped_gemm_efficiency": f"{_BY}the runtime's {gg['path']} expert SwiGLU, {what}"},
+        {"grouped_gemm": gg},
+    )
+
+
+def _part_memory(device, spec, sz: Sizes, peak: float) -> Part:
+    mem = copy_bandwidth(device, sz.copy_bytes, sz.repeats)
+    return (
+        {"hbm_bytes_per_s": mem["copy_bytes_per_s"], "elementwise_efficiency": mem["elementwise_efficiency"]},
+        {
+            "hbm_bytes_per_s": f"{_BY}device copy of {mem['bytes']} bytes (read + write)",
+            "elementwise_efficiency": f"{_BY}bf16 add (3 tensors of traffic) bandwidth / copy bandwidth",
+        },
+        {"memory": mem},
+    )
+
+
+def _part_launch(device, spec, sz: Sizes, peak: float) -> Part:
+    launch = launch_cost(device, sz.launches, sz.repeats)
+    return (
+        {"kernel_launch_s": launch["kernel_launch_s"]},
+        {"kernel_launch_s": f"{_BY}{launch['launches']} x add_ on one element, host clock"},
+        {"launch": launch},
+    )
+
+
+def _part_pcie(device, spec, sz: Sizes, peak: float) -> Part:
+    link = host_device_bandwidth(device, sz.pcie_bytes, sz.repeats)
+    if link is None:
+        return {}, {}, {"pcie": "not measured: no host <-> device link on cpu (the base profile's value is kept)"}
+    return (
+        {"pcie_bytes_per_s": link["pcie_bytes_per_s"]},
+        {"pcie_bytes_per_s": f"{_BY}pinned copies of {link['bytes']} bytes, harmonic mean of both directions"},
+        {"pcie": link},
+    )
+
+
+def _part_host_adam(device, spec, sz: Sizes, peak: float) -> Part:
+    adam = host_adam_rate(sz.adam_numel, "master", sz.repeats)
+    what = f"host AdamW (update_chunk, fp32 master) on {adam['numel']} elements, {adam['threads']} threads"
+    return (
+        {"host_adam_params_per_s": adam["params_per_s"]},
+        {"host_adam_params_per_s": f"{_BY}{what}"},
+        {"host_adam": adam, "host_adam_remainder": host_adam_rate(sz.adam_numel, "remainder", sz.repeats)},
+    )
+
+
+PARTS: tuple[Callable[..., Part], ...] = (
+    _part_gemm,
+    _part_attention,
+    _part_experts,
+    _part_memory,
+    _part_launch,
+    _part_pcie,
+    _part_host_adam,
+)
+"""The measurements of :func:`calibrate`, in order."""
+
+
+def calibrate(device="cuda", spec=None, base=None, quick: bool = False) -> HardwareProfile:
+    """Measure ``device`` and return the base profile with the measured fields replaced (:data:`MEASURED_FIELDS`),
+    ``name`` = ``<device> (calibrated)``, ``sources`` naming each measurement and ``measured`` holding every raw
+    figure. ``spec``: the model whose shapes are measured (a :class:`~mlite.models.ModelSpec` or a catalog name /
+    config path; default ``tiny-dense``); ``base``: see :func:`resolve_base`; ``quick``: the :data:`QUICK` sizes
+    (seconds), which a CPU always uses (a CPU profile is a smoke test)."""
+    import torch
+
+    from ..models import from_hf_config
+
+    device = check_device(device)
+    base_profile = resolve_base(base, device)
+    if spec is None or isinstance(spec, str):
+        spec = from_hf_config(spec or "tiny-dense")
+    cuda = _is_cuda(device)
+    sz = FULL if cuda and not quick else QUICK
+    if cuda:
+        torch.cuda.set_device(torch.device(device))
+    peak = base_profile.peak_bf16_flops
+    t0 = time.perf_counter()
+    measured: dict = {
+        "device": device_name(device),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "spec": spec.name,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "base": base_profile.name,
+        "quick": quick,
+        "sizes": "full" if sz is FULL else "quick",
+        "peak_bf16_flops_used": peak,
+    }
+    if not cuda:
+        measured["note"] = (
+            f"measured on CPU against the {base_profile.name} profile's GPU peak: only a smoke test of mlite "
+            "calibrate, not a profile to predict GPU step times with"
+        )
+    values: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    for part in PARTS:
+        v, s, m = part(device, spec, sz, peak)
+        values |= v
+        sources |= s
+        measured |= m
+    measured["seconds"] = time.perf_counter() - t0
+    for k, x in values.items():
+        if not (math.isfinite(x) and x >= 0):
+            raise MliteError(f"mlite calibrate: measured {k} = {x!r} is not a finite non-negative number")
     doc = base_profile.to_dict() | values
     doc["name"] = f"{device_name(device)} (calibrated)"
     doc["sources"] = dict(base_profile.sources) | sources
