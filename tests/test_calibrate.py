@@ -47,6 +47,7 @@ def test_quick_cpu_calibrate_loads_back_and_replaces_the_measured_fields(quick_m
     assert load_hardware(path) == prof
     assert prof.name.endswith("(calibrated)") and prof.name != base.name
     replaced = [k for k in MEASURED_FIELDS if k != "pcie_bytes_per_s"]  # no host <-> device link on CPU
+    assert prof.measured["replaced"] == replaced
     for k in replaced:
         assert getattr(prof, k) != getattr(base, k), k
         assert prof.sources[k].startswith("mlite calibrate: "), (k, prof.sources[k])

@@ -80,13 +80,14 @@ def run(args) -> int:
     if args.json:
         print_json(prof.to_dict())
         return 0
-    print(f"{prof.name}: {spec.name}'s shapes, base {base.name}" + (" (quick)" if args.quick else ""))
+    m = prof.measured
+    print(f"{prof.name}: {spec.name}'s shapes, base {base.name}, {m['sizes']} sizes, {m['seconds']:.1f} s")
     for k in MEASURED_FIELDS:
         old, new = getattr(base, k), getattr(prof, k)
-        mark = "" if k in prof.sources and prof.sources[k].startswith("mlite calibrate") else "  (kept: not measured)"
+        mark = "" if k in m["replaced"] else "  (kept: not measured)"
         print(f"  {k:26s} {_fmt(old):>12s} -> {_fmt(new):<12s}{mark}")
-    if "note" in prof.measured:
-        print(f"  note: {prof.measured['note']}")
+    if "note" in m:
+        print(f"  note: {m['note']}")
     if out is not None:
         print(f"wrote {out}")
     return 0

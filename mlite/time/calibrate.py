@@ -543,7 +543,12 @@ def _part_gemm(device, spec, sz: Sizes, peak: float) -> Part:
         },
         {
             "gemm_table": [[m, n, k, r] for m, n, k, r, _ in table],
-            "gemm_fit": {"gemm_efficiency": eff, "gemm_overhead_s": overhead, "shapes": len(table)},
+            "gemm_fit": {
+                "gemm_efficiency": eff,
+                "gemm_overhead_s": overhead,
+                "shapes": len(table),
+                "best_share_of_peak": max(r[3] for r in table) / peak,
+            },
         },
     )
 
@@ -688,6 +693,7 @@ def calibrate(device="cuda", spec=None, base=None, quick: bool = False) -> Hardw
         sources |= s
         measured |= m
     measured["seconds"] = time.perf_counter() - t0
+    measured["replaced"] = [k for k in MEASURED_FIELDS if k in values]
     for k, x in values.items():
         if not (math.isfinite(x) and x >= 0):
             raise MliteError(f"mlite calibrate: measured {k} = {x!r} is not a finite non-negative number")
