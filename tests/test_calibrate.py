@@ -66,16 +66,6 @@ def test_quick_cpu_calibrate_loads_back_and_replaces_the_measured_fields(quick_m
     assert prof.hbm_bytes_per_s == pytest.approx(2 * m["memory"]["bytes"] / m["memory"]["copy_s"])
 
 
-def test_a_dense_model_keeps_the_base_grouped_gemm_and_says_why():
-    prof = calibrate("cpu", "tiny-dense")  # a CPU always runs the quick sizes
-    base = load_hardware("H100")  # no GPU name to match: the default base
-    assert prof.measured["sizes"] == "quick" and not prof.measured["quick"]
-    assert prof.measured["base"] == "H100" and prof.grouped_gemm_efficiency == base.grouped_gemm_efficiency
-    assert "no routed experts" in prof.measured["grouped_gemm"]
-    assert prof.sources["grouped_gemm_efficiency"] == base.sources["grouped_gemm_efficiency"]
-    assert prof.gemm_efficiency != base.gemm_efficiency
-
-
 def _rows(eff, overhead, peak, shapes):
     """``[M, N, K, flops_per_s]`` rows of GEMMs that take exactly flops / (peak x eff) + overhead."""
     return [[m, n, k, 2 * m * n * k / (2 * m * n * k / (peak * eff) + overhead)] for m, n, k in shapes]
@@ -161,17 +151,23 @@ def _mlite(cwd, *args):
 
 
 def test_the_command_from_a_users_folder_writes_a_profile_with_a_relative_out(tmp_path):
+    """The defaults: tiny-dense (a dense model: the grouped GEMM is kept, and why is said), the H100 base (no GPU name
+    to match), the quick sizes (a CPU always runs them)."""
     (tmp_path / "profiles").mkdir()
-    p = _mlite(
-        tmp_path, "calibrate", "tiny-moe", "--device", "cpu", "--quick", "--base", "H200", "--out", "profiles/mine.json"
-    )
+    p = _mlite(tmp_path, "calibrate", "--device", "cpu", "--out", "profiles/mine.json")
     assert p.returncode == 0, p.stderr
-    prof = load_hardware(tmp_path / "profiles" / "mine.json")
-    assert prof.measured["spec"] == "tiny-moe" and prof.measured["base"] == "H200"
+    prof, base = load_hardware(tmp_path / "profiles" / "mine.json"), load_hardware("H100")
+    m = prof.measured
+    assert m["spec"] == "tiny-dense" and m["base"] == "H100" and m["sizes"] == "quick" and not m["quick"]
+    assert "no routed experts" in m["grouped_gemm"] and "grouped_gemm_efficiency" not in m["replaced"]
+    assert prof.grouped_gemm_efficiency == base.grouped_gemm_efficiency
+    assert prof.sources["grouped_gemm_efficiency"] == base.sources["grouped_gemm_efficiency"]
     lines = {ln.split()[0]: ln for ln in p.stdout.splitlines() if "->" in ln}
     assert set(lines) == set(MEASURED_FIELDS)
-    assert "kept: not measured" in lines["pcie_bytes_per_s"] and "kept" not in lines["gemm_efficiency"]
-    assert f"{prof.gemm_efficiency:.4g}" in lines["gemm_efficiency"]
+    for k in ("pcie_bytes_per_s", "grouped_gemm_efficiency"):
+        assert "kept: not measured" in lines[k], lines[k]
+    assert "kept" not in lines["gemm_efficiency"] and f"{prof.gemm_efficiency:.4g}" in lines["gemm_efficiency"]
+    assert prof.gemm_efficiency != base.gemm_efficiency
     assert sorted(x.name for x in tmp_path.rglob("*")) == ["mine.json", "profiles"]
 
 

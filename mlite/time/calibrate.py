@@ -83,7 +83,7 @@ class Sizes:
 
 FULL = Sizes((1024, 4096, 16384), (4096, 8192), 32768, 4096, 16384, 1 << 30, 5000, 1 << 28, 1 << 22, 5)
 """Sizes of a full calibrate (under a minute on an H200)."""
-QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 20, 3)
+QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 19, 3)
 """Sizes of ``--quick`` (seconds on a 2-core CPU)."""
 
 
