@@ -82,9 +82,9 @@ class Sizes:
 
 
 FULL = Sizes((1024, 4096, 16384), (4096, 8192), 32768, 4096, 16384, 1 << 30, 5000, 1 << 28, 1 << 22, 5)
-"""Sizes of a full calibrate (under a minute on an H200)."""
+"""Sizes of a full calibrate on a GPU (sized for well under a minute on an H200: an estimate, not yet timed there)."""
 QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 19, 3)
-"""Sizes of ``--quick`` (seconds on a 2-core CPU)."""
+"""Sizes of ``--quick`` and of every CPU run (seconds on a 2-core CPU)."""
 
 
 # ---------------------------------------------------------------------------------------------------- device, timing
