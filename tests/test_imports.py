@@ -210,6 +210,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "launch": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir"},
     "validation": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "logs"},
     "verl_engine": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "launch"},
+    "time": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "launch"},
 }
 """README, Architecture: each package of ``mlite/`` -> the packages it may load (directly or through others).
 ``mlite.cli`` (the views) may load all of them; ``options`` sits just above ``mesh`` and ``models``; ``memory`` (the
