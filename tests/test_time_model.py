@@ -230,3 +230,40 @@ def test_refit_from_a_run_reproduces_its_step():
     assert n >= 3 and info["reached"] and info["predicted_after_s"] == pytest.approx(measured, rel=0.01)
     assert info["scale"] != pytest.approx(1.0)
     assert math.isfinite(hw.gemm_efficiency) and 0 < hw.gemm_efficiency <= 1
+
+
+def test_knobs_change_what_they_name():
+    from mlite.time.comm import all_to_all_s
+    from mlite.time.knobs import Knobs
+
+    spec = from_hf_config("Qwen3-30B-A3B")
+    o = TrainingOptions(seq_len=4096, num_microbatches=8)
+    plan = resolve(spec, 16, ParallelConfig(ep=16), seq_len=4096)
+    hw = load_hardware("H100")
+    base = predict(spec, plan, o, hw)
+    hidden = predict(spec, plan, o, hw, Knobs(ep_comm_overlap=0.7))
+    assert hidden.parts["ep_comm"] == pytest.approx(0.3 * base.parts["ep_comm"])
+    assert hidden.comm_total["ep_comm"] == pytest.approx(base.comm_total["ep_comm"])  # the links carry the same
+    fp8 = predict(spec, plan, o, hw, Knobs(gemm_dtype="fp8"))
+    assert fp8.compute["forward"]["experts"] < 0.75 * base.compute["forward"]["experts"]
+    assert fp8.compute["forward"]["elementwise"] > base.compute["forward"]["elementwise"]  # the casts
+    half = predict(spec, plan, o, hw, Knobs(dispatch_dtype="fp8"))
+    assert 0.7 * base.comm_total["ep_comm"] < half.comm_total["ep_comm"] < 0.8 * base.comm_total["ep_comm"]
+    # EP 16 on two nodes of 8: half of each rank's buffer leaves the node, 7/16 stays on NVLink
+    b = 1e9
+    t = all_to_all_s(hw, b, 16, 1, 8)
+    expect = max(
+        8 / 16 * b / (hw.network_bytes_per_s * hw.comm_efficiency),
+        7 / 16 * b / (hw.nvlink_bytes_per_s * hw.comm_efficiency),
+    )
+    assert t == pytest.approx(expect + hw.comm_latency_s)
+    dense = from_hf_config("Llama-3.1-8B")
+    dplan = resolve(dense, 16, ParallelConfig(), seq_len=4096)
+    fo = TrainingOptions(seq_len=4096, num_microbatches=4, optimizer="fsdp2")
+    two = predict(dense, dplan, fo, hw)
+    one = predict(dense, dplan, fo, hw, Knobs(fsdp_reshard_after_forward=False, fsdp_reduce_every_microbatch=False))
+    assert one.comm_total["dp_comm"] < 0.6 * two.comm_total["dp_comm"]
+    with pytest.raises(MliteError, match="tp_comm_overlap"):
+        Knobs(tp_comm_overlap=1.5).check()
+    r = _cli("tiny-dense", "--ngpu", "2", "--ep-comm-overlap", "2", cwd="/")
+    assert r.returncode == 2 and "ep_comm_overlap" in r.stderr

@@ -47,8 +47,10 @@ def add_parser(sub):
         help="also predict a colocated verl RL step phase by phase (generate, old_log_prob, ref, update_actor, "
         "update_weights) with the rollout flags of mlite rl-memory; --seq-len defaults to prompt + response",
     )
+    from ..time.knobs import add_knob_flags
     from .rl_memory import add_rollout_flags
 
+    add_knob_flags(p)
     add_rollout_flags(p, optional=True)
     p.set_defaults(seq_len=None)
     p.add_argument("--json", action="store_true", help="print the JSON document")
@@ -96,12 +98,15 @@ def prediction_from_args(args):
         from ..time.fit import calibrate_from_run
 
         hw, info = calibrate_from_run(args.calibrate_from, hw)
-    t = predict(spec, plan, o, hw)
+    from ..time.knobs import knobs_from_args
+
+    knobs = knobs_from_args(args)
+    t = predict(spec, plan, o, hw, knobs)
     t.calibration = info
     if rollout is not None:
         from ..time.rl import rl_step_time
 
-        t.rl = rl_step_time(spec, plan, o, rollout, hw)
+        t.rl = rl_step_time(spec, plan, o, rollout, hw, knobs)
     return spec, plan, o, t
 
 

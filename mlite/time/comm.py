@@ -8,6 +8,8 @@ at its slowest hop). Every transfer also pays ``comm_latency_s``.
 Which groups span nodes follows Megatron-Core's rank order ``tp-cp-ep-dp-pp`` (``RankGenerator``): TP ranks are
 adjacent, a CP group strides over TP, the DP group over TP x CP, a pipeline neighbour is TP x CP x DP ranks away;
 expert groups: ETP adjacent, EP strides over ETP.
+An all-to-all that leaves the node (:func:`all_to_all_s`) sends only the share bound for other nodes over the
+network and the rest over NVLink at the same time.
 """
 
 from __future__ import annotations
@@ -41,3 +43,16 @@ def p2p_s(hw, nbytes: float, crosses: bool) -> float:
         return 0.0
     bw = link_bytes_per_s(hw, crosses)
     return (nbytes / bw if bw > 0 else float("inf")) + hw.comm_latency_s
+
+
+def all_to_all_s(hw, nbytes: float, n: int, stride: int, gpus_per_node: int) -> float:
+    """An all-to-all of ``nbytes`` per rank over ``n`` ranks ``stride`` apart: the share bound for ranks of other
+    nodes goes over the network, the rest over NVLink, both at once (the slower one sets the time)."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    local = max(1, min(n, gpus_per_node // max(stride, 1)))
+    off = (n - local) / n * nbytes
+    on = (local - 1) / n * nbytes
+    t_net = off / link_bytes_per_s(hw, True) if off else 0.0
+    t_nv = on / link_bytes_per_s(hw, False) if on else 0.0
+    return max(t_net, t_nv) + hw.comm_latency_s

@@ -72,14 +72,20 @@ class Cost:
         return max(self.gpu_s, self.kernels * hw.kernel_launch_s)
 
 
-def gemm_s(hw, m: float, n: float, k: float, efficiency: float | None = None, bytes_per_el: int = 2) -> float:
-    """One GEMM (M x K) @ (K x N) on the roofline, plus the profile's fixed cost."""
+def gemm_s(
+    hw, m: float, n: float, k: float, efficiency: float | None = None, bytes_per_el: int = 2, fp8: bool = False
+) -> float:
+    """One GEMM (M x K) @ (K x N) on the roofline, plus the profile's fixed cost (``fp8``: at the fp8 peak, operands
+    of one byte, the output bf16)."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     eff = hw.gemm_efficiency if efficiency is None else efficiency
     flops = 2.0 * m * n * k
-    traffic = bytes_per_el * (m * k + k * n + m * n)
-    return max(flops / (hw.peak_bf16_flops * eff), traffic / hw.hbm_bytes_per_s) + hw.gemm_overhead_s
+    if fp8:
+        peak, traffic = hw.peak_fp8_flops or hw.peak_bf16_flops, (m * k + k * n) + 2 * m * n
+    else:
+        peak, traffic = hw.peak_bf16_flops, bytes_per_el * (m * k + k * n + m * n)
+    return max(flops / (peak * eff), traffic / hw.hbm_bytes_per_s) + hw.gemm_overhead_s
 
 
 def _bw(hw) -> float:
@@ -104,6 +110,8 @@ class Shard:
     """Full sequence length (the attention context)."""
     fused_ce: bool = False
     """Cross-entropy fused with the output layer."""
+    fp8: bool = False
+    """The linear layers' GEMMs in fp8 (:attr:`mlite.time.knobs.Knobs.gemm_dtype`); their bf16 inputs are cast first."""
 
     @property
     def sp_tokens(self) -> float:
@@ -161,13 +169,15 @@ def layer_forward(hw, spec, layer, sh: Shard, *, only: tuple[str, ...] | None = 
             if g.component == "routed_experts" or not _is_matrix(g, spec):
                 continue
             n = _local(g, spec, sh) / spec.hidden_size
-            c.add("gemm", gemm_s(hw, t, n, spec.hidden_size))
+            c.add("gemm", gemm_s(hw, t, n, spec.hidden_size, fp8=sh.fp8))
+            if sh.fp8:  # the input's cast to fp8 (read bf16, write one byte)
+                c.add("elementwise", 3 * t * spec.hidden_size / _bw(hw))
     if experts and want("experts"):
         e_local = spec.num_experts / sh.ep
         rows = sh.sp_tokens * sh.etp * spec.moe_router_topk * sh.ep / spec.num_experts
         for g in experts:
             n = _local(g, spec, sh) / e_local / spec.hidden_size
-            one = gemm_s(hw, rows, n, spec.hidden_size, hw.grouped_gemm_efficiency) - hw.gemm_overhead_s
+            one = gemm_s(hw, rows, n, spec.hidden_size, hw.grouped_gemm_efficiency, fp8=sh.fp8) - hw.gemm_overhead_s
             c.add("experts", e_local * one + hw.gemm_overhead_s)
     if layer.mlp in ("moe", "hash_moe") and want("routing"):
         router = sum(g.numel for g in layer.groups if g.component == "router")

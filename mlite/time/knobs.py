@@ -82,11 +82,19 @@ def add_knob_flags(p) -> None:
     g.add_argument("--dispatch-dtype", choices=("bf16", "fp8"), default=d.dispatch_dtype, help="EP dispatch dtype")
     g.add_argument("--no-overlap-grad-reduce", action="store_true", help="dist_opt: gradient reduce-scatter exposed")
     g.add_argument("--no-overlap-param-gather", action="store_true", help="dist_opt: parameter all-gather exposed")
-    g.add_argument("--tp-comm-overlap", type=float, default=d.tp_comm_overlap, metavar="F", help="share of TP traffic hidden")
-    g.add_argument("--ep-comm-overlap", type=float, default=d.ep_comm_overlap, metavar="F", help="share of EP traffic hidden")
+    g.add_argument(
+        "--tp-comm-overlap", type=float, default=d.tp_comm_overlap, metavar="F", help="share of TP traffic hidden"
+    )
+    g.add_argument(
+        "--ep-comm-overlap", type=float, default=d.ep_comm_overlap, metavar="F", help="share of EP traffic hidden"
+    )
     g.add_argument("--fsdp-no-reshard", action="store_true", help="fsdp2: reshard_after_forward=False")
-    g.add_argument("--fsdp-reduce-dtype", choices=("bf16", "fp32"), default=d.fsdp_reduce_dtype, help="fsdp2 reduce dtype")
-    g.add_argument("--fsdp-reduce-once", action="store_true", help="fsdp2: reduce-scatter after the last micro-batch only")
+    g.add_argument(
+        "--fsdp-reduce-dtype", choices=("bf16", "fp32"), default=d.fsdp_reduce_dtype, help="fsdp2 reduce dtype"
+    )
+    g.add_argument(
+        "--fsdp-reduce-once", action="store_true", help="fsdp2: reduce-scatter after the last micro-batch only"
+    )
 
 
 def knobs_from_args(args) -> Knobs:

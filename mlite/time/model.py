@@ -20,13 +20,14 @@ overlapped with the device part.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..models.flops import flops_per_token
-from .comm import p2p_s, ring_s, spans_nodes
+from .comm import all_to_all_s, p2p_s, ring_s, spans_nodes
 from .compute import Cost, Shard, embedding_cost, head_cost, layer_backward, layer_forward
 from .hardware import HardwareProfile, load_hardware
+from .knobs import Knobs
 
 PARTS = (
     "forward",
@@ -80,6 +81,8 @@ class StepTime:
     """GPUs of the plan."""
     calibration: dict = field(default_factory=dict)
     """When refitted from a run (``mlite time --calibrate-from``): the run, its measured step and the scale."""
+    knobs: Knobs = field(default_factory=Knobs)
+    """The framework knobs it assumed."""
     rl: Any = None
     """With ``mlite time --rl``: the RL step phase by phase (:class:`mlite.time.rl.RLStepTime`)."""
 
@@ -98,6 +101,7 @@ class StepTime:
             "stage": self.stage,
             "ngpu": self.ngpu,
             "calibration": dict(self.calibration),
+            "knobs": asdict(self.knobs),
             **(self.rl.to_dict() if self.rl is not None else {}),
         }
 
@@ -130,7 +134,7 @@ def optimizer_bytes_per_param(o) -> tuple[float, str]:
     return float(sum(v for _, v in terms)), " + ".join(f"{v} {k}" for k, v in terms if v)
 
 
-def _shard(spec, plan, o) -> Shard:
+def _shard(spec, plan, o, k: Knobs | None = None) -> Shard:
     p = plan.parallel
     sp = bool(o.sequence_parallel or (spec.is_moe and p.tp > 1))
     return Shard(
@@ -141,6 +145,7 @@ def _shard(spec, plan, o) -> Shard:
         etp=p.etp_size,
         seq_len=o.seq_len,
         fused_ce=bool(o.fused_cross_entropy),
+        fp8=bool(k is not None and k.gemm_dtype == "fp8"),
     )
 
 
@@ -201,7 +206,7 @@ def _layer_costs(hw, spec, layer, sh: Shard, only: tuple[str, ...] | None = None
     return out
 
 
-def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
+def _rank_costs(hw, spec, plan, o, st, sh: Shard, k: Knobs) -> _Rank:
     fwd, bwd, rec = Cost(), Cost(), Cost()
     only = _recompute_kinds(o)
     n_moe = 0
@@ -263,7 +268,9 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
         buf = sh.sp_tokens * spec.moe_router_topk * h * 2
         one = 0.0
         if p.ep > 1:
-            one += 2 * ring_s(hw, buf * p.etp_size, p.ep, spans_nodes(p.ep, p.etp_size, gpn), "all_to_all")
+            dispatch = buf * p.etp_size * (0.5 if k.dispatch_dtype == "fp8" else 1.0)
+            one += all_to_all_s(hw, dispatch, p.ep, p.etp_size, gpn)
+            one += all_to_all_s(hw, buf * p.etp_size, p.ep, p.etp_size, gpn)
         if p.etp_size > 1:
             one += ring_s(hw, buf * p.etp_size, p.etp_size, spans_nodes(p.etp_size, 1, gpn), "all_gather")
             one += ring_s(hw, buf * p.etp_size, p.etp_size, spans_nodes(p.etp_size, 1, gpn), "reduce_scatter")
@@ -272,7 +279,10 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
         crosses = spans_nodes(p.pp, p.tp * p.cp * plan.dp, gpn)
         comm["pp_p2p"] = 2 * p.vpp * p2p_s(hw, sh.sp_tokens * h * 2, crosses)
     exposed = dict(comm)
-    fwd_exposed = {k: v / (2 if k == "pp_p2p" else passes) for k, v in comm.items()}
+    for name, share in (("tp_comm", k.tp_comm_overlap), ("ep_comm", k.ep_comm_overlap)):
+        if name in exposed:
+            exposed[name] *= 1.0 - share
+    fwd_exposed = {n: v / (2 if n == "pp_p2p" else passes) for n, v in exposed.items()}
     if cp_total:
         comm["cp_comm"] = cp_total
         exposed["cp_comm"] = cp_exposed
@@ -280,7 +290,7 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard) -> _Rank:
     return _Rank(fwd, bwd, rec, comm, exposed, layers_all, fwd_exposed)
 
 
-def _dp_time(hw, spec, plan, o, st, r: _Rank) -> tuple[float, float, list[str]]:
+def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, list[str]]:
     """(total, exposed) seconds of the data-parallel traffic of one step on this pipeline rank."""
     from ..options.optimizers import BACKENDS
 
@@ -298,24 +308,30 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank) -> tuple[float, float, list[str]]:
     if be.shards_params:
         # FSDP2: each layer gathered in the forward and again in the backward, gradients reduce-scattered in fp32,
         # every micro-batch; on one rank the gather and the reduce are copies in HBM.
-        per_mb = 0.0
+        gathers = 2 if k.fsdp_reshard_after_forward else 1
+        rb = _DTYPE[k.fsdp_reduce_dtype]
+        reduces = m if k.fsdp_reduce_every_microbatch else 1
+        ag = rs = 0.0
         for n, size, stride in groups:
             if not n:
                 continue
             if size > 1:
                 crosses = spans_nodes(size, stride, gpn)
-                per_mb += 2 * ring_s(hw, n * 2, size, crosses, "all_gather") + ring_s(
-                    hw, n * 4, size, crosses, "reduce_scatter"
-                )
-            else:
-                per_mb += n * (2 * 4 + 6) / (hw.hbm_bytes_per_s * hw.elementwise_efficiency)
-        total = m * per_mb
+                ag += gathers * ring_s(hw, n * 2, size, crosses, "all_gather")
+                rs += ring_s(hw, n * rb, size, crosses, "reduce_scatter")
+            else:  # one rank: the gather and the reduce are copies (and a cast) in HBM
+                bw = hw.hbm_bytes_per_s * hw.elementwise_efficiency
+                ag += gathers * n * 4 / bw
+                rs += n * (2 + rb) / bw
+        total = m * ag + reduces * rs
         layer_share = 1.0 / max(r.n_layers, 1)
-        hidden = fwd_mb + bwd_mb
-        exposed = m * (max(0.0, per_mb - hidden) + per_mb * layer_share)
+        per_mb = ag + rs * reduces / m
+        exposed = m * (max(0.0, per_mb - (fwd_mb + bwd_mb)) + per_mb * layer_share)
         notes.append(
-            "fsdp2: every layer's gather overlaps the previous layer's compute (prefetch); the first gather "
-            "and the last reduce-scatter of each micro-batch are exposed; on one GPU they are HBM copies"
+            f"fsdp2: {gathers} gather(s) per layer and micro-batch, gradients reduced in {k.fsdp_reduce_dtype} "
+            f"{'every micro-batch' if reduces == m else 'once per step'}; each layer's traffic overlaps the previous "
+            "layer's compute (prefetch), the first gather and the last reduce-scatter are exposed; on one GPU they "
+            "are HBM copies"
         )
         return total, exposed, notes
     gb = _DTYPE[o.main_grads_dtype] if be.grad_buffer else 4
@@ -330,12 +346,18 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank) -> tuple[float, float, list[str]]:
             rs, ag = ring_s(hw, n * gb, size, crosses, "all_reduce"), 0.0
         last = min(1.0, GRAD_BUCKET / n)
         total += rs + ag
-        exposed += max(0.0, rs - bwd_mb) + last * rs + max(0.0, ag - fwd_mb)
+        exposed += max(0.0, rs - bwd_mb) + last * rs if k.overlap_grad_reduce else rs
+        exposed += max(0.0, ag - fwd_mb) if k.overlap_param_gather else ag
     if total:
         notes.append(
-            "dist_opt: gradient reduce-scatter overlaps the last micro-batch's backward, parameter all-gather "
-            "the next forward (overlap_grad_reduce / overlap_param_gather on); the last 40M-element bucket is "
-            "exposed"
+            "dist_opt: gradient reduce-scatter "
+            + (
+                "overlaps the last micro-batch's backward (the last 40M-element bucket exposed)"
+                if k.overlap_grad_reduce
+                else "exposed"
+            )
+            + ", parameter all-gather "
+            + ("overlaps the next forward" if k.overlap_param_gather else "exposed")
         )
     return total, exposed, notes
 
@@ -358,8 +380,11 @@ def _update_time(hw, plan, o, st) -> tuple[float, float, str]:
     return device, off, formula
 
 
-def predict(spec, plan, training=None, hardware: HardwareProfile | str = "H200") -> StepTime:
-    """The predicted step of ``spec`` on the resolved mesh ``plan`` with ``training``'s options."""
+def predict(
+    spec, plan, training=None, hardware: HardwareProfile | str = "H200", knobs: Knobs | None = None
+) -> StepTime:
+    """The predicted step of ``spec`` on the resolved mesh ``plan`` with ``training``'s options (``knobs``: what
+    the framework does beyond them, :class:`mlite.time.knobs.Knobs`; default the lite runtime's)."""
     from ..errors import MliteError
     from ..memory.params import stage_params
     from ..options import TrainingOptions
@@ -368,16 +393,17 @@ def predict(spec, plan, training=None, hardware: HardwareProfile | str = "H200")
     o = training or TrainingOptions()
     if not plan.valid:
         raise MliteError("the mesh is invalid: fix the errors mlite mesh reports before asking for its step time")
+    k = (knobs or Knobs()).check()
     p = plan.parallel
-    sh = _shard(spec, plan, o)
+    sh = _shard(spec, plan, o, k)
     stages = stage_params(spec, plan)
-    ranks = [_rank_costs(hw, spec, plan, o, st, sh) for st in stages]
+    ranks = [_rank_costs(hw, spec, plan, o, st, sh, k) for st in stages]
     mb = [r.fwd.seconds(hw) + r.bwd.seconds(hw) + r.rec.seconds(hw) + sum(r.exposed.values()) for r in ranks]
     slow = max(range(len(ranks)), key=lambda i: mb[i])
     r, st = ranks[slow], stages[slow]
     m = o.num_microbatches
     bubble = (p.pp - 1) / p.vpp * (sum(mb) / len(mb)) if p.pp > 1 else 0.0
-    dp_total, dp_exposed, notes = _dp_time(hw, spec, plan, o, st, r)
+    dp_total, dp_exposed, notes = _dp_time(hw, spec, plan, o, st, r, k)
     opt_s, off_s, formula = _update_time(hw, plan, o, st)
     parts = {
         "forward": m * r.fwd.seconds(hw),
@@ -400,7 +426,9 @@ def predict(spec, plan, training=None, hardware: HardwareProfile | str = "H200")
     mfu = _flops(spec, o.seq_len) * tps / hw.peak_bf16_flops
     assumptions = [
         "balanced routing: every expert gets tokens x topk / experts rows" if spec.is_moe else None,
-        "TP / SP collectives, EP dispatch + combine and pipeline sends are not overlapped with compute",
+        f"TP / SP collectives {k.tp_comm_overlap:.0%} and EP dispatch + combine {k.ep_comm_overlap:.0%} hidden "
+        "behind compute; pipeline sends exposed",
+        "linear layers' GEMMs in fp8 at the fp8 peak x gemm_efficiency, inputs cast first" if sh.fp8 else None,
         f"1F1B pipeline bubble (pp - 1) / vpp x the mean micro-batch time ({p.pp - 1}/{p.vpp})" if p.pp > 1 else None,
         *notes,
         f"optimizer step: {formula} bytes per local parameter at {hw.elementwise_efficiency:.0%} of the HBM rate",
@@ -431,24 +459,26 @@ def predict(spec, plan, training=None, hardware: HardwareProfile | str = "H200")
         assumptions=[a for a in assumptions if a],
         hardware=hw,
         ngpu=plan.ngpu,
+        knobs=k,
     )
 
 
-def forward_time(spec, plan, training, hardware: HardwareProfile | str = "H200") -> dict:
+def forward_time(spec, plan, training, hardware: HardwareProfile | str = "H200", knobs: Knobs | None = None) -> dict:
     """Part -> seconds of a forward-only pass over ``training.num_microbatches`` micro-batches (verl's log-prob
     forwards): the forward compute, one pass of the TP / EP / CP traffic, the pipeline sends one way and a bubble of
     (pp - 1) / vpp mean forward micro-batches; no backward, no data-parallel traffic, no optimizer."""
     from ..memory.params import stage_params
 
     hw = load_hardware(hardware)
+    k = (knobs or Knobs()).check()
     p = plan.parallel
-    sh = _shard(spec, plan, training)
-    ranks = [_rank_costs(hw, spec, plan, training, st, sh) for st in stage_params(spec, plan)]
+    sh = _shard(spec, plan, training, k)
+    ranks = [_rank_costs(hw, spec, plan, training, st, sh, k) for st in stage_params(spec, plan)]
     mb = [r.fwd.seconds(hw) + sum(r.fwd_exposed.values()) for r in ranks]
     slow = max(range(len(ranks)), key=lambda i: mb[i])
     r, m = ranks[slow], training.num_microbatches
     out = {"forward": m * r.fwd.seconds(hw)}
-    for k in COMM_PARTS[:-1]:
-        out[k] = m * r.fwd_exposed.get(k, 0.0)
+    for name in COMM_PARTS[:-1]:
+        out[name] = m * r.fwd_exposed.get(name, 0.0)
     out["pp_bubble"] = (p.pp - 1) / p.vpp * sum(mb) / len(mb) if p.pp > 1 else 0.0
     return out

@@ -92,7 +92,7 @@ def _decode_step_s(hw, spec, r, batch: float, context: float, kv_bytes_per_token
     return max(mem_s, comp_s) + comm + launches
 
 
-def rl_step_time(spec, plan, training, rollout, hardware="H200") -> RLStepTime:
+def rl_step_time(spec, plan, training, rollout, hardware="H200", knobs=None) -> RLStepTime:
     """The predicted colocated RL step of ``spec`` with the actor on ``plan`` and ``rollout``'s engines."""
     from ..memory.rl import rl_estimate
     from ..memory.rl_engine import rollout_weights
@@ -119,7 +119,7 @@ def rl_step_time(spec, plan, training, rollout, hardware="H200") -> RLStepTime:
     # the log-prob forwards and the update run on the actor's mesh over B x K sequences of P + R tokens
     per_dp = math.ceil(seqs / plan.dp)
     fwd_o = replace(o, num_microbatches=max(1, math.ceil(per_dp / o.micro_batch_size)))
-    fwd = sum(forward_time(spec, plan, fwd_o, hw).values())
+    fwd = sum(forward_time(spec, plan, fwd_o, hw, knobs).values())
     from ..memory import estimate
 
     w = estimate(spec, plan, o, explain=False).worst
@@ -129,7 +129,7 @@ def rl_step_time(spec, plan, training, rollout, hardware="H200") -> RLStepTime:
         phases["ref"] = fwd + (w.local_params * 2 / hw.pcie_bytes_per_s if r.ref_param_offload else 0.0)
     mini = o.micro_batch_size * o.num_microbatches * plan.dp
     steps = max(1, math.ceil(seqs / mini))
-    phases["update_actor"] = steps * predict(spec, plan, o, hw).step_s
+    phases["update_actor"] = steps * predict(spec, plan, o, hw, knobs).step_s
     shard = rollout_weights(spec, r)
     buckets = math.ceil(shard * tp / (r.update_weights_bucket_megabytes * 2**20))
     phases["update_weights"] = shard / (hw.nvlink_bytes_per_s * hw.comm_efficiency) + buckets * hw.comm_latency_s
