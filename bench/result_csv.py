@@ -11,13 +11,16 @@ COLUMNS = ("measurement", "value", "unit", "gpu", "torch_version", "command")
 """The CSV contract of the GPU rows (issue 13)."""
 
 
-def write_measurements(raw: dict, rows: Iterable[dict], path: Path, report_cmd: str) -> None:
-    """Write ``rows`` (``measurement``, ``value``, ``unit``) to ``path`` atomically, with the raw JSON's GPU, torch
-    version and ``command && report_cmd``."""
+def write_measurements(
+    raw: dict, rows: Iterable[dict], path: Path, report_cmd: str, columns: tuple[str, ...] = COLUMNS
+) -> None:
+    """Write ``rows`` (``measurement``, ``value``, ``unit``; or a bench's own ``columns`` ending in ``gpu``,
+    ``torch_version``, ``command``) to ``path`` atomically, with the raw JSON's GPU, torch version and
+    ``command && report_cmd``."""
     command = f"{raw['command']} && {report_cmd}"
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=columns)
         w.writeheader()
         for r in rows:
             w.writerow({**r, "gpu": raw.get("gpu"), "torch_version": raw.get("torch_version"), "command": command})
