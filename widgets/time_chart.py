@@ -18,7 +18,7 @@ def time_svg(step_time) -> str:
     assumptions (HTML)."""
     rows = time_rows(step_time)
     longest = max((r["seconds"] for r in rows), default=0.0) or 1.0
-    left, bar_w, right, row_h, top = 86, 240, 120, 18, 6
+    left, bar_w, right, row_h, top = 78, 150, 84, 18, 6  # narrow: it stands beside the memory bars
     width, height = left + bar_w + right, top + row_h * len(rows) + 6
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" style="font-family:sans-serif">']
     for i, r in enumerate(rows):
@@ -41,9 +41,10 @@ def time_svg(step_time) -> str:
         for k, c in COLORS.items()
     )
     return (
-        f'<div class="mlite-time-summary" style="font-weight:600;margin-bottom:2px">predicted step: '
+        f'<div style="max-width:{width}px;line-height:1.35">'
+        f'<div class="mlite-time-summary" style="font-weight:600;margin:16px 0 4px 0">predicted step: '
         f"{esc(summary(step_time))}</div>{''.join(out)}"
         f'<div style="font-size:85%">{legend}</div>'
-        f'<details style="font-size:85%;color:#555;max-width:{width + 60}px"><summary>assumptions (mlite time)'
-        f"</summary><ul style='margin:2px 0;padding-left:18px'>{notes}</ul></details>"
+        f'<details open style="font-size:85%;color:#555"><summary>assumptions (mlite time)'
+        f"</summary><ul style='margin:2px 0;padding-left:18px'>{notes}</ul></details></div>"
     )

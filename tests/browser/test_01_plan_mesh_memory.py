@@ -200,7 +200,7 @@ def test_memory_offload_slider_moves_memory_to_the_host(page):
 
     # beside the memory bars, the predicted step on the hardware shown (the GPU type's profile): a bar per part
     hw = view.locator(".mlite-memory-hardware select").input_value()
-    assert hw == hardware_for_gpu(gpu)
+    assert hw == hardware_for_gpu(gpu.split(" (")[0])  # the option's label: "H100 (80 GiB)"
     t = predict(spec, plan, opts(f), hw)
     expect(view.locator(".mlite-memory-time .mlite-time-summary")).to_have_text(f"predicted step: {summary(t)}")
     bars = view.locator(".mlite-memory-time g.mlite-time-bar")
