@@ -128,7 +128,8 @@ def test_stages_of_a_pipeline_each_get_a_bar():
 def test_table_marks_oom_and_applies_the_best_ranked_mesh_that_fits():
     planner, view = _views()
     spec = from_hf_config("Qwen3-30B-A3B")
-    rows = mesh_table(spec, 16, TrainingOptions())
+    assert view.hardware() == "H100"  # the GPU type's profile
+    rows = mesh_table(spec, 16, TrainingOptions(), hardware="H100")
     t = view.table
     assert [r["key"] for r in t.rows] == [
         "-".join(
@@ -239,8 +240,9 @@ def test_table_is_recomputed_once_after_the_slider_stops(monkeypatch):
     asyncio.run(asyncio.wait_for(drag(), timeout=30))
     assert len(calls) == 2
     spec = from_hf_config("Qwen3-30B-A3B")
-    rows = mesh_table(spec, 16, TrainingOptions(offload_fraction=0.25))
+    rows = mesh_table(spec, 16, TrainingOptions(offload_fraction=0.25), hardware="H100")
     assert [r["fits"] for r in view.table.rows] == [bool(m.fits) for m in rows]
+    assert [r["step_s"] for r in view.table.rows] == [(m.extra or {}).get("step_s", 0.0) for m in rows]
 
 
 def _lab(color: str) -> tuple[float, float, float]:
@@ -274,3 +276,52 @@ def test_memory_chart_colours_are_distinct_and_the_chart_readable():
     bars = [float(w) for w in re.findall(r'class="mlite-memory-seg-params"[^>]* width="([\d.]+)"', svg)]
     assert width >= MIN_PLOT_WIDTH + 58 and bars and min(bars) >= 80
     assert all(c in svg for c in colours.values())
+
+
+def test_time_chart_beside_the_memory_bars_is_the_predicted_split():
+    from mlite.time import predict
+    from mlite.time.view import time_rows
+
+    planner, view = _views()
+    spec = from_hf_config("Qwen3-30B-A3B")
+    t = predict(spec, planner.plan, view.options(), "H100")
+    assert view.step_time.step_s == t.step_s and view.step_time.parts == t.parts
+    shown = view._time.value
+    bars = re.findall(r'class="mlite-time-bar" data-part="([a-z_]+)" data-seconds="([^"]+)"', shown)
+    assert [(p, float(s)) for p, s in bars] == [(r["part"], r["seconds"]) for r in time_rows(t)]
+    assert {p for p, _ in bars} == {k for k, v in t.parts.items() if v > 0} and "offload" not in dict(bars)
+    assert f"{t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU" in shown and f"MFU {100 * t.mfu:.1f} %" in shown
+    assert t.assumptions and all(html.escape(a) in shown for a in t.assumptions)
+    # the offload slider adds the offloaded update's bar
+    view.controls["offload_fraction"].value = 0.5
+    assert view.step_time.parts["offload"] > 0 and 'data-part="offload"' in view._time.value
+    # an invalid mesh: no prediction
+    planner.apply(tp=8)
+    assert view.step_time is None
+
+
+def test_hardware_follows_the_gpu_type_and_ranks_the_table():
+    _, view = _views()
+    c = view.controls
+    assert c["hardware"].options == ("A100", "B200", "H100", "H200")
+    c["gpu"].value = "H200"
+    assert view.hardware() == "H200" and view.step_time.hardware.name == "H200"
+    c["gpu"].value = "B300"  # no profile for it: the hardware stays
+    assert view.hardware() == "H200"
+    c["hardware"].value = "A100"
+    spec = from_hf_config("Qwen3-30B-A3B")
+    want = mesh_table(spec, 16, view.options(), hardware="A100")
+    rows = view.table.rows
+    assert [r["key"] for r in rows[:5]] == ["-".join(map(str, _mesh(m))) for m in want[:5]]
+    fit = [r["tokens_per_s_per_gpu"] for r in rows if r["fits"]]
+    assert fit and fit == sorted(fit, reverse=True) and all(r["step_s"] == 0.0 for r in rows if not r["fits"])
+    assert "fastest predicted on A100" in view._table_title.value
+    best = want[0]
+    assert f"{best.extra['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU predicted on A100" in view._cheapest_html.value
+    view.table._limit.value = 0
+    assert "tok/s/GPU" in view.table._html.value and f"{fit[0]:,.0f}" in view.table._html.value
+
+
+def _mesh(m) -> tuple:
+    p = m.plan.parallel
+    return (p.tp, p.pp, p.vpp, p.cp, p.ep, p.etp_size)

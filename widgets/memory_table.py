@@ -1,5 +1,6 @@
 """Pieces of the memory view that are not the view itself: the debouncer of the whole-mesh table and its columns
-(with OOM cells highlighted) and rows built from :func:`mlite.memory.mesh_table`."""
+(with OOM cells highlighted, and the predicted speed of those that fit) and rows built from
+:func:`mlite.memory.mesh_table`."""
 
 from __future__ import annotations
 
@@ -62,6 +63,18 @@ MEMORY_COLUMNS = [
         tip="total <= usable (device memory less the headroom)",
     ),
     Column("score", "score", fmt=lambda r: f"{r['score']:.2f}", tip="the planner's score (lower is better)"),
+    Column(
+        "tokens_per_s_per_gpu",
+        "tok/s/GPU",
+        fmt=lambda r: f"{r['tokens_per_s_per_gpu']:,.0f}" if r["step_s"] else "–",
+        tip="predicted tokens/s per GPU on the chosen hardware (mlite time; meshes that fit only)",
+    ),
+    Column(
+        "step_s",
+        "step s",
+        fmt=lambda r: f"{r['step_s']:.3f}" if r["step_s"] else "–",
+        tip="predicted seconds per optimizer step (mlite time; meshes that fit only)",
+    ),
 ]
 
 
@@ -77,5 +90,7 @@ def memory_rows(meshes) -> list[dict]:
             host=e["host_bytes"],
             fits=bool(m.fits),
             fits_text="✓" if m.fits else "OOM",
+            tokens_per_s_per_gpu=e.get("tokens_per_s_per_gpu", 0.0),
+            step_s=e.get("step_s", 0.0),
         )
     return rows

@@ -4,15 +4,18 @@ Controls: GPU type (or GiB), optimizer (``dist_opt`` / ``fsdp2``), ``use_distrib
 precision-aware optimizer (PAO) with its dtype pickers (``main_grads_dtype``, moments, ``store_param_remainders``;
 disabled and fp32 while PAO is off, as Megatron-Core requires), ``offload_fraction`` (a live slider), runtime
 context offload, ``recompute``, ``seq_len`` (the planner's own box, shown here too), micro-batch size and count,
-sequence parallelism, attention kernel. Output: the GPU total of the most loaded rank against the usable memory,
+sequence parallelism, attention kernel, the hardware profile of the time model (``hardware``: a shipped profile,
+following the GPU type where it names one). Output: the GPU total of the most loaded rank against the usable memory,
 a stacked bar per pipeline stage (params / grads / optimizer / activations / other) with the capacity line and
-the host memory next to it, "why" (each number with its formula and the values that went in, from
+the host memory next to it, and beside them the predicted step of the mesh on the hardware
+(:func:`mlite.time.predict`: a bar per part of the step, :mod:`widgets.time_chart`, with the step, tokens/s/GPU, MFU
+and the assumptions), "why" (each number with its formula and the values that went in, from
 ``MemoryEstimate.to_dict()["formulas"]``), the best-ranked mesh that fits and the one with the least memory, and every valid mesh with its estimate
 (:func:`mlite.memory.mesh_table`), OOM cells in red; clicking a row applies that mesh in the planner.
 
-"Best-ranked mesh that fits": the first row of :func:`mlite.memory.mesh_table` (meshes that fit come first, then
-the planner's score: TP and EP inside a node, the smallest pipeline bubble, the least CP, smaller TP/ETP); it is
-not the one with the least memory, which is shown next to it ("Least GPU memory", each with its apply button).
+"Best-ranked mesh that fits": the first row of :func:`mlite.memory.mesh_table` on the hardware (meshes that fit
+come first, the fastest predicted tokens/s/GPU first, then the planner's score:
+:func:`mlite.mesh.enumerate.rank_key`); it is not the one with the least memory, which is shown next to it ("Least GPU memory", each with its apply button).
 
 The whole-mesh table is recomputed after the controls stop moving for a moment (a quarter second, debounced on the
 kernel's event loop) so dragging the slider stays live; the picked mesh's own figures follow every move.
@@ -23,7 +26,8 @@ use_precision_aware_optimizer, main_grads_dtype, moment_dtype, store_param_remai
 ``mlite-memory-gpu-total`` (card; ``.mlite-figure-value`` "78.93 GiB", ``.mlite-figure-exact`` the bytes),
 ``mlite-memory-fits``, ``mlite-memory-host``, ``mlite-memory-bpp``, ``mlite-memory-chart`` (SVG; bars
 ``g.mlite-memory-bar[data-pp][data-total]``), ``mlite-memory-why``, ``mlite-memory-details``,
-``mlite-memory-cheapest``, ``mlite-memory-table`` (a :class:`widgets.planner.MeshTable`; OOM cells
+``mlite-memory-time`` (the time chart: bars ``g.mlite-time-bar[data-part][data-seconds]``, the line
+``.mlite-time-summary``), ``mlite-memory-cheapest``, ``mlite-memory-table`` (a :class:`widgets.planner.MeshTable`; OOM cells
 ``td.mlite-oom``), ``mlite-memory-invalid`` (the planner's mesh is invalid), ``mlite-error``.
 """
 
@@ -46,12 +50,15 @@ from mlite.mesh.axes import MESH_NAMES
 from mlite.options.cli import memory_flags
 from mlite.options.optimizers import BACKENDS, inapplicable
 from mlite.options.table import TRAINING, rows_by_field
+from mlite.time import hardware_names, predict
+from mlite.time.hardware import hardware_for_gpu
 
 from ._common import ErrorBanner, esc, fmt_count
 from .memory_chart import _card, _small_table, gib, memory_svg
 from .memory_table import MEMORY_COLUMNS, _Debounce, memory_rows
 from .mesh_table import MeshTable
 from .planner import mesh_key
+from .time_chart import time_svg
 
 _ROWS = rows_by_field(TRAINING)
 """The options table's rows: labels and choices of the controls."""
@@ -67,7 +74,10 @@ class MemoryView(W.VBox):
     estimate = traitlets.Any(None, allow_none=True)
     """The :class:`mlite.memory.MemoryEstimate` shown (None while the planner's mesh is invalid)."""
 
-    def __init__(self, planner, *, gpu: str | float = "H100", **options):
+    step_time = traitlets.Any(None, allow_none=True)
+    """The :class:`mlite.time.StepTime` of the planner's mesh on :meth:`hardware` (None while the mesh is invalid)."""
+
+    def __init__(self, planner, *, gpu: str | float = "H100", hardware: str | None = None, **options):
         super().__init__()
         self.add_class("mlite-memory")
         self.planner = planner
@@ -96,6 +106,14 @@ class MemoryView(W.VBox):
                 description=_ROWS["gpu_memory_gib"].label,
                 continuous_update=False,
                 layout=lay("150px"),
+            ),
+            "hardware": W.Dropdown(  # the time model's shipped profiles (mlite.time.hardware_names)
+                options=hardware_names(),
+                value=hardware or hardware_for_gpu(gpu_name),
+                description="speed on",
+                tooltip="hardware profile of the predicted step and of the table's speed ranking (mlite time)",
+                layout=lay("150px"),
+                style=narrow,
             ),
             "optimizer": W.ToggleButtons(
                 options=list(_ROWS["optimizer"].choices),
@@ -211,6 +229,8 @@ class MemoryView(W.VBox):
         self._cards = W.HTML()
         self._chart = W.HTML(layout=W.Layout(flex="0 0 auto"))  # its SVG's own width: never squeezed by the stages
         self._chart.add_class("mlite-memory-chart")
+        self._time = W.HTML(layout=W.Layout(flex="0 0 auto", margin="0 0 0 16px"))
+        self._time.add_class("mlite-memory-time")
         self._stages = W.HTML()
         self._stages.add_class("mlite-memory-stages")
         self._why = W.HTML()
@@ -220,7 +240,7 @@ class MemoryView(W.VBox):
         self._results = W.VBox(
             [
                 self._cards,
-                W.HBox([self._chart, self._stages], layout=W.Layout(flex_flow="row wrap")),
+                W.HBox([self._chart, self._time, self._stages], layout=W.Layout(flex_flow="row wrap")),
                 self._why,
                 self._details,
             ]
@@ -248,6 +268,7 @@ class MemoryView(W.VBox):
                 [
                     c["gpu"],
                     c["gpu_memory_gib"],
+                    c["hardware"],
                     c["optimizer"],
                     c["optimizer_algorithm"],
                     c["use_distributed_optimizer"],
@@ -319,6 +340,10 @@ class MemoryView(W.VBox):
             gpus_per_node=self.planner.gpus_per_node,
         )
 
+    def hardware(self) -> str:
+        """The time model's profile name the view predicts on."""
+        return self.controls["hardware"].value
+
     def set(self, **values) -> None:
         """Set controls by name (``offload_fraction=0.5``, ``gpu="H200"``), then estimate once."""
         self._busy = True
@@ -327,6 +352,8 @@ class MemoryView(W.VBox):
                 self.controls[k].value = v
                 if k == "gpu" and v != "custom":
                     self.controls["gpu_memory_gib"].value = GPU_MEMORY_GIB[v]
+                    if "hardware" not in values:
+                        self.controls["hardware"].value = hardware_for_gpu(v, default=self.hardware())
         finally:
             self._busy = False
         self.refresh()
@@ -350,6 +377,7 @@ class MemoryView(W.VBox):
         try:
             if name == "gpu" and change["new"] != "custom":
                 c["gpu_memory_gib"].value = GPU_MEMORY_GIB[change["new"]]
+                c["hardware"].value = hardware_for_gpu(change["new"], default=c["hardware"].value)
             elif name == "gpu_memory_gib" and GPU_MEMORY_GIB.get(c["gpu"].value) != change["new"]:
                 c["gpu"].value = next((k for k, v in GPU_MEMORY_GIB.items() if v == change["new"]), "custom")
         finally:
@@ -383,13 +411,13 @@ class MemoryView(W.VBox):
         spec, plan = self.planner.spec, self.planner.plan
         if spec is None or plan is None:
             self._results.layout.display = "none"
-            self.estimate = None
+            self.estimate = self.step_time = None
             return
         try:
             o = self.options()
         except MliteError:
             self._results.layout.display = "none"
-            self.estimate = None
+            self.estimate = self.step_time = None
             raise
         self._schedule_table(spec, plan, o)
         if not plan.valid:
@@ -399,16 +427,19 @@ class MemoryView(W.VBox):
                 f"({esc(plan.errors[0].message)}): fix it above, or apply a mesh from the table "
                 "below.</div>"
             )
-            self.estimate = None
+            self.estimate = self.step_time = None
             return
         est = estimate(spec, plan, o)
+        t = predict(spec, plan, o, self.hardware())
         self._invalid.value = ""
         self._render(est)
+        self._time.value = time_svg(t)
         self._results.layout.display = None
+        self.step_time = t
         self.estimate = est
 
     def _schedule_table(self, spec, plan, o) -> None:
-        key = (id(spec), spec.name, plan.ngpu, repr(o.to_dict()))
+        key = (id(spec), spec.name, plan.ngpu, repr(o.to_dict()), self.hardware())
         current = mesh_key(plan.parallel)
         if key == self._table_key or key == self._pending_key:
             self.table.set_current(current)
@@ -422,15 +453,15 @@ class MemoryView(W.VBox):
         if spec is None or plan is None:
             return
         o = self.options()
-        key = (id(spec), spec.name, plan.ngpu, repr(o.to_dict()))
-        rows = memory_rows(mesh_table(spec, plan.ngpu, o))
+        key = (id(spec), spec.name, plan.ngpu, repr(o.to_dict()), self.hardware())
+        rows = memory_rows(mesh_table(spec, plan.ngpu, o, hardware=self.hardware()))
         self._table_key, self._pending_key = key, None
         self.table.set_rows(rows, mesh_key(plan.parallel))
         n_fit = sum(r["fits"] for r in rows)
         self._table_title.value = (
             f"<b>All valid meshes with their estimate</b>: {n_fit} of {len(rows)} fit on "
-            f"{plan.ngpu} × {o.gpu_memory_gib:g} GiB (those that fit first, then by the "
-            "planner's score; OOM in red)"
+            f"{plan.ngpu} × {o.gpu_memory_gib:g} GiB (those that fit first, the fastest predicted on "
+            f"{esc(self.hardware())} first, then by the planner's score; OOM in red)"
         )
         self._render_cheapest(rows, plan.ngpu, o)
 
@@ -444,10 +475,11 @@ class MemoryView(W.VBox):
         if best:
             head = (
                 f"<b>Best-ranked mesh that fits</b> on {ngpu} × {o.gpu_memory_gib:g} GiB: "
-                f"<code>{esc(mesh(best))}</code> — {gib(best['total'])} per GPU, score {best['score']:.2f}. "
-                "<span style='color:#666'>"
-                "(ranked by the planner's score: TP and EP inside a node, smallest pipeline bubble, least CP, "
-                "then smaller TP/ETP; not the least memory, below)</span>"
+                f"<code>{esc(mesh(best))}</code> — {gib(best['total'])} per GPU, "
+                f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU predicted on {esc(self.hardware())}, score "
+                f"{best['score']:.2f}. <span style='color:#666'>(ranked by the predicted tokens/s/GPU, then the "
+                "planner's score: TP and EP inside a node, smallest pipeline bubble, least CP, then smaller TP/ETP; "
+                "not the least memory, below)</span>"
             )
         else:
             head = (

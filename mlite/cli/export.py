@@ -36,6 +36,14 @@ def add_parser(sub):
     for action in p._actions:  # --optimizer given or not: not given, the target's (export.plan.default_optimizer)
         if action.dest == _optimizer_dest():
             action.__class__ = _Chosen
+    from .time import add_hardware_flag
+
+    add_hardware_flag(
+        p,
+        default=None,
+        also="; for the predicted step in the launcher's header (default: the --gpu-mem GPU's profile where it names "
+        "one, else H200)",
+    )
     p.add_argument("--json", action="store_true", help="list the files written with the resolved mesh")
     return p
 
@@ -72,6 +80,7 @@ def run(args) -> int:
         parallel=parallel_from_args(args),
         options=options_from_args(args),
         gpus_per_node=args.gpus_per_node,
+        hardware=_hardware(args),
         **values_from_args(args, EXPORT),
     )
     res = write(plan, args.out)  # an invalid mesh raises InvalidMesh: bad input, exit 2 (nothing written)
@@ -87,6 +96,9 @@ def run(args) -> int:
         print(f"  warning: {w}")
     if line:
         print(f"  {line}")
+    predicted = [ln[2:] for ln in res.files[res.launcher].splitlines() if ln.startswith("# predicted step:")]
+    if predicted:  # as the launcher's header states it
+        print(f"  {predicted[0].split(' (mlite time;')[0]}")
     submit = f"cd {args.out} && mkdir -p {plan.log_dir} && sbatch {res.job}"
     if fits is False:
         print(
@@ -97,6 +109,18 @@ def run(args) -> int:
     else:
         print(f"  submit: {submit}")
     return 0
+
+
+def _hardware(args) -> str:
+    """``--hardware``, else the ``--gpu-mem`` GPU's shipped profile, else H200; checked here (a bad one: exit 2,
+    nothing written)."""
+    from ..options import TRAINING
+    from ..options.table import rows_by_field
+    from ..time.hardware import hardware_for_gpu, load_hardware
+
+    hw = args.hardware or hardware_for_gpu(getattr(args, rows_by_field(TRAINING)["gpu_memory_gib"].dest))
+    load_hardware(hw)
+    return hw
 
 
 def _memory_verdict(plan) -> tuple[str, bool | None, int | None]:

@@ -101,7 +101,16 @@ def add_parser(sub):
         default=None,
         metavar="GIB|GPU",
         help="with --list: rank with memory in view: the meshes that fit this device memory (GiB or a GPU name; "
-        "mlite memory's estimate with its default options) first, the others by least memory per GPU",
+        "mlite memory's estimate with its default options) first, the others by least memory per GPU; a GPU name "
+        "with a shipped time profile (A100, H100, H200, B200) also ranks those that fit by predicted tokens/s/GPU",
+    )
+    from .time import add_hardware_flag
+
+    add_hardware_flag(
+        p,
+        default=None,
+        also="; with --list: rank the meshes that fit by the time model's predicted tokens/s/GPU on it (without "
+        "--gpu-mem the profile's memory_gib is the device memory)",
     )
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
@@ -118,40 +127,62 @@ def _list_columns() -> list[tuple[str, int]]:
     return [(a.name, a.width) for a in AXES] + [(d, _DERIVED_WIDTH) for d in DERIVED]
 
 
-def _list_meshes(spec, args) -> tuple[list, str]:
-    """The ranked meshes of ``--list`` and how they are ranked (with ``--gpu-mem``: by the memory estimate)."""
+def _list_meshes(spec, args) -> tuple[list, str, bool]:
+    """The ranked meshes of ``--list``, how they are ranked and whether their speed was predicted (``--gpu-mem``:
+    by the memory estimate; ``--hardware``, or a ``--gpu-mem`` GPU with a shipped profile: the meshes that fit by
+    the predicted tokens/s/GPU)."""
     from ..mesh import enumerate_meshes
 
-    if args.gpu_mem is None:
+    if args.gpu_mem is None and args.hardware is None:
         meshes = enumerate_meshes(spec, args.ngpu, seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
-        return meshes, "best first by the score; --gpu-mem ranks the meshes that fit first"
+        return meshes, "best first by the score; --gpu-mem ranks the meshes that fit first", False
     from ..memory import mesh_table
     from ..options import TrainingOptions
     from ..options.cli import gpu_gib
+    from ..time.hardware import hardware_for_gpu, load_hardware
 
-    gib = gpu_gib(args.gpu_mem, "--gpu-mem")
+    hw_name, why = args.hardware, ""
+    if hw_name is None:
+        hw_name = hardware_for_gpu(args.gpu_mem, default="")
+        why = f" (--gpu-mem {args.gpu_mem}'s profile; --hardware picks another)"
+    hw = load_hardware(hw_name) if hw_name else None
+    mem_why = ""
+    if args.gpu_mem is not None:
+        gib = gpu_gib(args.gpu_mem, "--gpu-mem")
+    else:
+        assert hw is not None
+        gib = hw.memory_gib
+        mem_why = f" ({hw.name}'s memory_gib; --gpu-mem sets another)"
     o = TrainingOptions(gpu_memory_gib=gib, seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
-    meshes = mesh_table(spec, args.ngpu, o)
-    n_fit = sum(bool(m.fits) for m in meshes)
-    return meshes, f"{n_fit} fit in {gib:g} GiB by mlite memory's defaults: those first, then least memory"
+    meshes = mesh_table(spec, args.ngpu, o, hardware=hw)
+    fit = f"{sum(bool(m.fits) for m in meshes)} fit in {gib:g} GiB{mem_why} by mlite memory's defaults: those first"
+    if hw is None:
+        return meshes, f"{fit}, then least memory", False
+    return meshes, f"{fit}, fastest first by mlite time on {hw.name}{why}, then least memory", True
 
 
 def _print_list(spec, args) -> int:
     from ..units import GIB
     from . import print_json
 
-    meshes, how = _list_meshes(spec, args)
+    meshes, how, speed = _list_meshes(spec, args)
     if args.json:
         print_json({"meshes": [m.to_dict() for m in meshes]})
         return 0 if meshes else 1
-    mem = args.gpu_mem is not None
+    mem = args.gpu_mem is not None or args.hardware is not None
     print(f"{len(meshes)} valid meshes for {spec.name} on {args.ngpu} GPUs ({how}):")
     cols = _list_columns()
     head = " ".join(f"{k:>{w}}" for k, w in cols) + f" {'score':>7}"
-    print("  " + head + (f" {'GiB/GPU':>8} {'fits':>4}" if mem else "") + "  layout")
+    head += f" {'tok/s/GPU':>9} {'step s':>8}" if speed else ""
+    head += f" {'GiB/GPU':>8} {'fits':>4}" if mem else ""
+    print("  " + head + "  layout")
     for m in meshes[: args.limit]:
         d = m.to_dict()
         line = " ".join(f"{d[k]:>{w}}" for k, w in cols) + f" {d['score']:>7.2f}"
+        if speed:
+            tps = f"{d['tokens_per_s_per_gpu']:,.0f}" if "tokens_per_s_per_gpu" in d else "-"
+            step = f"{d['step_s']:.3f}" if "step_s" in d else "-"
+            line += f" {tps:>9} {step:>8}"
         if mem:
             line += f" {d['total_bytes'] / GIB:>8.1f} {'yes' if m.fits else 'no':>4}"
         print("  " + line + f"  {d['pp_layout']}")

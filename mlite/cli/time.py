@@ -27,14 +27,7 @@ def add_parser(sub):
     add_mesh_flags(p)
     add_split_flags(p)
     add_memory_flags(p)
-    from ..time.hardware import hardware_names
-
-    p.add_argument(
-        "--hardware",
-        default="H200",
-        metavar="NAME|PROFILE.json",
-        help=f"a shipped profile ({', '.join(hardware_names())}) or a profile file from mlite calibrate --out",
-    )
+    add_hardware_flag(p, default="H200")
     p.add_argument(
         "--calibrate-from",
         default=None,
@@ -55,6 +48,19 @@ def add_parser(sub):
     p.set_defaults(seq_len=None)
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
+
+
+def add_hardware_flag(p, *, default: str | None, also: str = "") -> None:
+    """``--hardware NAME|PROFILE.json`` (``mlite time``, ``mlite mesh --list``, ``mlite export``), read by
+    :func:`mlite.time.hardware.load_hardware`; ``also``: what the flag does besides in this command."""
+    from ..time.hardware import hardware_names
+
+    p.add_argument(
+        "--hardware",
+        default=default,
+        metavar="NAME|PROFILE.json",
+        help=f"a shipped profile ({', '.join(hardware_names())}) or a profile file from mlite calibrate --out{also}",
+    )
 
 
 def prediction_from_args(args):

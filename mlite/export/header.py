@@ -1,5 +1,6 @@
 """Comment headers shared by the launchers and the sbatch script: mesh accounting with the runtime's rule (and
-the difference to verl's launcher rule), the training options, the planner's warnings, the memory estimate."""
+the difference to verl's launcher rule), the training options, the planner's warnings, the memory estimate, the
+predicted step."""
 
 from __future__ import annotations
 
@@ -94,6 +95,23 @@ def memory_line(spec, mp, options) -> list[str]:
     ]
 
 
+def time_line(plan, spec, mp, options) -> list[str]:
+    """``mlite time``'s prediction for this plan and options on ``plan.hardware`` (one line with the command that
+    shows its split and assumptions), or nothing when no prediction can be made."""
+    from ..time import predict
+    from ..time.hardware import DEFAULT_HARDWARE
+    from ..time.view import summary, time_command
+
+    hardware = plan.hardware or DEFAULT_HARDWARE
+    try:
+        t = predict(spec, mp, options, hardware)
+    except MliteError:  # a courtesy in a comment, as the memory line (mlite export checks --hardware first)
+        return []
+    return [
+        f"predicted step: {summary(t)} (mlite time; assumptions: {time_command(plan.model, mp, options, hardware)})"
+    ]
+
+
 def findings(mp, extra: list[str]) -> list[str]:
     """The planner's warnings and the exporter's own notes, one ``warning:`` line each."""
     return [f"warning: {m}" for m in [f.message for f in mp.warnings] + list(extra)]
@@ -111,7 +129,7 @@ def build(plan, spec, mp, title: str, notes: list[str], requires: list[str], opt
         "",
     ]
     lines += mesh_accounting(plan, mp) + [""] + options_summary(options)
-    lines += memory_line(spec, mp, options)
+    lines += memory_line(spec, mp, options) + time_line(plan, spec, mp, options)
     warn = findings(mp, notes)
     if warn:
         lines += [""] + warn

@@ -114,6 +114,10 @@ class ExportPlan:
     """Launcher this plan was imported from (``mlite import-launcher``), for the header's mesh accounting."""
     source_rule_dp: float | None = None
     """DP that ``source_launcher`` computed with verl's rule ngpu/PP = TP*EP*DP (None: it did not use that rule)."""
+    hardware: str | None = None
+    """Time-model profile of the header's predicted step (a shipped name, :func:`mlite.time.hardware_names`, or a
+    profile file); None: :data:`mlite.time.hardware.DEFAULT_HARDWARE` (``mlite export`` passes the ``--gpu-mem``
+    GPU's profile where it names one)."""
     train_mtp: bool | None = None
     """Train the model's MTP layers (verl's ``mtp.enable`` and ``enable_train``, placed in the last stage): None
     trains them when the model has some; False (an imported launcher that does not train MTP) writes neither key."""

@@ -63,24 +63,49 @@ def sweep(
     return pd.DataFrame(rows)
 
 
-def fits_callback(spec, training: TrainingOptions):
-    """A ``fits`` callback for :func:`mlite.mesh.enumerate_meshes` that also returns the per-GPU figures."""
+def fits_callback(spec, training: TrainingOptions, hardware=None):
+    """A ``fits`` callback for :func:`mlite.mesh.enumerate_meshes` that also returns the per-GPU figures; with a
+    ``hardware`` profile (a name or :class:`~mlite.time.HardwareProfile`) a mesh that fits also gets its predicted
+    step (:func:`mlite.time.predict`): ``step_s``, ``tokens_per_s_per_gpu``, ``mfu`` and ``time_parts``."""
+    hw = None
+    if hardware is not None:
+        from ..time import load_hardware
+
+        hw = load_hardware(hardware)
 
     def fits(plan):
         est = estimate(spec, plan, training, explain=False)
         w = est.worst
-        return est.fits, {
+        extra = {
             "total_bytes": round(w.total),
             "peak_bytes": round(w.peak),
             "static_bytes": round(w.static),
             "host_bytes": round(w.host_total),
         }
+        if hw is not None and est.fits:
+            extra.update(speed_fields(spec, plan, training, hw))
+        return est.fits, extra
 
     return fits
 
 
-def mesh_table(spec, ngpu: int, training: TrainingOptions | None = None, **kw):
-    """Every valid mesh with its estimate, those that fit first (then by the planner's score)."""
+def speed_fields(spec, plan, training: TrainingOptions, hardware) -> dict:
+    """The predicted step of one mesh as the mesh table's extra fields."""
+    from ..time import predict
+
+    t = predict(spec, plan, training, hardware)
+    return {
+        "step_s": t.step_s,
+        "tokens_per_s_per_gpu": t.tokens_per_s_per_gpu,
+        "mfu": t.mfu,
+        "time_parts": dict(t.parts),
+    }
+
+
+def mesh_table(spec, ngpu: int, training: TrainingOptions | None = None, hardware=None, **kw):
+    """Every valid mesh with its estimate, those that fit first, then by the planner's score; with a ``hardware``
+    profile (name or :class:`~mlite.time.HardwareProfile`) the meshes that fit are ranked by their predicted
+    tokens/s/GPU first (:func:`mlite.mesh.enumerate.rank_key`)."""
     o = training or TrainingOptions()
     return enumerate_meshes(
         spec,
@@ -88,6 +113,6 @@ def mesh_table(spec, ngpu: int, training: TrainingOptions | None = None, **kw):
         seq_len=o.seq_len,
         gpus_per_node=o.gpus_per_node,
         num_microbatches=o.num_microbatches,
-        fits=fits_callback(spec, o),
+        fits=fits_callback(spec, o, hardware),
         **kw,
     )

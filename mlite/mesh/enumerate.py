@@ -1,4 +1,5 @@
-"""``enumerate_meshes``: every valid mesh of a model on N GPUs, ranked by a documented score.
+"""``enumerate_meshes``: every valid mesh of a model on N GPUs, ranked by a documented score (and, where the step
+time was predicted, by the predicted speed).
 
 Candidates: PP a divisor of N with PP <= layers; VPP 1, or (PP > 1) any VPP that splits the layers evenly, up to
 ``max_vpp``; TP, CP, EP, ETP divisors of what is left; each candidate is validated by :func:`resolve` (uneven
@@ -8,10 +9,15 @@ Ranking (ascending; lower is better), in order of precedence:
   1. fits in memory (when a ``fits`` callback is given, e.g. from the memory estimator); among the meshes that do
      not fit, the least per-GPU memory first (the callback's ``extra["total_bytes"]``, where it reports one): the
      score of a mesh that does not fit says nothing, how far it is from fitting does;
-  2. score = 100 * [TP group spans nodes] + 30 * [EP*ETP group spans nodes]
+  2. among the meshes that fit, the highest predicted tokens/s/GPU first, where the callback predicted one (its
+     ``extra["tokens_per_s_per_gpu"]``: :func:`mlite.memory.mesh_table` with a hardware profile asks
+     :func:`mlite.time.predict` for every mesh that fits, and only for those); without a prediction this term is 0
+     for every mesh and the order is the one below;
+  3. score = 100 * [TP group spans nodes] + 30 * [EP*ETP group spans nodes]
              + 50 * pipeline bubble (PP-1)/(VPP*M + PP-1), M = num_microbatches
              + 4 * log2(CP) + 2 * log2(TP) + 1 * log2(ETP) + 0.5 * [uneven stages].
-The score prefers TP and EP inside a node, fewer pipeline bubbles, less CP, then smaller TP/ETP.
+The score prefers TP and EP inside a node, fewer pipeline bubbles, less CP, then smaller TP/ETP; with a speed
+prediction it only breaks ties between meshes predicted equally fast. :func:`rank_key` is the one sort key.
 """
 
 from __future__ import annotations
@@ -125,8 +131,11 @@ def enumerate_meshes(
 
 
 def rank_key(m: RankedMesh) -> tuple:
-    """The sort key of :func:`enumerate_meshes` (module docstring): fits first, then the score (a mesh that does not
-    fit: its per-GPU bytes first), then the smaller pipeline, VPP, TP, CP, the larger EP, the smaller ETP."""
+    """The sort key of :func:`enumerate_meshes` (module docstring): fits first, then (a mesh that fits) the highest
+    predicted tokens/s/GPU where one was predicted, or (a mesh that does not fit) its per-GPU bytes, then the score,
+    then the smaller pipeline, VPP, TP, CP, the larger EP, the smaller ETP."""
     p = m.plan.parallel
-    over = float((m.extra or {}).get("total_bytes", 0)) if m.fits is False else 0.0
-    return (m.fits is False, over, m.score, p.pp, p.vpp, p.tp, p.cp, -p.ep, p.etp_size)
+    extra = m.extra or {}
+    over = float(extra.get("total_bytes", 0)) if m.fits is False else 0.0
+    speed = -float(extra.get("tokens_per_s_per_gpu", 0.0)) if m.fits is not False else 0.0
+    return (m.fits is False, over, speed, m.score, p.pp, p.vpp, p.tp, p.cp, -p.ep, p.etp_size)

@@ -97,6 +97,18 @@ def hardware_names() -> list[str]:
     return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
 
 
+DEFAULT_HARDWARE = "H200"
+"""The profile a speed ranking or a launcher's predicted step uses when neither the hardware nor a GPU name with a
+shipped profile is given."""
+
+
+def hardware_for_gpu(gpu, default: str = DEFAULT_HARDWARE) -> str:
+    """The shipped profile's name for a ``--gpu-mem`` value that names a GPU with one (``h100`` -> ``H100``), else
+    ``default`` (a number of GiB, a GPU without a profile, None)."""
+    by_upper = {n.upper(): n for n in hardware_names()}
+    return by_upper.get(str(gpu).upper(), default) if gpu is not None else default
+
+
 def profile_from_dict(doc, where: str) -> HardwareProfile:
     """A checked profile from a JSON object (``where`` names the file in messages)."""
     if not isinstance(doc, dict):

@@ -290,6 +290,24 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard, k: Knobs) -> _Rank:
     return _Rank(fwd, bwd, rec, comm, exposed, layers_all, fwd_exposed)
 
 
+def _ranks(hw, spec, plan, o, stages, sh: Shard, k: Knobs) -> tuple[list[_Rank], list[float]]:
+    """Every pipeline rank's costs and micro-batch seconds; ranks that run the same layers (and neither or both of
+    the embedding and the head) share one computation: a deep pipeline's middle ranks are alike."""
+    ranks: list[_Rank] = []
+    mb: list[float] = []
+    seen: dict = {}
+    for st in stages:
+        key = (tuple((id(layer), n) for layer, n in st.layer_kinds), st.has_embedding, st.has_head, st.mtp_layers)
+        hit = seen.get(key)
+        if hit is None:
+            r = _rank_costs(hw, spec, plan, o, st, sh, k)
+            t = r.fwd.seconds(hw) + r.bwd.seconds(hw) + r.rec.seconds(hw) + sum(r.exposed.values())
+            hit = seen[key] = (r, t)
+        ranks.append(hit[0])
+        mb.append(hit[1])
+    return ranks, mb
+
+
 def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, list[str]]:
     """(total, exposed) seconds of the data-parallel traffic of one step on this pipeline rank."""
     from ..options.optimizers import BACKENDS
@@ -397,8 +415,7 @@ def predict(
     p = plan.parallel
     sh = _shard(spec, plan, o, k)
     stages = stage_params(spec, plan)
-    ranks = [_rank_costs(hw, spec, plan, o, st, sh, k) for st in stages]
-    mb = [r.fwd.seconds(hw) + r.bwd.seconds(hw) + r.rec.seconds(hw) + sum(r.exposed.values()) for r in ranks]
+    ranks, mb = _ranks(hw, spec, plan, o, stages, sh, k)
     slow = max(range(len(ranks)), key=lambda i: mb[i])
     r, st = ranks[slow], stages[slow]
     m = o.num_microbatches

@@ -3,7 +3,7 @@
 Oracles come from the test process: :func:`mlite.mesh.resolve` / :func:`mlite.mesh.enumerate_meshes` for the
 planner (the error messages, the nearest values, the coordinates and groups of a rank, the ranking) and
 :func:`mlite.memory.estimate` / :func:`mlite.memory.mesh_table` for the memory view (the exact GPU bytes rendered
-for the slider's value, the cheapest mesh that fits). The notebook's defaults (Qwen3-30B-A3B, 16 GPUs, EP 8, H100)
+for the slider's value, the best-ranked mesh that fits), :func:`mlite.time.predict` for its time chart. The notebook's defaults (Qwen3-30B-A3B, 16 GPUs, EP 8, H100)
 are read back from the page, not assumed.
 """
 
@@ -17,6 +17,9 @@ from playwright.sync_api import expect
 from mlite.memory import TrainingOptions, estimate, mesh_table
 from mlite.mesh import ParallelConfig, enumerate_meshes, resolve
 from mlite.models import from_hf_config
+from mlite.time import predict
+from mlite.time.hardware import hardware_for_gpu
+from mlite.time.view import summary, time_rows
 
 from .conftest import open_notebook, run_all_cells, shot
 
@@ -195,8 +198,21 @@ def test_memory_offload_slider_moves_memory_to_the_host(page):
     bar = view.locator(".mlite-memory-chart g.mlite-memory-bar").first
     assert int(bar.get_attribute("data-total")) < before["per_gpu"]["total"]
 
-    # the whole-mesh table follows (debounced): OOM cells red; the cheapest mesh that fits applies to the planner
-    rows = mesh_table(spec, m["ngpu"], opts(f))
+    # beside the memory bars, the predicted step on the hardware shown (the GPU type's profile): a bar per part
+    hw = view.locator(".mlite-memory-hardware select").input_value()
+    assert hw == hardware_for_gpu(gpu.split(" (")[0])  # the option's label: "H100 (80 GiB)"
+    t = predict(spec, plan, opts(f), hw)
+    expect(view.locator(".mlite-memory-time .mlite-time-summary")).to_have_text(f"predicted step: {summary(t)}")
+    bars = view.locator(".mlite-memory-time g.mlite-time-bar")
+    expect(bars).to_have_count(len(time_rows(t)))
+    assert [bars.nth(i).get_attribute("data-part") for i in range(bars.count())] == [r["part"] for r in time_rows(t)]
+    assert float(view.locator('.mlite-memory-time g.mlite-time-bar[data-part="offload"]').get_attribute(
+        "data-seconds"
+    )) == t.parts["offload"]  # fmt: skip
+
+    # the whole-mesh table follows (debounced): OOM cells red, the fitting meshes fastest first on the hardware;
+    # the best-ranked mesh that fits applies to the planner
+    rows = mesh_table(spec, m["ngpu"], opts(f), hardware=hw)
     n_fit = sum(bool(r.fits) for r in rows)
     table = view.locator(".mlite-memory-table")
     expect(page.locator(".mlite-memory")).to_contain_text(f"{n_fit} of {len(rows)} fit")
