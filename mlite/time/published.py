@@ -7,11 +7,13 @@ the mlite / Megatron-Core bench READMEs, torchtitan's benchmark notes), its sour
 measured, exactly as published. Fields the source leaves out are read from the framework's recipe where one exists;
 every such field is listed in ``assumed``. ``knobs`` holds the time-model settings (:class:`mlite.time.knobs.Knobs`)
 the framework's recipe sets or implies, each with the recipe line in ``knobs_sources``; a knob the recipe does not
-reveal stays out (its default applies) and is named in ``assumed``. ``tests/data/step_times/README.md`` gives one line per run and the
-provenance of each model file.
+reveal stays out (its default applies) and is named in ``assumed``. ``tests/data/step_times/README.md`` gives one
+line per run, the knobs of each and the provenance of each model file.
 
 :func:`load_published` checks every record (missing or unknown keys, types, value lists, the micro-batch count
-against ``gbs / (mbs * dp)``, the knobs through :func:`mlite.time.knobs.knobs_from_dict`) and raises one :class:`~mlite.errors.MliteError` naming the run and the field.
+against ``gbs / (mbs * dp)``, the knobs through :func:`mlite.time.knobs.knobs_from_dict`) and raises one
+:class:`~mlite.errors.MliteError` naming the run and the field. :meth:`PublishedRun.time_knobs` gives the run's
+:class:`~mlite.time.knobs.Knobs`.
 :meth:`PublishedRun.spec`, :meth:`~PublishedRun.plan` and :meth:`~PublishedRun.training` give what
 :func:`mlite.time.model.predict` takes.
 """
@@ -111,7 +113,7 @@ class PublishedRun:
     split: PipelineSplit = field(default_factory=PipelineSplit)
     """Megatron-Core's pipeline split keys the recipe sets (first/last-stage counts, ``account_for_*``)."""
     knobs: dict = field(default_factory=dict)
-    """The :class:`~mlite.time.knobs.Knobs` fields the framework's recipe sets or implies (the rest keep their defaults)."""
+    """The :class:`~mlite.time.knobs.Knobs` fields the framework's recipe sets or implies (the rest keep defaults)."""
     knobs_sources: dict = field(default_factory=dict)
     """For each key of ``knobs``: ``repo path @ commit: the line(s) that set it``."""
 
