@@ -15,6 +15,7 @@ import pytest
 from mlite.errors import MliteError
 from mlite.mesh import PipelineSplit
 from mlite.models import from_hf_config
+from mlite.time.knobs import KNOB_NAMES, Knobs
 from mlite.time.published import DEFAULT_PATH, MEASURED_KEYS, PUBLISHED_DIR, load_published
 
 RUNS = load_published()
@@ -140,6 +141,16 @@ def _bad(**change):
         (_bad(tpp=2), "'tpp'"),
         (_bad(num_layers_in_first_pipeline_stage=0), "'num_layers_in_first_pipeline_stage'"),
         (_bad(account_for_loss_in_pipeline_split="true"), "'account_for_loss_in_pipeline_split'"),
+        (_bad(knobs=KeyError), "'knobs'"),
+        (_bad(knobs=[]), "'knobs'"),
+        (_bad(knobs={**BASE["knobs"], "tp_comm_overlap": 1.5}), "tp_comm_overlap"),
+        (_bad(knobs={**BASE["knobs"], "gemm_dtype": "bf16"}), "'gemm_dtype'"),
+        (
+            _bad(knobs_sources={k: v for k, v in BASE["knobs_sources"].items() if k != "ep_comm_overlap"}),
+            "'ep_comm_overlap'",
+        ),
+        (_bad(knobs_sources={**BASE["knobs_sources"], "dispatch_dtype": "somewhere"}), "'dispatch_dtype'"),
+        (_bad(knobs_sources={**BASE["knobs_sources"], "gemm_dtype": " "}), "'knobs_sources'"),
     ],
     ids=lambda x: x if isinstance(x, str) else None,
 )
@@ -172,3 +183,49 @@ def test_file_level_errors(tmp_path):
         load_published(p)
     with pytest.raises(MliteError, match="cannot read"):
         load_published(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.id for r in RUNS])
+def test_every_record_gives_its_knobs_each_with_a_source(run):
+    """Each knob the recipe sets has the recipe line (``repo path @ commit: line`` or the log / PR it comes from);
+    every other knob is named in ``assumed`` with the default it keeps."""
+    k = run.time_knobs()
+    assert isinstance(k, Knobs)
+    assert set(run.knobs) == set(run.knobs_sources) and set(run.knobs) <= set(KNOB_NAMES)
+    for name, src in run.knobs_sources.items():
+        assert " @ " in src or src.startswith(("https://", "/work/shared/reference/")), (name, src)
+        assert ": " in src, (name, src)
+    for name in KNOB_NAMES:
+        if name in run.knobs:
+            assert getattr(k, name) == run.knobs[name], name
+        else:
+            assert getattr(k, name) == getattr(Knobs(), name), name
+            assert any(a.startswith("knob") and name in a for a in run.assumed), f"{name} neither set nor assumed"
+    assert k.gemm_dtype == run.precision
+
+
+def test_hidden_shares_are_marked_assumed():
+    """A TP / EP overlap share strictly between 0 and 1 is an assumption (the recipes only switch overlap on)."""
+    shares = [(r, n) for r in RUNS for n in ("tp_comm_overlap", "ep_comm_overlap") if 0 < r.knobs.get(n, 0) < 1]
+    assert shares
+    for run, name in shares:
+        assert "share assumed" in run.knobs_sources[name], (run.id, name)
+
+
+def test_the_records_exercise_every_knob():
+    """Each knob (except fp8 dispatch, which none of these recipes turns on) takes a non-default value in some run."""
+    default = Knobs()
+    moved = {n for r in RUNS for n in KNOB_NAMES if getattr(r.time_knobs(), n) != getattr(default, n)}
+    assert moved == set(KNOB_NAMES) - {"dispatch_dtype"}
+
+
+def test_an_unknown_knob_is_refused_naming_run_and_knob(tmp_path):
+    rec = _bad(
+        knobs={**BASE["knobs"], "overlap_tp": True}, knobs_sources={**BASE["knobs_sources"], "overlap_tp": "x @ y: z"}
+    )
+    with pytest.raises(MliteError) as e:
+        load_published(_write(tmp_path, [RAW[0], rec]))
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "'bridge-qwen3-235b-a22b-h100-fp8-256'" in msg and "unknown knob 'overlap_tp'" in msg
+    assert all(n in msg for n in KNOB_NAMES)

@@ -5,11 +5,15 @@ line of a real log (NVIDIA's Megatron-Bridge and NeMo AutoModel performance summ
 the mlite / Megatron-Core bench READMEs, torchtitan's benchmark notes), its source and the verbatim quote, the model
 (a ``data/models`` name or a config under ``tests/data/step_times/models/``), the mesh, the batch and what was
 measured, exactly as published. Fields the source leaves out are read from the framework's recipe where one exists;
-every such field is listed in ``assumed``. ``tests/data/step_times/README.md`` gives one line per run and the
-provenance of each model file.
+every such field is listed in ``assumed``. ``knobs`` holds the time-model settings (:class:`mlite.time.knobs.Knobs`)
+the framework's recipe sets or implies, each with the recipe line in ``knobs_sources``; a knob the recipe does not
+reveal stays out (its default applies) and is named in ``assumed``. ``tests/data/step_times/README.md`` gives one
+line per run, the knobs of each and the provenance of each model file.
 
 :func:`load_published` checks every record (missing or unknown keys, types, value lists, the micro-batch count
-against ``gbs / (mbs * dp)``) and raises one :class:`~mlite.errors.MliteError` naming the run and the field.
+against ``gbs / (mbs * dp)``, the knobs through :func:`mlite.time.knobs.knobs_from_dict`) and raises one
+:class:`~mlite.errors.MliteError` naming the run and the field. :meth:`PublishedRun.time_knobs` gives the run's
+:class:`~mlite.time.knobs.Knobs`.
 :meth:`PublishedRun.spec`, :meth:`~PublishedRun.plan` and :meth:`~PublishedRun.training` give what
 :func:`mlite.time.model.predict` takes.
 """
@@ -26,6 +30,7 @@ from ..mesh.layout import SPLIT_KEYS, PipelineSplit, layer_list
 from ..options.training import OPTIMIZERS, RECOMPUTE
 from ..paths import REPO_ROOT
 from .hardware import hardware_names
+from .knobs import Knobs, knobs_from_dict
 
 PUBLISHED_DIR = REPO_ROOT / "tests" / "data" / "step_times"
 """Where the records and their model configs live (a source checkout)."""
@@ -107,6 +112,10 @@ class PublishedRun:
     """The recipe's ``pipeline_model_parallel_layout`` (mlite's ``pp_layout`` language), when it sets one."""
     split: PipelineSplit = field(default_factory=PipelineSplit)
     """Megatron-Core's pipeline split keys the recipe sets (first/last-stage counts, ``account_for_*``)."""
+    knobs: dict = field(default_factory=dict)
+    """The :class:`~mlite.time.knobs.Knobs` fields the framework's recipe sets or implies (the rest keep defaults)."""
+    knobs_sources: dict = field(default_factory=dict)
+    """For each key of ``knobs``: ``repo path @ commit: the line(s) that set it``."""
 
     @property
     def dp(self) -> int:
@@ -150,6 +159,10 @@ class PublishedRun:
             gpus_per_node=self.gpus_per_node,
             split=self.split,
         )
+
+    def time_knobs(self) -> Knobs:
+        """The run's :class:`~mlite.time.knobs.Knobs`: ``knobs`` over the defaults."""
+        return knobs_from_dict(self.knobs, f"run {self.id!r}")
 
     def training(self):
         """The run's :class:`~mlite.options.TrainingOptions` (distributed optimizer on)."""
@@ -195,6 +208,30 @@ def _split(doc: dict, where: str) -> PipelineSplit:
         else:
             vals[name] = v
     return PipelineSplit(**vals)
+
+
+def _knobs(doc: dict, where: str) -> tuple[dict, dict]:
+    """The record's ``knobs`` (checked by :func:`~mlite.time.knobs.knobs_from_dict`) and their ``knobs_sources``."""
+    knobs, sources = doc["knobs"], doc["knobs_sources"]
+    knobs_from_dict(knobs, f"{where}: field 'knobs'")
+    if not isinstance(sources, dict) or not all(isinstance(v, str) and v.strip() for v in sources.values()):
+        raise MliteError(
+            f"{where}: field 'knobs_sources' must map each knob to a non-empty 'repo path @ commit: line' string"
+        )
+    unsourced = [k for k in knobs if k not in sources]
+    if unsourced:
+        raise MliteError(
+            f"{where}: knob {unsourced[0]!r} has no entry in 'knobs_sources'; give the recipe line that sets it"
+        )
+    stray = sorted(set(sources) - set(knobs))
+    if stray:
+        raise MliteError(
+            f"{where}: field 'knobs_sources' names {stray[0]!r}, which is not in 'knobs'; drop it or add the knob"
+        )
+    if knobs.get("gemm_dtype", doc["precision"]) != doc["precision"]:
+        raise MliteError(f"{where}: knob 'gemm_dtype' = {knobs['gemm_dtype']!r} contradicts field 'precision' = "
+                         f"{doc['precision']!r}; make them agree")  # fmt: skip
+    return dict(knobs), dict(sources)
 
 
 def run_from_dict(doc, where: str) -> PublishedRun:
@@ -255,7 +292,15 @@ def run_from_dict(doc, where: str) -> PublishedRun:
     if layout is not None and (not isinstance(layout, str) or not layout.strip()):
         raise MliteError(f"{where}: field 'pp_layout' must be a non-empty layout string (e.g. 'Et|(tt|)*30mL')")
     values = {k: doc[k] for k in REQUIRED_KEYS}
-    values.update(assumed=tuple(assumed), measured=dict(measured), pp_layout=layout, split=_split(doc, where))
+    knobs, sources = _knobs(doc, where)
+    values.update(
+        assumed=tuple(assumed),
+        measured=dict(measured),
+        pp_layout=layout,
+        split=_split(doc, where),
+        knobs=knobs,
+        knobs_sources=sources,
+    )
     return PublishedRun(**values)
 
 
