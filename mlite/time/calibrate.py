@@ -51,6 +51,9 @@ MEASURED_FIELDS = (
     "kernel_launch_s",
     "pcie_bytes_per_s",
     "host_adam_params_per_s",
+    "recompute_selective_host_s",
+    "recompute_full_host_s",
+    "fsdp_layer_host_s",
 )
 """The profile fields :func:`calibrate` may replace (the others are the base's vendor figures)."""
 
@@ -76,14 +79,17 @@ class Sizes:
     pcie_bytes: int
     """Bytes of one host <-> device copy."""
     adam_numel: int
-    """Elements of the host AdamW shard."""
+    """Elements of the host AdamW shard (large enough on a GPU machine that the state streams from DRAM, as a
+    real offloaded shard does, not from the CPU's caches)."""
     repeats: int
     """Timed repeats (the median is kept)."""
+    anchor_tokens: int = 4096
+    """Tokens of the micro-batch of the layer anchor (:func:`runtime_layer_seconds`)."""
 
 
-FULL = Sizes((1024, 4096, 16384), (4096, 8192), 32768, 4096, 16384, 1 << 30, 5000, 1 << 28, 1 << 22, 5)
+FULL = Sizes((1024, 4096, 16384), (4096, 8192), 32768, 4096, 16384, 1 << 30, 5000, 1 << 28, 1 << 26, 5, 4096)
 """Sizes of a full calibrate on a GPU (sized for well under a minute on an H200: an estimate, not yet timed there)."""
-QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 19, 3)
+QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 19, 3, 64)
 """Sizes of ``--quick`` and of every CPU run (seconds on a 2-core CPU)."""
 
 
@@ -649,6 +655,147 @@ PARTS: tuple[Callable[..., Part], ...] = (
 """The measurements of :func:`calibrate`, in order."""
 
 
+ANCHOR_LAYERS = (1, 3)
+"""Layer counts of the two cut models whose difference is one layer's cost (embedding, head, loss cancel)."""
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def _anchor_layers(spec) -> tuple[int, int]:
+    """The two layer counts of the anchor for ``spec`` (:data:`ANCHOR_LAYERS`, the larger capped by its layers)."""
+    return ANCHOR_LAYERS[0], min(ANCHOR_LAYERS[1], spec.num_layers)
+
+
+def runtime_layer_seconds(
+    device, spec, tokens: int, recompute: str = "none", repeats: int = 3, optimizer: str = "dist_opt"
+) -> float:
+    """Wall seconds of one decoder layer's forward + backward as the lite runtime runs it: ``forward_backward`` of
+    one packed micro-batch of ``tokens`` tokens on ``spec`` cut to 3 layers, less the same on 1 layer, halved
+    (``optimizer``'s backend on one rank, bf16; the median of ``repeats`` synchronised calls after two warm-ups;
+    a process group it starts is destroyed again)."""
+    import os
+
+    import torch.distributed as dist
+
+    from ..runtime.dist import destroy_distributed
+
+    dev = "cuda" if _is_cuda(device) else "cpu"
+    out: list[float] = []
+    had_group = dist.is_available() and dist.is_initialized()
+    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
+    if not had_group:  # a one-process group of its own, on a free port (not one an outer process holds)
+        os.environ.pop("MASTER_PORT", None)
+    try:
+        _anchor_runs(device, dev, spec, tokens, recompute, repeats, optimizer, out)
+    finally:  # leave no process group and no MASTER_PORT behind for the caller's own runs or child processes
+        if not had_group and dist.is_available() and dist.is_initialized():
+            destroy_distributed()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    lo, hi = _anchor_layers(spec)
+    return max(0.0, (out[1] - out[0]) / (hi - lo))
+
+
+def _anchor_runs(device, dev: str, spec, tokens: int, recompute: str, repeats: int, optimizer: str, out: list) -> None:
+    """``forward_backward`` seconds of ``spec`` cut to each of :data:`ANCHOR_LAYERS`, appended to ``out``."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    from ..launch import RunConfig
+    from ..runtime.batch import PackedBatch
+    from ..runtime.runtime import create_runtime
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "model.json"
+        path.write_text(json.dumps(spec.config))
+        for layers in _anchor_layers(spec):
+            run = RunConfig(
+                model=str(path),
+                layers=layers,
+                nproc=1,
+                device=dev,
+                optimizer=optimizer,
+                recompute=recompute,
+                tokens_per_microbatch=tokens,
+                num_microbatches=1,
+                param_dtype="bf16",
+            )
+            rt = create_runtime(run.runtime_config())
+            h = rt.build_model()
+            g = torch.Generator().manual_seed(0)
+            ids = torch.randint(0, spec.vocab_size, (tokens,), generator=g).tolist()
+            mb = [PackedBatch.from_sequences([ids]).to(device)]
+
+            def fb(rt=rt, h=h, mb=mb):
+                rt.forward_backward(h, mb, num_microbatches=1)
+
+            out.append(time_per_call(fb, device, repeats=repeats, warmup=2))
+            del rt, h
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+
+
+def anchor_fit(hw: HardwareProfile, spec, tokens: int, seconds: dict) -> tuple[dict, dict]:
+    """Profile fields from the layer anchor: ``elementwise_efficiency`` such that the time model's layer (its GEMM,
+    expert and attention rooflines at ``hw``'s measured rates, its elementwise bytes, the gradient-buffer
+    accumulation) takes the measured no-recompute seconds; and the host time of selective / full recompute per
+    layer beyond the GPU work the model gives it. Returns ``(fields, what was fitted)``."""
+    from dataclasses import replace
+
+    from .compute import Shard, layer_backward, layer_bytes, layer_forward
+    from .model import _recompute_kinds
+
+    sh = Shard(tokens=tokens, tp=1, sp=False, ep=1, etp=1, seq_len=tokens)
+    layer = spec.main_layers[min(1, len(spec.main_layers) - 1)]
+    f, b = layer_forward(hw, spec, layer, sh), layer_backward(hw, spec, layer, sh)
+    elem_s = f.parts.get("elementwise", 0.0) + b.parts.get("elementwise", 0.0)
+    from ..options import TrainingOptions
+    from .model import grad_accumulate_bytes
+
+    # + the bf16 gradient added into dist_opt's fp32 buffer (the anchor's backend)
+    acc = layer.params * grad_accumulate_bytes(TrainingOptions(optimizer="dist_opt")) / hw.hbm_bytes_per_s
+    other = f.gpu_s + b.gpu_s - elem_s + acc
+    elem_bytes = 3 * layer_bytes(spec, layer, sh)
+    fit: dict = {"tokens": tokens, "layer": layer.kind, "measured_s": dict(seconds), "modelled_other_s": other}
+    residual = seconds["none"] - other
+    fields: dict = {}
+    if residual > 0 and elem_bytes:
+        fields["elementwise_efficiency"] = min(1.0, max(1e-3, elem_bytes / (residual * hw.hbm_bytes_per_s)))
+    fit["elementwise_bytes"] = elem_bytes
+    hw2 = replace(hw, **fields)
+    base = seconds["none"]
+    if "fsdp2" in seconds:
+        from .model import FSDP_GATHER_BYTES, FSDP_REDUCE_BYTES
+
+        copies = layer.params * (2 * FSDP_GATHER_BYTES + FSDP_REDUCE_BYTES) / hw.hbm_bytes_per_s
+        fields["fsdp_layer_host_s"] = max(0.0, seconds["fsdp2"] - base - copies + acc)
+        fit["fsdp_copies_s"] = copies
+    for mode in ("selective", "full"):
+        if mode not in seconds:
+            continue
+        only = _recompute_kinds(type("O", (), {"recompute": mode, "recompute_modules": ()})())
+        g = layer_forward(hw2, spec, layer, sh, only=only).gpu_s
+        fields[f"recompute_{mode}_host_s"] = max(0.0, seconds[mode] - base - g)
+        fit[f"recompute_{mode}_gpu_s"] = g
+    return fields, fit
+
+
+def _part_layers(device, spec, sz: Sizes, hw: HardwareProfile) -> Part:
+    if spec.num_layers < 2:
+        return {}, {}, {"layer_anchor": f"not measured: {spec.name} has one layer (the anchor differences two)"}
+    secs = {m: runtime_layer_seconds(device, spec, sz.anchor_tokens, m, sz.repeats) for m in RECOMPUTE_MODES}
+    secs["fsdp2"] = runtime_layer_seconds(device, spec, sz.anchor_tokens, "none", sz.repeats, optimizer="fsdp2")
+    fields, fit = anchor_fit(hw, spec, sz.anchor_tokens, secs)
+    what = f"one {fit['layer']} layer of {spec.name} in the lite runtime, {sz.anchor_tokens} tokens (3 - 1 layers)"
+    sources = {k: f"{_BY}{what}, fitted" for k in fields}
+    return fields, sources, {"layer_anchor": fit}
+
+
 def calibrate(device="cuda", spec=None, base=None, quick: bool = False) -> HardwareProfile:
     """Measure ``device`` and return the base profile with the measured fields replaced (:data:`MEASURED_FIELDS`),
     ``name`` = ``<device> (calibrated)``, ``sources`` naming each measurement and ``measured`` holding every raw
@@ -692,6 +839,11 @@ def calibrate(device="cuda", spec=None, base=None, quick: bool = False) -> Hardw
         values |= v
         sources |= s
         measured |= m
+    interim = profile_from_dict(base_profile.to_dict() | values, "mlite calibrate")
+    v, s, m = _part_layers(device, spec, sz, interim)
+    values |= v
+    sources |= s
+    measured |= m
     measured["seconds"] = time.perf_counter() - t0
     measured["replaced"] = [k for k in MEASURED_FIELDS if k in values]
     for k, x in values.items():

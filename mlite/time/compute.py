@@ -10,9 +10,10 @@ Every term is a roofline on the hardware profile (:class:`~mlite.time.hardware.H
   experts`` rows (balanced routing), at ``grouped_gemm_efficiency``; small groups become weight-read bound;
 * the attention core at the flash kernel's rates (forward FLOPs of :func:`mlite.models.flops.attention_flops`,
   backward 2.5 x the forward's: the flash backward recomputes the scores);
-* norms, rotary, activation, residual adds, the token permutation of MoE layers, the embedding gradient and the
-  cross-entropy as bytes moved at ``hbm_bytes_per_s x elementwise_efficiency`` (the byte counts are in
-  :func:`layer_bytes`);
+* a layer's norms, rotary, activation, residual adds and the token permutation of MoE layers as bytes moved at
+  ``hbm_bytes_per_s x elementwise_efficiency`` (the byte counts are in :func:`layer_bytes`; ``mlite calibrate`` fits
+  the efficiency to one layer of the runtime, so it also carries what the layer's rooflines leave out); the
+  embedding gradient, the final norm and the cross-entropy at the copy rate ``hbm_bytes_per_s``;
 * a layer is never faster than the host's kernel launches (``kernels x kernel_launch_s``, eager PyTorch).
 """
 
@@ -219,8 +220,8 @@ def head_cost(hw, spec, sh: Shard, backward: bool) -> Cost:
     g = gemm_s(hw, t, v_local, spec.hidden_size)
     c.add("gemm", 2 * g if backward else g)
     share = 0.6 if backward else 0.4
-    c.add("loss", share * CE_BYTES[sh.fused_ce] * t * v_local / _bw(hw), 4)
-    c.add("elementwise", 4 * spec.hidden_size * sh.sp_tokens * 2 * (2 if backward else 1) / _bw(hw), 2)
+    c.add("loss", share * CE_BYTES[sh.fused_ce] * t * v_local / hw.hbm_bytes_per_s, 4)
+    c.add("elementwise", 4 * spec.hidden_size * sh.sp_tokens * 2 * (2 if backward else 1) / hw.hbm_bytes_per_s, 2)
     return c
 
 
@@ -229,7 +230,7 @@ def embedding_cost(hw, spec, sh: Shard, backward: bool) -> Cost:
     c = Cost()
     h = spec.hidden_size
     if backward:
-        c.add("elementwise", 12 * spec.vocab_size / sh.tp * h / _bw(hw), 3)
+        c.add("elementwise", 12 * spec.vocab_size / sh.tp * h / hw.hbm_bytes_per_s, 3)
     else:
-        c.add("elementwise", 2 * 2 * h * sh.tokens / _bw(hw), 1)
+        c.add("elementwise", 2 * 2 * h * sh.tokens / hw.hbm_bytes_per_s, 1)
     return c

@@ -62,6 +62,14 @@ class HardwareProfile:
     """Parameters per second the host (CPU) Adam update of one GPU's offloaded shard runs at."""
     host_memory_gib: float
     """Host RAM per node, GiB."""
+    recompute_selective_host_s: float = 0.0
+    """Host seconds per layer and micro-batch that selective recompute costs beyond its GPU work (the lite
+    runtime's checkpointing; ``mlite calibrate``'s layer anchor; 0: none known)."""
+    recompute_full_host_s: float = 0.0
+    """The same for full recompute."""
+    fsdp_layer_host_s: float = 0.0
+    """Host seconds per layer and micro-batch of FSDP2's hooks (the unit's gathers and reduce-scatters launched
+    tensor by tensor) beyond the copies they make (``mlite calibrate``'s layer anchor; 0: none known)."""
     sources: dict = field(default_factory=dict)
     """Field -> where its value comes from (datasheet URL, measurement, documented guess)."""
     measured: dict = field(default_factory=dict)
@@ -71,7 +79,9 @@ class HardwareProfile:
         return asdict(self)
 
 
-REQUIRED = tuple(f.name for f in fields(HardwareProfile) if f.name not in ("sources", "measured"))
+OPTIONAL = ("recompute_selective_host_s", "recompute_full_host_s", "fsdp_layer_host_s")
+"""Fields a profile may leave out (their default: nothing known)."""
+REQUIRED = tuple(f.name for f in fields(HardwareProfile) if f.name not in ("sources", "measured", *OPTIONAL))
 """The fields a profile file must give."""
 _FRACTIONS = (
     "gemm_efficiency",
@@ -81,7 +91,14 @@ _FRACTIONS = (
     "elementwise_efficiency",
     "comm_efficiency",
 )
-_MAY_BE_ZERO = ("peak_fp8_flops", "gemm_overhead_s", "kernel_launch_s", "comm_latency_s", "network_bytes_per_s")
+_MAY_BE_ZERO = (
+    "peak_fp8_flops",
+    "gemm_overhead_s",
+    "kernel_launch_s",
+    "comm_latency_s",
+    "network_bytes_per_s",
+    *OPTIONAL,
+)
 
 
 def hardware_dir() -> Path:
@@ -119,12 +136,12 @@ def profile_from_dict(doc, where: str) -> HardwareProfile:
             f"{where}: missing field {missing[0]!r} ({len(missing)} missing); a profile gives every one of "
             f"{', '.join(REQUIRED)} (mlite calibrate --out writes a complete one)"
         )
-    known = set(REQUIRED) | {"sources", "measured"}
+    known = set(REQUIRED) | set(OPTIONAL) | {"sources", "measured"}
     unknown = sorted(set(doc) - known)
     if unknown:
         raise MliteError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(sorted(known))}")
     values: dict[str, Any] = {}
-    for k in REQUIRED:
+    for k in (*REQUIRED, *(o for o in OPTIONAL if o in doc)):
         v = doc[k]
         if k == "name":
             if not isinstance(v, str) or not v.strip():

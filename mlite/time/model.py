@@ -45,6 +45,14 @@ PARTS = (
 """The names of :attr:`StepTime.parts`, in the order of a step (their seconds add up to ``step_s``)."""
 COMM_PARTS = ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm")
 """The parts that are exposed communication."""
+FSDP_GATHER_BYTES = 12
+"""HBM bytes per parameter of one FSDP2 all-gather on a single rank: the copy-in of the shard (read + write bf16),
+the collective's copy and the copy-out into the unsharded parameter (``foreach_all_gather`` /
+``foreach_all_gather_copy_out``)."""
+FSDP_REDUCE_BYTES = 24
+"""HBM bytes per parameter of one FSDP2 gradient reduce-scatter on a single rank: the ``chunk_cat`` of the bf16
+gradients into the fp32 reduce buffer (read 2, write 4), the collective's copy (8) and the accumulation into the
+sharded fp32 gradient (read 4 + 2, write 4)."""
 GRAD_BUCKET = 40_000_000
 """Megatron-Core DDP's default bucket (elements): the last bucket's reduce-scatter is never hidden."""
 _DTYPE = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -132,6 +140,22 @@ def optimizer_bytes_per_param(o) -> tuple[float, str]:
         ("zero_grad", zero),
     ]
     return float(sum(v for _, v in terms)), " + ".join(f"{v} {k}" for k, v in terms if v)
+
+
+def grad_accumulate_bytes(o) -> int:
+    """HBM bytes per local parameter and micro-batch of Megatron-Core DDP's gradient accumulation: the parameter's
+    bf16 gradient read, the buffer read and written in ``main_grads_dtype``."""
+    g = _DTYPE[o.main_grads_dtype]
+    return 2 + 2 * g
+
+
+def recompute_host_s(hw, o) -> float:
+    """Host seconds per layer and micro-batch the recompute mode costs beyond its GPU work (the profile's)."""
+    if o.recompute == "full":
+        return hw.recompute_full_host_s
+    if o.recompute == "selective" or o.recompute_modules:
+        return hw.recompute_selective_host_s
+    return 0.0
 
 
 def _shard(spec, plan, o, k: Knobs | None = None) -> Shard:
@@ -250,6 +274,10 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard, k: Knobs) -> _Rank:
     if st.has_head:
         fwd.merge(head_cost(hw, spec, sh, False))
         bwd.merge(head_cost(hw, spec, sh, True))
+    from ..options.optimizers import BACKENDS
+
+    if BACKENDS.entry(o.optimizer).grad_buffer:  # each micro-batch's bf16 gradients added into the grad buffer
+        bwd.add("grad_accumulate", st.total * grad_accumulate_bytes(o) / hw.hbm_bytes_per_s, 0)
     comm: dict[str, float] = {}
     h = spec.hidden_size
     layers_all = n_layers + st.mtp_layers
@@ -329,7 +357,7 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, l
         gathers = 2 if k.fsdp_reshard_after_forward else 1
         rb = _DTYPE[k.fsdp_reduce_dtype]
         reduces = m if k.fsdp_reduce_every_microbatch else 1
-        ag = rs = 0.0
+        ag = rs = copies = 0.0
         for n, size, stride in groups:
             if not n:
                 continue
@@ -337,14 +365,13 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, l
                 crosses = spans_nodes(size, stride, gpn)
                 ag += gathers * ring_s(hw, n * 2, size, crosses, "all_gather")
                 rs += ring_s(hw, n * rb, size, crosses, "reduce_scatter")
-            else:  # one rank: the gather and the reduce are copies (and a cast) in HBM
-                bw = hw.hbm_bytes_per_s * hw.elementwise_efficiency
-                ag += gathers * n * 4 / bw
-                rs += n * (2 + rb) / bw
-        total = m * ag + reduces * rs
+            else:  # one rank: the gather and the reduce are copies in HBM, nothing to hide them behind
+                copies += (gathers * FSDP_GATHER_BYTES + FSDP_REDUCE_BYTES) * n / hw.hbm_bytes_per_s
+        total = m * (ag + copies) + reduces * rs
         layer_share = 1.0 / max(r.n_layers, 1)
         per_mb = ag + rs * reduces / m
-        exposed = m * (max(0.0, per_mb - (fwd_mb + bwd_mb)) + per_mb * layer_share)
+        host = r.n_layers * hw.fsdp_layer_host_s
+        exposed = m * (max(0.0, per_mb - (fwd_mb + bwd_mb)) + per_mb * layer_share + copies + host)
         notes.append(
             f"fsdp2: {gathers} gather(s) per layer and micro-batch, gradients reduced in {k.fsdp_reduce_dtype} "
             f"{'every micro-batch' if reduces == m else 'once per step'}; each layer's traffic overlaps the previous "
@@ -390,7 +417,7 @@ def _update_time(hw, plan, o, st) -> tuple[float, float, str]:
     n = st.dense / (plan.dp * p.cp if sharded else 1) + st.expert / (plan.edp if sharded else 1)
     per, formula = optimizer_bytes_per_param(o)
     f = float(o.offload_fraction)
-    device = (1 - f) * n * per / (hw.hbm_bytes_per_s * hw.elementwise_efficiency) + 8 * hw.kernel_launch_s
+    device = (1 - f) * n * per / hw.hbm_bytes_per_s + 8 * hw.kernel_launch_s
     off = 0.0
     if f > 0:
         g = _DTYPE[o.main_grads_dtype] if be.grad_buffer else 4
@@ -425,7 +452,7 @@ def predict(
     parts = {
         "forward": m * r.fwd.seconds(hw),
         "backward": m * r.bwd.seconds(hw),
-        "recompute": m * r.rec.seconds(hw),
+        "recompute": m * (r.rec.seconds(hw) + r.n_layers * recompute_host_s(hw, o)),
         "tp_comm": m * r.exposed.get("tp_comm", 0.0),
         "cp_comm": m * r.exposed.get("cp_comm", 0.0),
         "ep_comm": m * r.exposed.get("ep_comm", 0.0),
@@ -448,7 +475,7 @@ def predict(
         "linear layers' GEMMs in fp8 at the fp8 peak x gemm_efficiency, inputs cast first" if sh.fp8 else None,
         f"1F1B pipeline bubble (pp - 1) / vpp x the mean micro-batch time ({p.pp - 1}/{p.vpp})" if p.pp > 1 else None,
         *notes,
-        f"optimizer step: {formula} bytes per local parameter at {hw.elementwise_efficiency:.0%} of the HBM rate",
+        f"optimizer step: {formula} bytes per local parameter at the copy rate {hw.hbm_bytes_per_s:.3g} B/s",
         "offloaded update: gradients to the host and parameters back over PCIe, host Adam at "
         f"{hw.host_adam_params_per_s:.3g} params/s, not overlapped with the device part"
         if o.offload_fraction
