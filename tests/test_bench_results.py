@@ -65,7 +65,7 @@ def test_csv_rederived_from_raw_json(path, tmp_path):
 
 def _stale(path: Path, committed: list[dict], fresh: list[dict]) -> str | None:
     """Why the committed rows are not what the report gives now (None when they are)."""
-    name = lambda r: r.get("config") or r.get("configuration") or r.get("measurement")
+    name = lambda r: r.get("config") or r.get("configuration") or r.get("measurement") or r.get("run")
     if [name(r) for r in fresh] != [name(r) for r in committed]:
         return f"{path.name}: rows differ"
     for old, new in zip(committed, fresh, strict=True):

@@ -206,7 +206,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "synth": _BASE | {"rundir", "logs"},
     "memory": _BASE | {"mesh", "models", "options"},
     "runtime": _BASE | {"mesh", "models", "options"},
-    "export": _BASE | {"mesh", "models", "options", "memory", "shell"},
+    "export": _BASE | {"mesh", "models", "options", "memory", "shell", "time"},
     "launch": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir"},
     "validation": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "logs"},
     "verl_engine": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "launch"},

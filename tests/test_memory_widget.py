@@ -15,9 +15,10 @@ import re
 import pytest
 from conftest import run_cli
 
-from mlite.memory import GIB, TrainingOptions, estimate, mesh_table
+from mlite.memory import GIB, TrainingOptions, estimate
 from mlite.mesh import ParallelConfig, resolve
 from mlite.models import from_hf_config
+from mlite.time.table import mesh_table
 
 
 def _views(model="Qwen3-30B-A3B", ngpu=16, mesh=None, **options):

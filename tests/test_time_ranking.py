@@ -11,11 +11,12 @@ from __future__ import annotations
 import pytest
 from conftest import assert_one_line_error, run_cli
 
-from mlite.memory import TrainingOptions, mesh_table
+from mlite.memory import TrainingOptions
 from mlite.mesh import enumerate_meshes
 from mlite.models import from_hf_config
 from mlite.time import predict
 from mlite.time.model import COMM_PARTS
+from mlite.time.table import mesh_table
 
 MODEL, NGPU, GIB, HW = "Llama-3.1-70B", 32, 80.0, "H100"
 AXES = ("tp", "pp", "vpp", "cp", "ep", "etp")

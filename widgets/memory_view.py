@@ -11,9 +11,9 @@ the host memory next to it, and beside them the predicted step of the mesh on th
 (:func:`mlite.time.predict`: a bar per part of the step, :mod:`widgets.time_chart`, with the step, tokens/s/GPU, MFU
 and the assumptions), "why" (each number with its formula and the values that went in, from
 ``MemoryEstimate.to_dict()["formulas"]``), the best-ranked mesh that fits and the one with the least memory, and every valid mesh with its estimate
-(:func:`mlite.memory.mesh_table`), OOM cells in red; clicking a row applies that mesh in the planner.
+(:func:`mlite.time.table.mesh_table`), OOM cells in red; clicking a row applies that mesh in the planner.
 
-"Best-ranked mesh that fits": the first row of :func:`mlite.memory.mesh_table` on the hardware (meshes that fit
+"Best-ranked mesh that fits": the first row of :func:`mlite.time.table.mesh_table` on the hardware (meshes that fit
 come first, the fastest predicted tokens/s/GPU first, then the planner's score:
 :func:`mlite.mesh.enumerate.rank_key`); it is not the one with the least memory, which is shown next to it ("Least GPU memory", each with its apply button).
 
@@ -43,7 +43,6 @@ from mlite.memory import (
     GPU_MEMORY_GIB,
     TrainingOptions,
     estimate,
-    mesh_table,
     state_bytes,
 )
 from mlite.mesh.axes import MESH_NAMES
@@ -52,6 +51,7 @@ from mlite.options.optimizers import BACKENDS, inapplicable
 from mlite.options.table import TRAINING, rows_by_field
 from mlite.time import hardware_names, predict
 from mlite.time.hardware import hardware_for_gpu
+from mlite.time.table import mesh_table
 
 from ._common import ErrorBanner, esc, fmt_count
 from .memory_chart import _card, _small_table, gib, memory_svg

@@ -36,7 +36,7 @@ def add_parser(sub):
     for action in p._actions:  # --optimizer given or not: not given, the target's (export.plan.default_optimizer)
         if action.dest == _optimizer_dest():
             action.__class__ = _Chosen
-    from .time import add_hardware_flag
+    from ..time.hardware import add_hardware_flag
 
     add_hardware_flag(
         p,

@@ -104,7 +104,7 @@ def add_parser(sub):
         "mlite memory's estimate with its default options) first, the others by least memory per GPU; a GPU name "
         "with a shipped time profile (A100, H100, H200, B200) also ranks those that fit by predicted tokens/s/GPU",
     )
-    from .time import add_hardware_flag
+    from ..time.hardware import add_hardware_flag
 
     add_hardware_flag(
         p,
@@ -136,10 +136,10 @@ def _list_meshes(spec, args) -> tuple[list, str, bool]:
     if args.gpu_mem is None and args.hardware is None:
         meshes = enumerate_meshes(spec, args.ngpu, seq_len=args.seq_len, gpus_per_node=args.gpus_per_node)
         return meshes, "best first by the score; --gpu-mem ranks the meshes that fit first", False
-    from ..memory import mesh_table
     from ..options import TrainingOptions
     from ..options.cli import gpu_gib
     from ..time.hardware import hardware_for_gpu, load_hardware
+    from ..time.table import mesh_table
 
     hw_name, why = args.hardware, ""
     if hw_name is None:

@@ -27,6 +27,8 @@ def add_parser(sub):
     add_mesh_flags(p)
     add_split_flags(p)
     add_memory_flags(p)
+    from ..time.hardware import add_hardware_flag
+
     add_hardware_flag(p, default="H200")
     p.add_argument(
         "--calibrate-from",
@@ -48,19 +50,6 @@ def add_parser(sub):
     p.set_defaults(seq_len=None)
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
-
-
-def add_hardware_flag(p, *, default: str | None, also: str = "") -> None:
-    """``--hardware NAME|PROFILE.json`` (``mlite time``, ``mlite mesh --list``, ``mlite export``), read by
-    :func:`mlite.time.hardware.load_hardware`; ``also``: what the flag does besides in this command."""
-    from ..time.hardware import hardware_names
-
-    p.add_argument(
-        "--hardware",
-        default=default,
-        metavar="NAME|PROFILE.json",
-        help=f"a shipped profile ({', '.join(hardware_names())}) or a profile file from mlite calibrate --out{also}",
-    )
 
 
 def prediction_from_args(args):

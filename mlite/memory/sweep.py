@@ -63,15 +63,9 @@ def sweep(
     return pd.DataFrame(rows)
 
 
-def fits_callback(spec, training: TrainingOptions, hardware=None):
-    """A ``fits`` callback for :func:`mlite.mesh.enumerate_meshes` that also returns the per-GPU figures; with a
-    ``hardware`` profile (a name or :class:`~mlite.time.HardwareProfile`) a mesh that fits also gets its predicted
-    step (:func:`mlite.time.predict`): ``step_s``, ``tokens_per_s_per_gpu``, ``mfu`` and ``time_parts``."""
-    hw = None
-    if hardware is not None:
-        from ..time import load_hardware
-
-        hw = load_hardware(hardware)
+def fits_callback(spec, training: TrainingOptions, more=None):
+    """A ``fits`` callback for :func:`mlite.mesh.enumerate_meshes` that also returns the per-GPU figures; ``more(plan)``
+    adds fields to each mesh that fits (:func:`mlite.time.table.mesh_table` adds the predicted step)."""
 
     def fits(plan):
         est = estimate(spec, plan, training, explain=False)
@@ -82,30 +76,17 @@ def fits_callback(spec, training: TrainingOptions, hardware=None):
             "static_bytes": round(w.static),
             "host_bytes": round(w.host_total),
         }
-        if hw is not None and est.fits:
-            extra.update(speed_fields(spec, plan, training, hw))
+        if more is not None and est.fits:
+            extra.update(more(plan))
         return est.fits, extra
 
     return fits
 
 
-def speed_fields(spec, plan, training: TrainingOptions, hardware) -> dict:
-    """The predicted step of one mesh as the mesh table's extra fields."""
-    from ..time import predict
-
-    t = predict(spec, plan, training, hardware)
-    return {
-        "step_s": t.step_s,
-        "tokens_per_s_per_gpu": t.tokens_per_s_per_gpu,
-        "mfu": t.mfu,
-        "time_parts": dict(t.parts),
-    }
-
-
-def mesh_table(spec, ngpu: int, training: TrainingOptions | None = None, hardware=None, **kw):
-    """Every valid mesh with its estimate, those that fit first, then by the planner's score; with a ``hardware``
-    profile (name or :class:`~mlite.time.HardwareProfile`) the meshes that fit are ranked by their predicted
-    tokens/s/GPU first (:func:`mlite.mesh.enumerate.rank_key`)."""
+def mesh_table(spec, ngpu: int, training: TrainingOptions | None = None, more=None, **kw):
+    """Every valid mesh with its estimate, those that fit first (then by the planner's score); ``more``: see
+    :func:`fits_callback` (with speed fields the meshes that fit rank by them: :func:`mlite.mesh.enumerate.rank_key`;
+    :func:`mlite.time.table.mesh_table` is this table ranked by predicted speed)."""
     o = training or TrainingOptions()
     return enumerate_meshes(
         spec,
@@ -113,6 +94,6 @@ def mesh_table(spec, ngpu: int, training: TrainingOptions | None = None, hardwar
         seq_len=o.seq_len,
         gpus_per_node=o.gpus_per_node,
         num_microbatches=o.num_microbatches,
-        fits=fits_callback(spec, o, hardware),
+        fits=fits_callback(spec, o, more),
         **kw,
     )

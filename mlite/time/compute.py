@@ -36,9 +36,11 @@ MATRIX = (
 """Components whose weight tensors are GEMM operands (vectors among them are left out by size)."""
 BWD_ATTENTION = 2.5
 """Flash-attention backward FLOPs over its forward's (five matmuls of the score size against two)."""
-CE_BYTES = {False: 16, True: 6}
+CE_BYTES = {False: 16, True: 18}
 """Bytes moved per logit by the cross-entropy, forward + backward: unfused (bf16 logits read, fp32 softmax written and
-read, bf16 gradient written) or fused with the output layer."""
+read, bf16 gradient written); fused and chunked as the lite runtime runs it (fp32 logits written, read for the
+log-sum-exp, ``softmax - onehot`` written and read by the two gradient GEMMs), plus its fp32 weight-gradient
+accumulator (:func:`head_cost`)."""
 KERNELS_FWD = {"dense": 14, "moe": 26}
 """Non-GEMM kernels one layer's forward launches (norms, rotary, activation, adds; routing and permutation)."""
 
@@ -217,10 +219,25 @@ def head_cost(hw, spec, sh: Shard, backward: bool) -> Cost:
     c = Cost()
     t = sh.tokens
     v_local = output_projection(spec) / spec.hidden_size / sh.tp
-    g = gemm_s(hw, t, v_local, spec.hidden_size)
-    c.add("gemm", 2 * g if backward else g)
     share = 0.6 if backward else 0.4
-    c.add("loss", share * CE_BYTES[sh.fused_ce] * t * v_local / hw.hbm_bytes_per_s, 4)
+    if sh.fused_ce:
+        # the lite runtime's fused, chunked linear + cross-entropy (mlite/runtime/models/loss.py): per chunk of
+        # ce_chunk_rows tokens the fp32 logits GEMM, then (in the forward, when gradients are wanted) the two
+        # gradient GEMMs into d hidden and the fp32 d weight accumulator, which each chunk reads and writes
+        from ..models.chunks import ce_chunk_rows
+
+        rows = ce_chunk_rows(spec.vocab_size)
+        chunks = max(1, -(-int(t) // rows))
+        per = min(rows, t)
+        g = chunks * gemm_s(hw, per, v_local, spec.hidden_size)
+        c.add("gemm", 2 * g if backward else g)
+        logit_bytes = CE_BYTES[True] * t * v_local
+        acc_bytes = chunks * 8 * v_local * spec.hidden_size + 12 * v_local * spec.hidden_size
+        c.add("loss", share * (logit_bytes + acc_bytes) / hw.hbm_bytes_per_s, 4 * chunks)
+    else:
+        g = gemm_s(hw, t, v_local, spec.hidden_size)
+        c.add("gemm", 2 * g if backward else g)
+        c.add("loss", share * CE_BYTES[False] * t * v_local / hw.hbm_bytes_per_s, 4)
     c.add("elementwise", 4 * spec.hidden_size * sh.sp_tokens * 2 * (2 if backward else 1) / hw.hbm_bytes_per_s, 2)
     return c
 

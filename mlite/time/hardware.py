@@ -190,3 +190,14 @@ def load_hardware(name_or_path: str | Path | HardwareProfile) -> HardwareProfile
     except json.JSONDecodeError as e:
         raise MliteError(f"{path}: not JSON (line {e.lineno}: {e.msg}); a profile is one JSON object") from None
     return profile_from_dict(doc, str(path))
+
+
+def add_hardware_flag(p, *, default: str | None, also: str = "") -> None:
+    """``--hardware NAME|PROFILE.json`` (``mlite time``, ``mlite mesh --list``, ``mlite export``), read by
+    :func:`mlite.time.hardware.load_hardware`; ``also``: what the flag does besides in this command."""
+    p.add_argument(
+        "--hardware",
+        default=default,
+        metavar="NAME|PROFILE.json",
+        help=f"a shipped profile ({', '.join(hardware_names())}) or a profile file from mlite calibrate --out{also}",
+    )

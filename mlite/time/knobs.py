@@ -33,6 +33,10 @@ class Knobs:
     ep_comm_overlap: float = 0.0
     """Share of the EP dispatch and combine hidden behind compute (Megatron-Core's
     ``overlap_moe_expert_parallel_comm``, DeepEP / HybridEP overlap)."""
+    gradient_accumulation_fusion: bool = False
+    """dist_opt: the weight-gradient GEMM accumulates straight into the fp32 grad buffer (Megatron-Core's
+    ``gradient_accumulation_fusion`` with Transformer Engine); False: a separate add per micro-batch, as the lite
+    runtime does."""
     fsdp_reshard_after_forward: bool = True
     """fsdp2: each layer is gathered again for its backward (``reshard_after_forward=True``)."""
     fsdp_reduce_dtype: str = "fp32"
@@ -74,7 +78,7 @@ def knobs_from_dict(d: dict, where: str) -> Knobs:
 
 def add_knob_flags(p) -> None:
     """``--gemm-dtype``, ``--dispatch-dtype``, ``--no-overlap-grad-reduce``, ``--no-overlap-param-gather``,
-    ``--tp-comm-overlap F``, ``--ep-comm-overlap F``, ``--fsdp-no-reshard``, ``--fsdp-reduce-dtype``,
+    ``--tp-comm-overlap F``, ``--ep-comm-overlap F``, ``--gradient-accumulation-fusion``, ``--fsdp-no-reshard``, ``--fsdp-reduce-dtype``,
     ``--fsdp-reduce-once``: one flag per :class:`Knobs` field, its help the field's docstring's first clause."""
     g = p.add_argument_group("time-model knobs (what the framework does; memory is unaffected)")
     d = Knobs()
@@ -87,6 +91,9 @@ def add_knob_flags(p) -> None:
     )
     g.add_argument(
         "--ep-comm-overlap", type=float, default=d.ep_comm_overlap, metavar="F", help="share of EP traffic hidden"
+    )
+    g.add_argument(
+        "--gradient-accumulation-fusion", action="store_true", help="dist_opt: wgrad accumulated inside the GEMM"
     )
     g.add_argument("--fsdp-no-reshard", action="store_true", help="fsdp2: reshard_after_forward=False")
     g.add_argument(
@@ -106,6 +113,7 @@ def knobs_from_args(args) -> Knobs:
         overlap_param_gather=not args.no_overlap_param_gather,
         tp_comm_overlap=args.tp_comm_overlap,
         ep_comm_overlap=args.ep_comm_overlap,
+        gradient_accumulation_fusion=args.gradient_accumulation_fusion,
         fsdp_reshard_after_forward=not args.fsdp_no_reshard,
         fsdp_reduce_dtype=args.fsdp_reduce_dtype,
         fsdp_reduce_every_microbatch=not args.fsdp_reduce_once,

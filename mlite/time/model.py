@@ -276,7 +276,7 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard, k: Knobs) -> _Rank:
         bwd.merge(head_cost(hw, spec, sh, True))
     from ..options.optimizers import BACKENDS
 
-    if BACKENDS.entry(o.optimizer).grad_buffer:  # each micro-batch's bf16 gradients added into the grad buffer
+    if BACKENDS.entry(o.optimizer).grad_buffer and not k.gradient_accumulation_fusion:  # a separate add per mb
         bwd.add("grad_accumulate", st.total * grad_accumulate_bytes(o) / hw.hbm_bytes_per_s, 0)
     comm: dict[str, float] = {}
     h = spec.hidden_size
@@ -421,7 +421,10 @@ def _update_time(hw, plan, o, st) -> tuple[float, float, str]:
     off = 0.0
     if f > 0:
         g = _DTYPE[o.main_grads_dtype] if be.grad_buffer else 4
-        off = f * n * (g + 2) / hw.pcie_bytes_per_s + f * n / hw.host_adam_params_per_s
+        # the runtime stages gradients down and parameters back shard by shard while the host updates the chunks
+        # that have landed (mlite/runtime/optim/optimizer.py _stage_in / _update_staged): the slower of the link
+        # and the host sets the time
+        off = max(f * n * (g + 2) / hw.pcie_bytes_per_s, f * n / hw.host_adam_params_per_s)
     return device, off, formula
 
 
@@ -476,12 +479,13 @@ def predict(
         f"1F1B pipeline bubble (pp - 1) / vpp x the mean micro-batch time ({p.pp - 1}/{p.vpp})" if p.pp > 1 else None,
         *notes,
         f"optimizer step: {formula} bytes per local parameter at the copy rate {hw.hbm_bytes_per_s:.3g} B/s",
-        "offloaded update: gradients to the host and parameters back over PCIe, host Adam at "
-        f"{hw.host_adam_params_per_s:.3g} params/s, not overlapped with the device part"
+        "offloaded update: gradients to the host and parameters back over PCIe, overlapped with the host Adam at "
+        f"{hw.host_adam_params_per_s:.3g} params/s (the slower of the two sets the time), after the device part"
         if o.offload_fraction
         else None,
         "attention at the flash kernel's rate (the profile's attention efficiencies)",
-        "no data loading, logging or Python overhead beyond kernel launches",
+        "no data loading or logging; host time only as kernel launches and the profile's measured host costs "
+        "(recompute, FSDP2 hooks, and what the layer anchor folds into elementwise_efficiency)",
     ]
     src = "mlite calibrate" if hw.measured else "vendor figures and documented default efficiencies"
     assumptions.append(f"hardware {hw.name}: {src}")

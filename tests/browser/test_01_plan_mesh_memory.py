@@ -14,11 +14,12 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from mlite.memory import TrainingOptions, estimate, mesh_table
+from mlite.memory import TrainingOptions, estimate
 from mlite.mesh import ParallelConfig, enumerate_meshes, resolve
 from mlite.models import from_hf_config
 from mlite.time import predict
 from mlite.time.hardware import hardware_for_gpu
+from mlite.time.table import mesh_table
 from mlite.time.view import summary, time_rows
 
 from .conftest import open_notebook, run_all_cells, shot
