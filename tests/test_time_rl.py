@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from dataclasses import replace
@@ -83,38 +84,9 @@ def _cli(*args):
 
 
 def test_cli_rl_json_and_missing_flags():
-    common = [
-        "Qwen3-8B",
-        "--ngpu",
-        "8",
-        "--tp",
-        "2",
-        "--hardware",
-        "H100",
-        "--gpu-mem",
-        "H100",
-        "--num-microbatches",
-        "16",
-    ]
-    r = _cli(
-        *common,
-        "--rl",
-        "--rollout",
-        "vllm",
-        "--rollout-tp",
-        "2",
-        "--prompt-len",
-        "512",
-        "--response-len",
-        "1024",
-        "--rollout-n",
-        "8",
-        "--rollout-batch",
-        "64",
-        "--gpu-memory-utilization",
-        "0.6",
-        "--json",
-    )
+    common = shlex.split("Qwen3-8B --ngpu 8 --tp 2 --hardware H100 --gpu-mem H100 --num-microbatches 16")
+    rl = "--rl --rollout vllm --rollout-tp 2 --prompt-len 512 --response-len 1024 --rollout-n 8 --rollout-batch 64"
+    r = _cli(*common, *shlex.split(rl), "--gpu-memory-utilization", "0.6", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["rl_step_s"] == pytest.approx(sum(d["rl_phases"].values()))

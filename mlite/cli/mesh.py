@@ -81,6 +81,20 @@ def split_from_args(args):
     )
 
 
+def plan_from_args(spec, args, seq_len: int):
+    """The resolved mesh of the parsed mesh and pipeline-split flags (``mlite mesh``, ``mlite time``)."""
+    from ..mesh import resolve
+
+    return resolve(
+        spec,
+        args.ngpu,
+        parallel_from_args(args),
+        seq_len=seq_len,
+        gpus_per_node=args.gpus_per_node,
+        split=split_from_args(args),
+    )
+
+
 def add_parser(sub):
     p = sub.add_parser(
         COMMAND,
@@ -190,7 +204,6 @@ def _print_list(spec, args) -> int:
 
 
 def run(args) -> int:
-    from ..mesh import resolve
     from ..mesh.axes import sizes_text
     from ..models import from_hf_config
     from . import print_json
@@ -202,14 +215,7 @@ def run(args) -> int:
     spec = from_hf_config(args.config)
     if args.list:
         return _print_list(spec, args)
-    plan = resolve(
-        spec,
-        args.ngpu,
-        parallel_from_args(args),
-        seq_len=args.seq_len,
-        gpus_per_node=args.gpus_per_node,
-        split=split_from_args(args),
-    )
+    plan = plan_from_args(spec, args, args.seq_len)
     doc = plan.to_dict()
     if args.rank is not None:
         if not plan.dp or not plan.edp:

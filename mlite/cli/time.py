@@ -55,12 +55,11 @@ def add_parser(sub):
 def prediction_from_args(args):
     """``(spec, plan, training options, StepTime)`` of the parsed flags (the invalid mesh refused in one line)."""
     from ..errors import MliteError
-    from ..mesh import resolve
     from ..models import from_hf_config
     from ..time.hardware import load_hardware
     from ..time.model import predict
     from .memory import options_from_args
-    from .mesh import parallel_from_args, split_from_args
+    from .mesh import plan_from_args
 
     hw = load_hardware(args.hardware)
     spec = from_hf_config(args.config)
@@ -77,14 +76,7 @@ def prediction_from_args(args):
 
         args.seq_len = rollout.seq_tokens if rollout else DEFAULT_SEQ_LEN
     o = options_from_args(args)
-    plan = resolve(
-        spec,
-        args.ngpu,
-        parallel_from_args(args),
-        seq_len=o.seq_len,
-        gpus_per_node=args.gpus_per_node,
-        split=split_from_args(args),
-    )
+    plan = plan_from_args(spec, args, o.seq_len)
     if not plan.valid:
         first = plan.errors[0]
         raise MliteError(f"invalid mesh: [{first.rule}] {first.message} (mlite mesh lists every error)")
