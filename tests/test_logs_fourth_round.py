@@ -96,15 +96,28 @@ def test_48_durations_are_seconds_and_every_other_field_is_kept():
     assert not run.events
 
 
-def test_48_record_wrapped_anywhere_after_its_head_is_joined_again():
-    """The line cut at every character after its ``iteration 1530/ 1926 |`` head (a hard wrap inside a duration,
-    between its parts, inside a field name, just after a separator) reads as the one record."""
-    line = BY_NUMBER["48_"].read_text().rstrip("\n")
-    want = meg.parse_iteration(line)
-    start = line.index("|") + 1
-    cuts = [i for i in range(start, len(line)) if line[i:].strip()]
-    got = [meg.join_continuation(line[:i], line[i:]) for i in cuts]
-    assert [meg.parse_iteration(j) if j else None for j in got] == [want] * len(cuts)
+def _record(number: str) -> str:
+    """The file's first record as one line (log 47's four physical lines joined at their separators)."""
+    first, *rest = BY_NUMBER[number].read_text().split("\n\n")[0].splitlines()
+    for ln in rest:
+        if ln.startswith("[Rank"):
+            break
+        joined = meg.join_continuation(first, ln)
+        assert joined is not None
+        first = joined
+    return first
+
+
+@pytest.mark.parametrize("number", ["47_", "48_", "49_"])
+def test_a_record_wrapped_anywhere_after_its_head_is_joined_again(number):
+    """The record cut at every character after its ``iteration N/M |`` head (a hard wrap between a number and its
+    unit, inside a duration or between its parts, inside a field name, just after a separator; the copy having
+    trimmed the space at the cut) reads as the one record, ``nan`` included."""
+    line = _record(number)
+    want = repr(meg.parse_iteration(line))
+    cuts = [i for i in range(line.index("|") + 1, len(line)) if line[i:].strip()]
+    got = [meg.join_continuation(line[:i].rstrip(), line[i:]) for i in cuts]
+    assert [repr(meg.parse_iteration(j)) if j else None for j in got] == [want] * len(cuts)
 
 
 @pytest.mark.parametrize(
