@@ -3,7 +3,7 @@ README there for where each comes from): short excerpts pasted around the moment
 three and five records), Megatron records hard-wrapped over several lines, full Slurm jobs, and scheduler endings
 in every wording found (time limit, cancellation, preemption, node failure, requeue; old and new Slurm, submitit).
 Every expected value below was read by eye from the files; the samples of ``data/logs/`` are checked for quiet
-healthy stretches too. The third round's (``40_`` on) are tested in ``test_logs_third_round.py``."""
+healthy stretches too. The third round's (``40_`` .. ``46_``) are tested in ``test_logs_third_round.py``."""
 
 from __future__ import annotations
 

@@ -59,31 +59,61 @@ _VAL_RE = re.compile(
 )
 _SNAKE_RE = re.compile(r"[^0-9a-z]+")
 _FULL_SEG_RE = re.compile(
-    r"\s*[A-Za-z][\w ()/.,\-]*:\s*[-+]?(?:\d[\w.+\-]*|\.\d[\w.+\-]*|nan|inf|NAN|INF|NaN)(?: [A-Za-z][\w/]*)?\s*"
+    r"\s*[A-Za-z][\w ()/.,\-]*:\s*[-+]?(?:\d[\w.+\-]*|\.\d[\w.+\-]*|nan|inf|NAN|INF|NaN)"
+    r"(?: \d+(?:\.\d+)?[dhms])*(?: [A-Za-z][\w/]*)?\s*"
 )
 _PART_SEG_RE = re.compile(r"\s*(?:[A-Za-z][\w ()/.,\-]*(?::\s*[-+]?[\w.+\-]*)?)?\s*")
 _UNIT_RE = re.compile(r"([-+]?(?:\d[\d.]*(?:[eE][-+]?\d+)?|\.\d+))\s+(ms|s|sec|us|GB|GiB|MB|MiB|TFLOP/s(?:/GPU)?)")
 """A number and the unit printed after it (``21392.5 ms``)."""
-_KNOWN_LABELS = frozenset(FIELD_NAMES) | {"lm loss value", "lm loss ppl"}
+_DURATION_RE = re.compile(r"(?:(\d+)d)? ?(?:(\d+)h)? ?(?:(\d+)m)? ?(?:(\d+(?:\.\d+)?)s)?")
+"""A duration in days, hours, minutes and seconds (``1d 6h 54m 11s``, ``7h 59m 54s``): ms-swift's ``megatron sft``
+prints its ``elapsed time`` / ``remaining time`` fields so (https://github.com/modelscope/ms-swift/issues/6836,
+log 48)."""
+_DURATION_S = (86400.0, 3600.0, 60.0, 1.0)
+OTHER_LABELS = frozenset({"memory(gib)", "elapsed time", "remaining time", "load_balancing_loss", "z_loss"})
+"""Fields other trainers add to Megatron's line (ms-swift's ``memory(GiB)`` and durations, log 48; Megatron-Core's MoE
+losses, logs 45 and 49): known for rejoining a wrapped record, named generically (:func:`field_name`)."""
+MAX_MTP_LAYERS = 8
+"""Megatron-Core's per-MTP-layer losses (``mtp_1 loss``, logs 46 and 49) known for rejoining, up to this depth."""
+_PAREN_RE = re.compile(r"\s*\(")
+_UNIT_LABEL_RE = re.compile(r"\s*\([^)]*\)$")
+_KNOWN_LABELS = (
+    frozenset(FIELD_NAMES)
+    | {_UNIT_LABEL_RE.sub("", k) for k in FIELD_NAMES}  # the label a unit after the number leaves (split_unit)
+    | {"lm loss value", "lm loss ppl"}
+    | OTHER_LABELS
+    | {f"mtp_{i} loss" for i in range(1, MAX_MTP_LAYERS + 1)}
+)
+_DURATION_CUT_RE = re.compile(r":\s*(?:\d+[dhm] )*\d+[dhm]$")
+"""A record cut between two parts of a duration (``elapsed time: 1d 6h`` / ``54m 11s | ...``)."""
+_NUMBER_CUT_RE = re.compile(r":\s*[-+]?(?:\d[\d.]*(?:[eE][-+]?\d+)?|\.\d+)$")
+_UNIT_START_RE = re.compile(r"(?:ms|s|sec|us|GB|GiB|MB|MiB|TFLOP/s(?:/GPU)?)(?=\s|\||$)")
+"""A record cut between a number and its unit (``elapsed time per iteration: 21392.5`` / ``ms | ...``)."""
 _LAUNCHER_RE = re.compile(r"\s*(?:\[default\d+\]:|\[[\w.-]+:\d+\]:|\d+: |\([^)]*pid=\d+|\[\d{4}-\d\d-\d\d )")
 MAX_WRAP_LINES = 16
 """Physical lines one record may be wrapped over (the reader stops joining after that)."""
 
 
 def field_name(label: str) -> str:
-    """``elapsed time per iteration (ms)`` -> ``elapsed_time_per_iteration_ms``."""
-    low = " ".join(label.lower().split())
+    """``elapsed time per iteration (ms)`` -> ``elapsed_time_per_iteration_ms``; also when a rejoined wrap lost the
+    space before the parenthesis (``throughput per GPU(TFLOP/s/GPU)``)."""
+    low = " ".join(_PAREN_RE.sub(" (", label.lower()).split())
     return FIELD_NAMES.get(low) or _SNAKE_RE.sub("_", low).strip("_")
 
 
 def split_unit(label: str, tok: str) -> tuple[str, str]:
     """``(label, number)`` of a field whose number has its unit after it: ``elapsed time per iteration`` /
     ``21392.5 ms`` -> ``elapsed time per iteration (ms)`` / ``21392.5``, the label Megatron-LM prints with the
-    unit in it (so both spellings are one metric); other tokens come back as they are."""
+    unit in it (so both spellings are one metric); a duration (``1d 6h 54m 11s``) comes back in seconds under
+    ``label (s)``; other tokens come back as they are."""
     m = _UNIT_RE.fullmatch(tok)
-    if m is None:
-        return label, tok
-    return f"{label.rstrip()} ({m.group(2)})", m.group(1)
+    if m is not None:
+        return f"{label.rstrip()} ({m.group(2)})", m.group(1)
+    d = _DURATION_RE.fullmatch(tok)
+    if d is not None and tok and any(g is not None for g in d.groups()):
+        secs = sum(float(g) * k for g, k in zip(d.groups(), _DURATION_S, strict=True) if g is not None)
+        return f"{label.rstrip()} (s)", repr(secs)
+    return label, tok
 
 
 def parse_fields(rest: str) -> tuple[list[str], list[float], bool]:
@@ -216,8 +246,9 @@ def join_continuation(text: str, nxt: str) -> str | None:
         if _rest(base) is None:
             return None
         first = nxt.split("|", 1)[0]
-        label = " ".join(first.rpartition(":")[0].lower().split())
-        if not (_FULL_SEG_RE.fullmatch(first) and label in _KNOWN_LABELS):
+        name, _, tok = first.rpartition(":")
+        labels = {" ".join(k.lower().split()) for k in (name, split_unit(name, tok.strip())[0])}
+        if not (_FULL_SEG_RE.fullmatch(first) and labels & _KNOWN_LABELS):
             return None
         joined = base + nxt
         rest = _rest(joined)
@@ -229,7 +260,12 @@ def join_continuation(text: str, nxt: str) -> str | None:
             return None
         return joined if _segments_ok(joined[m.end() :]) else None
     head = _label_at_end(base)
-    if head and nxt[:1].isalpha() and not base.endswith(" "):
+    last = base.rsplit("|", 1)[-1]
+    if (nxt[:1].isdigit() and _DURATION_CUT_RE.search(last)) or (
+        _UNIT_START_RE.match(nxt) and _NUMBER_CUT_RE.search(last)
+    ):
+        joined = base + " " + nxt  # the copy trimmed the space before a unit or between two parts of a duration
+    elif head and nxt[:1].isalpha() and not base.endswith(" "):
         tail = nxt.split(":", 1)[0] if ":" in nxt.split("|", 1)[0] else ""
         glued, spaced = " ".join((head + tail).lower().split()), " ".join((head + " " + tail).lower().split())
         if spaced in _KNOWN_LABELS and glued not in _KNOWN_LABELS:
