@@ -150,7 +150,7 @@ def test_each_builtin_format_is_named_in_its_own_module_only():
 
     modules = [m for m in vars(formats).values() if hasattr(m, "FORMAT") and hasattr(m, "__file__")]
     homes = {m.FORMAT.name: Path(m.__file__) for m in modules}
-    assert set(homes) == {f.name for f in registry.entries()} and len(homes) == 6
+    assert set(homes) == {f.name for f in registry.entries()} and len(homes) == 7
     files = sorted((REPO / "mlite" / "logs").rglob("*.py")) + [REPO / "mlite" / "cli" / "logs.py"]
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))

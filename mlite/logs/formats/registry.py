@@ -67,6 +67,9 @@ class LineReader:
     """One decoded line (no newline) -> its record, or None."""
     strict: bool = False
     """Every non-blank line should be a record: one that does not parse counts as a skipped line (JSONL)."""
+    console_events: bool = False
+    """Failure lines and tracebacks are looked for too, by the console scan over the same file (its records
+    discarded): a console log whose records this reader reads (NeMo-RL), not a record file (JSONL)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -603,8 +603,10 @@ def _scan_gen(source: LogSource, *, keep: bool, events: bool, sink, progress):
         finally:
             f.close()
             raw.close()
-    if events and epath is not None and epath != mpath:
-        # a run directory: text events from train.log; steps from its metric lines, records discarded
+    console_events = isinstance(reader, registry.LineReader) and reader.console_events
+    if events and epath is not None and (epath != mpath or console_events):
+        # a run directory: text events from train.log (a console log read by a LineReader: from itself); steps
+        # from its metric lines, records discarded
         sub = ScanResult(source=source)
         esc = _Scanner(sub, keep=False, events=True, series=False, sink=None, progress=progress)
         f, raw = open_binary(epath)
