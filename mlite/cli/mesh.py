@@ -94,6 +94,16 @@ def add_parser(sub):
     from ..mesh.ranks import PRINTED_KINDS
 
     p.add_argument("--rank", type=int, default=None, help=f"print this rank's {'/'.join(PRINTED_KINDS)} groups")
+    from ..mesh.engine import ENGINES
+
+    p.add_argument(
+        "--engine",
+        choices=tuple(ENGINES),
+        default="mlite",
+        help="judge the mesh as this engine does (default mlite: even stages or --pp-layout; megatron-lite: verl's "
+        "mlite engine, which balances uneven layers itself; megatron-core: layers divide by PP unless split keys "
+        "say otherwise, KV heads may be replicated); import-launcher applies the one its launcher's target runs",
+    )
     p.add_argument("--list", action="store_true", help="enumerate every valid mesh, best first")
     p.add_argument("--limit", type=int, default=20, help="rows of --list in text output (JSON has all)")
     p.add_argument(
@@ -192,6 +202,7 @@ def _print_list(spec, args) -> int:
 def run(args) -> int:
     from ..mesh import resolve
     from ..mesh.axes import sizes_text
+    from ..mesh.engine import judgment
     from ..models import from_hf_config
     from . import print_json
 
@@ -202,12 +213,15 @@ def run(args) -> int:
     spec = from_hf_config(args.config)
     if args.list:
         return _print_list(spec, args)
+    how = judgment(args.engine)
     plan = resolve(
         spec,
         args.ngpu,
         parallel_from_args(args),
         seq_len=args.seq_len,
         gpus_per_node=args.gpus_per_node,
+        auto_uneven=how.auto_uneven,
+        kv_replication=how.kv_replication,
         split=split_from_args(args),
     )
     doc = plan.to_dict()

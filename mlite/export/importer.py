@@ -130,6 +130,7 @@ class ImportedLauncher:
     def plan(self, config: str | None = None):
         """``(MeshPlan or None, model ref or None)``: the planner's verdict on the mesh read."""
         from ..mesh import resolve
+        from ..mesh.engine import judgment, target_engine
         from ..models import from_hf_config
 
         ref = self.model_ref(config)
@@ -137,16 +138,17 @@ class ImportedLauncher:
             return None, None
         spec = from_hf_config(ref)
         seq = int(self.options.get("seq_len", 4096))
+        how = judgment(target_engine(self.target))  # the engine's mesh rule, as ``mlite mesh --engine`` applies it
         mp = resolve(
             spec,
             self.ngpu,
             self.parallel,
             seq_len=seq,
             gpus_per_node=self.gpus_per_node,
-            auto_uneven=not self.target.startswith("verl-megatron"),  # Megatron-Core: layers divide by PP
+            auto_uneven=how.auto_uneven,
             inherited=self.inherited,
             train_mtp=self.train_mtp,
-            kv_replication=self.target.startswith("verl-megatron"),
+            kv_replication=how.kv_replication,
             split=self.split,
         )
         if spec.vision_params:  # said with the estimate: where the memory estimate holds the tower
