@@ -535,6 +535,9 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     if model_path is not None:
         consumed.add("model.path" if is_sft else "actor_rollout_ref.model.path")
     ignored = [o.key for o in ovs if o.key not in consumed and not o.origin]
+    from_config = [f"{o.key}={o.raw} from {o.origin}" for o in ovs if o.origin and o.key in consumed]
+    if from_config:  # the config's values the plan reads, each with its file (the command line is silent on them)
+        warnings.append("from the config: " + ", ".join(from_config))
     read_vars = set().union(*(lw.used_by.get(k, set()) for k in consumed)) if consumed else set()
     for name in sorted(res.block_assignments & read_vars):
         warnings.append(
