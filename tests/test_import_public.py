@@ -22,6 +22,8 @@ LANGGRAPH = PUBLIC / "verl" / "recipe" / "langgraph_agent" / "example" / "run_qw
 GKD = PUBLIC / "verl" / "recipe" / "gkd" / "megatron" / "test_qwen.sh"
 PAI = PUBLIC / "pai" / "examples" / "deepseek_v3" / "run_mcore_deepseek_verl.sh"
 PAI_CONFIGS = PUBLIC / "pai" / "examples" / "qwen3" / "verl_configs"
+DS4_PREVIEW = PUBLIC / "verl" / "examples" / "grpo_trainer" / "run_deepseek_v4_true_on_policy_preview_megatron.sh"
+MBPP = PUBLIC / "verl" / "recipe" / "mbpp_code_gen_grpo" / "train_grpo.sh"
 
 
 # 1. #SBATCH headers ------------------------------------------------------------------------------------------------
@@ -135,6 +137,22 @@ def test_config_values_count_where_the_command_line_is_silent(tmp_path):
     assert "param_offload" not in without.options or without.options["param_offload"] is False
 
 
+def test_real_recipe_config_beside_its_script_sets_the_defaults():
+    """verl-recipe mbpp_code_gen_grpo: --config-path="$SCRIPT_DIR/config" --config-name=grpo, SCRIPT_DIR the
+    script's own folder; grpo.yaml sets trainer.n_gpus_per_node: 1 and 2048 + 2048 tokens (verl: 8, 512 + 512)."""
+    imp = import_launcher(MBPP)
+    assert (imp.nnodes, imp.gpus_per_node) == (1, 1)  # from grpo.yaml, not verl's default 8
+    assert imp.options["seq_len"] == 2048 + 2048 and imp.model_path == "Qwen/Qwen2.5-1.5B-Instruct"
+    (note,) = [w for w in imp.warnings if w.startswith("from the config: ")]
+    for said in ("trainer.n_gpus_per_node=1 from grpo.yaml", "data.max_response_length=2048 from grpo.yaml"):
+        assert said in note
+    assert any(w.startswith("read ") and w.endswith("config: grpo.yaml (their values count where the command line "
+                                                   "is silent)") for w in imp.warnings)  # fmt: skip
+    assert any("could not read ppo_trainer.yaml (no such file)" in w for w in imp.warnings)  # on hydra.searchpath
+    res = run_cli("import-launcher", str(MBPP), "--json")
+    assert res.rc == 0 and res.json()["gpus_per_node"] == 1
+
+
 def test_config_path_unset_variable_is_named():
     imp = import_launcher(NEMO_GYM)
     assert any("--config-path=${VERL_ROOT}/recipe/dapo/config" in w and "$VERL_ROOT is not set" in w
@@ -203,6 +221,27 @@ def test_delete_in_launcher_is_not_read_as_a_value():
     assert "actor_rollout_ref.actor.engine.grad_offload" not in {o.key for o in imp.overrides}
     assert imp.deleted == ["actor_rollout_ref.actor.engine.grad_offload", "actor_rollout_ref.ref.engine.grad_offload"]
     assert not any("grad_offload" in w for w in imp.warnings)
+
+
+def test_real_launcher_delete_removes_the_key():
+    """verl's DeepSeek-V4 true-on-policy preview launcher (Megatron Lite): '~actor_rollout_ref.actor.engine.grad_offload'
+    and '~actor_rollout_ref.ref.engine.grad_offload' in its ACTOR_ARGS array delete the keys (Hydra), so no
+    grad_offload value, empty or not, reaches the plan."""
+    imp = import_launcher(DS4_PREVIEW, env={"MODE": "aligned", "HARDWARE": "h100"})
+    assert imp.target == "verl-mlite-grpo" and imp.deleted == [
+        "actor_rollout_ref.actor.engine.grad_offload",
+        "actor_rollout_ref.ref.engine.grad_offload",
+    ]
+    assert not any("grad_offload" in o.key or o.key.startswith("~") for o in imp.overrides)
+    assert "grad_offload" not in imp.options and not any("grad_offload" in w for w in imp.warnings)
+    assert imp.options["optimizer_offload"] is True and imp.options["param_offload"] is False  # the keys beside
+    p = imp.parallel
+    assert (imp.nnodes, imp.gpus_per_node, p.pp, p.cp, p.ep) == (8, 8, 4, 2, 16)  # the h100 profile
+    res = run_cli("import-launcher", str(DS4_PREVIEW), "--env", "MODE=aligned", "--env", "HARDWARE=h100", "--json")
+    assert res.rc == 0 and res.json()["deleted"] == imp.deleted
+    # its baseline-r3 branch replaces ACTOR_ARGS with Megatron-Core keys: nothing deleted there
+    base = import_launcher(DS4_PREVIEW, env={"MODE": "baseline-r3", "HARDWARE": "gb200"})
+    assert base.target == "verl-megatron-grpo" and base.deleted == []
 
 
 def test_add_and_force_add_as_hydra_applies_them():

@@ -290,7 +290,8 @@ def _launcher_text(model: str, spec, case) -> str:
 
 def _mesh_args(model: str, case) -> list[str]:
     pp, vpp, first, last, emb, loss, layer_list, layout = case
-    args = ["mesh", model, "--ngpu", str(2 * pp), "--pp", str(pp), "--vpp", str(vpp), "--json"]
+    args = ["mesh", model, "--ngpu", str(2 * pp), "--pp", str(pp), "--vpp", str(vpp), "--engine", "megatron-core"]
+    args += ["--json"]
     args += ["--num-layers-in-first-pipeline-stage", str(first)] if first is not None else []
     args += ["--num-layers-in-last-pipeline-stage", str(last)] if last is not None else []
     args += ["--account-for-embedding-in-pipeline-split"] if emb else []
@@ -316,6 +317,75 @@ def test_mlite_mesh_and_import_launcher_agree(model, capsys, tmp_path):
         assert (mesh["pp_layout"], mesh["layout_source"]) == (imp["pp_layout"], imp["layout_source"]), case
         verdicts.add(mesh["valid"])
     assert verdicts == {True, False}
+
+
+# Megatron Lite launchers: written by ``mlite export`` once per model and target, the mesh then set through the
+# launcher's own knobs (TP=, PP=, ... as a user would), read back by import-launcher and judged by
+# ``mlite mesh --engine megatron-lite`` (verl's mlite engine balances uneven layers itself; the rule is
+# mlite.mesh.engine, the one both apply). (ngpu, tp, pp, vpp, cp, ep, etp)
+LITE_MESHES = [
+    (8, 1, 1, 1, 1, 1, 1),
+    (6, 1, 3, 1, 1, 1, 1),  # 94 / 61 / 27 layers: uneven over 3
+    (8, 1, 4, 2, 1, 1, 1),
+    (16, 1, 8, 2, 1, 1, 1),
+    (10, 1, 5, 1, 1, 1, 1),
+    (14, 1, 7, 1, 1, 1, 1),
+    (16, 16, 1, 1, 1, 1, 1),  # TP 16: more than the KV heads (Megatron Lite splits them, no replication)
+    (16, 2, 2, 1, 1, 4, 2),
+    (12, 1, 8, 1, 1, 1, 1),  # 12 GPUs do not divide by PP 8
+    (32, 1, 32, 1, 1, 1, 1),  # 27 / 36 layers cannot fill 32 stages
+    (8, 1, 2, 1, 4, 1, 1),
+    (64, 4, 8, 1, 1, 2, 1),
+]
+
+
+def _lite_env(case) -> dict:
+    ngpu, tp, pp, vpp, cp, ep, etp = case
+    sizes = {"TP": tp, "PP": pp, "VPP": vpp, "CP": cp, "EP": ep, "ETP": etp, "NNODES": 1, "NDEVICES_PER_NODE": ngpu}
+    return {k: str(v) for k, v in sizes.items()} | {"HOME": "/home/u", "PWD": "/work"}
+
+
+@pytest.mark.parametrize("target", ["verl-mlite-grpo", "verl-mlite-sft"])
+@pytest.mark.parametrize("model", MODELS)
+def test_mlite_mesh_and_import_launcher_agree_on_megatron_lite_launchers(model, target, capsys, tmp_path):
+    assert main(["export", model, "--target", target, "--nodes", "1", "--out", str(tmp_path), "--json"]) == 0
+    capsys.readouterr()
+    (launcher,) = tmp_path.glob("run_verl_mlite_*.sh")
+    verdicts, sources = set(), set()
+    for case in LITE_MESHES:
+        ngpu, tp, pp, vpp, cp, ep, etp = case
+        sizes = ["--tp", tp, "--pp", pp, "--vpp", vpp, "--cp", cp, "--ep", ep, "--etp", etp]
+        mesh_args = ["mesh", model, "--ngpu", ngpu, "--gpus-per-node", ngpu, *sizes, "--engine", "megatron-lite"]
+        rc_mesh = main([str(a) for a in mesh_args] + ["--json"])
+        mesh = json.loads(capsys.readouterr().out)
+        env = [w for k, v in _lite_env(case).items() for w in ("--env", f"{k}={v}")]
+        rc_imp = main(["import-launcher", str(launcher), *env, "--json"])
+        imp = json.loads(capsys.readouterr().out)
+        assert (imp["model_config"], imp["target"]) == (model, target)
+        assert [imp[k] for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "ngpu")] == [tp, pp, vpp, cp, ep, etp, ngpu]
+        assert (rc_mesh, mesh["valid"], mesh["errors"]) == (rc_imp, imp["valid"], imp["errors"]), case
+        assert (mesh["pp_layout"], mesh["layout_source"]) == (imp["pp_layout"], imp["layout_source"]), case
+        verdicts.add(mesh["valid"])
+        sources.add(mesh["layout_source"])
+    assert verdicts == {True, False} and "auto" in sources
+
+
+def test_plain_mlite_mesh_refuses_the_uneven_split_megatron_lite_balances(capsys):
+    """What disagreed before ``--engine``: a verl-mlite launcher at PP 3 for 94 layers is valid (Megatron Lite
+    balances the layers), ``mlite mesh`` (the mlite planner's rule) refuses it and names the layout that works."""
+    args = ["mesh", "Qwen3-235B-A22B", "--ngpu", "6", "--pp", "3", "--json"]
+    assert main(args) == 1
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*args, "--engine", "megatron-lite"]) == 0
+    lite = json.loads(capsys.readouterr().out)
+    assert "an uneven layout would work: --pp-layout 'E,t*31|t*32|t*31,L'" in plain["errors"][0]
+    assert (lite["pp_layout"], lite["layout_source"]) == ("E,t*31|t*32|t*31,L", "auto")
+    # Megatron-Core refuses it too, and replicates KV heads where the mlite runtime cannot
+    assert main([*args, "--engine", "megatron-core"]) == 1
+    capsys.readouterr()
+    kv = ["mesh", "Qwen3-8B", "--ngpu", "16", "--tp", "16", "--json"]
+    assert main(kv) == 1 and main([*kv, "--engine", "megatron-core"]) == 0
+    capsys.readouterr()
 
 
 def test_a_zero_first_stage_count_is_megatron_cores_error_not_unset(capsys):

@@ -81,8 +81,9 @@ def split_from_args(args):
     )
 
 
-def plan_from_args(spec, args, seq_len: int):
-    """The resolved mesh of the parsed mesh and pipeline-split flags (``mlite mesh``, ``mlite time``)."""
+def plan_from_args(spec, args, seq_len: int, **judgment):
+    """The resolved mesh of the parsed mesh and pipeline-split flags (``mlite mesh``, ``mlite time``); ``judgment``:
+    the engine's switches of :func:`mlite.mesh.resolve` (:mod:`mlite.mesh.engine`)."""
     from ..mesh import resolve
 
     return resolve(
@@ -92,6 +93,7 @@ def plan_from_args(spec, args, seq_len: int):
         seq_len=seq_len,
         gpus_per_node=args.gpus_per_node,
         split=split_from_args(args),
+        **judgment,
     )
 
 
@@ -108,6 +110,16 @@ def add_parser(sub):
     from ..mesh.ranks import PRINTED_KINDS
 
     p.add_argument("--rank", type=int, default=None, help=f"print this rank's {'/'.join(PRINTED_KINDS)} groups")
+    from ..mesh.engine import ENGINES
+
+    p.add_argument(
+        "--engine",
+        choices=tuple(ENGINES),
+        default="mlite",
+        help="judge the mesh as this engine does (default mlite: even stages or --pp-layout; megatron-lite: verl's "
+        "mlite engine, which balances uneven layers itself; megatron-core: layers divide by PP unless split keys "
+        "say otherwise, KV heads may be replicated); import-launcher applies the one its launcher's target runs",
+    )
     p.add_argument("--list", action="store_true", help="enumerate every valid mesh, best first")
     p.add_argument("--limit", type=int, default=20, help="rows of --list in text output (JSON has all)")
     p.add_argument(
@@ -205,6 +217,7 @@ def _print_list(spec, args) -> int:
 
 def run(args) -> int:
     from ..mesh.axes import sizes_text
+    from ..mesh.engine import judgment
     from ..models import from_hf_config
     from . import print_json
 
@@ -215,7 +228,8 @@ def run(args) -> int:
     spec = from_hf_config(args.config)
     if args.list:
         return _print_list(spec, args)
-    plan = plan_from_args(spec, args, args.seq_len)
+    how = judgment(args.engine)
+    plan = plan_from_args(spec, args, args.seq_len, auto_uneven=how.auto_uneven, kv_replication=how.kv_replication)
     doc = plan.to_dict()
     if args.rank is not None:
         if not plan.dp or not plan.edp:

@@ -130,6 +130,7 @@ class ImportedLauncher:
     def plan(self, config: str | None = None):
         """``(MeshPlan or None, model ref or None)``: the planner's verdict on the mesh read."""
         from ..mesh import resolve
+        from ..mesh.engine import judgment, target_engine
         from ..models import from_hf_config
 
         ref = self.model_ref(config)
@@ -137,16 +138,17 @@ class ImportedLauncher:
             return None, None
         spec = from_hf_config(ref)
         seq = int(self.options.get("seq_len", 4096))
+        how = judgment(target_engine(self.target))  # the engine's mesh rule, as ``mlite mesh --engine`` applies it
         mp = resolve(
             spec,
             self.ngpu,
             self.parallel,
             seq_len=seq,
             gpus_per_node=self.gpus_per_node,
-            auto_uneven=not self.target.startswith("verl-megatron"),  # Megatron-Core: layers divide by PP
+            auto_uneven=how.auto_uneven,
             inherited=self.inherited,
             train_mtp=self.train_mtp,
-            kv_replication=self.target.startswith("verl-megatron"),
+            kv_replication=how.kv_replication,
             split=self.split,
         )
         if spec.vision_params:  # said with the estimate: where the memory estimate holds the tower
@@ -533,6 +535,9 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     if model_path is not None:
         consumed.add("model.path" if is_sft else "actor_rollout_ref.model.path")
     ignored = [o.key for o in ovs if o.key not in consumed and not o.origin]
+    from_config = [f"{o.key}={o.raw} from {o.origin}" for o in ovs if o.origin and o.key in consumed]
+    if from_config:  # the config's values the plan reads, each with its file (the command line is silent on them)
+        warnings.append("from the config: " + ", ".join(from_config))
     read_vars = set().union(*(lw.used_by.get(k, set()) for k in consumed)) if consumed else set()
     for name in sorted(res.block_assignments & read_vars):
         warnings.append(

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SCRIPT_DIR = re.compile(r"\$\((cd\s+)?[\"']?\$\(dirname[^)]*\)[\"']?(\s*(&&|;)\s*pwd)?\)|\$\(dirname[^)]*\)")
+"""``$(dirname "$0")``, ``$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)``: the folder of the script being read."""
 SPLIT = "\x00"
 """Marks where an unquoted expansion's whitespace splits a word into several (bash's field splitting)."""
 
@@ -65,6 +67,8 @@ class Shell:
     """Name -> variables its value was computed from (one set per element for arrays)."""
     required: dict = field(default_factory=dict)
     """Name -> message of a ``${NAME:?message}`` whose variable was unset or empty (the script would stop there)."""
+    script_dir: str | None = None
+    """The folder of the script read (:data:`SCRIPT_DIR` expands to it), None for a command line without a file."""
 
     def lookup(self, name: str):
         """A variable's value (str or list, None when unset); its taint joins :attr:`unresolved`."""
@@ -182,6 +186,8 @@ class Shell:
                 return s[i : j + 1], j + 1
         if s.startswith("$(", i):
             j = _match(s, i + 1, "(", ")")
+            if self.script_dir is not None and SCRIPT_DIR.fullmatch(s, i, j + 1):
+                return self.script_dir, j + 1
             self.unresolved.add(s[i : j + 1])
             return s[i : j + 1], j + 1
         if s.startswith("${", i):

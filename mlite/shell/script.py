@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .expand import SPLIT, Shell, case_matches
+from .expand import SCRIPT_DIR, SPLIT, Shell, case_matches
 from .lex import _ASSIGN, _BLOCK_OPEN, Command, lex
 from .slurm import SlurmValue, sbatch_values
 
@@ -182,7 +182,7 @@ def _find_launch(sh: Shell, cmd: Command, in_block: bool) -> Launch | None:
 def run_script(text: str, env: dict | None = None, *, path: str | Path | None = None) -> ScriptResult:
     """Read ``text`` (a script, or a resolved command line) with ``env`` as the only outside variables; ``path`` (the
     file ``text`` came from) lets ``source`` / ``exec`` of a sibling script be followed."""
-    res = ScriptResult(shell=Shell(vars=dict(env or {})))
+    res = ScriptResult(shell=Shell(vars=dict(env or {}), script_dir=str(Path(path).resolve().parent) if path else None))
     res.slurm = {k: v for k, v in sbatch_values(text).items() if k not in res.shell.vars}  # --env wins
     res.shell.vars.update({k: v.value for k, v in res.slurm.items()})
     _run(res, text, Path(path) if path else None, 0)
@@ -206,7 +206,7 @@ def _sibling(sh: Shell, words: list, here: Path | None) -> tuple[Path | None, st
     if not raw:
         return None, ""
     # $(dirname "$0"), $(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd): the script's own folder
-    raw = re.sub(r"\$\((cd\s+)?[\"']?\$\(dirname[^)]*\)[\"']?(\s*(&&|;)\s*pwd)?\)|\$\(dirname[^)]*\)", ".", raw)
+    raw = SCRIPT_DIR.sub(".", raw)
     sh.unresolved = set()
     name = (sh.expand(raw) or [""])[0]
     if sh.unresolved or not name or here is None:
