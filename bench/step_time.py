@@ -349,11 +349,14 @@ def measure_one(env, row: dict, folder: Path) -> None:
 
 
 def _attempt(rec: dict, fn, *args) -> None:
-    """Run ``fn(*args)``; a failure is recorded in ``rec['error']`` (with the traceback printed) and the run goes
-    on: one failing configuration must not lose the others in a single device call."""
+    """Run ``fn(*args)``; a failure of the configuration itself (a CUDA error or out-of-memory, a refused option) is
+    recorded in ``rec['error']`` (with the traceback printed) and the run goes on: one failing configuration must not
+    lose the others in a single device call. Programming errors (TypeError, KeyError, ...) still stop the bench."""
+    from mlite.errors import MliteError
+
     try:
         fn(*args)
-    except Exception as e:  # noqa: BLE001 -- recorded, the next configuration runs
+    except (RuntimeError, MliteError, ValueError) as e:  # torch.OutOfMemoryError is a RuntimeError
         traceback.print_exc()
         rec["error"] = f"{type(e).__name__}: {e}"[:800]
 

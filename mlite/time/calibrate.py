@@ -778,7 +778,7 @@ def anchor_fit(hw: HardwareProfile, spec, tokens: int, seconds: dict) -> tuple[d
     for mode in ("selective", "full"):
         if mode not in seconds:
             continue
-        only = _recompute_kinds(type("O", (), {"recompute": mode, "recompute_modules": ()})())
+        only = _recompute_kinds(TrainingOptions(recompute=mode))
         g = layer_forward(hw2, spec, layer, sh, only=only).gpu_s
         fields[f"recompute_{mode}_host_s"] = max(0.0, seconds[mode] - base - g)
         fit[f"recompute_{mode}_gpu_s"] = g

@@ -58,9 +58,6 @@ class Cost:
         self.parts[kind] = self.parts.get(kind, 0.0) + seconds
         self.kernels += kernels
 
-    def scaled(self, k: float) -> Cost:
-        return Cost({n: v * k for n, v in self.parts.items()}, self.kernels * k)
-
     def merge(self, other: Cost, times: float = 1.0) -> None:
         for n, v in other.parts.items():
             self.parts[n] = self.parts.get(n, 0.0) + v * times

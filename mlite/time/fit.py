@@ -11,7 +11,6 @@ idea is AMD Primus's "benchmark-anchored" projection: measure once per regime, t
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import replace
@@ -33,27 +32,27 @@ EFFICIENCIES = (
 
 
 def run_step_seconds(run_dir) -> tuple[float, int]:
-    """Median ``timing_s/step`` after :data:`WARMUP_STEPS` of a run directory, and how many steps it is over."""
-    from ..rundir import METRICS_FILE
+    """Median ``timing_s/step`` after :data:`WARMUP_STEPS` of a run directory, and how many steps it is over (the
+    records as :meth:`mlite.launch.rundir.RunDir.read_metrics` reads them: a torn last line is left out)."""
+    from ..launch.rundir import RunDir
 
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        raise MliteError(f"--calibrate-from {run_dir}: no {METRICS_FILE} there; give a finished mlite run's folder")
-    times: list[tuple[int, float]] = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line of a killed run: keep the valid records
-        data = rec.get("data") if isinstance(rec, dict) else None
-        t = data.get("timing_s/step") if isinstance(data, dict) else None
-        if isinstance(t, (int, float)) and math.isfinite(t) and t > 0 and isinstance(rec.get("step"), int):
-            times.append((rec["step"], float(t)))
-    kept = [t for s, t in times if s > WARMUP_STEPS]
+    rd = RunDir(run_dir)
+    if not rd.metrics_jsonl.is_file():
+        raise MliteError(
+            f"--calibrate-from {run_dir}: no {rd.metrics_jsonl.name} there; give a finished mlite run's folder"
+        )
+    kept = [
+        float(t)
+        for step, data in rd.read_metrics()
+        if step > WARMUP_STEPS
+        and isinstance(t := data.get("timing_s/step"), (int, float))
+        and math.isfinite(t)
+        and t > 0
+    ]
     if not kept:
         raise MliteError(
-            f"--calibrate-from {run_dir}: {path.name} has no timing_s/step after the first {WARMUP_STEPS} steps; "
-            f"run at least {WARMUP_STEPS + 1} steps"
+            f"--calibrate-from {run_dir}: {rd.metrics_jsonl.name} has no timing_s/step after the first "
+            f"{WARMUP_STEPS} steps; run at least {WARMUP_STEPS + 1} steps"
         )
     return statistics.median(kept), len(kept)
 
@@ -88,17 +87,15 @@ def calibrate_from_run(run_dir, hw: HardwareProfile) -> tuple[HardwareProfile, d
     """The refitted profile and what the refit did (run, its step time, the prediction before and after)."""
     from ..launch.config import RunConfig
     from ..launch.memory_check import plan_for
-    from ..rundir import CONFIG_FILE
+    from ..launch.rundir import RunDir
     from .model import predict
 
     d = Path(run_dir)
-    cfg = d / CONFIG_FILE
-    if not cfg.is_file():
-        raise MliteError(f"--calibrate-from {run_dir}: no {CONFIG_FILE}; give the folder of a run mlite run wrote")
-    try:
-        doc = json.loads(cfg.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise MliteError(f"--calibrate-from {cfg}: not a JSON config ({e.__class__.__name__})") from None
+    doc = RunDir(d).read_config_dict()
+    if not isinstance(doc, dict):
+        raise MliteError(
+            f"--calibrate-from {run_dir}: no readable config.json; give the folder of a run mlite run wrote"
+        )
     config = RunConfig.from_dict(doc)
     spec, plan, training = plan_for(config)
     measured, n = run_step_seconds(d)

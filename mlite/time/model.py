@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..models.flops import flops_per_token
+from ..options.optimizers import DTYPE_BYTES
 from .comm import all_to_all_s, p2p_s, ring_s, spans_nodes
 from .compute import Cost, Shard, embedding_cost, head_cost, layer_backward, layer_forward
 from .hardware import HardwareProfile, load_hardware
@@ -55,7 +56,6 @@ gradients into the fp32 reduce buffer (read 2, write 4), the collective's copy (
 sharded fp32 gradient (read 4 + 2, write 4)."""
 GRAD_BUCKET = 40_000_000
 """Megatron-Core DDP's default bucket (elements): the last bucket's reduce-scatter is never hidden."""
-_DTYPE = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 @dataclass
@@ -124,7 +124,7 @@ def optimizer_bytes_per_param(o) -> tuple[float, str]:
     from ..options.optimizers import ALGORITHMS, BACKENDS
 
     be = BACKENDS.entry(o.optimizer)
-    g = 4 if not be.grad_buffer else _DTYPE[o.main_grads_dtype]
+    g = 4 if not be.grad_buffer else DTYPE_BYTES[o.main_grads_dtype]
     m1, m2 = ALGORITHMS.entry(o.optimizer_algorithm).state_bytes(o)
     remainders = o.use_precision_aware_optimizer and o.store_param_remainders and o.param_dtype == "bf16"
     master = 8 if o.param_dtype != "fp32" else 0
@@ -145,7 +145,7 @@ def optimizer_bytes_per_param(o) -> tuple[float, str]:
 def grad_accumulate_bytes(o) -> int:
     """HBM bytes per local parameter and micro-batch of Megatron-Core DDP's gradient accumulation: the parameter's
     bf16 gradient read, the buffer read and written in ``main_grads_dtype``."""
-    g = _DTYPE[o.main_grads_dtype]
+    g = DTYPE_BYTES[o.main_grads_dtype]
     return 2 + 2 * g
 
 
@@ -355,7 +355,7 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, l
         # FSDP2: each layer gathered in the forward and again in the backward, gradients reduce-scattered in fp32,
         # every micro-batch; on one rank the gather and the reduce are copies in HBM.
         gathers = 2 if k.fsdp_reshard_after_forward else 1
-        rb = _DTYPE[k.fsdp_reduce_dtype]
+        rb = DTYPE_BYTES[k.fsdp_reduce_dtype]
         reduces = m if k.fsdp_reduce_every_microbatch else 1
         ag = rs = copies = 0.0
         for n, size, stride in groups:
@@ -379,7 +379,7 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, l
             "are HBM copies"
         )
         return total, exposed, notes
-    gb = _DTYPE[o.main_grads_dtype] if be.grad_buffer else 4
+    gb = DTYPE_BYTES[o.main_grads_dtype] if be.grad_buffer else 4
     for n, size, stride in groups:
         if not n or size <= 1:
             continue
@@ -420,7 +420,7 @@ def _update_time(hw, plan, o, st) -> tuple[float, float, str]:
     device = (1 - f) * n * per / hw.hbm_bytes_per_s + 8 * hw.kernel_launch_s
     off = 0.0
     if f > 0:
-        g = _DTYPE[o.main_grads_dtype] if be.grad_buffer else 4
+        g = DTYPE_BYTES[o.main_grads_dtype] if be.grad_buffer else 4
         # the runtime stages gradients down and parameters back shard by shard while the host updates the chunks
         # that have landed (mlite/runtime/optim/optimizer.py _stage_in / _update_staged): the slower of the link
         # and the host sets the time
