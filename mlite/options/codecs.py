@@ -208,6 +208,40 @@ def _grpo_seq_read(get, o, ctx, k, warn):
     return {}
 
 
+# ------------------------------------------------------------------------ chunked optimizer-state offload
+def _megatron_chunked_view(o, ctx):
+    if o["chunked_optimizer_state_offload"] and o["optimizer_offload"]:
+        note = (
+            "optimizer_offload=True with chunked_optimizer_state_offload: verl's load_megatron_optimizer "
+            "(verl/utils/megatron_utils.py) moves exp_avg / exp_avg_sq back to the GPU whole, so the update holds the "
+            "whole state, not one chunk window"
+        )
+        return {}, [note]
+    return {}, []
+
+
+def _chunked_write(o, ctx, k):
+    return [Entry(k[0], True, add=True)] if o["chunked_optimizer_state_offload"] else []
+
+
+def _chunked_read(get, o, ctx, k, warn):
+    on, alias = get(k[0]), get(k[1])
+    if alias is not None and not isinstance(alias, bool):
+        warn(f"{k[1]}={alias!r}: expected True or False; not used")
+        alias = None
+    if on is not None and not isinstance(on, bool):
+        warn(f"{k[0]}={on!r}: expected True or False; not used")
+        on = None
+    if alias:
+        warn(
+            f"{k[1]}=True is Megatron-Core's deprecated alias of chunked_optimizer_state_offload (FutureWarning in "
+            "OptimizerConfig.__post_init__, megatron/core/optimizer/optimizer_config.py @ d48bd6be): read as "
+            "chunked_optimizer_state_offload=True, chunk size 0 and fraction 1.0 unless given"
+        )
+        return {"chunked_optimizer_state_offload": True}
+    return {} if on is None else {"chunked_optimizer_state_offload": on}
+
+
 CODECS = {
     "mlite_recompute": (lambda o, ctx: _recompute_view(o), _mlite_recompute_write, _mlite_recompute_read),
     "megatron_recompute": (
@@ -220,5 +254,7 @@ CODECS = {
     "megatron_sequence_parallel": (_sp_view, _sp_write, _sp_read),
     "megatron_grads_dtype": (_none, _grads_write, _grads_read),
     "grpo_seq_len": (_none, lambda o, ctx, k: [], _grpo_seq_read),
+    "mlite_chunked_state_offload": (_none, _chunked_write, _chunked_read),
+    "megatron_chunked_state_offload": (_megatron_chunked_view, _chunked_write, _chunked_read),
 }
 """Codec name -> ``(view, write, read)``."""

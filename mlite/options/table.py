@@ -138,6 +138,16 @@ _MEGATRON_RECOMPUTE = Codec(
         f"{_TC}.recompute_modules",
     ),
 )
+_CHUNKED_KEYS = (f"{_OC}.chunked_optimizer_state_offload", f"{_OC}.offload_optimizer_states")
+_CHUNKED_MLITE = Codec("mlite_chunked_state_offload", _CHUNKED_KEYS)
+_CHUNKED_MEGATRON = Codec("megatron_chunked_state_offload", _CHUNKED_KEYS)
+"""Megatron-Core's chunked optimizer-state offload flag (``OptimizerConfig.chunked_optimizer_state_offload``, dev @
+d48bd6be) and its deprecated alias ``offload_optimizer_states`` (read, never written). Both verl engines hand
+``optim.override_optimizer_config`` to Megatron-Core's ``OptimizerConfig`` (verl ``init_megatron_optim_config``;
+Megatron Lite ``build_dist_opt_optimizer_config``: ``args.update(override_optimizer_config)``)."""
+_CHUNK_MB = Key(f"{_OC}.optimizer_state_offload_chunk_size_mb", add=True, requires="chunked_optimizer_state_offload")
+_CHUNK_FRACTION = Key(f"{_OC}.optimizer_state_offload_fraction", add=True, requires="chunked_optimizer_state_offload")
+_BUILD = NotExpressible("a property of the Megatron Lite build (ISEEKYAN/Megatron-LM#232), not a launcher key", KEEP)
 _G = "training / memory"
 _ALGORITHM_HELP = "optimizer algorithm (Megatron-Core's optimizer; registered in mlite.options.optimizers)"
 
@@ -311,6 +321,56 @@ TRAINING: tuple[Option, ...] = (
             DEFAULT,
             folds=(("param_offload", True),),
         ),
+    ),
+    Option(
+        "chunked_optimizer_state_offload",
+        bool,
+        False,
+        "--chunked-optimizer-state-offload",
+        "dist_opt: Megatron-Core's chunked optimizer-state offload (moments and masters on the host between steps, "
+        "restored for the update: masters in one window, moments chunk by chunk)",
+        label="chunked state offload",
+        cli="switch",
+        group=_G,
+        mlite=_CHUNKED_MLITE,
+        megatron=_CHUNKED_MEGATRON,
+    ),
+    Option(
+        "optimizer_state_offload_chunk_size_mb",
+        int,
+        0,
+        "--optimizer-state-offload-chunk-size-mb",
+        "MiB of moments restored per chunk (0: all at once; the masters' window is not bounded by it)",
+        label="chunk MiB",
+        group=_G,
+        metavar="MIB",
+        mlite=_CHUNK_MB,
+        megatron=_CHUNK_MB,
+    ),
+    Option(
+        "optimizer_state_offload_fraction",
+        float,
+        1.0,
+        "--optimizer-state-offload-fraction",
+        "share of the parameter bundles (moments + master) chunked offload keeps on the host (0..1)",
+        label="chunked fraction",
+        group=_G,
+        metavar="F",
+        mlite=_CHUNK_FRACTION,
+        megatron=_CHUNK_FRACTION,
+    ),
+    Option(
+        "offload_master_for_forward",
+        bool,
+        True,
+        "--masters-resident-in-rollout",
+        "model a Megatron Lite build before ISEEKYAN/Megatron-LM#232 (2026-09-20): the chunked offload's masters / "
+        "PAO remainders stay on the GPU through rollout and forward/backward",
+        label="masters offloaded for forward",
+        cli="negate",
+        group=_G,
+        mlite=_BUILD,
+        megatron=_BUILD,
     ),
     Option(
         "param_dtype",
