@@ -210,14 +210,22 @@ def _grpo_seq_read(get, o, ctx, k, warn):
 
 # ------------------------------------------------------------------------ chunked optimizer-state offload
 def _megatron_chunked_view(o, ctx):
-    if o["chunked_optimizer_state_offload"] and o["optimizer_offload"]:
-        note = (
+    if not o["chunked_optimizer_state_offload"]:
+        return {}, []
+    notes = []
+    if o["optimizer_offload"]:
+        notes.append(
             "optimizer_offload=True with chunked_optimizer_state_offload: verl's load_megatron_optimizer "
             "(verl/utils/megatron_utils.py) moves exp_avg / exp_avg_sq back to the GPU whole, so the update holds the "
             "whole state, not one chunk window"
         )
-        return {}, [note]
-    return {}, []
+    if o["offload_master_for_forward"]:
+        notes.append(
+            "chunked_optimizer_state_offload: the masters leave the GPU only when the trainer calls "
+            "offload_optimizer_state_for_forward() (Megatron-Core's training loop does); no call was found in verl's "
+            "Megatron engine, so estimate with --masters-resident-in-rollout unless your verl calls it"
+        )
+    return {}, notes
 
 
 def _chunked_write(o, ctx, k):
@@ -254,7 +262,6 @@ CODECS = {
     "megatron_sequence_parallel": (_sp_view, _sp_write, _sp_read),
     "megatron_grads_dtype": (_none, _grads_write, _grads_read),
     "grpo_seq_len": (_none, lambda o, ctx, k: [], _grpo_seq_read),
-    "mlite_chunked_state_offload": (_none, _chunked_write, _chunked_read),
     "megatron_chunked_state_offload": (_megatron_chunked_view, _chunked_write, _chunked_read),
 }
 """Codec name -> ``(view, write, read)``."""

@@ -139,12 +139,18 @@ _MEGATRON_RECOMPUTE = Codec(
     ),
 )
 _CHUNKED_KEYS = (f"{_OC}.chunked_optimizer_state_offload", f"{_OC}.offload_optimizer_states")
-_CHUNKED_MLITE = Codec("mlite_chunked_state_offload", _CHUNKED_KEYS)
+_CHUNKED_MLITE = NotExpressible(
+    "verl's mlite engine builds Megatron Lite's optimizer config from offload_fraction, use_precision_aware_optimizer, "
+    "decoupled_weight_decay and adam_eps of override_optimizer_config only (MegatronLiteEngine."
+    "_build_mlite_optimizer_config, experimental/lite/examples/verl/verl_mlite/engine/mlite_engine.py @ d48bd6be)",
+    DEFAULT,
+)
 _CHUNKED_MEGATRON = Codec("megatron_chunked_state_offload", _CHUNKED_KEYS)
 """Megatron-Core's chunked optimizer-state offload flag (``OptimizerConfig.chunked_optimizer_state_offload``, dev @
-d48bd6be) and its deprecated alias ``offload_optimizer_states`` (read, never written). Both verl engines hand
-``optim.override_optimizer_config`` to Megatron-Core's ``OptimizerConfig`` (verl ``init_megatron_optim_config``;
-Megatron Lite ``build_dist_opt_optimizer_config``: ``args.update(override_optimizer_config)``)."""
+d48bd6be) and its deprecated alias ``offload_optimizer_states`` (read, never written): verl's Megatron engine hands
+``optim.override_optimizer_config`` to Megatron-Core's ``OptimizerConfig`` (verl ``init_megatron_optim_config``:
+``optim_args[k] = v`` before ``OptimizerConfig(**optim_args)``, so ``__post_init__`` maps the alias); verl's mlite
+engine does not pass these keys on (:data:`_CHUNKED_MLITE`)."""
 _CHUNK_MB = Key(f"{_OC}.optimizer_state_offload_chunk_size_mb", add=True, requires="chunked_optimizer_state_offload")
 _CHUNK_FRACTION = Key(f"{_OC}.optimizer_state_offload_fraction", add=True, requires="chunked_optimizer_state_offload")
 _BUILD = NotExpressible("a property of the Megatron Lite build (ISEEKYAN/Megatron-LM#232), not a launcher key", KEEP)
@@ -344,7 +350,7 @@ TRAINING: tuple[Option, ...] = (
         label="chunk MiB",
         group=_G,
         metavar="MIB",
-        mlite=_CHUNK_MB,
+        mlite=_CHUNKED_MLITE,
         megatron=_CHUNK_MB,
     ),
     Option(
@@ -356,7 +362,7 @@ TRAINING: tuple[Option, ...] = (
         label="chunked fraction",
         group=_G,
         metavar="F",
-        mlite=_CHUNK_FRACTION,
+        mlite=_CHUNKED_MLITE,
         megatron=_CHUNK_FRACTION,
     ),
     Option(
