@@ -286,3 +286,37 @@ def test_the_megatron_target_says_verl_reloads_the_whole_state_with_optimizer_of
     notes = _launcher("verl-megatron-grpo", o).notes
     assert any("load_megatron_optimizer" in n and "whole" in n for n in notes), notes
     assert not any("load_megatron_optimizer" in n for n in _launcher("verl-megatron-grpo", TrainingOptions()).notes)
+
+
+# ---------------------------------------------------------------------------------------------- the memory view
+def test_the_memory_view_controls_reach_the_estimate_and_show_the_rows():
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+
+    planner = MeshPlanner("Qwen3-30B-A3B", ngpu=8, ep=8)
+    view = MemoryView(planner)
+    c = view.controls
+    assert c["optimizer_state_offload_chunk_size_mb"].disabled  # its knobs wait for the switch
+    view.set(chunked_optimizer_state_offload=True, optimizer_state_offload_chunk_size_mb=256,
+             optimizer_state_offload_fraction=0.5, use_precision_aware_optimizer=True)  # fmt: skip
+    o = view.options()
+    assert (o.chunked_optimizer_state_offload, o.optimizer_state_offload_chunk_size_mb) == (True, 256)
+    spec = from_hf_config("Qwen3-30B-A3B")
+    want = estimate(spec, resolve(spec, 8, ParallelConfig(ep=8), seq_len=o.seq_len), o).to_dict()
+    assert view.estimate.to_dict()["chunked_state_offload"] == want["chunked_state_offload"]
+    assert "chunked_state_window" in view._why.value and "chunked_offloaded_state" in view._details.value
+    assert "--chunked-optimizer-state-offload" in view.command()
+    view.set(optimizer="fsdp2")  # no chunked offload there: the switch is off and disabled
+    assert c["chunked_optimizer_state_offload"].disabled and not view.options().chunked_optimizer_state_offload
+
+
+def test_a_plan_with_chunked_offload_runs_without_it_in_the_lite_runtime_and_says_so(tmp_path):
+    from mlite.export import write
+    from mlite.launch.from_plan import config_from_plan
+
+    o = TrainingOptions(**CHUNKED, optimizer_state_offload_chunk_size_mb=64)
+    write(ExportPlan(model="Qwen3-30B-A3B", target="verl-megatron-grpo", options=o), tmp_path / "p")
+    cfg, said = config_from_plan(tmp_path / "p" / "plan.json", nproc=1, steps=2, device="cpu",
+                                 tokens_per_microbatch=64)  # fmt: skip
+    assert any(s.startswith("chunked_optimizer_state_offload dropped") for s in said), said
+    assert not cfg.training.chunked_optimizer_state_offload  # a run has no such option
