@@ -11,6 +11,9 @@ without those copies + activations + the largest transient) and the optimizer st
 
 Runtime context offload (verl ``param_offload`` / ``optimizer_offload`` / ``grad_offload``) is reported per phase:
 ``training`` (everything resident for the step) and ``idle`` (rollout or waiting: offloaded state on the host).
+Chunked optimizer-state offload (:mod:`mlite.memory.chunked`): the resident share in ``master`` / ``exp_avg`` /
+``exp_avg_sq``, the update's master window and moment slots in ``transients["optimizer_step"]``, the pinned copy in
+``host["chunked_offloaded_state"]``, all of it under ``chunked_state_offload`` in the JSON.
 """
 
 from __future__ import annotations
