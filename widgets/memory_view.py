@@ -318,21 +318,22 @@ class MemoryView(W.VBox):
             W.HBox([c["offload_fraction"], c["param_offload"], c["optimizer_offload"]], layout=_row_layout()),
             W.HBox(
                 [
-                    c["chunked_optimizer_state_offload"],
-                    c["optimizer_state_offload_chunk_size_mb"],
-                    c["optimizer_state_offload_fraction"],
-                    c["offload_master_for_forward"],
-                ],
-                layout=_row_layout(),
-            ),
-            W.HBox(
-                [
                     c["recompute"],
                     seq,
                     c["micro_batch_size"],
                     c["num_microbatches"],
                     c["sequence_parallel"],
                     c["attention"],
+                ],
+                layout=_row_layout(),
+            ),
+            # after the rows other views index (the seq row is children[3])
+            W.HBox(
+                [
+                    c["chunked_optimizer_state_offload"],
+                    c["optimizer_state_offload_chunk_size_mb"],
+                    c["optimizer_state_offload_fraction"],
+                    c["offload_master_for_forward"],
                 ],
                 layout=_row_layout(),
             ),

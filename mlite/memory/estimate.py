@@ -369,11 +369,11 @@ def estimate(
             if backend.step_temporaries:
                 # the algorithm's step temporaries (torch AdamW, foreach: sqrt(exp_avg_sq), 4 bytes)
                 transients["optimizer_step"] = ALGORITHMS.entry(o.optimizer_algorithm).step_bytes * (1 - f) * shard
-                if ck is not None:  # masters' window + moments' slots + the step temporaries of one chunk at a time
-                    step = ALGORITHMS.entry(o.optimizer_algorithm).step_bytes
-                    transients["optimizer_step"] = ck.master_window + max(
-                        step * (1 - ck.fraction) * shard, ck.state_window + step * ck.chunk_params
-                    )
+        if ck is not None:  # masters' window + moments' slots (+ the step temporaries of one chunk at a time)
+            step = ALGORITHMS.entry(o.optimizer_algorithm).step_bytes if backend.step_temporaries else 0
+            transients["optimizer_step"] = ck.master_window + max(
+                step * (1 - ck.fraction) * shard, ck.state_window + step * ck.chunk_params
+            )
         other = {"framework": o.framework_overhead_gib * GIB}
         pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
         if pad:
