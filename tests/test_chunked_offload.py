@@ -323,11 +323,15 @@ def test_a_plan_with_chunked_offload_runs_without_it_in_the_lite_runtime_and_say
 
 
 def test_import_launcher_names_the_exclusive_rule_of_a_launcher_asking_for_both_offloads():
-    text = (LAUNCHERS / "grpo_qwen3_30b_megatron_chunked_offload.sh").read_text().replace(
-        "    actor_rollout_ref.rollout.name=vllm",
-        "    +actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=True \\\n"
-        "    +actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=0.5 \\\n"
-        "    actor_rollout_ref.rollout.name=vllm",
+    text = (
+        (LAUNCHERS / "grpo_qwen3_30b_megatron_chunked_offload.sh")
+        .read_text()
+        .replace(
+            "    actor_rollout_ref.rollout.name=vllm",
+            "    +actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=True \\\n"
+            "    +actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=0.5 \\\n"
+            "    actor_rollout_ref.rollout.name=vllm",
+        )
     )
     imp = import_launcher("both.sh", text=text)
     assert any("inconsistent" in w and "mutually exclusive" in w and "d48bd6be" in w for w in imp.warnings)
