@@ -181,6 +181,37 @@ class MemoryView(W.VBox):
                 indent=False,
                 layout=lay("150px"),
             ),
+            "chunked_optimizer_state_offload": W.Checkbox(
+                value=o.chunked_optimizer_state_offload,
+                description=_ROWS["chunked_optimizer_state_offload"].label,
+                indent=False,
+                layout=lay("190px"),
+            ),
+            "optimizer_state_offload_chunk_size_mb": W.BoundedIntText(
+                value=o.optimizer_state_offload_chunk_size_mb,
+                min=0,
+                max=1 << 20,
+                description=_ROWS["optimizer_state_offload_chunk_size_mb"].label,
+                layout=lay("190px"),
+                style=narrow,
+            ),
+            "optimizer_state_offload_fraction": W.FloatSlider(
+                value=o.optimizer_state_offload_fraction,
+                min=0.0,
+                max=1.0,
+                step=0.05,
+                description=_ROWS["optimizer_state_offload_fraction"].label,
+                readout_format=".2f",
+                continuous_update=True,
+                layout=lay("300px"),
+                style=narrow,
+            ),
+            "offload_master_for_forward": W.Checkbox(
+                value=o.offload_master_for_forward,
+                description=_ROWS["offload_master_for_forward"].label,
+                indent=False,
+                layout=lay("230px"),
+            ),
             "recompute": W.Dropdown(
                 options=list(_ROWS["recompute"].choices),
                 value=o.recompute,
@@ -296,6 +327,16 @@ class MemoryView(W.VBox):
                 ],
                 layout=_row_layout(),
             ),
+            # after the rows other views index (the seq row is children[3])
+            W.HBox(
+                [
+                    c["chunked_optimizer_state_offload"],
+                    c["optimizer_state_offload_chunk_size_mb"],
+                    c["optimizer_state_offload_fraction"],
+                    c["offload_master_for_forward"],
+                ],
+                layout=_row_layout(),
+            ),
             self.errors,
             self._invalid,
             self._results,
@@ -330,6 +371,10 @@ class MemoryView(W.VBox):
             offload_fraction=round(float(c["offload_fraction"].value), 4),
             param_offload=c["param_offload"].value,
             optimizer_offload=c["optimizer_offload"].value,
+            chunked_optimizer_state_offload=c["chunked_optimizer_state_offload"].value,
+            optimizer_state_offload_chunk_size_mb=int(c["optimizer_state_offload_chunk_size_mb"].value),
+            optimizer_state_offload_fraction=round(float(c["optimizer_state_offload_fraction"].value), 4),
+            offload_master_for_forward=c["offload_master_for_forward"].value,
             seq_len=self.planner.seq_len,
             micro_batch_size=c["micro_batch_size"].value,
             num_microbatches=c["num_microbatches"].value,
@@ -396,6 +441,15 @@ class MemoryView(W.VBox):
                 c[name].disabled = field in off
                 if field in off:
                     c[name].value = off[field]
+            # chunked state offload: only where the backend has it (its registry entry); its knobs only when it is on
+            has = BACKENDS.entry(c["optimizer"].value).chunked_state_offload
+            c["chunked_optimizer_state_offload"].disabled = not has
+            if not has:
+                c["chunked_optimizer_state_offload"].value = False
+            on = c["chunked_optimizer_state_offload"].value
+            for name in ("optimizer_state_offload_chunk_size_mb", "optimizer_state_offload_fraction",
+                         "offload_master_for_forward"):  # fmt: skip
+                c[name].disabled = not on
         finally:
             self._busy = False
 

@@ -96,6 +96,13 @@ def run(args) -> int:
     note = grad_copy_note(o, doc)
     if note:
         print(f"  {note}")
+    ck = doc.get("chunked_state_offload")
+    if ck:
+        stuck = f", masters kept on the GPU {g(ck['resident_masters']).strip()}" if ck["resident_masters"] else ""
+        print(
+            f"  chunked     update restores masters {g(ck['master_window']).strip()} + moments "
+            f"{g(ck['state_window']).strip()} (two slots), host {g(ck['host']).strip()}{stuck}"
+        )
     print(f"  host        {g(doc['host']['per_gpu'])} per GPU, {g(doc['host']['per_node'])} per node")
     verdict = "fits" if est.fits else "does NOT fit"
     print(f"  {verdict}: {g(pg['total'])} vs usable {g(doc['usable'])} of {g(doc['gpu_mem'])}")

@@ -173,6 +173,11 @@ def _training_values(opts: dict, values: dict, given: set[str], out: dict, said:
             "state on the device)"
         )
         out["offload_fraction"] = 0.0
+    if rules.chunked_offload_on(t):
+        said.append(
+            "chunked_optimizer_state_offload dropped (Megatron-Core's ChunkedOptimizerStateOffloader; the lite "
+            "runtime has no chunked offload)"
+        )
     if t.grad_offload:
         said.append("grad_offload dropped (the lite runtime offloads gradients with the parameters)")
     pd = t.param_dtype

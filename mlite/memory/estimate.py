@@ -11,6 +11,9 @@ without those copies + activations + the largest transient) and the optimizer st
 
 Runtime context offload (verl ``param_offload`` / ``optimizer_offload`` / ``grad_offload``) is reported per phase:
 ``training`` (everything resident for the step) and ``idle`` (rollout or waiting: offloaded state on the host).
+Chunked optimizer-state offload (:mod:`mlite.memory.chunked`): the resident share in ``master`` / ``exp_avg`` /
+``exp_avg_sq``, the update's master window and moment slots in ``transients["optimizer_step"]``, the pinned copy in
+``host["chunked_offloaded_state"]``, all of it under ``chunked_state_offload`` in the JSON.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from .activations import (
     layer_bytes_no_recompute,
     norm_bytes,
 )
+from .chunked import ChunkedOffload, chunked_offload, largest_shard
 from .optimizer import state_bytes
 from .params import StageParams, stage_params
 
@@ -78,6 +82,9 @@ class RankMemory:
     step_grads: float = 0.0
     """fp32 copies of bf16 main grads that the optimizer makes at the step and ``zero_grad`` frees (Megatron-Core,
     bf16 gradient buffer without PAO): part of ``static`` after the step, absent during forward and backward."""
+    chunked: ChunkedOffload | None = None
+    """Megatron-Core's chunked optimizer-state offload on this rank (None: off); its resident masters are in
+    ``master``, its update windows in ``transients["optimizer_step"]``, its host bytes in ``host``."""
 
     optimizer: float = field(init=False)
     """Optimizer state on the GPU (master + exp_avg + exp_avg_sq)."""
@@ -218,6 +225,7 @@ class MemoryEstimate:
             "mesh": {k: v for k, v in self.plan.to_dict().items() if k in (*MESH_NAMES, "ngpu", "pp_layout")},
             "formulas": self.formulas,
             "validated_against": validated_against(self.options),
+            "chunked_state_offload": w.chunked.to_dict() if w.chunked is not None else None,
         }
 
 
@@ -345,6 +353,12 @@ def estimate(
         params = held * sb.param
         grads = held * sb.grad
         master, m, v = ((1 - f) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
+        ck = None
+        if o.chunked_optimizer_state_offload:
+            ck = chunked_offload(o, sb, shard, largest_shard(spec, plan, sp, d_dense, d_exp))
+        if ck is not None:  # the selected bundles live on the host between steps (mlite.memory.chunked)
+            master, m, v = ((1 - ck.fraction) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
+            master += ck.resident_masters
         # activations
         persistent: dict[str, float] = {}
         if o.activation_model == "lite":
@@ -355,11 +369,18 @@ def estimate(
             if backend.step_temporaries:
                 # the algorithm's step temporaries (torch AdamW, foreach: sqrt(exp_avg_sq), 4 bytes)
                 transients["optimizer_step"] = ALGORITHMS.entry(o.optimizer_algorithm).step_bytes * (1 - f) * shard
+        if ck is not None:  # masters' window + moments' slots (+ the step temporaries of one chunk at a time)
+            step = ALGORITHMS.entry(o.optimizer_algorithm).step_bytes if backend.step_temporaries else 0
+            transients["optimizer_step"] = ck.master_window + max(
+                step * (1 - ck.fraction) * shard, ck.state_window + step * ck.chunk_params
+            )
         other = {"framework": o.framework_overhead_gib * GIB}
         pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
         if pad:
             other["buffer_padding"] = pad
         host = {}
+        if ck is not None:
+            host["chunked_offloaded_state"] = ck.host
         if f:
             host["offloaded_optimizer"] = f * shard * sb.host_per_offloaded
             if not backend.hybrid_offload:  # the host update reads fp32 copies of the gradients
@@ -368,9 +389,10 @@ def estimate(
         if o.param_offload:
             host["offloaded_params"] = params
             idle -= params
-        if o.optimizer_offload:
-            host["offloaded_optimizer_state"] = master + m + v
-            idle -= master + m + v
+        if o.optimizer_offload:  # a build without offload_for_forward leaves the chunked masters on the GPU
+            stuck = ck.resident_masters if ck is not None else 0.0
+            host["offloaded_optimizer_state"] = master + m + v - stuck
+            idle -= master + m + v - stuck
         if o.grad_offload and backend.grad_buffer:
             host["offloaded_grads"] = grads
             idle -= grads
@@ -393,6 +415,7 @@ def estimate(
                 lite=o.activation_model == "lite",
                 persistent=persistent,
                 step_grads=(1 - f) * shard * sb.step_grad_copy,
+                chunked=ck,
                 grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads,
             )
         )
@@ -583,6 +606,7 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
             f"{f} x {shard:,.0f} x {sb.host_per_offloaded}",
             w.host_total,
         ),
+        *_chunked_rows(w.chunked, shard, sb),
         (
             "fits",
             "total <= gpu_mem x (1 - headroom)",
@@ -591,3 +615,39 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
         ),
     ]
     return [{"name": n, "formula": fm, "values": v, "bytes": round(b)} for n, fm, v, b in rows]
+
+
+def _chunked_rows(ck: ChunkedOffload | None, shard: float, sb) -> list[tuple]:
+    """The formula rows of the chunked optimizer-state offload (none when it is off)."""
+    if ck is None:
+        return []
+    g = lambda x: f"{x / GIB:.2f} GiB"
+    mom = sb.exp_avg + sb.exp_avg_sq
+    return [
+        (
+            "chunked_resident",
+            "(1 - optimizer_state_offload_fraction) x shard x (master + exp_avg + exp_avg_sq) on the GPU between steps"
+            " (+ the selected masters when the build skips offload_for_forward)",
+            f"(1 - {ck.fraction:g}) x {shard:,.0f} x ({sb.master} + {sb.exp_avg} + {sb.exp_avg_sq})"
+            f" + {g(ck.resident_masters)}",
+            (1 - ck.fraction) * shard * (sb.master + mom) + ck.resident_masters,
+        ),
+        (
+            "chunked_master_window",
+            "optimizer_state_offload_fraction x shard x master (restored in one window for the update)",
+            f"{ck.fraction:g} x {shard:,.0f} x {sb.master}" + ("" if ck.master_window else " (never left the GPU)"),
+            ck.master_window,
+        ),
+        (
+            "chunked_state_window",
+            "two staging slots: min(S, 2 x max(chunk MiB x 2^20, largest parameter's moments)); S if chunk is 0",
+            f"S = {g(ck.selected * mom)}, chunk = {g(ck.chunk_bytes)}, largest = {g(ck.largest_state)}",
+            ck.state_window,
+        ),
+        (
+            "chunked_host",
+            "optimizer_state_offload_fraction x shard x (master + exp_avg + exp_avg_sq), pinned",
+            f"{ck.fraction:g} x {shard:,.0f} x ({sb.master} + {sb.exp_avg} + {sb.exp_avg_sq})",
+            ck.host,
+        ),
+    ]

@@ -16,6 +16,10 @@ dist_opt (Megatron-Core DDP + distributed optimizer), bytes per local parameter:
   -> 18; 6 + 12/d; PAO: 16 (fp32 grads, remainders) ... 14 (bf16 grads, remainders); 10 (+ bf16 moments).
   offload_fraction f (HybridDeviceOptimizer): the GPU keeps 12 bytes per resident shard parameter (PAO dtypes are
   not applied under offload), the host 16 per offloaded one (fp32 param copy, pinned fp32 grad, m, v).
+  chunked_optimizer_state_offload, fraction p (Megatron-Core dev's ChunkedOptimizerStateOffloader; exclusive of
+  offload_fraction): the bytes above, of which (master + exp_avg + exp_avg_sq) x p per shard parameter live in
+  pinned host memory between steps, in their dtypes (PAO remainders and bf16 moments kept); a Megatron Lite build
+  without offload_for_forward() keeps those masters on the GPU; the update's windows: :mod:`mlite.memory.chunked`.
 fsdp2 (PyTorch fully_shard, mlite's fsdp2 and the kit's lite runtime): everything sharded over d:
   param 2 + grad 2 (sharded grads in the param dtype) + master 4 (2 with PAO remainders) + exp_avg + exp_avg_sq
   -> 16/d, 14/d with PAO, 10/d with bf16 moments too; offload_fraction f moves f of (master, m, v) to the host

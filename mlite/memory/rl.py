@@ -191,6 +191,14 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
         kept = dict(stays)
         if r.name == "vllm" and r.resolved_sleep_level == 1:
             engine_host = eng.weights
+    stuck = act.chunked.resident_masters if act.chunked is not None else 0.0
+    if stuck:
+        notes.append(
+            f"offload_master_for_forward=False: the chunked offload's masters / PAO remainders ({stuck / GIB:.2f} GiB "
+            "per GPU) stay on the GPU through rollout, the log-prob forwards and the weight sync (Megatron Lite "
+            "before ISEEKYAN/Megatron-LM#232, merged 2026-09-20: offload_optimizer() skipped offload_for_forward()); "
+            "a build with it frees them"
+        )
     base_host = {"process": r.host_process_gib * GIB}
     base_host.update({f"actor_{k}": v for k, v in act.host.items()})
     if ref_host:
@@ -213,6 +221,7 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
         sleeping_host={"engine_weights_offloaded": engine_host} if engine_host else {},
         forward=forward_bytes(spec, plan, o),
         notes=notes,
+        resident_masters=stuck,
     )
 
 

@@ -60,6 +60,10 @@ class Step:
     """One forward-only micro-batch (:func:`forward_bytes`)."""
     notes: list
     """Warnings of the step's set-up (before the verdicts)."""
+    resident_masters: float = 0.0
+    """Chunked offload's selected masters / PAO remainders a Megatron Lite build without ``offload_for_forward()``
+    leaves on the GPU (ISEEKYAN/Megatron-LM#232; :mod:`mlite.memory.chunked`): part of the actor's idle state,
+    listed apart as ``actor_resident_masters`` in the phases outside the update."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,13 @@ def _rollout(s: Step) -> dict:
     """The awake engine (weights at its TP, KV cache, profile activations, CUDA graphs, overhead), the actor's idle
     state, the reference's weights unless offloaded. The engine is started after the actor is built and offloaded
     (``init_model``), so "free at rollout start" is the device less that resident state."""
-    return {**s.awake, "actor_resident": s.actor.idle_gpu, "ref_params": s.ref_gpu, "framework": s.framework}
+    return {
+        **s.awake,
+        "actor_resident": s.actor.idle_gpu - s.resident_masters,
+        "actor_resident_masters": s.resident_masters,
+        "ref_params": s.ref_gpu,
+        "framework": s.framework,
+    }
 
 
 @phase("old_log_prob", help="the actor's forward over the rollouts, the engine asleep", host=_sleeping)
@@ -154,7 +164,8 @@ def _old_log_prob(s: Step) -> dict:
     return {
         **s.kept,
         "actor_params": s.actor.params,
-        "actor_resident": s.idle_other,
+        "actor_resident": s.idle_other - s.resident_masters,
+        "actor_resident_masters": s.resident_masters,
         "forward_activations": s.forward,
         "ref_params": s.ref_gpu,
         "framework": s.framework,
@@ -171,7 +182,8 @@ def _ref(s: Step) -> dict:
     """The reference's weights on the GPU, the actor back to its idle state, one forward micro-batch."""
     return {
         **s.kept,
-        "actor_resident": s.actor.idle_gpu,
+        "actor_resident": s.actor.idle_gpu - s.resident_masters,
+        "actor_resident_masters": s.resident_masters,
         "ref_params": s.ref_weights,
         "forward_activations": s.forward,
         "framework": s.framework,
@@ -198,7 +210,8 @@ def _weight_sync(s: Step) -> dict:
     return {
         **sync_engine,
         "actor_params": s.actor.params,
-        "actor_resident": s.idle_other,
+        "actor_resident": s.idle_other - s.resident_masters,
+        "actor_resident_masters": s.resident_masters,
         "sync_bucket": bucket,
         "gathered_tensor": largest_tensor(s.spec, 2),
         "ref_params": s.ref_gpu,

@@ -208,6 +208,48 @@ def _grpo_seq_read(get, o, ctx, k, warn):
     return {}
 
 
+# ------------------------------------------------------------------------ chunked optimizer-state offload
+def _megatron_chunked_view(o, ctx):
+    if not o["chunked_optimizer_state_offload"]:
+        return {}, []
+    notes = []
+    if o["optimizer_offload"]:
+        notes.append(
+            "optimizer_offload=True with chunked_optimizer_state_offload: verl's load_megatron_optimizer "
+            "(verl/utils/megatron_utils.py) moves exp_avg / exp_avg_sq back to the GPU whole, so the update holds the "
+            "whole state, not one chunk window"
+        )
+    if o["offload_master_for_forward"]:
+        notes.append(
+            "chunked_optimizer_state_offload: the masters leave the GPU only when the trainer calls "
+            "offload_optimizer_state_for_forward() (Megatron-Core's training loop does); no call was found in verl's "
+            "Megatron engine, so estimate with --masters-resident-in-rollout unless your verl calls it"
+        )
+    return {}, notes
+
+
+def _chunked_write(o, ctx, k):
+    return [Entry(k[0], True, add=True)] if o["chunked_optimizer_state_offload"] else []
+
+
+def _chunked_read(get, o, ctx, k, warn):
+    on, alias = get(k[0]), get(k[1])
+    if alias is not None and not isinstance(alias, bool):
+        warn(f"{k[1]}={alias!r}: expected True or False; not used")
+        alias = None
+    if on is not None and not isinstance(on, bool):
+        warn(f"{k[0]}={on!r}: expected True or False; not used")
+        on = None
+    if alias:
+        warn(
+            f"{k[1]}=True is Megatron-Core's deprecated alias of chunked_optimizer_state_offload (FutureWarning in "
+            "OptimizerConfig.__post_init__, megatron/core/optimizer/optimizer_config.py @ d48bd6be): read as "
+            "chunked_optimizer_state_offload=True, chunk size 0 and fraction 1.0 unless given"
+        )
+        return {"chunked_optimizer_state_offload": True}
+    return {} if on is None else {"chunked_optimizer_state_offload": on}
+
+
 CODECS = {
     "mlite_recompute": (lambda o, ctx: _recompute_view(o), _mlite_recompute_write, _mlite_recompute_read),
     "megatron_recompute": (
@@ -220,5 +262,6 @@ CODECS = {
     "megatron_sequence_parallel": (_sp_view, _sp_write, _sp_read),
     "megatron_grads_dtype": (_none, _grads_write, _grads_read),
     "grpo_seq_len": (_none, lambda o, ctx, k: [], _grpo_seq_read),
+    "megatron_chunked_state_offload": (_megatron_chunked_view, _chunked_write, _chunked_read),
 }
 """Codec name -> ``(view, write, read)``."""

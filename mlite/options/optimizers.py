@@ -86,6 +86,9 @@ class Backend:
     optimizer steps on its fp32 shard after the backward)."""
     verl_lite_engine: bool = False
     """verl's lite engine (:mod:`mlite.verl_engine`, ``engine=lite``) runs it."""
+    chunked_state_offload: bool = False
+    """Megatron-Core's chunked optimizer-state offload (``ChunkedOptimizerStateOffloader``,
+    ``chunked_optimizer_state_offload``) runs on it; False: :func:`mlite.options.rules.chunked_offload` refuses it."""
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("optimizer algorithm", "optimizer_algorithm")
@@ -129,6 +132,7 @@ BACKENDS.register(
         grad_buffer=True,
         hybrid_offload=True,
         step_temporaries=True,
+        chunked_state_offload=True,
     )
 )
 BACKENDS.register(
@@ -161,8 +165,10 @@ def check_optimizer(o: Any, backend: str | None = None) -> None:
     """Every optimizer rule for the settings ``o``: :func:`check_algorithm`, then what the backend refuses
     (``backend`` overrides ``o.optimizer``: Megatron Lite's ``impl_cfg.optimizer``)."""
     check_algorithm(o)
-    for rule in BACKENDS.entry(backend or o.optimizer).refuses:
+    b = BACKENDS.entry(backend or o.optimizer)
+    for rule in b.refuses:
         rule(o)
+    rules.chunked_offload(o, b)
 
 
 def check_lite_runtime(o: Any, backend: str | None = None) -> None:

@@ -96,3 +96,77 @@ def no_pao(o: Any) -> None:
             f"use_precision_aware_optimizer: the precision-aware optimizer does not run {o.optimizer_algorithm} (as "
             "in Megatron-Core, it runs adam only); drop --pao or choose --optimizer-algorithm adam"
         )
+
+
+# ------------------------------------------------------------------------ chunked optimizer-state offload
+CHUNKED_SOURCE = (
+    "Megatron-Core dev OptimizerConfig.__post_init__, NVIDIA/Megatron-LM megatron/core/optimizer/optimizer_config.py "
+    "@ d48bd6be (#6244, 9050d4c5fb)"
+)
+"""Where the chunked optimizer-state offload rules come from (named in each refusal)."""
+
+CHUNKED_ALGORITHMS = ("adam",)
+"""Algorithms the kit runs under chunked offload: Megatron-Core's Adam on ``DistributedOptimizer``. Megatron-Core
+also offloads BF16 Muon on ``LayerWiseDistributedOptimizer``, a layout the kit does not model, and Megatron Lite's
+Muon refuses CPU offload (ISEEKYAN/Megatron-LM ``examples/muon/README.md`` @ 045fc78a)."""
+
+
+def chunked_offload_on(o: Any) -> bool:
+    """Chunked offload is in effect: ``chunked_optimizer_state_offload`` with ``optimizer_state_offload_fraction``
+    > 0 (a fraction of 0 is a full disable even with the flag on: "no manager ... is installed",
+    megatron/core/optimizer/cpu_offloading/README.md @ d48bd6be). Absent fields read as off."""
+    if not getattr(o, "chunked_optimizer_state_offload", False):
+        return False
+    f = getattr(o, "optimizer_state_offload_fraction", 1.0)
+    return isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0
+
+
+def chunked_offload(o: Any, backend: Any) -> None:
+    """Every rule of Megatron-Core's chunked optimizer-state offload (``ChunkedOptimizerStateOffloader``) for the
+    settings ``o`` on ``backend`` (a :class:`~mlite.options.optimizers.Backend`): the chunk size is an integer >= 0
+    (MiB; 0 restores all selected state at once), the fraction is in [0, 1]; when it is on (:func:`chunked_offload_on`)
+    the backend has it (Megatron-Core's distributed optimizer: ``Backend.chunked_state_offload``), the algorithm is
+    Adam, the distributed optimizer shards the state ("Adam optimizer state offload requires
+    use_distributed_optimizer") and ``offload_fraction`` (HybridDeviceOptimizer, ``optimizer_cpu_offload``) is 0
+    ("chunked_optimizer_state_offload and optimizer_cpu_offload are mutually exclusive"). Source:
+    :data:`CHUNKED_SOURCE`."""
+    size = getattr(o, "optimizer_state_offload_chunk_size_mb", 0)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise MliteError(
+            f"optimizer_state_offload_chunk_size_mb: {size!r} must be an integer >= 0 (MiB of optimizer state "
+            f"restored per chunk; 0 restores all of it at once), as in {CHUNKED_SOURCE}"
+        )
+    f = getattr(o, "optimizer_state_offload_fraction", 1.0)
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not (math.isfinite(f) and 0.0 <= f <= 1.0):
+        raise MliteError(
+            f"optimizer_state_offload_fraction: {f!r} must be a number in [0, 1] (the share of the parameter bundles "
+            f"whose state and masters live on the host), as in {CHUNKED_SOURCE}"
+        )
+    if not chunked_offload_on(o):
+        return
+    if not getattr(backend, "chunked_state_offload", False):
+        raise MliteError(
+            f"chunked_optimizer_state_offload: {backend.name} has no chunked optimizer-state offload, so "
+            "optimizer_state_offload_chunk_size_mb and optimizer_state_offload_fraction do not apply either (it is "
+            f"Megatron-Core's distributed-optimizer feature, {CHUNKED_SOURCE}); use --optimizer dist_opt or drop "
+            "--chunked-optimizer-state-offload"
+        )
+    if o.optimizer_algorithm not in CHUNKED_ALGORITHMS:
+        raise MliteError(
+            f"chunked_optimizer_state_offload: {o.optimizer_algorithm} is not offloaded in chunks here (the kit runs "
+            f"it for {', '.join(CHUNKED_ALGORITHMS)} on the distributed optimizer, {CHUNKED_SOURCE}); choose "
+            "--optimizer-algorithm adam or drop --chunked-optimizer-state-offload"
+        )
+    if not o.use_distributed_optimizer:
+        raise MliteError(
+            "use_distributed_optimizer: chunked optimizer-state offload of Adam needs the distributed optimizer "
+            f'("Adam optimizer state offload requires use_distributed_optimizer", {CHUNKED_SOURCE}); drop '
+            "--no-distributed-optimizer or --chunked-optimizer-state-offload"
+        )
+    if o.offload_fraction:
+        raise MliteError(
+            f"offload_fraction: {o.offload_fraction} runs Megatron-Core's HybridDeviceOptimizer "
+            '(optimizer_cpu_offload), and "chunked_optimizer_state_offload and optimizer_cpu_offload are mutually '
+            f'exclusive" ({CHUNKED_SOURCE}); set the chunked share with --optimizer-state-offload-fraction and drop '
+            "--offload-fraction, or drop --chunked-optimizer-state-offload"
+        )

@@ -138,6 +138,22 @@ _MEGATRON_RECOMPUTE = Codec(
         f"{_TC}.recompute_modules",
     ),
 )
+_CHUNKED_KEYS = (f"{_OC}.chunked_optimizer_state_offload", f"{_OC}.offload_optimizer_states")
+_CHUNKED_MLITE = NotExpressible(
+    "verl's mlite engine builds Megatron Lite's optimizer config from offload_fraction, use_precision_aware_optimizer, "
+    "decoupled_weight_decay and adam_eps of override_optimizer_config only (MegatronLiteEngine."
+    "_build_mlite_optimizer_config, experimental/lite/examples/verl/verl_mlite/engine/mlite_engine.py @ d48bd6be)",
+    DEFAULT,
+)
+_CHUNKED_MEGATRON = Codec("megatron_chunked_state_offload", _CHUNKED_KEYS)
+"""Megatron-Core's chunked optimizer-state offload flag (``OptimizerConfig.chunked_optimizer_state_offload``, dev @
+d48bd6be) and its deprecated alias ``offload_optimizer_states`` (read, never written): verl's Megatron engine hands
+``optim.override_optimizer_config`` to Megatron-Core's ``OptimizerConfig`` (verl ``init_megatron_optim_config``:
+``optim_args[k] = v`` before ``OptimizerConfig(**optim_args)``, so ``__post_init__`` maps the alias); verl's mlite
+engine does not pass these keys on (:data:`_CHUNKED_MLITE`)."""
+_CHUNK_MB = Key(f"{_OC}.optimizer_state_offload_chunk_size_mb", add=True, requires="chunked_optimizer_state_offload")
+_CHUNK_FRACTION = Key(f"{_OC}.optimizer_state_offload_fraction", add=True, requires="chunked_optimizer_state_offload")
+_BUILD = NotExpressible("a property of the Megatron Lite build (ISEEKYAN/Megatron-LM#232), not a launcher key", KEEP)
 _G = "training / memory"
 _ALGORITHM_HELP = "optimizer algorithm (Megatron-Core's optimizer; registered in mlite.options.optimizers)"
 
@@ -311,6 +327,56 @@ TRAINING: tuple[Option, ...] = (
             DEFAULT,
             folds=(("param_offload", True),),
         ),
+    ),
+    Option(
+        "chunked_optimizer_state_offload",
+        bool,
+        False,
+        "--chunked-optimizer-state-offload",
+        "dist_opt: Megatron-Core's chunked optimizer-state offload (moments and masters on the host between steps, "
+        "restored for the update: masters in one window, moments chunk by chunk)",
+        label="chunked state offload",
+        cli="switch",
+        group=_G,
+        mlite=_CHUNKED_MLITE,
+        megatron=_CHUNKED_MEGATRON,
+    ),
+    Option(
+        "optimizer_state_offload_chunk_size_mb",
+        int,
+        0,
+        "--optimizer-state-offload-chunk-size-mb",
+        "MiB of moments restored per chunk (0: all at once; the masters' window is not bounded by it)",
+        label="chunk MiB",
+        group=_G,
+        metavar="MIB",
+        mlite=_CHUNKED_MLITE,
+        megatron=_CHUNK_MB,
+    ),
+    Option(
+        "optimizer_state_offload_fraction",
+        float,
+        1.0,
+        "--optimizer-state-offload-fraction",
+        "share of the parameter bundles (moments + master) chunked offload keeps on the host (0..1)",
+        label="chunked fraction",
+        group=_G,
+        metavar="F",
+        mlite=_CHUNKED_MLITE,
+        megatron=_CHUNK_FRACTION,
+    ),
+    Option(
+        "offload_master_for_forward",
+        bool,
+        True,
+        "--masters-resident-in-rollout",
+        "model a Megatron Lite build before ISEEKYAN/Megatron-LM#232 (2026-09-20): the chunked offload's masters / "
+        "PAO remainders stay on the GPU through rollout and forward/backward",
+        label="masters offloaded for forward",
+        cli="negate",
+        group=_G,
+        mlite=_BUILD,
+        megatron=_BUILD,
     ),
     Option(
         "param_dtype",

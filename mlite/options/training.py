@@ -110,6 +110,20 @@ class TrainingOptions:
     """Runtime context offload: optimizer state moves to CPU between training phases (verl ``optimizer_offload``)."""
     grad_offload: bool = False
     """Runtime context offload: gradients move to CPU between training phases (verl ``grad_offload``)."""
+    chunked_optimizer_state_offload: bool = False
+    """dist_opt: Megatron-Core's chunked optimizer-state offload (``ChunkedOptimizerStateOffloader``): the selected
+    bundles' moments and masters live in pinned host memory between steps and come back for the update, masters in
+    one window, moments chunk by chunk (deprecated alias ``offload_optimizer_states``)."""
+    optimizer_state_offload_chunk_size_mb: int = 0
+    """MiB of moments restored per chunk (Megatron-Core's ``optimizer_state_offload_chunk_size_mb``; 0 restores all
+    of the selected moments at once; the masters' window is never bounded by it)."""
+    optimizer_state_offload_fraction: float = 1.0
+    """Share of the parameter bundles (moments + master) chunked offload keeps on the host (Megatron-Core's
+    ``optimizer_state_offload_fraction``; 0 disables it)."""
+    offload_master_for_forward: bool = True
+    """The Megatron Lite build moves the offloaded masters / PAO remainders to the host before forward and rollout
+    (``offload_for_forward()``, ISEEKYAN/Megatron-LM#232, merged 2026-09-20); False models an older build, where
+    they stay on the GPU through rollout and forward/backward."""
     param_dtype: str = "bf16"
     """Parameter (and compute) dtype: ``bf16``, ``fp16`` or ``fp32``."""
     seq_len: int = DEFAULT_SEQ_LEN

@@ -125,7 +125,7 @@ def _typed(row, v):
             return v
         raise ValueError
     if row.type is int:
-        if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        if isinstance(v, int) and not isinstance(v, bool) and v >= (0 if row.default == 0 else 1):  # 0: chunk MiB
             return v
         raise ValueError
     if row.type is float:
