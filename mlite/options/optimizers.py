@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,9 @@ class Backend:
     optimizer steps on its fp32 shard after the backward)."""
     verl_lite_engine: bool = False
     """verl's lite engine (:mod:`mlite.verl_engine`, ``engine=lite``) runs it."""
+    env_refuses: tuple[Callable[[Mapping[str, str]], None], ...] = ()
+    """Rules of the launch environment it refuses (``CUDA_DEVICE_MAX_CONNECTIONS``); the preflight (``mlite check``)
+    and ``mlite run`` call them."""
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("optimizer algorithm", "optimizer_algorithm")
@@ -146,22 +149,33 @@ BACKENDS.register(
 )
 
 
-def check_algorithm(o: Any) -> None:
+def algorithm_rules(o: Any) -> tuple[Rule, ...]:
     """The rules that hold whichever backend runs ``o`` (fields named as in :class:`~mlite.options.TrainingOptions`:
-    ``optimizer`` the backend, ``optimizer_algorithm``): both are registered, the offload share is in range, and the
-    algorithm does not refuse the settings."""
+    ``optimizer`` the backend, ``optimizer_algorithm``), in order: the offload share is in range, then what the
+    algorithm refuses. Both names must be registered (else :class:`MliteError` here)."""
     BACKENDS.entry(o.optimizer)
     a = ALGORITHMS.entry(o.optimizer_algorithm)
-    rules.offload_fraction_in_range(o)
-    for rule in a.refuses:
+    return (rules.offload_fraction_in_range, *a.refuses)
+
+
+def optimizer_rules(o: Any, backend: str | None = None) -> tuple[Rule, ...]:
+    """Every optimizer rule for the settings ``o`` in the order :func:`check_optimizer` runs them:
+    :func:`algorithm_rules`, then what the backend refuses (``backend`` overrides ``o.optimizer``). The preflight
+    (``mlite check``) runs each of them to report every refusal, not only the first."""
+    return (*algorithm_rules(o), *BACKENDS.entry(backend or o.optimizer).refuses)
+
+
+def check_algorithm(o: Any) -> None:
+    """Raise the first refusal of :func:`algorithm_rules`: both names are registered, the offload share is in range,
+    and the algorithm does not refuse the settings."""
+    for rule in algorithm_rules(o):
         rule(o)
 
 
 def check_optimizer(o: Any, backend: str | None = None) -> None:
-    """Every optimizer rule for the settings ``o``: :func:`check_algorithm`, then what the backend refuses
-    (``backend`` overrides ``o.optimizer``: Megatron Lite's ``impl_cfg.optimizer``)."""
-    check_algorithm(o)
-    for rule in BACKENDS.entry(backend or o.optimizer).refuses:
+    """Every optimizer rule for the settings ``o`` (:func:`optimizer_rules`): :func:`check_algorithm`, then what the
+    backend refuses (``backend`` overrides ``o.optimizer``: Megatron Lite's ``impl_cfg.optimizer``)."""
+    for rule in optimizer_rules(o, backend):
         rule(o)
 
 
