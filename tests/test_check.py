@@ -164,6 +164,17 @@ def test_a_real_verl_launcher_sets_its_own_environment(capsys, here):
     assert imp.environment[VAR] == ("1", line)
 
 
+def test_the_reader_records_what_a_script_exports():
+    from mlite.export import import_launcher
+
+    text = (
+        "#!/bin/bash\nexport A=1\nB=2\nexport B\nD=4\ndeclare -x E=5\n"
+        "C=3 python3 -m verl.trainer.main_ppo trainer.nnodes=1 trainer.n_gpus_per_node=8\n"
+    )
+    imp = import_launcher("<t>", text=text)
+    assert imp.environment == {"A": ("1", 2), "B": ("2", 4), "E": ("5", 6), "C": ("3", 7)}
+
+
 def test_mlite_run_calls_the_backends_environment_rules(here, toy_backend, monkeypatch):
     from mlite.launch import RunConfig
 

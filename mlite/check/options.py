@@ -129,12 +129,10 @@ def option_findings(values: dict, source_of) -> list[Finding]:
     ``source_of(field)`` says where the input set a field. Unregistered backend / algorithm names are bad input
     (:class:`MliteError`, as everywhere)."""
     o = settings(values)
-    before = _failing(o)
-    if before is None:
-        _rules(o)  # raises the registry's own line
-        raise AssertionError("unreachable")
+    rules = _rules(o)  # an unregistered name raises the registry's own line here
+    before = _failing(o) or set()
     out = []
-    for rule in _rules(o):
+    for rule in rules:
         probe = _Reads(o)
         try:
             rule(probe)

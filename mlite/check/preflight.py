@@ -247,7 +247,7 @@ def _mesh(inp: CheckInput, spec, findings: list[Finding]):
             seq_len=int(inp.options.get("seq_len", 4096)),
             gpus_per_node=inp.gpus_per_node,
         )
-    sizes = mp.parallel.sizes() if hasattr(mp, "parallel") else inp.parallel.sizes()
+    sizes = mp.parallel.sizes()
     for f in mp.findings:
         where = f"{inp.source}: {f.field}={sizes.get(f.field, inp.ngpu if f.field == 'ngpu' else '?')}"
         findings.append(Finding("mesh", f.level, f.rule, f.message, where if f.field else inp.source, f.fixes))
@@ -276,7 +276,7 @@ def _verl(imp: ImportedLauncher, options: dict) -> list[Finding]:
             Finding(
                 "verl",
                 "error",
-                "check_verl_lite_engine",
+                check_verl_lite_engine.__name__,
                 e.message,
                 f"{imp.source}: engine.impl_cfg.optimizer={backend}",
                 tuple({"optimizer": r} for r in runs),
@@ -286,7 +286,8 @@ def _verl(imp: ImportedLauncher, options: dict) -> list[Finding]:
         try:
             check_lite_engine_key(key, imp.source)
         except MliteError as e:
-            out.append(Finding("verl", "error", "check_lite_engine_key", e.message, f"{imp.source}: {key}={ov.raw}"))
+            where = f"{imp.source}: {key}={ov.raw}"
+            out.append(Finding("verl", "error", check_lite_engine_key.__name__, e.message, where))
     return out
 
 
