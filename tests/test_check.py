@@ -291,6 +291,22 @@ def test_memory_fixes_are_single_changes_that_fit(capsys, here):
         assert rc == 0 and _find(doc, "memory", "fits")[0]["level"] == "info"
 
 
+GRPO = REPO / "tests/data/launchers/verl/main/examples/grpo_trainer/run_qwen3_5_35b_megatron.sh"
+
+
+@pytest.mark.parametrize("gpu", ["H100", "48"])
+def test_a_grpo_launchers_rl_phases_are_import_launchers(capsys, here, gpu):
+    rc, out, _ = _mlite(capsys, "import-launcher", GRPO, "--estimate", "--gpu-mem", gpu, "--json")
+    rl = json.loads(out)["rl_estimate"]
+    rc, doc = _check(capsys, GRPO, "--gpu-mem", gpu)
+    (f,) = _find(doc, "memory", "rl_fits")
+    peak = rl["peak_phase"]
+    assert f"peak phase {peak} {rl['phases'][peak]['gpu'] / 2**30:.2f} GiB per GPU" in f["message"]
+    assert f["level"] == ("info" if rl["fits"] else "error") and rc == (0 if rl["fits"] else 2)
+    assert all(e in f["message"] for e in rl["errors"])
+    assert rl["fits"] is (gpu == "H100")
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 def test_bad_input_is_one_line_exit_2(capsys, here):
     for args, needle in (

@@ -9,7 +9,8 @@ rule family at once, each finding with its severity, rule, source and next valid
   :func:`mlite.options.optimizers.check_verl_lite_engine`).
 - ``environment``: the optimizer backend's environment rules (:mod:`.environment`).
 - ``memory``: the training memory estimate (:func:`mlite.memory.estimate`): an error with the estimator's figure
-  when it does not fit, with the single changes that make it fit.
+  when it does not fit, with the single changes that make it fit; for a GRPO/PPO launcher also the RL step by phase
+  (:func:`mlite.export.importer.rl_estimate`, as ``import-launcher --estimate`` reports it).
 - ``resume``: with a checkpoint, the resume rules (:mod:`.resume`).
 """
 
@@ -332,6 +333,14 @@ def _memory(inp: CheckInput, spec, mp, opt: list[Finding]) -> list[Finding]:
             return [Finding("memory", "info", "fits", "not estimated: the options are refused", inp.source)]
         raise
     est = estimate(spec, mp, o)
+    return _fit(inp, spec, mp, o, est) + _rl_fit(inp, est)
+
+
+def _fit(inp: CheckInput, spec, mp, o, est) -> list[Finding]:
+    """The training estimate's verdict, with the single changes that make it fit when it does not."""
+    from ..memory import estimate
+    from ..options import TrainingOptions
+
     w = est.worst
     figure = (
         f"{w.total / GIB:.2f} GiB per GPU (most loaded pipeline rank {w.pp_rank}) vs usable {est.usable / GIB:.2f} "
@@ -365,6 +374,31 @@ def _memory(inp: CheckInput, spec, mp, opt: list[Finding]) -> list[Finding]:
             tuple(fixes),
         )
     ]
+
+
+def _rl_fit(inp: CheckInput, est) -> list[Finding]:
+    """A GRPO/PPO launcher's RL step by phase (:func:`mlite.export.importer.rl_estimate`, as ``import-launcher
+    --estimate`` reports it): an error when a phase does not fit."""
+    from ..export.importer import rl_estimate
+
+    imp = inp.imported
+    if imp is None or imp.target.endswith("-sft"):
+        return []
+    try:
+        rl = rl_estimate(imp, est, inp.model)
+    except MliteError as e:  # the RL model does not cover this model: the training estimate still stands
+        return [Finding("memory", "warning", "rl_fits", f"no RL estimate: {e.message}", imp.source)]
+    if rl is None:
+        return []
+    peak = rl["peak_phase"]
+    figure = (
+        f"peak phase {peak} {rl['phases'][peak]['gpu'] / GIB:.2f} GiB per GPU, host {rl['host_per_node'] / GIB:.1f} "
+        "GiB per node (rollout settings read from the launcher, verl's defaults for the rest)"
+    )
+    if rl["fits"]:
+        return [Finding("memory", "info", "rl_fits", f"RL step fits: {figure}", imp.source)]
+    why = "; ".join(rl["errors"]) or "a phase exceeds the device memory"
+    return [Finding("memory", "error", "rl_fits", f"RL step does not fit: {figure}: {why}", imp.source)]
 
 
 def _resume_plan(inp: CheckInput, spec):
