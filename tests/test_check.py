@@ -168,11 +168,11 @@ def test_the_reader_records_what_a_script_exports():
     from mlite.export import import_launcher
 
     text = (
-        "#!/bin/bash\nexport A=1\nB=2\nexport B\nD=4\ndeclare -x E=5\n"
+        "#!/bin/bash\nexport A=1\nB=2\nexport B\nD=4\ndeclare -x E=5\nexport -n F=6\n"
         "C=3 python3 -m verl.trainer.main_ppo trainer.nnodes=1 trainer.n_gpus_per_node=8\n"
     )
     imp = import_launcher("<t>", text=text)
-    assert imp.environment == {"A": ("1", 2), "B": ("2", 4), "E": ("5", 6), "C": ("3", 7)}
+    assert imp.environment == {"A": ("1", 2), "B": ("2", 4), "E": ("5", 6), "C": ("3", 8)}
 
 
 def test_mlite_run_calls_the_backends_environment_rules(here, toy_backend, monkeypatch):

@@ -316,7 +316,8 @@ class _Runner:
             self.depth += 1
             self.res.skipped.append(Command(words, skipped=True, line=cmd.line))
         elif first in _DECL:
-            exports = first == "export" or any(isinstance(w, str) and w.startswith("-") and "x" in w for w in words)
+            flags = [w for w in words[1:] if isinstance(w, str) and w.startswith("-")]
+            exports = (first == "export" and "-n" not in flags) or any("x" in f for f in flags)
             for w in words[1:]:
                 if _is_assign(w):
                     name = _assign(self.sh, w)
