@@ -313,6 +313,23 @@ TRAINING: tuple[Option, ...] = (
         ),
     ),
     Option(
+        "engram_trainable",
+        bool,
+        False,
+        "--engram-trainable",
+        "train the n-gram memory tables (DeepSeek-V4.1 Engram: + fp32 master, main grad, momentum); "
+        "default frozen (fp8 + scales)",
+        label="Engram trainable",
+        cli="switch",
+        group=_G,
+        # Megatron Lite's DeepSeek-V4.1 ImplConfig.trainable_engram (experimental/lite/megatron/lite/model/
+        # deepseek_v41/lite/protocol.py, ISEEKYAN/Megatron-LM; docs/deepseek_v41.md @ 04baccf4)
+        mlite=Key("{engine}.impl_cfg.trainable_engram", add=True),
+        megatron=NotExpressible(
+            "verl's Megatron backend has no DeepSeek-V4.1 model (Engram tables are a Megatron Lite model's)", DEFAULT
+        ),
+    ),
+    Option(
         "param_dtype",
         str,
         "bf16",

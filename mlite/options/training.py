@@ -110,6 +110,9 @@ class TrainingOptions:
     """Runtime context offload: optimizer state moves to CPU between training phases (verl ``optimizer_offload``)."""
     grad_offload: bool = False
     """Runtime context offload: gradients move to CPU between training phases (verl ``grad_offload``)."""
+    engram_trainable: bool = False
+    """N-gram memory tables (DeepSeek-V4.1's Engram) trained: FP32 master + main grad + momentum beside the FP8 rows
+    (Megatron Lite's ``ImplConfig.trainable_engram``); False keeps them frozen (FP8 + scales only)."""
     param_dtype: str = "bf16"
     """Parameter (and compute) dtype: ``bf16``, ``fp16`` or ``fp32``."""
     seq_len: int = DEFAULT_SEQ_LEN
