@@ -630,8 +630,7 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
                 "per table ceil(rows / owners) x width x (1 fp8 + 1/32 E8M0 scale"
                 + (" + 4 master + 4 main grad + 4 momentum" if o.engram_trainable else "")
                 + ") B; never offloaded",
-                f"owners = DP x CP = {w.ngram_owners}, "
-                + ", ".join(f"{k}={g(v)}" for k, v in w.ngram.items()),
+                f"owners = DP x CP = {w.ngram_owners}, " + ", ".join(f"{k}={g(v)}" for k, v in w.ngram.items()),
                 sum(w.ngram.values()),
             ),
         )

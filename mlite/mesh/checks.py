@@ -20,9 +20,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..errors import MliteError
+from ..models import ModelMeshRule, rules_for
 from .axes import DENSE_DIMS, EXPERT_DIMS, model_parallel, product_label
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
-from ..models.mesh_rules import ModelMeshRule, rules_for
 from .layout import PipelineSplit, Stage, auto_layout, even_layout, layout_text, parse_layout, split_layout
 from .rules import LAUNCHER_RULE, Finding, finding, launcher_rule_dp, launcher_rule_outcome, nearest, pad_vocab
 
