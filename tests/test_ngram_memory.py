@@ -120,3 +120,13 @@ def test_cli_memory_shows_the_engram_row():
     assert "8 DP x CP owners" in row and "trainable" in row
     doc = run_cli("memory", V41, "--ngpu", "8", "--ep", "8", "--json").json()
     assert abs(doc["per_gpu"]["ngram_tables"] / GIB - DOC_TABLE[8][0]) < 5e-7
+
+
+def test_memory_chart_draws_the_engram_segment():
+    import re
+
+    from widgets.memory_chart import memory_svg
+
+    e = _est(8, dict(ep=8))
+    shown = re.findall(r'class="mlite-memory-seg-ngram_tables"[^>]* data-bytes="(\d+)"', memory_svg(e))
+    assert [int(b) for b in shown] == [round(sum(e.worst.ngram.values()))]

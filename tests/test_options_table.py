@@ -282,6 +282,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "store_param_remainders",
         "num_microbatches",
         "sequence_parallel",
+        "engram_trainable",  # DeepSeek-V4.1's Engram switch: no verl key on any target
     },
     "verl-mlite-grpo": {
         "optimizer_algorithm",
@@ -292,8 +293,9 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "store_param_remainders",
         "num_microbatches",
         "sequence_parallel",
+        "engram_trainable",  # DeepSeek-V4.1's Engram switch: no verl key on any target
     },
-    "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches"},
+    "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches", "engram_trainable"},
 }
 """What each target cannot express (beyond the estimator's own assumptions): the table must say exactly this."""
 

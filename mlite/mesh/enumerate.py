@@ -105,7 +105,7 @@ def candidate_configs(spec, ngpu: int, *, seq_len: int = DEFAULT_SEQ_LEN, max_vp
                             sizes = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp)
                             if own_rules and sizes_violate(arch, sizes):
                                 continue
-                            yield ParallelConfig(**sizes)
+                            yield ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp)
 
 
 def enumerate_meshes(

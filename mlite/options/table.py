@@ -323,8 +323,12 @@ TRAINING: tuple[Option, ...] = (
         cli="switch",
         group=_G,
         # Megatron Lite's DeepSeek-V4.1 ImplConfig.trainable_engram (experimental/lite/megatron/lite/model/
-        # deepseek_v41/lite/protocol.py, ISEEKYAN/Megatron-LM; docs/deepseek_v41.md @ 04baccf4)
-        mlite=Key("{engine}.impl_cfg.trainable_engram", add=True),
+        # deepseek_v41/lite/protocol.py, ISEEKYAN/Megatron-LM; docs/deepseek_v41.md @ 04baccf4) has no verl key
+        mlite=NotExpressible(
+            "verl's mlite engine passes no Engram switch: Megatron Lite's DeepSeek-V4.1 ImplConfig.trainable_engram "
+            "is not among the impl_cfg keys it accepts (mlite.export.mlite_keys); the tables stay frozen",
+            DEFAULT,
+        ),
         megatron=NotExpressible(
             "verl's Megatron backend has no DeepSeek-V4.1 model (Engram tables are a Megatron Lite model's)", DEFAULT
         ),
