@@ -141,3 +141,21 @@ def test_planner_shows_the_model_rule_and_its_fix():
     assert any("[deepseek_v41_cp_ep]" in s and "CP_AND_EP_NOT_SIMULTANEOUSLY_SUPPORTED" in s for s in shown), shown
     _buttons(p)["ep = 1"].click()
     assert p.plan.valid and p.parallel().ep == 1
+
+
+def test_import_launcher_refuses_the_same_mesh(tmp_path):
+    out = tmp_path / "ok"
+    res = run_cli("export", V41, "--nodes", "1", "--ep", "8", "--target", "verl-mlite-sft", "--out", out)
+    assert res.rc == 0, res.err
+    (script,) = out.glob("run_*.sh")
+    good = run_cli("import-launcher", script, "--json")
+    assert good.rc == 0 and good.json()["valid"], good.out
+    text = script.read_text()
+    assert "CP=${CP:-1}" in text and "EP=${EP:-8}" in text
+    bad = tmp_path / "bad.sh"
+    bad.write_text(text.replace("CP=${CP:-1}", "CP=${CP:-2}").replace("EP=${EP:-8}", "EP=${EP:-2}"))
+    res = run_cli("import-launcher", bad, "--json")
+    assert res.rc == 1, res.err  # a verdict: the launcher's mesh is invalid (mlite.cli.EXIT_CODES)
+    doc = res.json()
+    assert not doc["valid"] and (doc["cp"], doc["ep"]) == (2, 2)
+    assert any("CP_AND_EP_NOT_SIMULTANEOUSLY_SUPPORTED" in m for m in doc["errors"]), doc["errors"]
