@@ -13,10 +13,12 @@ Sources (ISEEKYAN/Megatron-LM, tree ``experimental/lite``):
   reproduces: 1 owner 188.83 / 732.44 / 732.44 GiB, 8 owners 23.60 / 91.56 / 91.56, 16 owners 11.80, 32 owners 5.90.
 * ``model/deepseek_v41/lite/engram.py`` @ 0ce9c218 (``EngramTable``): the weight is ``float8_e4m3fn`` [rows, D],
   the scale ``float8_e8m0fnu`` [rows, D / 32] (one byte per block of 32 values of a row).
-* ``docs/engram_distribution.md`` @ 6f00e559, Sinkhorn: the optimizer keeps FP32 momentum M only for the local
-  optimizer-owned rows (the owners partition the table, each row once), so a trainable table adds 4 bytes per
-  element of optimizer state; frozen tables allocate no optimizer, master or momentum. Not in the doc's table
-  (it excludes optimizer state); reported apart as ``momentum``.
+* ``docs/engram_distribution.md`` @ 6f00e559 and ``primitive/optimizers/sinkhorn.py`` @ 1a7fc215 (``Sinkhorn``:
+  its checkpoint state is ``{'momentum'}``, FP32, nothing offloaded): the optimizer keeps FP32 momentum M only for
+  the local optimizer-owned rows (the owners partition the table, each row once), so a trainable table adds 4 bytes
+  per element of optimizer state; frozen tables allocate no optimizer, master or momentum. Not in the doc's table
+  (it excludes optimizer state); reported apart as ``momentum``. The step's staged candidate W, new M and N (FP32,
+  the local rows) and the FP8 republication are transients of the optimizer step, not counted here.
 
 Per rank, ``n`` owners, a table of ``R`` rows x ``D``: ``r = ceil(R / n)`` rows;
 ``fp8 = r x D``, ``scales = r x D / 32``; trainable adds ``master = 4 r D``, ``main_grad = 4 r D``,
