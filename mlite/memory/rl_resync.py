@@ -10,7 +10,8 @@ weights are gathered over EP: Megatron Lite's dense export gathers all experts o
 ``worst_tensor_peak_gib`` of ``docs/ds4-resync-memory-protocol.md`` @ 03d1e972: the single-tensor lower bound of
 the resync), verl's per-expert exporter gathers one local expert over EP (EP experts at once,
 ``resync_expert_gather=per_expert``). An FSDP actor (``optimizer=fsdp2``) ``full_tensor()``-s every parameter
-over its DP shards, in the parameter dtype. The peak is the largest such tensor of the model's own tensors
+over its DP shards, in the parameter dtype: one all-gather output, one copy (the DTensor API; verl's FSDP engine's
+cast to the rollout dtype after it is not modelled). The peak is the largest such tensor of the model's own tensors
 (:class:`mlite.models.spec.ParamGroup`; experts: one group per layer and weight, all experts) on this mesh.
 
 Staging. The checkpoint engine copies the exported tensors into buckets of ``update_weights_bucket_megabytes``
@@ -135,9 +136,9 @@ def export_peak(spec, plan, o, r: RolloutOptions) -> ExportPeak:
         b, kind = gathered_bytes(g, spec, plan, o, r)
         if b > best:
             best, how, name = b, kind, g.name
+    copies = 1 if how == "fsdp" else r.resync_gather_copies  # full_tensor(): one all-gather output
     return ExportPeak(
-        tensor=name, gather=how, full_bytes=best, copies=r.resync_gather_copies, bucket_bytes=bucket,
-        buckets=buckets,
+        tensor=name, gather=how, full_bytes=best, copies=copies, bucket_bytes=bucket, buckets=buckets,
     )  # fmt: skip
 
 
