@@ -110,7 +110,8 @@ def run(out: Path, device: str, contexts: int, full_mib: int) -> dict:
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "rlengine_raw.json"
-    doc = {"device": device, "torch": torch.__version__, "rows": []}
+    rows: list[dict] = []
+    doc: dict = {"device": device, "torch": torch.__version__, "rows": rows}
     if device == "cuda":
         doc["gpu"] = torch.cuda.get_device_name(0)
 
@@ -119,9 +120,9 @@ def run(out: Path, device: str, contexts: int, full_mib: int) -> dict:
 
     save()
     for k in (2, 4, 8):
-        doc["rows"].append(probe_gather(device, full_mib, k))
+        rows.append(probe_gather(device, full_mib, k))
         save()
-    doc["rows"].extend(probe_contexts(device, contexts))
+    rows.extend(probe_contexts(device, contexts))
     save()
     return doc
 

@@ -321,10 +321,11 @@ def test_separate_async_keeps_pi_old_on_the_host_and_the_current_weights_during_
 def test_budget_rows_name_their_verl_key_or_why_there_is_none():
     rows = {r.field: r for r in ROLLOUT}
     for f in ("vllm_version", "sibling_contexts", "sibling_context_gib", "sleep_residue_gib", "resync_gather"):
-        assert isinstance(rows[f].mlite, NotExpressible) and rows[f].mlite.reason, f
-    assert isinstance(rows["checkpoint_backend"].mlite, Key)
-    assert rows["checkpoint_backend"].mlite.key == "actor_rollout_ref.rollout.checkpoint_engine.backend"
-    assert rows["trainer_mode"].mlite.key == "trainer.v1.trainer_mode"
+        m = rows[f].mlite
+        assert isinstance(m, NotExpressible) and m.reason, f
+    backend, mode = rows["checkpoint_backend"].mlite, rows["trainer_mode"].mlite
+    assert isinstance(backend, Key) and backend.key == "actor_rollout_ref.rollout.checkpoint_engine.backend"
+    assert isinstance(mode, Key) and mode.key == "trainer.v1.trainer_mode"
     cfg = {"actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl", "trainer.v1.trainer_mode": "separate_async"}
     kw = rollout_kwargs(cfg)
     assert (kw["checkpoint_backend"], kw["trainer_mode"]) == ("nccl", "separate_async")
