@@ -371,3 +371,13 @@ def test_budget_defaults_keep_earlier_rules():
     for ph in ("rollout", "old_log_prob", "ref", "actor_update"):
         assert e.phases[ph].gpu == old.phases[ph].gpu
     assert replace(r, vllm_version="0.9.1").vllm_version == "0.9.1"
+
+
+def test_cuda_graphs_room_under_the_global_rule_is_what_the_share_leaves_of_the_device():
+    """CUDA graphs are captured after the KV cache (``compile_or_warm_up_model``, gpu_worker.py): under the global
+    rule (@ 0012cf69) the engine's share already excludes the others' memory, so ``total - util x total`` is left;
+    per instance (V0, worker.py @ 002a0ba9) a share over what is free leaves nothing."""
+    kw = {"gpu_memory_utilization": 0.9}
+    glob, v0 = _rl(vllm_version="0.8.5", **kw), _rl(vllm_version="0.7.3", **kw)
+    assert not any("CUDA graphs" in w for w in glob.warnings)
+    assert any("CUDA graphs" in w and "only 0.0 GiB" in w for w in v0.warnings)

@@ -124,10 +124,12 @@ def start_engine(spec, r: RolloutOptions, device: float, resident: float) -> Eng
                 f"free (actor/ref leave {g(resident)} resident), so allocating the KV cache runs out of memory; "
                 f"lower gpu_memory_utilization or offload the actor"
             )
-        if free - min(share, free) < graphs:
+        # what is left after the KV cache: the global rule's budget already took the others' memory off the share
+        left = device - share if rule.counts_other_processes else free - min(share, free)
+        if left < graphs:
             warnings.append(
                 f"CUDA graphs ({g(graphs)}) are captured after the KV cache, outside "
-                f"gpu_memory_utilization; only {g(max(0.0, free - share))} are left for them"
+                f"gpu_memory_utilization; only {g(max(0.0, left))} are left for them"
             )
     else:
         share = u * max(free, 0.0)
