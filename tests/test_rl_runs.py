@@ -176,3 +176,20 @@ def test_launcher_helpers():
     assert inner_script("python3 -m x a=1\n") == "python3 -m x a=1\n"
     assert unflatten({"a.b.c": 1, "+a.d": 2, "e": 3}) == {"a": {"b": {"c": 1}, "d": 2}, "e": 3}
     assert deep_merge({"a": {"b": 1, "c": 2}, "x": 0}, {"a": {"c": 3}}) == {"a": {"b": 1, "c": 3}, "x": 0}
+
+
+def test_readme_prose_quotes_todays_figures():
+    """The counts and misses the prose under the table quotes are today's."""
+    rows = comparison_rows(RUNS)
+    flat = " ".join((REPO / "README.md").read_text().split())
+    comparable = [r for r in rows if r["comparable"]]
+    within = [r for r in comparable if abs(r["ratio"] - 1) <= 0.15]
+    words = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    assert f"Of the {words[len(comparable)]} comparable runs {words[len(within)]} land within 15 %" in flat
+    for r in comparable:
+        if r not in within:
+            assert f"({round((r['ratio'] - 1) * 100):+d} %)" in flat, r["run"]
+    assert (
+        f"{words[len({r['log'] for r in ALL})].capitalize()} public verl runs ({words.get(len(rows), len(rows))}"
+        in flat
+    )
