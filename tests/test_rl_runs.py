@@ -157,11 +157,11 @@ def test_comparable_runs_are_within_15_percent_or_say_why_not():
 def test_readme_table_is_what_the_code_computes():
     table = comparison_table(comparison_rows(RUNS))
     readme = (REPO / "README.md").read_text()
-    assert table in readme, "README 'RL memory against public runs' table is stale: paste rl_check --table"
+    assert table in readme, "README 'RL memory against public runs' table is stale: paste rl_runs --table"
 
 
 def test_cli_prints_the_table_and_refuses_a_bad_root_in_one_line(tmp_path):
-    env_py = [sys.executable, "-m", "mlite.validation.rl_check"]
+    env_py = [sys.executable, "-m", "mlite.validation.rl_runs"]
     ok = subprocess.run([*env_py, "--table"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.strip() == comparison_table(comparison_rows(RUNS))

@@ -193,30 +193,3 @@ def markdown_table(rows: list[dict]) -> str:
             f"{lg['cpu_memory_used_gb']:.1f} | {pr['host_per_node']:.1f} |"
         )
     return "\n".join(out)
-
-
-def main(argv=None) -> int:
-    """``python3 -m mlite.validation.rl_check --table``: every published run of ``tests/data/rl`` estimated and put
-    next to its logged ``perf/max_memory_allocated_gb`` (:mod:`.rl_runs`), as the README's table; ``--root DIR``
-    reads another folder of run lists."""
-    import argparse
-    import sys
-
-    from ..paths import REPO_ROOT
-    from .rl_runs import comparison_rows, comparison_table
-
-    ap = argparse.ArgumentParser(prog="python3 -m mlite.validation.rl_check")
-    ap.add_argument("--table", action="store_true", help="print the README table of every run (the default)")
-    ap.add_argument("--root", default=str(REPO_ROOT / "tests" / "data" / "rl"), help="folder of the run lists")
-    args = ap.parse_args(argv)
-    try:
-        table = comparison_table(comparison_rows(args.root))
-    except MliteError as e:
-        print(f"error: {e.message}", file=sys.stderr)
-        return 2
-    print(table)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Every published verl run of ``tests/data/rl`` (``runs.json``, the first round, and ``runs_second_round.json``)
 estimated with the kit and put next to its logged ``perf/max_memory_allocated_gb``: the table "run | strategy | verl
 | engine | logged | predicted | ratio | comparable? why" (:func:`comparison_rows`, :func:`comparison_table`;
-``python3 -m mlite.validation.rl_check --table`` prints it).
+``python3 -m mlite.validation.rl_runs --table`` prints it).
 
 The settings are read the way the kit reads them elsewhere: a run whose excerpt holds verl's start-up config dump goes
 through :func:`~mlite.validation.rl_check.predict` (the dump read back, :func:`~.rl_check.training_from_verl`); a run
@@ -282,3 +282,29 @@ __all__ = [
     "predicted_allocated",
     "verl_config_from_launcher",
 ]
+
+
+def main(argv=None) -> int:
+    """``python3 -m mlite.validation.rl_runs --table``: every published run of ``tests/data/rl`` estimated and put next
+    to its logged ``perf/max_memory_allocated_gb``, as the README's table; ``--root DIR`` reads another folder of run
+    lists. Bad input: one line on stderr, exit 2."""
+    import argparse
+    import sys
+
+    from ..paths import REPO_ROOT
+
+    ap = argparse.ArgumentParser(prog="python3 -m mlite.validation.rl_runs")
+    ap.add_argument("--table", action="store_true", help="print the README table of every run (the default)")
+    ap.add_argument("--root", default=str(REPO_ROOT / "tests" / "data" / "rl"), help="folder of the run lists")
+    args = ap.parse_args(argv)
+    try:
+        table = comparison_table(comparison_rows(args.root))
+    except MliteError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
