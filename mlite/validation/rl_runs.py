@@ -15,9 +15,10 @@ What is compared today is the quantity :func:`~.rl_check.torch_peaks` computes u
 ``mlite.memory.rl_metrics.predicted_metrics`` once it is on ``main``.
 
 The logged metric: ``perf/max_memory_allocated_gb`` (verl <= 0.7, ``update_actor`` in
-``verl/workers/fsdp_workers.py`` / ``megatron_workers.py``) or ``actor/perf/max_memory_allocated_gb`` (verl >= 0.8,
-``TrainingWorker._postprocess_output`` in ``verl/workers/engine_workers.py`` prefixes the worker's metrics with its
-role); the first step line that carries one (:func:`logged_memory`, read with ``mlite.logs``).
+``verl/workers/fsdp_workers.py`` / ``megatron_workers.py``) or, from the engine workers on
+(``TrainingWorker._postprocess_output`` in ``verl/workers/engine_workers.py``), the same figure under
+``actor/perf/max_memory_allocated_gb`` (as the verl 0.9 run here and the console line in verl-project/verl#7412 show);
+the first step line that carries one (:func:`logged_memory`, read with ``mlite.logs``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ MEMORY_KEYS = {
     "max_memory_reserved_gb": ("perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb"),
     "cpu_memory_used_gb": ("perf/cpu_memory_used_gb", "actor/perf/cpu_memory_used_gb"),
 }
-"""Logged memory metric -> the keys verl has written it under (verl >= 0.8 prefixes the actor's with ``actor/``)."""
+"""Logged memory metric -> the keys verl has written it under (the engine workers' logs carry the actor's as
+``actor/perf/...``)."""
 
 FIRST_ROUND = {
     "grpo_qwen3vl_2b_8gpu_h200": (False, "the Qwen3-VL run read as an H200 (its card is not stated; H20 above)"),
