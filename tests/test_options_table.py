@@ -272,6 +272,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "gpu_memory_gib",
         "headroom",
         "framework_overhead_gib",
+        "mfsdp_grad_staging",
     },
     "verl-mlite-sft": {
         "optimizer_algorithm",
@@ -293,7 +294,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "num_microbatches",
         "sequence_parallel",
     },
-    "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches"},
+    "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches", "mfsdp_bucket_size"},
 }
 """What each target cannot express (beyond the estimator's own assumptions): the table must say exactly this."""
 

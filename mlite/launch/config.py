@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MliteError
 from ..mesh.axes import RUN_AXES
 from ..mesh.config import ParallelConfig
+from ..options.optimizers import check_env
 from ..options.table import RUN, rows_by_field
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
 from ..options.table import RUN_DEVICES as DEVICES
@@ -368,6 +369,8 @@ class RunConfig:
             offload_fraction=float(t.offload_fraction) or None,
             use_distributed_optimizer=t.use_distributed_optimizer,
             main_grads_dtype=t.main_grads_dtype,
+            mfsdp_bucket_size=t.mfsdp_bucket_size,
+            mfsdp_grad_staging=t.mfsdp_grad_staging,
         )
         extra: dict[str, Any] = {}
         if self.compile:
@@ -400,6 +403,7 @@ class RunConfig:
         from .cut import check_cut
 
         check_cut(self)
+        check_env(self.optimizer, os.environ)  # the backend's launch-environment rules (mfsdp: CUDA_DEVICE_MAX_...)
         self.check_mesh(self.model_spec())
         self.runtime_config()
         if self.device == "cuda":
