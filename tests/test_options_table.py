@@ -451,9 +451,13 @@ def test_verl_sft_refuses_what_it_does_not_run(field, tmp_path):
     from mlite.errors import MliteError
 
     row = {r.field: r for r in RUN}[field]
-    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2, "compile": True, "optimizer_algorithm": "sgd"}.get(
-        field, 2
-    )
+    value = {
+        "hf_checkpoint": str(tmp_path),
+        "crash_at_step": 2,
+        "compile": True,
+        "optimizer_algorithm": "sgd",
+        "mfsdp_grad_staging": "ring",
+    }.get(field, 2)
     with pytest.raises(MliteError, match=f"{field}: --trainer verl-sft does not run {row.flag}") as err:
         RunConfig(trainer="verl-sft", model="tiny-dense", steps=3, nproc=1, **{field: value})
     assert RUN_VERL_NOT_RUN[field] in str(err.value)

@@ -22,6 +22,7 @@ from ..errors import MliteError
 from ..mesh.axes import RUN_AXES
 from ..mesh.config import ParallelConfig
 from ..options.optimizers import check_env
+from ..options.rules import mfsdp_lite_mesh
 from ..options.table import RUN, rows_by_field
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
 from ..options.table import RUN_DEVICES as DEVICES
@@ -404,6 +405,7 @@ class RunConfig:
 
         check_cut(self)
         check_env(self.optimizer, os.environ)  # the backend's launch-environment rules (mfsdp: CUDA_DEVICE_MAX_...)
+        mfsdp_lite_mesh(self.optimizer, self.tp, self.ep)
         self.check_mesh(self.model_spec())
         self.runtime_config()
         if self.device == "cuda":

@@ -256,3 +256,14 @@ def mfsdp_resume_rule(old_options: Any, new_options: Any) -> None:
             f"unsupported (the checkpoint holds the offload partition; {MFSDP_DESIGN_SOURCE}, §Checkpoint and "
             f"resume); resume with --offload-fraction {old:g}"
         )
+
+
+def mfsdp_lite_mesh(optimizer: str, tp: int, ep: int) -> None:
+    """The lite runtime's mfsdp runs DP x CP only: TP > 1 and EP > 1 are refused (its fp32 ``main_grad`` bypasses the
+    TP partial-gradient sum and the EP divide factors, which act on FSDP2's ``.grad``). ``mlite run`` checks it
+    before anything starts, the runtime's backend again."""
+    if optimizer == "mfsdp" and (tp > 1 or ep > 1):
+        raise MliteError(
+            f"optimizer: the lite runtime's mfsdp runs data and context parallelism only (tp {tp}, ep {ep}); use "
+            "--tp 1 --ep 1, or --optimizer fsdp2 for a TP / EP run"
+        )

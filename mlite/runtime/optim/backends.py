@@ -47,15 +47,9 @@ def mfsdp(rt: Any, model, experts: set[str], cls):
     """Megatron-FSDP's storage on FSDP2 (:mod:`mlite.runtime.optim.mfsdp`): the sharded parameters held in fp32
     (``offload_fraction < 1``; FSDP2 gathers them in the compute dtype) or in the compute dtype (full offload: the
     shard mirror), fp32 ``main_grad`` shards fed by FSDP2's reduce-scatter, the optimizer over both."""
-    from ...errors import MliteError
+    from ...options.rules import mfsdp_lite_mesh
 
-    ps = rt.pstate
-    if ps.tp > 1 or ps.ep > 1:
-        raise MliteError(
-            f"optimizer: the lite runtime's mfsdp runs data and context parallelism only (tp {ps.tp}, ep {ps.ep}: its "
-            "fp32 main_grad bypasses the TP partial-gradient sum and the EP divide factors); use --tp 1 --ep 1 or "
-            "--optimizer fsdp2"
-        )
+    mfsdp_lite_mesh("mfsdp", rt.pstate.tp, rt.pstate.ep)
     if rt.cfg.optimizer.fraction < 1.0:
         with torch.no_grad():
             for p in model.parameters():

@@ -111,7 +111,7 @@ class _DeviceAdamW(ShardedAdamW):
         self._main = main_grads
         super().__init__(named, replace(cfg, offload_fraction=None), expert_names=expert_names, device=device)
 
-    def _grad(self, s: ParamSlot) -> torch.Tensor | None:
+    def _grad(self, s: ParamSlot) -> torch.Tensor | None:  # type: ignore[override]  # the parent's is static
         return self._main[s.name]
 
 
@@ -176,6 +176,8 @@ class MfsdpAdamW:
         main = self.main_grad[name]
 
         def accumulate(p: torch.Tensor) -> None:
+            if p.grad is None:
+                return
             g = local(p.grad)
             red = self._reduced
             if red is None:
