@@ -155,7 +155,7 @@ TRAINING: tuple[Option, ...] = (
         group=_G,
         mlite=Key("{engine}.impl_cfg.optimizer", add=True, knob="OPTIMIZER", write="always"),
         megatron=NotExpressible(
-            "fsdp2 and mfsdp have no counterpart in verl's Megatron backend: Megatron-Core's "
+            "fsdp2 has no counterpart in verl's Megatron backend (nor has mfsdp): Megatron-Core's "
             "distributed optimizer (dist_opt) is written",
             "dist_opt",
         ),

@@ -170,6 +170,8 @@ class MfsdpAdamW:
         """FSDP2's all-reduce hook: the unit's fp32 reduce-scatter output (divided in place before the views)."""
         if reduce_output.dtype != torch.float32:
             raise RuntimeError(f"mfsdp: FSDP2 reduced the gradients in {reduce_output.dtype}, expected float32")
+        if reduce_output.is_cuda:  # read on this (FSDP2's post-reduce) stream: its block is not reused before that
+            reduce_output.record_stream(torch.cuda.current_stream())
         self._reduced = reduce_output
 
     def _make_accumulate(self, name: str):
