@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -160,7 +161,7 @@ def measure(out: Path, device: str, tiny: bool, seq: int, pairs: int, deadline_s
 
     cuda = device == "cuda"
     t_start = time.perf_counter()
-    raw = {
+    raw: dict[str, Any] = {
         "command": " ".join(["python3", "bench/mfsdp_device.py", *sys.argv[1:]]),
         "gpu": torch.cuda.get_device_name() if cuda else "cpu",
         "torch_version": torch.__version__,
@@ -216,7 +217,7 @@ def measure(out: Path, device: str, tiny: bool, seq: int, pairs: int, deadline_s
     for k in range(pairs):
         if k >= 3 and time.perf_counter() - t_start > deadline_s:
             break
-        row = {}
+        row: dict[str, list[float]] = {}
         for name in ("fsdp2", "mfsdp_f0", "fsdp2", "mfsdp_f0.5", "fsdp2", "mfsdp_f1"):
             rt, h = built[name]
             row.setdefault(name, []).append(_step(rt, h, seq, 100 + k, cuda)["time_s"])
