@@ -112,6 +112,16 @@ def run(args) -> int:
             f"{g(ck['state_window']).strip()} (two slots), host {g(ck['host']).strip()}{stuck}"
         )
     print(f"  host        {g(doc['host']['per_gpu'])} per GPU, {g(doc['host']['per_node'])} per node")
+    if o.optimizer == "mfsdp":  # Megatron-FSDP: its host parts and the three CUDA peaks, apart
+        hd, cp = doc["host_detail"], doc["cuda_peaks"]
+        print(
+            f"  mfsdp host  state {g(hd.get('mfsdp_host_state', 0))} + gradient staging "
+            f"{g(hd.get('mfsdp_grad_staging', 0))} ({o.mfsdp_grad_staging}, bucket_size {o.mfsdp_bucket_size:,})"
+        )
+        print(
+            f"  CUDA peaks  steady {g(cp['steady'])}, full step {g(cp['full_step'])}, "
+            f"optimizer only {g(cp['optimizer_only'])}"
+        )
     verdict = "fits" if est.fits else "does NOT fit"
     print(f"  {verdict}: {g(pg['total'])} vs usable {g(doc['usable'])} of {g(doc['gpu_mem'])}")
     print(f"  activations: {doc['validated_against']}")
