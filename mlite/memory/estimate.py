@@ -23,6 +23,8 @@ from ..mesh.axes import MESH_NAMES
 from ..models.chunks import ce_chunk_rows
 from ..options import TrainingOptions
 from ..options.optimizers import ALGORITHMS, BACKENDS
+from ..options.precision import profile
+from ..options.rules import precision_mesh
 from ..units import GIB, MIB
 from .activations import (
     ActDims,
@@ -32,6 +34,7 @@ from .activations import (
     layer_bytes_no_recompute,
     norm_bytes,
 )
+from .fp8 import fp8_param_bytes, fp8_stage
 from .optimizer import state_bytes
 from .params import StageParams, stage_params
 
@@ -78,6 +81,9 @@ class RankMemory:
     step_grads: float = 0.0
     """fp32 copies of bf16 main grads that the optimizer makes at the step and ``zero_grad`` frees (Megatron-Core,
     bf16 gradient buffer without PAO): part of ``static`` after the step, absent during forward and backward."""
+    params_detail: dict = field(default_factory=dict)
+    """``params`` by part with FP8 compute weights (``fp8_data``, ``fp8_scales``, ``fp8_columnwise``,
+    ``bf16_params``: :mod:`mlite.memory.fp8`); empty otherwise."""
 
     optimizer: float = field(init=False)
     """Optimizer state on the GPU (master + exp_avg + exp_avg_sq)."""
@@ -198,6 +204,8 @@ class MemoryEstimate:
             "transients": {k: round(v) for k, v in w.transients.items()},
             "persistent_detail": {k: round(v) for k, v in w.persistent.items()},
             "step_grads": round(w.step_grads),
+            "precision": self.options.precision,
+            "params_detail": {k: round(v) for k, v in w.params_detail.items()},
             "other_detail": {k: round(v) for k, v in w.other.items()},
             "host_detail": {k: round(v) for k, v in w.host.items()},
             "phases": {
@@ -327,6 +335,8 @@ def estimate(
     plan = mesh
     if not plan.valid:
         raise MliteError("invalid mesh: " + plan.errors[0].message)
+    precision_mesh(o, plan.parallel)  # the precision profile's validated topology (cp, pp)
+    prof = profile(o.precision)
     sb = state_bytes(o)
     backend = BACKENDS.entry(o.optimizer)
     p = plan.parallel
@@ -343,6 +353,11 @@ def estimate(
         shard = sp.dense / d_dense + sp.expert / d_exp
         held = shard if sb.params_sharded else local
         params = held * sb.param
+        detail: dict[str, float] = {}
+        if prof.fp8_weights:  # FP8 data + scales (+ columnwise copy) of the GEMM weights, BF16 for the rest
+            dd, de = (d_dense, d_exp) if sb.params_sharded else (1, 1)
+            detail = fp8_param_bytes(fp8_stage(sp, plan, prof.weights), sp.dense, sp.expert, dd, de, prof.columnwise)
+            params = sum(detail.values())
         grads = held * sb.grad
         master, m, v = ((1 - f) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
         # activations
@@ -393,6 +408,7 @@ def estimate(
                 lite=o.activation_model == "lite",
                 persistent=persistent,
                 step_grads=(1 - f) * shard * sb.step_grad_copy,
+                params_detail=detail,
                 grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads,
             )
         )
@@ -537,6 +553,13 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
             "params",
             f"{held} x {sb.param} B",
             f"{(shard if sb.params_sharded else sp.total):,.0f} x {sb.param}",
+            w.params,
+        )
+        if not w.params_detail
+        else (
+            "params",
+            "FP8 data (1 B) + block scales + columnwise copy of the GEMM weights, 2 B for the rest",
+            ", ".join(f"{k}={g(v)}" for k, v in w.params_detail.items()),
             w.params,
         ),
         ("grads", f"{held} x {sb.grad} B", f"{(shard if sb.params_sharded else sp.total):,.0f} x {sb.grad}", w.grads),

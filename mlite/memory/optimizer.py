@@ -21,6 +21,11 @@ fsdp2 (PyTorch fully_shard, mlite's fsdp2 and the kit's lite runtime): everythin
   -> 16/d, 14/d with PAO, 10/d with bf16 moments too; offload_fraction f moves f of (master, m, v) to the host
   (dtypes kept) and runs their update on the CPU.
 With fp32 parameters there is no separate master copy (the parameters are the master weights).
+Precision profiles (``precision``, :mod:`mlite.options.precision`): the Hopper blockwise and MXFP8 profiles fix an
+fp32 master, fp32 main gradients and fp32 moments (their parameter contract): fsdp2's gradients are then 4 bytes,
+-> 18/d per BF16 parameter; with FP8 compute weights (fsdp2 only) a quantized GEMM weight's 2 bytes become its FP8
+data (1) + block scales + the columnwise copy (1 + its scales; :mod:`mlite.memory.fp8`): 18/d + scales/d per
+quantized parameter on Hopper, the BF16 rest 18/d.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from ..options.optimizers import ALGORITHMS, BACKENDS, DTYPE_BYTES
+from ..options.precision import profile
 
 __all__ = ["DTYPE_BYTES", "StateBytes", "state_bytes"]
 
@@ -84,6 +90,8 @@ def state_bytes(o) -> StateBytes:
         copy = 4 if grad == 2 and not pao and not offload and pb != 4 and not lite else 0
     else:  # gradients in the parameter dtype, the state always sharded
         grad, copy = pb, 0
+        if profile(getattr(o, "precision", "bf16")).fp32_state:  # the profile's contract: fp32 main gradients
+            grad = 4
     # host per offloaded parameter: HybridDeviceOptimizer's fp32 param copy and pinned fp32 grad, then the state;
     # else the state as it is on the device
     host = 8 + m + v if b.hybrid_offload else master + m + v

@@ -18,9 +18,33 @@ class Inventory:
         self.prefix = prefix
         self.groups: list[ParamGroup] = []
 
-    def add(self, name: str, numel: int, component: str, parallel: str, *, checkpoint_only: bool = False) -> None:
-        """One tensor."""
-        self.groups.append(ParamGroup(self.prefix + name, int(numel), component, parallel, checkpoint_only))
+    def add(
+        self,
+        name: str,
+        numel: int,
+        component: str,
+        parallel: str,
+        *,
+        checkpoint_only: bool = False,
+        shape: tuple[int, ...] = (),
+        tp_dim: int | None = None,
+        tp_unit: int = 1,
+        tp_parts: int = 1,
+    ) -> None:
+        """One tensor (``shape``, ``tp_dim``, ``tp_unit``, ``tp_parts``: see :class:`~mlite.models.spec.ParamGroup`)."""
+        self.groups.append(
+            ParamGroup(
+                self.prefix + name,
+                int(numel),
+                component,
+                parallel,
+                checkpoint_only,
+                tuple(shape),
+                tp_dim,
+                tp_unit,
+                tp_parts,
+            )
+        )
 
     def linear(
         self,
@@ -34,7 +58,8 @@ class Inventory:
         row: bool = False,
     ) -> None:
         """``name.weight`` (and ``name.bias``); a row-parallel layer's bias is replicated."""
-        self.add(f"{name}.weight", fan_in * fan_out, component, parallel)
+        split = None if parallel == "rep" else (1 if row else 0)  # row-parallel: the input; column: the output
+        self.add(f"{name}.weight", fan_in * fan_out, component, parallel, shape=(fan_out, fan_in), tp_dim=split)
         if bias:
             self.add(f"{name}.bias", fan_out, component, "rep" if (row or parallel == "rep") else parallel)
 
@@ -161,8 +186,26 @@ def moe_block(
     inv.linear(f"{prefix}.gate", h, num_experts, "router", "rep")
     if expert_bias:
         inv.add(f"{prefix}.gate.e_score_correction_bias", num_experts, "router", "rep")
-    inv.add(f"{prefix}.experts.gate_up_proj", num_experts * 2 * expert_ffn * h, "routed_experts", "expert")
-    inv.add(f"{prefix}.experts.down_proj", num_experts * expert_ffn * h, "routed_experts", "expert")
+    # transformers' fused tensors: gate and up stacked per expert (2F x h; TP splits each of the two by F), down
+    # (h x F, split by its input)
+    e = "routed_experts"
+    inv.add(
+        f"{prefix}.experts.gate_up_proj",
+        num_experts * 2 * expert_ffn * h,
+        e,
+        "expert",
+        shape=(num_experts, 2 * expert_ffn, h),
+        tp_dim=1,
+        tp_parts=2,
+    )
+    inv.add(
+        f"{prefix}.experts.down_proj",
+        num_experts * expert_ffn * h,
+        e,
+        "expert",
+        shape=(num_experts, h, expert_ffn),
+        tp_dim=2,
+    )
     if shared_ffn:
         swiglu_mlp(inv, f"{prefix}.{shared_name}", h, shared_ffn, "shared_experts")
         if shared_gate:

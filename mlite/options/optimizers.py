@@ -124,7 +124,7 @@ BACKENDS.register(
         "dist_opt",
         "Megatron-Core DDP + distributed optimizer",
         "mlite.runtime.optim.backends:dist_opt",
-        refuses=(rules.pao_needs_distributed_optimizer,),
+        refuses=(rules.pao_needs_distributed_optimizer, rules.fp8_weights_need_fsdp2),
         lite_refuses=(rules.state_on_device,),
         grad_buffer=True,
         hybrid_offload=True,
