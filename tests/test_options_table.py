@@ -253,7 +253,7 @@ def test_export_flags_round_trip(row):
     assert tuple(T) == TARGETS and ExportPlan(model=MODEL).log_dir == DEFAULT_LOG_DIR
     plan_fields = {f.name: f.default for f in dataclasses.fields(ExportPlan)}
     assert plan_fields[row.field] == row.default, row.field
-    v = sample(row) if row.default is not None else "/somewhere/x"
+    v = sample(row) if row.default is not None else ("/somewhere/x" if row.type is str else 4)
     plan = ExportPlan(model=MODEL, **{"target": TARGETS[1], row.field: v})
     words = command_args(plan, EXPORT)
     assert row.flag in words

@@ -30,8 +30,9 @@ class Inventory:
         tp_dim: int | None = None,
         tp_unit: int = 1,
         tp_parts: int = 1,
+        tp_replicate: bool = False,
     ) -> None:
-        """One tensor (``shape``, ``tp_dim``, ``tp_unit``, ``tp_parts``: see :class:`~mlite.models.spec.ParamGroup`)."""
+        """One tensor (``shape`` and the ``tp_*`` fields: see :class:`~mlite.models.spec.ParamGroup`)."""
         self.groups.append(
             ParamGroup(
                 self.prefix + name,
@@ -42,6 +43,7 @@ class Inventory:
                 tuple(shape),
                 tp_dim,
                 tp_unit,
+                tp_replicate,
                 tp_parts,
             )
         )
@@ -56,10 +58,21 @@ class Inventory:
         *,
         bias: bool = False,
         row: bool = False,
+        heads_of: int = 1,
     ) -> None:
-        """``name.weight`` (and ``name.bias``); a row-parallel layer's bias is replicated."""
+        """``name.weight`` (and ``name.bias``); a row-parallel layer's bias is replicated; ``heads_of``: the output
+        is KV heads of this width, replicated past TP = their count (vLLM's ``QKVParallelLinear``)."""
         split = None if parallel == "rep" else (1 if row else 0)  # row-parallel: the input; column: the output
-        self.add(f"{name}.weight", fan_in * fan_out, component, parallel, shape=(fan_out, fan_in), tp_dim=split)
+        self.add(
+            f"{name}.weight",
+            fan_in * fan_out,
+            component,
+            parallel,
+            shape=(fan_out, fan_in),
+            tp_dim=split,
+            tp_unit=heads_of,
+            tp_replicate=heads_of > 1,
+        )
         if bias:
             self.add(f"{name}.bias", fan_out, component, "rep" if (row or parallel == "rep") else parallel)
 
@@ -89,8 +102,8 @@ def gqa_attention(
     """Grouped-query attention (Llama, Qwen2/3, Mixtral, GLM-4.5); ``output_gate`` doubles q (Qwen3-Next/3.5)."""
     a = "attention"
     inv.linear("self_attn.q_proj", h, heads * head_dim * (2 if output_gate else 1), a, bias=qkv_bias)
-    inv.linear("self_attn.k_proj", h, kv_heads * head_dim, a, bias=qkv_bias)
-    inv.linear("self_attn.v_proj", h, kv_heads * head_dim, a, bias=qkv_bias)
+    inv.linear("self_attn.k_proj", h, kv_heads * head_dim, a, bias=qkv_bias, heads_of=head_dim)
+    inv.linear("self_attn.v_proj", h, kv_heads * head_dim, a, bias=qkv_bias, heads_of=head_dim)
     inv.linear("self_attn.o_proj", heads * head_dim, h, a, bias=o_bias, row=True)
     if qk_norm:
         inv.norm("self_attn.q_norm", head_dim, a)

@@ -65,10 +65,14 @@ def matrices(g) -> tuple[int, int, int]:
     return g.shape[0], g.shape[1], g.shape[2]
 
 
-def per_rank(size: int, tp: int, unit: int = 1) -> int:
+def per_rank(size: int, tp: int, unit: int = 1, replicate: bool = False) -> int:
     """The size one of ``tp`` ranks holds of a dimension of ``size`` split in indivisible units of ``unit`` rows
-    (vLLM's integer division: ``o_groups // tp`` whole groups)."""
-    return (size // unit // tp) * unit
+    (vLLM's integer division: ``o_groups // tp`` whole groups); ``replicate``: with more ranks than units each
+    rank holds one unit (vLLM's replicated KV heads)."""
+    units = size // unit
+    if replicate and tp >= units:
+        return unit
+    return (units // tp) * unit
 
 
 def local_matrices(g, tp: int, ep: int, etp: int) -> tuple[float, int, int]:
@@ -143,8 +147,10 @@ def block_violations(spec, tp: int, block: int, *, experts_split: bool = True) -
             if g.parallel == "expert" and not experts_split:
                 continue
             size = g.shape[g.tp_dim] // g.tp_parts
-            local = per_rank(size, tp, g.tp_unit)
-            if size % tp == 0 and local % block == 0 and local > 0:
+            local = per_rank(size, tp, g.tp_unit, g.tp_replicate)
+            units = size // g.tp_unit
+            whole = units % tp == 0 or (g.tp_replicate and tp % units == 0)
+            if whole and local % block == 0 and local > 0:
                 continue
             dim = "output" if g.tp_dim == len(g.shape) - 2 else "input"
             out.setdefault(g.name, BlockViolation(g.name, dim, size, local, block))

@@ -66,6 +66,9 @@ class ParamGroup:
     tp_unit: int = 1
     """Rows of :attr:`tp_dim` that stay together on one rank (DeepSeek-V4's ``o_a_proj``: one output group of
     ``o_lora_rank`` rows; vLLM keeps ``o_groups // tp`` whole groups per rank)."""
+    tp_replicate: bool = False
+    """Past ``shape[tp_dim] / tp_unit`` ranks each unit is replicated, not split (vLLM's ``QKVParallelLinear``: KV
+    heads ``divide(tp, kv_heads)`` when TP exceeds them: one head per rank)."""
     tp_parts: int = 1
     """Equal partitions stacked along :attr:`tp_dim` that TP splits each on its own (fused gate and up: 2; vLLM's
     merged column-parallel weights check each partition)."""
