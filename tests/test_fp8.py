@@ -313,9 +313,12 @@ def test_export_and_import_launcher_apply_the_rollout_rule(tmp_path):
     for tp, valid in ((16, False), (8, True)):
         res = run_cli("import-launcher", launcher, "--env", f"ROLLOUT_TP={tp}", "--json")
         doc = res.json()
-        assert doc["valid"] is valid and doc["rollout"]["tensor_model_parallel_size"] == tp
+        assert doc["valid"] and doc["rollout"]["tensor_model_parallel_size"] == tp
+        assert res.rc == 0 and bool(doc["rollout_errors"]) is not valid  # the exit status is the mesh's verdict
         if not valid:
-            assert "actor_rollout_ref.rollout.tensor_model_parallel_size 16: block rule" in doc["errors"][-1]
+            (err,) = doc["rollout_errors"]
+            assert "actor_rollout_ref.rollout.tensor_model_parallel_size 16: block rule" in err
+            assert "DeepSeek-V4's block-FP8 rollout checkpoint" in err
 
 
 def test_the_rollout_weight_block_is_a_rollout_option():
@@ -325,3 +328,35 @@ def test_the_rollout_weight_block_is_a_rollout_option():
     spec = from_hf_config("DeepSeek-V4-Flash")
     plan = resolve(spec, 64, ParallelConfig(ep=8), seq_len=1024, auto_uneven=True)
     assert plan.valid
+
+
+def test_the_mesh_table_leaves_out_the_meshes_a_profile_refuses():
+    """The planner's table (mlite.memory.mesh_table, behind the mesh widget and ``mlite time``'s ranking) lists
+    only the cp = pp = 1 meshes for a Hopper profile, and all of them for bf16."""
+    from mlite.memory import mesh_table
+
+    spec = from_hf_config("Qwen3-8B")
+    every = {repr(m.plan.parallel) for m in mesh_table(spec, 8, TrainingOptions())}
+    hopper = mesh_table(spec, 8, TrainingOptions(precision="hopper_blockwise_bf16_weight"))
+    assert {(m.plan.parallel.cp, m.plan.parallel.pp) for m in hopper} == {(1, 1)}
+    kept = {
+        repr(m.plan.parallel)
+        for m in mesh_table(spec, 8, TrainingOptions())
+        if m.plan.parallel.cp == 1 == m.plan.parallel.pp
+    }
+    assert {repr(m.plan.parallel) for m in hopper} == kept and len(kept) < len(every)
+
+
+def test_verls_deepseek_v3_launcher_is_told_to_drop_the_fp8_quantization_config():
+    """verl's DeepSeek-V3 671B launcher runs rollout TP 32 and says to remove ``quantization_config`` from the
+    config: with the hub config's 128x128 blocks TP 32 cuts the dense MLP (18432 / 32 = 576, not a multiple of 128),
+    which import-launcher reports as a rollout error (the actor's mesh verdict stays valid)."""
+    from mlite.export.importer import import_launcher
+
+    path = REPO / "tests/data/launchers/verl/main/examples/grpo_trainer/run_deepseek_v3_671b_megatron.sh"
+    doc = import_launcher(path).to_dict()
+    assert doc["valid"] and doc["rollout"]["tensor_model_parallel_size"] == 32
+    (err,) = doc["rollout_errors"]
+    assert "mlp.gate_proj.weight keeps 576 of its 18432 output rows" in err and "quantization_config" in err
+    spec = from_hf_config("DeepSeek-V3")
+    check_rollout_tp(spec, 32, 0)  # the launcher's BF16 rollout checkpoint: no block to keep

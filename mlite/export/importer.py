@@ -187,10 +187,9 @@ class ImportedLauncher:
         out: dict[str, object] = {"ngpu": self.ngpu}
         for k in ("valid", "errors"):
             out[k] = doc[k]
+        # the rollout engine's own rule, apart from the actor mesh's verdict (valid / errors)
         bad = self._rollout_tp_error(ref)
-        if bad:
-            out["errors"] = [*doc["errors"], bad]
-            out["valid"] = False
+        out["rollout_errors"] = [bad] if bad else []
         out["warnings"] = warnings
         out["info"] = doc["info"] + self._model_info(config, ref)
         for k in (*AXIS_NAMES, *DERIVED, "pp_layout", "layout_source"):

@@ -126,11 +126,17 @@ def rollout_weight_block(spec, weight_block_size: int | None) -> int:
     :data:`DEEPSEEK_V4_BLOCK` for DeepSeek-V4 (whose rollout checkpoint the fork writes in block-FP8), else 0."""
     if weight_block_size is not None:
         return int(weight_block_size)
+    wbs = _config_block(spec)
+    if wbs:
+        return wbs
+    return DEEPSEEK_V4_BLOCK if spec.architecture == "deepseek_v4" else 0
+
+
+def _config_block(spec) -> int:
+    """The output edge of the config's ``quantization_config.weight_block_size`` (0: none)."""
     q = (getattr(spec, "config", None) or {}).get("quantization_config") or {}
     wbs = q.get("weight_block_size") if isinstance(q, dict) else None
-    if wbs:
-        return int(wbs[0])
-    return DEEPSEEK_V4_BLOCK if spec.architecture == "deepseek_v4" else 0
+    return int(wbs[0]) if wbs else 0
 
 
 def block_violations(spec, tp: int, block: int, *, experts_split: bool = True) -> list[BlockViolation]:
@@ -201,6 +207,12 @@ def check_rollout_tp(
     divide ``o_groups`` (the mlite preflight), suggesting the largest TP below it that passes both. The block rule
     is checked first: it is the one vLLM itself enforces at load."""
     block = rollout_weight_block(spec, weight_block_size)
+    if weight_block_size is not None:
+        whence = "--rollout-weight-block"
+    elif block and spec.architecture == "deepseek_v4" and not _config_block(spec):
+        whence = "DeepSeek-V4's block-FP8 rollout checkpoint"
+    else:
+        whence = "the config's quantization_config; a BF16 rollout checkpoint has none"
     split = not expert_parallel
     bad = block_violations(spec, tp, block, experts_split=split)
     fix = suggest_tp(spec, tp, block, experts_split=split)
@@ -209,7 +221,7 @@ def check_rollout_tp(
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise MliteError(
             f"{flag} {tp}: block rule: {spec.name}'s {v.name} keeps {v.per_rank} of its {v.size} {v.dim} "
-            f"rows per rank, not a whole number of {block}x{block} FP8 blocks{more}; vLLM refuses the "
+            f"rows per rank, not a whole number of {block}x{block} FP8 blocks ({whence}){more}; vLLM refuses the "
             f"block-quantized weights at load ({BLOCK_RULE_SOURCE}); use {flag} {fix}"
             + (" (vLLM expert parallelism keeps the experts whole)" if split and spec.num_experts else "")
         )
