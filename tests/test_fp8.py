@@ -360,3 +360,12 @@ def test_verls_deepseek_v3_launcher_is_told_to_drop_the_fp8_quantization_config(
     assert "mlp.gate_proj.weight keeps 576 of its 18432 output rows" in err and "quantization_config" in err
     spec = from_hf_config("DeepSeek-V3")
     check_rollout_tp(spec, 32, 0)  # the launcher's BF16 rollout checkpoint: no block to keep
+
+
+def test_a_model_without_tensor_shapes_is_refused_fp8_weights():
+    """Hy3 is read on transformers' meta device (no native inventory, no shapes): FP8 weights are refused in one
+    line rather than counted as BF16; the BF16-weight profile needs no shapes."""
+    assert from_hf_config("Hy3").source == "transformers-meta"
+    res = run_cli("memory", "Hy3", "--ngpu", "64", "--ep", "8", "--optimizer", "fsdp2", "--precision",
+                  "hopper_blockwise_fp8_weight")  # fmt: skip
+    assert_one_line_error(res, "precision: hopper_blockwise_fp8_weight needs the tensor shapes", "meta device")

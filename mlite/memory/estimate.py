@@ -34,7 +34,7 @@ from .activations import (
     layer_bytes_no_recompute,
     norm_bytes,
 )
-from .fp8 import fp8_param_bytes, fp8_stage
+from .fp8 import check_shapes, fp8_param_bytes, fp8_stage
 from .optimizer import state_bytes
 from .params import StageParams, stage_params
 
@@ -337,6 +337,8 @@ def estimate(
         raise MliteError("invalid mesh: " + plan.errors[0].message)
     precision_mesh(o, plan.parallel)  # the precision profile's validated topology (cp, pp)
     prof = profile(o.precision)
+    if prof.fp8_weights:
+        check_shapes(spec, prof.name)
     sb = state_bytes(o)
     backend = BACKENDS.entry(o.optimizer)
     p = plan.parallel

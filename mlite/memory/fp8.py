@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import MliteError
 from ..models.quantized import blockwise_scale_bytes, is_quantized, local_matrices, mxfp8_scale_bytes
 
 
@@ -47,6 +48,17 @@ def scale_bytes(weights: str, r: int, c: int) -> tuple[int, int]:
         b = blockwise_scale_bytes(r, c)
         return b, b
     return mxfp8_scale_bytes(r, c), mxfp8_scale_bytes(c, r)
+
+
+def check_shapes(spec, precision: str) -> None:
+    """FP8 bytes need the tensors' shapes, which the kit's native inventories carry; a model read on transformers'
+    meta device (``source="transformers-meta"``) has none, and is refused rather than counted as BF16."""
+    if spec.source != "native":
+        raise MliteError(
+            f"precision: {precision} needs the tensor shapes of {spec.name}'s GEMM weights, which the kit has only "
+            f"for its native inventories ({spec.name} is read on transformers' meta device); use --precision bf16 "
+            "or hopper_blockwise_bf16_weight"
+        )
 
 
 def fp8_stage(sp, plan, weights: str) -> Fp8Stage:
