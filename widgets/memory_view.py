@@ -596,6 +596,18 @@ class MemoryView(W.VBox):
                 tip="GPU bytes outside the training step with runtime context offload",
             ),
         ]
+        if d["params_detail"]:  # FP8 compute weights: the parameter bytes by part (mlite.memory.fp8)
+            pd = d["params_detail"]
+            cards.append(
+                _card(
+                    f"parameters ({d['precision']})",
+                    gib(d["per_gpu"]["params"]),
+                    f"FP8 {gib(pd['fp8_data'])} + scales {gib(pd['fp8_scales'])} + columnwise "
+                    f"{gib(pd['fp8_columnwise'])} + bf16 {gib(pd['bf16_params'])}",
+                    "mlite-memory-fp8",
+                    tip="FP8 GEMM weights: data, block scales and the columnwise copy; the rest in BF16",
+                )
+            )
         self._chart.value = memory_svg(est)
         if len(d["stages"]) > 1:
             rows = "".join(

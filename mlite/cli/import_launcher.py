@@ -100,6 +100,8 @@ def run(args) -> int:
         print("  options: " + " ".join(f"{k}={v}" for k, v in doc["options"].items()))
     for err in doc["errors"]:
         print(f"  error: {err}")
+    for err in doc["rollout_errors"]:
+        print(f"  rollout error: {err}")
     for w in doc["warnings"]:
         print(f"  warning: {w}")
     for i in doc["info"]:

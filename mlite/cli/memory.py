@@ -97,6 +97,12 @@ def run(args) -> int:
     for k in ("params", "grads", "optimizer", "activations", "ngram_tables", "other", "total"):
         if k in pg:  # ngram_tables: only a model with n-gram tables (Engram)
             print(f"  {k:12s} {g(pg[k])}{ngram_note(doc) if k == 'ngram_tables' else ''}")
+    if doc["params_detail"]:  # FP8 compute weights (mlite.memory.fp8)
+        pd = doc["params_detail"]
+        print(
+            f"  params = FP8 data {g(pd['fp8_data'])} + scales {g(pd['fp8_scales'])} + columnwise "
+            f"{g(pd['fp8_columnwise'])} + bf16 {g(pd['bf16_params'])} ({doc['precision']})"
+        )
     od = doc["optimizer_detail"]
     print(f"  optimizer = master {g(od['master'])} + exp_avg {g(od['exp_avg'])} + exp_avg_sq {g(od['exp_avg_sq'])}")
     print(f"  bytes/param {doc['bytes_per_param']:.3f} over {doc['local_params']:,} local parameters")

@@ -192,6 +192,9 @@ class ImportedLauncher:
         out: dict[str, object] = {"ngpu": self.ngpu}
         for k in ("valid", "errors"):
             out[k] = doc[k]
+        # the rollout engine's own rule, apart from the actor mesh's verdict (valid / errors)
+        bad = self._rollout_tp_error(ref)
+        out["rollout_errors"] = [bad] if bad else []
         out["warnings"] = warnings
         out["info"] = doc["info"] + self._model_info(config, ref)
         for k in (*AXIS_NAMES, *DERIVED, "pp_layout", "layout_source"):
@@ -219,6 +222,31 @@ class ImportedLauncher:
             }
         )
         return out
+
+    def _rollout_tp_error(self, ref: str | None) -> str:
+        """A GRPO/PPO launcher's rollout TP against the rollout rules (:func:`mlite.models.quantized.
+        check_rollout_tp`: whole FP8 blocks per rank, DeepSeek-V4's o_groups); the refusal, or ``""``."""
+        if self.target.endswith("-sft") or ref is None:
+            return ""
+        from ..memory.rl_options import RolloutOptions
+        from ..models import from_hf_config
+        from ..models.quantized import check_rollout_tp
+
+        r = self.rollout
+        d = RolloutOptions.__dataclass_fields__
+        tp = r.get("tensor_model_parallel_size", d["tensor_model_parallel_size"].default)
+        ep = r.get("expert_parallel_size", 1)
+        try:
+            check_rollout_tp(
+                from_hf_config(ref),
+                int(tp),
+                r.get("weight_block_size"),
+                expert_parallel=ep > 1,
+                flag="actor_rollout_ref.rollout.tensor_model_parallel_size",
+            )
+        except MliteError as e:
+            return e.message
+        return ""
 
     def _model_info(self, config: str | None, ref: str | None) -> list[str]:
         """How the model config was found, when it is not the one ``model.path`` names (a sibling checkpoint, a

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import MliteError
+from ..models.quantized import check_rollout_tp
+from ..options.rules import precision_mesh
 from . import launcher as L
 from . import sbatch, verl_grpo_megatron, verl_grpo_mlite, verl_lite_sft, verl_sft
 
@@ -64,6 +66,12 @@ def render(plan) -> ExportResult:
     spec, mp = plan.resolve()
     if not mp.valid:
         raise InvalidMesh(mp)
+    precision_mesh(plan.options, mp.parallel)  # the precision profile's validated topology (cp, pp)
+    if not plan.is_sft:  # the rollout TP keeps whole FP8 blocks (and DeepSeek-V4's o_groups): mlite.models.quantized
+        r = plan.rollout_options
+        check_rollout_tp(
+            spec, r.tensor_model_parallel_size, r.weight_block_size, expert_parallel=r.expert_parallel_size > 1
+        )
     lc, notes = BUILDERS[plan.target](plan, spec, mp)
     files = {lc.filename: L.render(lc), sbatch.filename(plan.target): sbatch.render(plan, spec, mp, lc)}
     doc = {

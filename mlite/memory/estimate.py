@@ -31,6 +31,8 @@ from ..mesh.axes import MESH_NAMES
 from ..models.chunks import ce_chunk_rows
 from ..options import TrainingOptions
 from ..options.optimizers import ALGORITHMS, BACKENDS
+from ..options.precision import profile
+from ..options.rules import precision_mesh
 from ..units import GIB, MIB
 from .activations import (
     ActDims,
@@ -41,6 +43,7 @@ from .activations import (
     norm_bytes,
 )
 from .chunked import ChunkedOffload, chunked_offload, largest_shard
+from .fp8 import check_shapes, fp8_param_bytes, fp8_stage
 from .ngram import ngram_bytes, stage_tables
 from .optimizer import DTYPE_BYTES, mfsdp_bytes, mfsdp_offloaded, state_bytes
 from .params import StageParams, stage_params
@@ -99,6 +102,9 @@ class RankMemory:
     resident in every phase (never offloaded)."""
     ngram_owners: int = 0
     """DP x CP owners the rank's n-gram table rows are sharded over (0: the rank holds no table)."""
+    params_detail: dict = field(default_factory=dict)
+    """``params`` by part with FP8 compute weights (``fp8_data``, ``fp8_scales``, ``fp8_columnwise``,
+    ``bf16_params``: :mod:`mlite.memory.fp8`); empty otherwise."""
 
     optimizer: float = field(init=False)
     """Optimizer state on the GPU (master + exp_avg + exp_avg_sq)."""
@@ -233,6 +239,8 @@ class MemoryEstimate:
             "transients": {k: round(v) for k, v in w.transients.items()},
             "persistent_detail": {k: round(v) for k, v in w.persistent.items()},
             "step_grads": round(w.step_grads),
+            "precision": self.options.precision,
+            "params_detail": {k: round(v) for k, v in w.params_detail.items()},
             "other_detail": {k: round(v) for k, v in w.other.items()},
             "host_detail": {k: round(v) for k, v in w.host.items()},
             "cuda_peaks": {
@@ -373,6 +381,10 @@ def estimate(
     plan = mesh
     if not plan.valid:
         raise MliteError("invalid mesh: " + plan.errors[0].message)
+    precision_mesh(o, plan.parallel)  # the precision profile's validated topology (cp, pp)
+    prof = profile(o.precision)
+    if prof.fp8_weights:
+        check_shapes(spec, prof.name)
     sb = state_bytes(o)
     backend = BACKENDS.entry(o.optimizer)
     p = plan.parallel
@@ -389,6 +401,11 @@ def estimate(
         shard = sp.dense / d_dense + sp.expert / d_exp
         held = shard if sb.params_sharded else local
         params = held * sb.param
+        detail: dict[str, float] = {}
+        if prof.fp8_weights:  # FP8 data + scales (+ columnwise copy) of the GEMM weights, BF16 for the rest
+            dd, de = (d_dense, d_exp) if sb.params_sharded else (1, 1)
+            detail = fp8_param_bytes(fp8_stage(sp, plan, prof.weights), sp.dense, sp.expert, dd, de, prof.columnwise)
+            params = sum(detail.values())
         grads = held * sb.grad
         master, m, v = ((1 - f) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
         ck = None
@@ -416,24 +433,7 @@ def estimate(
         pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
         if pad:
             other["buffer_padding"] = pad
-        host = {}
-        if ck is not None:
-            host["chunked_offloaded_state"] = ck.host
-        if f and backend.fp32_main_buffers:  # M-FSDP: 12O of state, then the gradient staging (persistent or ring)
-            mb = mfsdp_bytes(
-                shard,
-                mfsdp_offloaded(shard, f),
-                o.mfsdp_bucket_size,
-                o.mfsdp_grad_staging,
-                DTYPE_BYTES[o.param_dtype],
-                ALGORITHMS.entry(o.optimizer_algorithm).state_bytes(_FP32),
-            )
-            host["mfsdp_host_state"] = mb.host_state
-            host["mfsdp_grad_staging"] = mb.host_grad_staging
-        elif f:
-            host["offloaded_optimizer"] = f * shard * sb.host_per_offloaded
-            if not backend.hybrid_offload:  # the host update reads fp32 copies of the gradients
-                host["cpu_update_grads"] = f * shard * 4
+        host = _optimizer_host(o, sb, backend, shard, f, ck)
         tables = stage_tables(spec, _stage_layers(plan, sp.pp_rank))
         owners = plan.dp * p.cp if tables else 0
         ngram = ngram_bytes(tables, owners, trainable=o.engram_trainable) if tables else {}
@@ -468,6 +468,7 @@ def estimate(
                 persistent=persistent,
                 step_grads=(1 - f) * shard * sb.step_grad_copy,
                 chunked=ck,
+                params_detail=detail,
                 grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads,
                 ngram=ngram,
                 ngram_owners=owners,
@@ -477,6 +478,31 @@ def estimate(
     if explain:
         est.formulas = _formulas(est, stages, sb, d_dense, d_exp, f, dims)
     return est
+
+
+def _optimizer_host(o: TrainingOptions, sb, backend, shard: float, f: float, ck: ChunkedOffload | None) -> dict:
+    """Host bytes of the optimizer state of one rank: chunked offload's pinned bundles, M-FSDP's 12O of state and
+    its gradient staging (persistent or ring), or ``offload_fraction``'s offloaded state (+ the fp32 gradient copies
+    a CPU update reads)."""
+    host: dict[str, float] = {}
+    if ck is not None:
+        host["chunked_offloaded_state"] = ck.host
+    if f and backend.fp32_main_buffers:
+        mb = mfsdp_bytes(
+            shard,
+            mfsdp_offloaded(shard, f),
+            o.mfsdp_bucket_size,
+            o.mfsdp_grad_staging,
+            DTYPE_BYTES[o.param_dtype],
+            ALGORITHMS.entry(o.optimizer_algorithm).state_bytes(_FP32),
+        )
+        host["mfsdp_host_state"] = mb.host_state
+        host["mfsdp_grad_staging"] = mb.host_grad_staging
+    elif f:
+        host["offloaded_optimizer"] = f * shard * sb.host_per_offloaded
+        if not backend.hybrid_offload:  # the host update reads fp32 copies of the gradients
+            host["cpu_update_grads"] = f * shard * 4
+    return host
 
 
 def _megatron_parts(
@@ -628,6 +654,13 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
             "params",
             f"{held} x {sb.param} B",
             f"{(shard if sb.params_sharded else sp.total):,.0f} x {sb.param}",
+            w.params,
+        )
+        if not w.params_detail
+        else (
+            "params",
+            "FP8 data (1 B) + block scales + columnwise copy of the GEMM weights, 2 B for the rest",
+            ", ".join(f"{k}={g(v)}" for k, v in w.params_detail.items()),
             w.params,
         ),
         ("grads", f"{held} x {sb.grad} B", f"{(shard if sb.params_sharded else sp.total):,.0f} x {sb.grad}", w.grads),

@@ -47,6 +47,12 @@ mfsdp (Megatron-FSDP, Megatron Lite's standalone M-FSDP, ``optim_grads_params``)
   adcd21d0 (§Byte accounting, §Transient phases), ``megatron/lite/primitive/optimizers/mfsdp/config.py`` @ 0d14590c
   (bucket_size 40,000,000, fp32 main params and grads), ``docs/fsdp2-param-offload-overlap.md`` @ 4b19e6bd (full
   offload disables the parameter-gather prefetch).
+
+Precision profiles (``precision``, :mod:`mlite.options.precision`): the Hopper blockwise and MXFP8 profiles fix an
+fp32 master, fp32 main gradients and fp32 moments (their parameter contract): fsdp2's gradients are then 4 bytes,
+-> 18/d per BF16 parameter; with FP8 compute weights (fsdp2 only) a quantized GEMM weight's 2 bytes become its FP8
+data (1) + block scales + the columnwise copy (1 + its scales; :mod:`mlite.memory.fp8`): 18/d + scales/d per
+quantized parameter on Hopper, the BF16 rest 18/d.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from ..options.optimizers import ALGORITHMS, BACKENDS, DTYPE_BYTES
+from ..options.precision import profile
 
 __all__ = ["DTYPE_BYTES", "MfsdpBytes", "StateBytes", "mfsdp_bytes", "mfsdp_offloaded", "state_bytes"]
 
@@ -115,6 +122,8 @@ def state_bytes(o) -> StateBytes:
         copy = 4 if grad == 2 and not pao and not offload and pb != 4 and not lite else 0
     else:  # gradients in the parameter dtype, the state always sharded
         grad, copy = pb, 0
+        if profile(getattr(o, "precision", "bf16")).fp32_state:  # the profile's contract: fp32 main gradients
+            grad = 4
     # host per offloaded parameter: HybridDeviceOptimizer's fp32 param copy and pinned fp32 grad, then the state;
     # else the state as it is on the device
     host = 8 + m + v if b.hybrid_offload else master + m + v

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import MliteError
+from ..models.quantized import check_rollout_tp
 from ..options import TrainingOptions
 from .estimate import GIB, estimate
 from .optimizer import state_bytes
@@ -151,6 +152,8 @@ def _check_mesh(spec, plan, r: RolloutOptions) -> None:
             f"--rollout-tp {tp} must divide the {spec.num_attention_heads} attention heads of "
             f"{spec.name} (vLLM and SGLang split heads over TP)"
         )
+    # block-quantized weights keep whole blocks per rank; DeepSeek-V4's o_groups divide by TP (mlite.models.quantized)
+    check_rollout_tp(spec, tp, r.weight_block_size, expert_parallel=r.expert_parallel_size > 1)
     kv = spec.num_key_value_heads
     full = any(layer.attention in FULL_KINDS for layer in spec.main_layers)
     if full and kv and kv % tp and tp % kv:

@@ -114,6 +114,10 @@ class RolloutOptions:
     ``delta_sharded`` / ... (two buckets; the delta backends pin a host snapshot)."""
     trainer_mode: str = "sync"
     """``trainer.v1.trainer_mode``: ``sync``, ``colocate_async`` or ``separate_async`` (pi_old kept on the host)."""
+    weight_block_size: int | None = None
+    """Block edge of the rollout checkpoint's FP8 weights (its ``quantization_config.weight_block_size``; the rollout
+    TP block rule of :mod:`mlite.models.quantized` checks it); 0: not block-quantized; None: the model config's
+    ``quantization_config``, else 128 for DeepSeek-V4 (the fork's block-FP8 rollout checkpoint), else 0."""
 
     def __post_init__(self):
         self.validate()
@@ -157,6 +161,9 @@ class RolloutOptions:
         for f in ("cuda_graph_gib", "engine_overhead_gib", "host_process_gib"):
             if not 0.0 <= float(getattr(self, f)) < float("inf"):
                 raise MliteError(f"{f} must be a finite number >= 0, got {getattr(self, f)}")
+        b = self.weight_block_size
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 0):
+            raise MliteError(f"weight_block_size (--rollout-weight-block) must be an integer >= 0, got {b!r}")
         if self.host_mem_gib is not None and not 0.0 < float(self.host_mem_gib) < float("inf"):
             raise MliteError(f"host_mem_gib (--host-mem) must be a finite positive number, got {self.host_mem_gib}")
         self._validate_budget()

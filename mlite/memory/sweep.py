@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ..errors import MliteError
 from ..mesh import MeshPlan, enumerate_meshes, resolve
 from ..options import TrainingOptions
+from ..options.rules import precision_mesh
 from .estimate import estimate
 
 
@@ -68,6 +70,10 @@ def fits_callback(spec, training: TrainingOptions, more=None):
     adds fields to each mesh that fits (:func:`mlite.time.table.mesh_table` adds the predicted step)."""
 
     def fits(plan):
+        try:  # a mesh the precision profile has not been validated with (cp, pp) is not a candidate
+            precision_mesh(training, plan.parallel)
+        except MliteError as e:
+            return False, {"refused": e.message}
         est = estimate(spec, plan, training, explain=False)
         w = est.worst
         extra = {
@@ -88,7 +94,7 @@ def mesh_table(spec, ngpu: int, training: TrainingOptions | None = None, more=No
     :func:`fits_callback` (with speed fields the meshes that fit rank by them: :func:`mlite.mesh.enumerate.rank_key`;
     :func:`mlite.time.table.mesh_table` is this table ranked by predicted speed)."""
     o = training or TrainingOptions()
-    return enumerate_meshes(
+    rows = enumerate_meshes(
         spec,
         ngpu,
         seq_len=o.seq_len,
@@ -97,3 +103,4 @@ def mesh_table(spec, ngpu: int, training: TrainingOptions | None = None, more=No
         fits=fits_callback(spec, o, more),
         **kw,
     )
+    return [m for m in rows if "refused" not in (m.extra or {})]  # refused by the precision profile's mesh rule

@@ -19,10 +19,37 @@ class Inventory:
         self.groups: list[ParamGroup] = []
 
     def add(
-        self, name: str, numel: int, component: str, parallel: str, *, checkpoint_only: bool = False, rows: int = 0
+        self,
+        name: str,
+        numel: int,
+        component: str,
+        parallel: str,
+        *,
+        checkpoint_only: bool = False,
+        rows: int = 0,
+        shape: tuple[int, ...] = (),
+        tp_dim: int | None = None,
+        tp_unit: int = 1,
+        tp_parts: int = 1,
+        tp_replicate: bool = False,
     ) -> None:
-        """One tensor (``rows``: the rows of an n-gram memory table, split kind ``rows``)."""
-        self.groups.append(ParamGroup(self.prefix + name, int(numel), component, parallel, checkpoint_only, rows))
+        """One tensor (``rows``: the rows of an n-gram memory table, split kind ``rows``; ``shape`` and the ``tp_*``
+        fields: see :class:`~mlite.models.spec.ParamGroup`)."""
+        self.groups.append(
+            ParamGroup(
+                self.prefix + name,
+                int(numel),
+                component,
+                parallel,
+                checkpoint_only,
+                rows=rows,
+                shape=tuple(shape),
+                tp_dim=tp_dim,
+                tp_unit=tp_unit,
+                tp_replicate=tp_replicate,
+                tp_parts=tp_parts,
+            )
+        )
 
     def linear(
         self,
@@ -34,9 +61,21 @@ class Inventory:
         *,
         bias: bool = False,
         row: bool = False,
+        heads_of: int = 1,
     ) -> None:
-        """``name.weight`` (and ``name.bias``); a row-parallel layer's bias is replicated."""
-        self.add(f"{name}.weight", fan_in * fan_out, component, parallel)
+        """``name.weight`` (and ``name.bias``); a row-parallel layer's bias is replicated; ``heads_of``: the output
+        is KV heads of this width, replicated past TP = their count (vLLM's ``QKVParallelLinear``)."""
+        split = None if parallel == "rep" else (1 if row else 0)  # row-parallel: the input; column: the output
+        self.add(
+            f"{name}.weight",
+            fan_in * fan_out,
+            component,
+            parallel,
+            shape=(fan_out, fan_in),
+            tp_dim=split,
+            tp_unit=heads_of,
+            tp_replicate=heads_of > 1,
+        )
         if bias:
             self.add(f"{name}.bias", fan_out, component, "rep" if (row or parallel == "rep") else parallel)
 
@@ -66,8 +105,8 @@ def gqa_attention(
     """Grouped-query attention (Llama, Qwen2/3, Mixtral, GLM-4.5); ``output_gate`` doubles q (Qwen3-Next/3.5)."""
     a = "attention"
     inv.linear("self_attn.q_proj", h, heads * head_dim * (2 if output_gate else 1), a, bias=qkv_bias)
-    inv.linear("self_attn.k_proj", h, kv_heads * head_dim, a, bias=qkv_bias)
-    inv.linear("self_attn.v_proj", h, kv_heads * head_dim, a, bias=qkv_bias)
+    inv.linear("self_attn.k_proj", h, kv_heads * head_dim, a, bias=qkv_bias, heads_of=head_dim)
+    inv.linear("self_attn.v_proj", h, kv_heads * head_dim, a, bias=qkv_bias, heads_of=head_dim)
     inv.linear("self_attn.o_proj", heads * head_dim, h, a, bias=o_bias, row=True)
     if qk_norm:
         inv.norm("self_attn.q_norm", head_dim, a)
@@ -163,8 +202,26 @@ def moe_block(
     inv.linear(f"{prefix}.gate", h, num_experts, "router", "rep")
     if expert_bias:
         inv.add(f"{prefix}.gate.e_score_correction_bias", num_experts, "router", "rep")
-    inv.add(f"{prefix}.experts.gate_up_proj", num_experts * 2 * expert_ffn * h, "routed_experts", "expert")
-    inv.add(f"{prefix}.experts.down_proj", num_experts * expert_ffn * h, "routed_experts", "expert")
+    # transformers' fused tensors: gate and up stacked per expert (2F x h; TP splits each of the two by F), down
+    # (h x F, split by its input)
+    e = "routed_experts"
+    inv.add(
+        f"{prefix}.experts.gate_up_proj",
+        num_experts * 2 * expert_ffn * h,
+        e,
+        "expert",
+        shape=(num_experts, 2 * expert_ffn, h),
+        tp_dim=1,
+        tp_parts=2,
+    )
+    inv.add(
+        f"{prefix}.experts.down_proj",
+        num_experts * expert_ffn * h,
+        e,
+        "expert",
+        shape=(num_experts, h, expert_ffn),
+        tp_dim=2,
+    )
     if shared_ffn:
         swiglu_mlp(inv, f"{prefix}.{shared_name}", h, shared_ffn, "shared_experts")
         if shared_gate:

@@ -518,7 +518,15 @@ def deepseek_v4(f: Fields) -> dict:
         inv.linear("self_attn.q_b_proj", q_lora, heads * hd, a)
         inv.linear("self_attn.kv_proj", h, hd, a, "rep")
         inv.norm("self_attn.kv_norm", hd, a)
-        inv.add("self_attn.o_a_proj.weight", (heads * hd // o_groups) * o_groups * o_lora, a, "tp")
+        inv.add(
+            "self_attn.o_a_proj.weight",
+            (heads * hd // o_groups) * o_groups * o_lora,
+            a,
+            "tp",
+            shape=(o_groups * o_lora, heads * hd // o_groups),
+            tp_dim=0,
+            tp_unit=o_lora,  # whole output groups per rank (vLLM: n_local_groups = o_groups // tp)
+        )
         inv.linear("self_attn.o_b_proj", o_groups * o_lora, h, a, row=True)
         inv.add("self_attn.sinks", heads, a, "tp")
         if att_type == "heavily_compressed_attention":

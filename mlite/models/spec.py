@@ -70,6 +70,23 @@ class ParamGroup:
         """Row width of an n-gram table (0 for other tensors)."""
         return self.numel // self.rows if self.rows else 0
 
+    shape: tuple[int, ...] = ()
+    """The tensor's dimensions where the kit knows them: ``(out, in)`` of a linear weight (``nn.Linear`` layout),
+    ``(experts, out, in)`` of fused routed experts; ``()``: not a GEMM weight, or not described (norms, biases,
+    convolutions, tables). :mod:`mlite.models.quantized` reads it (FP8 block scales, the rollout TP block rule)."""
+    tp_dim: int | None = None
+    """The dimension of :attr:`shape` tensor parallelism splits (vLLM and Megatron-Core alike: 0, the output, for a
+    column-parallel weight; 1, the input, for a row-parallel one; experts: their FFN width); None: not split."""
+    tp_unit: int = 1
+    """Rows of :attr:`tp_dim` that stay together on one rank (DeepSeek-V4's ``o_a_proj``: one output group of
+    ``o_lora_rank`` rows; vLLM keeps ``o_groups // tp`` whole groups per rank)."""
+    tp_replicate: bool = False
+    """Past ``shape[tp_dim] / tp_unit`` ranks each unit is replicated, not split (vLLM's ``QKVParallelLinear``: KV
+    heads ``divide(tp, kv_heads)`` when TP exceeds them: one head per rank)."""
+    tp_parts: int = 1
+    """Equal partitions stacked along :attr:`tp_dim` that TP splits each on its own (fused gate and up: 2; vLLM's
+    merged column-parallel weights check each partition)."""
+
 
 @dataclass(frozen=True, slots=True)
 class LayerSpec:

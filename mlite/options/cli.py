@@ -63,6 +63,7 @@ def gpu_gib(text: str, flag: str) -> float:
 def values_from_args(args, rows) -> dict:
     """``field -> value`` for every row with a flag, from argparse's namespace."""
     out = {}
+    named = ""  # a --gpu-mem that names a GPU: the GPU model when --gpu is not given
     for r in rows:
         if not r.flag:
             continue
@@ -72,10 +73,13 @@ def values_from_args(args, rows) -> dict:
         elif r.cli == "negate":
             v = not v
         elif r.cli == "gpu":
+            named = str(v).upper() if str(v).upper() in GPU_MEMORY_GIB else ""
             v = gpu_gib(v, r.flag)
         elif r.type is tuple:
             v = tuple(m for m in str(v or "").split(",") if m)
         out[r.field] = v
+    if "gpu" in out and not out["gpu"] and named:
+        out["gpu"] = named
     return out
 
 

@@ -138,7 +138,7 @@ BACKENDS.register(
         "dist_opt",
         "Megatron-Core DDP + distributed optimizer",
         "mlite.runtime.optim.backends:dist_opt",
-        refuses=(rules.pao_needs_distributed_optimizer,),
+        refuses=(rules.pao_needs_distributed_optimizer, rules.fp8_weights_need_fsdp2),
         lite_refuses=(rules.state_on_device,),
         grad_buffer=True,
         hybrid_offload=True,
@@ -171,6 +171,7 @@ BACKENDS.register(
             rules.mfsdp_fp32_main_grads,
             rules.mfsdp_sharded,
             rules.mfsdp_bucket_size_positive,
+            rules.fp8_weights_need_fsdp2,  # FP8_WEIGHT_SUPPORTED_OPTIMIZERS = {"fsdp2"}
         ),
         lite_refuses=(rules.mfsdp_no_pao_lite,),
         fixed={"main_grads_dtype": "fp32", "use_distributed_optimizer": True},

@@ -298,6 +298,16 @@ ROLLOUT: tuple[Option, ...] = (
         flag="--trainer-mode",
         choices=TRAINER_MODES,
     ),
+    _row(
+        "weight_block_size",
+        int,
+        None,
+        None,
+        "block edge of the rollout checkpoint's FP8 weights (0: not block-quantized; default: the config's "
+        "quantization_config.weight_block_size, 128 for DeepSeek-V4); the rollout TP must keep whole blocks",
+        flag="--rollout-weight-block",
+        metavar="N",
+    ),
 )
 """The rollout options, in :class:`~mlite.memory.rl_options.RolloutOptions` field order."""
 

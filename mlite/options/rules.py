@@ -341,3 +341,91 @@ def mfsdp_lite_mesh(optimizer: str, tp: int, ep: int) -> None:
             f"optimizer: the lite runtime's mfsdp runs data and context parallelism only (tp {tp}, ep {ep}); use "
             "--tp 1 --ep 1, or --optimizer fsdp2 for a TP / EP run"
         )
+
+
+# ---------------------------------------------------------------------------------------------- precision profiles
+# The profiles and their sources: mlite.options.precision. A rule reads ``precision`` (absent: bf16, as on the
+# runtime's OptimizerConfig) and, for the hardware rule, ``gpu`` (empty: not known).
+
+
+def _profile(o: Any):
+    from .precision import profile
+
+    return profile(getattr(o, "precision", "bf16") or "bf16")
+
+
+def fp8_weights_need_fsdp2(o: Any) -> None:
+    """dist_opt: FP8 compute weights are not trained by the distributed optimizer (the fork's
+    ``require_optimizer_supports_precision``: ``FP8_WEIGHT_SUPPORTED_OPTIMIZERS = {"fsdp2"}``; its FP8 write-back
+    needs Megatron's ``fp8_param_gather``, so the FP8 weights would stay stale)."""
+    p = _profile(o)
+    if p.fp8_weights:
+        raise MliteError(
+            f"precision: {p.name} stores FP8 compute weights, which {o.optimizer} would train stale "
+            "(require_optimizer_supports_precision allows fsdp2 only: ISEEKYAN/Megatron-LM experimental/lite/"
+            "docs/runs/hopper-blockwise-fp8-weight-fsdp2.md @ 2e50cb4a); use --optimizer fsdp2 or --precision "
+            "hopper_blockwise_bf16_weight"
+        )
+
+
+def precision_fp32_state(o: Any) -> None:
+    """A precision profile's parameter contract fixes FP32 master, main gradients and optimizer state (and BF16
+    public parameters): PAO, bf16 gradients or moments and other parameter dtypes are refused."""
+    p = _profile(o)
+    if not p.fp32_state:
+        return
+    bad = []
+    if o.use_precision_aware_optimizer:
+        bad.append("--pao")
+    if getattr(o, "main_grads_dtype", "fp32") != "fp32":
+        bad.append("--grad-dtype bf16")
+    if any(getattr(o, m, "fp32") != "fp32" for m in MOMENTS):
+        bad.append("--moment-dtype bf16")
+    if getattr(o, "param_dtype", "bf16") != "bf16":
+        bad.append(f"--param-dtype {o.param_dtype}")
+    if bad:
+        raise MliteError(
+            f"precision: {p.name} keeps BF16 parameters with an FP32 master, FP32 main grads and FP32 optimizer "
+            f"state (lower precision is an unsupported combination: {p.source}); drop {', '.join(bad)}"
+        )
+
+
+def precision_gpu(o: Any) -> None:
+    """A profile runs on the GPUs its recipe supports: Hopper blockwise on SM90 or later (TE's
+    ``check_fp8_block_scaling_support``), MXFP8 on Blackwell (SM100+); checked when the GPU is known."""
+    from .precision import GPU_SM
+
+    p = _profile(o)
+    gpu = (getattr(o, "gpu", "") or "").upper()
+    if not p.min_sm or not gpu or gpu not in GPU_SM:
+        return
+    sm = GPU_SM[gpu]
+    if sm < p.min_sm:
+        fit = ", ".join(g for g, s in GPU_SM.items() if s >= p.min_sm)
+        has = f"is SM{sm}" if sm else "is not an NVIDIA GPU (no Transformer Engine FP8 recipe)"
+        raise MliteError(
+            f"precision: {p.name} needs SM{p.min_sm} or later and {gpu} {has} ({p.source}); "
+            f"use a GPU such as {fit} (--gpu) or another --precision"
+        )
+
+
+def precision_mesh(o: Any, parallel: Any) -> None:
+    """A profile's validated topology: the first Hopper blockwise profiles run with ``cp=1`` and ``pp=1``
+    (contract: "``pp>1``, ``cp>1`` ... unsupported-combination error"; feature-composability.md @ 3565ae5c: the
+    first Hopper FP8 strategies require ``cp=1``)."""
+    p = _profile(o)
+    for axis, limit in (("cp", p.max_cp), ("pp", p.max_pp)):
+        v = getattr(parallel, axis, 1)
+        if limit is not None and v > limit:
+            raise MliteError(
+                f"{axis}: {v} is not validated with precision {p.name} (its first profile runs {axis}={limit}: "
+                f"{p.source}; ISEEKYAN/Megatron-LM experimental/lite/docs/feature-composability.md @ 3565ae5c); "
+                f"use --{axis} {limit} or --precision bf16"
+            )
+
+
+def check_precision(o: Any) -> None:
+    """The precision rules that need no mesh (the profile exists, its FP32 state, its GPU)."""
+    _profile(o)
+    precision_fp32_state(o)
+    precision_gpu(o)

@@ -28,6 +28,7 @@ from .training import (
     OPTIMIZER_ALGORITHMS,
     OPTIMIZERS,
     PARAM_DTYPES,
+    PRECISIONS,
     RECOMPUTE,
 )
 
@@ -437,6 +438,23 @@ TRAINING: tuple[Option, ...] = (
         megatron=Key("{megatron}.dtype", values=TORCH_DTYPE_NAMES, verl_default="bf16"),
     ),
     Option(
+        "precision",
+        str,
+        "bf16",
+        "--precision",
+        "Megatron Lite precision profile (MegatronLiteConfig.precision): bf16, hopper_blockwise_bf16_weight, "
+        "hopper_blockwise_fp8_weight (FP8 GEMM weights + scales, fsdp2, cp=pp=1) or mxfp8_fp8_weight (Blackwell)",
+        label="precision",
+        choices=PRECISIONS,
+        group=_G,
+        mlite=Key("{engine}.precision", add=True, verl_default="bf16"),
+        megatron=NotExpressible(
+            "verl's Megatron backend runs Megatron-Core's own FP8 recipes (override_transformer_config.fp8 / "
+            "fp8_recipe), not Megatron Lite's precision profiles: bf16 is written",
+            DEFAULT,
+        ),
+    ),
+    Option(
         "seq_len",
         int,
         DEFAULT_SEQ_LEN,
@@ -574,6 +592,18 @@ TRAINING: tuple[Option, ...] = (
         cli="gpu",
         group=_G,
         metavar="GIB|GPU",
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
+    Option(
+        "gpu",
+        str,
+        "",
+        "--gpu",
+        "GPU model for the precision profiles' hardware rules (default: the --gpu-mem name, if it is one)",
+        choices=("", *GPU_MEMORY_GIB),
+        group=_G,
+        metavar="GPU",
         mlite=ESTIMATOR,
         megatron=ESTIMATOR,
     ),
@@ -1005,6 +1035,16 @@ EXPORT: tuple[Option, ...] = (
     Option("account", str, None, "--account", "#SBATCH --account", group=_E),
     Option("time_limit", str, None, "--time", "Slurm time limit, e.g. 24:00:00", group=_E),
     Option("cpus_per_task", int, 64, "--cpus-per-task", "CPUs of the one task per node (Ray --num-cpus)", group=_E),
+    Option(
+        "rollout_tp",
+        int,
+        None,
+        "--rollout-tp",
+        "GRPO: rollout TP, the launcher's ROLLOUT_TP (default: GPUs per node, at most 8); refused when it cuts a "
+        "block of the rollout checkpoint's FP8 weights",
+        group=_E,
+        metavar="N",
+    ),
 )
 """The :class:`~mlite.export.ExportPlan` fields ``mlite export`` takes as flags (the launchers' batch and
 rollout knobs read the plan; to expose another plan field, add its row here)."""

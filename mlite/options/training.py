@@ -11,6 +11,7 @@ from ..errors import MliteError
 from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 from . import rules
 from .optimizers import ALGORITHMS, BACKENDS, check_optimizer, inapplicable
+from .precision import PRECISIONS
 
 __all__ = [
     "ACTIVATION_MODELS",
@@ -21,6 +22,7 @@ __all__ = [
     "OPTIMIZERS",
     "OPTIMIZER_ALGORITHMS",
     "PARAM_DTYPES",
+    "PRECISIONS",
     "RECOMPUTE",
     "RECOMPUTE_MODULES",
     "TrainingOptions",
@@ -136,6 +138,10 @@ class TrainingOptions:
     (Megatron Lite's ``ImplConfig.trainable_engram``); False keeps them frozen (FP8 + scales only)."""
     param_dtype: str = "bf16"
     """Parameter (and compute) dtype: ``bf16``, ``fp16`` or ``fp32``."""
+    precision: str = "bf16"
+    """Megatron Lite's precision profile (``MegatronLiteConfig.precision``): ``bf16``,
+    ``hopper_blockwise_bf16_weight``, ``hopper_blockwise_fp8_weight`` (FP8 GEMM weights, fsdp2 only) or
+    ``mxfp8_fp8_weight`` (Blackwell); see :mod:`mlite.options.precision`."""
     seq_len: int = DEFAULT_SEQ_LEN
     """Tokens per sequence (per micro-batch row)."""
     micro_batch_size: int = 1
@@ -160,6 +166,10 @@ class TrainingOptions:
     """Device of the run: ``cuda`` (fused RMSNorm) or ``cpu`` (composite RMSNorm keeps fp32 copies; CPU oracles)."""
     gpu_memory_gib: float = 80.0
     """Device memory in GiB (H100 80, H200 141, B200 180; see GPU_MEMORY_GIB)."""
+    gpu: str = ""
+    """The GPU model when known (a name of GPU_MEMORY_GIB; ``--gpu-mem H100`` sets it, and a ``gpu_memory_gib``
+    only one GPU of the table has: 141 is an H200); empty: unknown (80 GiB is an H100 or an A100), and the hardware
+    rules of the precision profiles are then not checked."""
     headroom: float = 0.05
     """Share of device memory kept free (allocator fragmentation, spikes) in the fits verdict."""
     framework_overhead_gib: float = 2.0
@@ -180,7 +190,16 @@ class TrainingOptions:
         if self.param_dtype not in PARAM_DTYPES:
             raise MliteError(f"param_dtype must be {_one_of(PARAM_DTYPES)}, got {self.param_dtype!r}")
         rules.mfsdp_grad_staging_known(self)  # a vocabulary (its value list is rules.MFSDP_GRAD_STAGING)
+        if self.precision not in PRECISIONS:
+            raise MliteError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        self.gpu = str(self.gpu or "").upper()
+        if not self.gpu:  # a device memory only one GPU of the table has names it (141 GiB: H200)
+            same = [g for g, gib in GPU_MEMORY_GIB.items() if gib == float(self.gpu_memory_gib)]
+            self.gpu = same[0] if len(same) == 1 else ""
+        if self.gpu and self.gpu not in GPU_MEMORY_GIB:
+            raise MliteError(f"gpu must be one of {', '.join(GPU_MEMORY_GIB)} (or empty: unknown), got {self.gpu!r}")
         check_optimizer(self)  # backend, algorithm, offload range, what each refuses (mlite.options.rules)
+        rules.check_precision(self)  # the precision profile's state dtypes and GPU (mlite.options.precision)
         if self.recompute not in RECOMPUTE:
             raise MliteError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.attention not in ATTENTION:
