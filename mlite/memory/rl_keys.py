@@ -120,7 +120,7 @@ def fsdp_kwargs(cfg: dict, *, default_strategy: str = "megatron", problems: list
     flat = cfg if any("." in k for k in cfg) else flatten(cfg)
     out: dict = {"strategy": default_strategy}
     for row in _fsdp_rows():
-        key = row.mlite.key
+        key = next((k for k in (row.mlite.key, *row.mlite.aliases) if flat.get(k) is not None), row.mlite.key)
         v = flat.get(key)
         if v is None or (isinstance(v, str) and v.lower() in ("null", "none", "~")):
             continue

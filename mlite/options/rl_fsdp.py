@@ -168,6 +168,7 @@ FSDP_ROWS: tuple[Option, ...] = (
         f"{_A}.ulysses_sequence_parallel_size",
         "GPUs splitting one micro-batch's tokens (Ulysses)",
         "--ulysses-sp",
+        aliases=(f"{_A}.fsdp_config.ulysses_sequence_parallel_size",),
     ),
     _row("model_dtype", str, "fp32", f"{_A}.fsdp_config.model_dtype", "dtype of the sharded state", None),
     _row("ref_model_dtype", str, "fp32", f"{_REF}.fsdp_config.model_dtype", "dtype of the reference's shards", None),
