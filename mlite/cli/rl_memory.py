@@ -1,6 +1,8 @@
 """``mlite rl-memory CONFIG --ngpu N [mesh and training flags of mlite memory] --rollout vllm|sglang ...``: GPU and
 host memory of one colocated verl GRPO/PPO step, phase by phase (rollout, old_log_prob, ref, actor_update,
-weight_sync), with the engine's start-up verdicts and KV capacity.
+weight_sync), with the engine's start-up verdicts and KV capacity. ``--strategy fsdp|fsdp2`` makes the actor and the
+reference verl's FSDP workers (:mod:`mlite.memory.rl_fsdp`; their flags: :data:`mlite.options.rl_fsdp.FSDP_ROWS`); the
+``--json`` document then adds ``actor_strategy`` and ``fsdp`` (the options used), every other key as before.
 
 Exit 0 when every phase fits and the engine starts, 1 when not (or the actor mesh is invalid), 2 on bad usage.
 """

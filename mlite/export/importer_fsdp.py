@@ -28,8 +28,9 @@ DEFAULT_STRATEGY = "fsdp"
 def fsdp_keys() -> set[str]:
     """The verl keys the FSDP rows read (an import consumes them: not "ignored")."""
     from ..options.rl_fsdp import FSDP_ROWS
+    from ..options.schema import Key
 
-    return {r.mlite.key for r in FSDP_ROWS}
+    return {k for r in FSDP_ROWS if isinstance(r.mlite, Key) for k in (r.mlite.key, *r.mlite.aliases)}
 
 
 def fsdp_options(imp: ImportedLauncher) -> FsdpOptions | None:
