@@ -342,7 +342,7 @@ def test_import_public_fsdp_launchers_as_fsdp(name, strategy, model, fsdp):
     ngpu = d["ngpu"]
     r = RolloutOptions(**d["rollout"])
     o = TrainingOptions(**d["options"])
-    act = fsdp_actor(spec, ngpu, o, f, r.seq_tokens)
+    act = fsdp_actor(spec, ngpu, o, f, r.seq_tokens, r.response_length / r.seq_tokens)
     assert d["fsdp_estimate"]["peak"] == round(act.peak)
     assert d["fsdp_estimate"]["params"] == round(trained_params(spec) * 4 / ngpu) * (0 if f.offload_policy else 1)
     assert d["rl_estimate"] == rl_estimate(spec, resolve(spec, ngpu, seq_len=o.seq_len), o, r, f).to_dict()
@@ -489,3 +489,20 @@ def test_gib_sanity_qwen3_8b_update_per_gpu():
     assert 14.5 < (a.params + a.grads + a.optimizer) / GIB < 16
     assert a.activations["logits"] / GIB == pytest.approx(24576 * 151936 * 2 / GIB)
     assert 30 < a.peak / GIB < 45
+
+
+def test_padded_path_copies_the_response_logits_and_allocates_the_full_gradient():
+    """dp_actor.py @ v0.7.0, not rmpad: ``logits[:, -R-1:-1, :]`` is a strided view; ``logprobs_from_logits``
+    reshapes it (a contiguous bf16 copy of the R positions) and the slice's backward makes a zero gradient of the
+    whole [b, P + R, V]."""
+    spec, o = _spec(), TrainingOptions()
+    P, R, rows = 1024, 3072, 2
+    f = FsdpOptions(strategy="fsdp", use_remove_padding=False, ppo_micro_batch_size_per_gpu=rows)
+    a = fsdp_actor(spec, 8, o, f, P + R, R / (P + R))
+    T, V = rows * (P + R), spec.vocab_size
+    assert a.activations["logits"] == T * V * 2
+    assert a.activations["logits_response_copy"] == rows * R * V * 2
+    assert a.transients["logits_grad"] == T * V * 2
+    rm = fsdp_actor(spec, 8, o, replace(f, use_remove_padding=True), P + R, R / (P + R))
+    assert "logits_response_copy" not in rm.activations and rm.transients["logits_grad"] == 0
+    assert a.peak - rm.peak == pytest.approx(rows * R * V * 2, rel=1e-4)  # the gradient is not at the peak here

@@ -231,31 +231,43 @@ def _dims(tokens: int, recompute: str) -> ActDims:
     return ActDims(tokens, 1, 1, 1, False, True, False, recompute, frozenset())
 
 
-def _logit_parts(spec, f: FsdpOptions, tokens: int, *, entropy: bool, grad: bool) -> tuple[dict, dict]:
-    """(kept, transient) bytes of the log-prob / entropy working set over ``tokens`` local tokens."""
+def _logit_parts(
+    spec, f: FsdpOptions, tokens: int, *, entropy: bool, grad: bool, response_share: float = 1.0
+) -> tuple[dict, dict]:
+    """(kept, transient) bytes of the log-prob / entropy working set over ``tokens`` local tokens. Padded
+    (``use_remove_padding=False``): the loss reads ``logits[:, -R-1:-1, :]``, a strided view that
+    ``logprobs_from_logits`` reshapes into a contiguous bf16 copy of the response positions (``response_share`` of
+    the tokens), and whose backward allocates a zero gradient of the full logits; unpadded: ``logits_rmpad`` is
+    contiguous (no copy) and the cross-entropy's gradient is written into it."""
     v = spec.vocab_size
     if f.use_fused_kernels:
         return {"log_prob_stats": tokens * CE_STATS_BYTES}, {}
     logits = tokens * v * 2
-    kept = {"logits": logits, "log_prob_stats": tokens * CE_STATS_BYTES}
+    padded = not f.use_remove_padding
+    seen = int(tokens * response_share) if padded else tokens  # positions the log-prob and entropy read
+    kept = {"logits": logits, "log_prob_stats": seen * CE_STATS_BYTES}
+    if padded:
+        kept["logits_response_copy"] = seen * v * 2
     trans = {}
     if entropy:
         if f.entropy_from_logits_with_chunking:
-            trans["entropy_chunk"] = 4 * min(tokens, f.entropy_from_logits_chunk_size) * v * 4
+            trans["entropy_chunk"] = 4 * min(seen, f.entropy_from_logits_chunk_size) * v * 4
         elif not f.use_torch_compile:
-            trans["entropy_temporaries"] = 3 * logits
+            trans["entropy_temporaries"] = 3 * seen * v * 2
             if grad and not f.entropy_checkpointing:
-                kept["entropy_softmax"] = logits
-    if grad and entropy:
-        trans["logits_grad"] = logits  # the entropy's gradient beside the cross-entropy's in-place one
+                kept["entropy_softmax"] = seen * v * 2
+    if grad and (entropy or padded):
+        # rmpad: the entropy's gradient beside the cross-entropy's in-place one; padded: the slice's full gradient
+        trans["logits_grad"] = logits
     return kept, trans
 
 
-def forward_only(spec, f: FsdpOptions, tokens: int, *, entropy: bool) -> float:
+def forward_only(spec, f: FsdpOptions, tokens: int, *, entropy: bool, response_share: float = 1.0) -> float:
     """One forward-only micro-batch (``compute_log_prob`` under ``no_grad``): one layer's working set over
-    ``tokens`` tokens, its input and the log-prob / entropy working set."""
+    ``tokens`` tokens, its input and the log-prob / entropy working set (``response_share``: R / (P + R), what the
+    padded path's loss reads)."""
     layer = max(layer_bytes_no_recompute(spec, lay, _dims(tokens, "none")) for lay in spec.main_layers)
-    kept, trans = _logit_parts(spec, f, tokens, entropy=entropy, grad=False)
+    kept, trans = _logit_parts(spec, f, tokens, entropy=entropy, grad=False, response_share=response_share)
     return layer + 2 * tokens * spec.hidden_size + sum(kept.values()) + max(trans.values(), default=0.0)
 
 
@@ -294,7 +306,9 @@ def passes(f: FsdpOptions, o: TrainingOptions, seq_tokens: int) -> FsdpPass:
     )
 
 
-def fsdp_actor(spec, world: int, o: TrainingOptions, f: FsdpOptions, seq_tokens: int) -> RankMemory:
+def fsdp_actor(
+    spec, world: int, o: TrainingOptions, f: FsdpOptions, seq_tokens: int, response_share: float = 1.0
+) -> RankMemory:
     """The FSDP actor on one GPU as a :class:`RankMemory`: sharded params / grads / AdamW moments on the GPU
     (``idle_gpu``: what the offload flags leave there between its calls), the update's peak (activations of one
     micro-batch, gathered units, reduce-scatter, log-prob working set, AdamW's step temporaries) and host bytes."""
@@ -327,7 +341,7 @@ def fsdp_actor(spec, world: int, o: TrainingOptions, f: FsdpOptions, seq_tokens:
         for k, v in layer_bytes(spec, lay, d).items():
             acts[k] = acts.get(k, 0.0) + v
     entropy = f.entropy_coeff != 0
-    kept, trans = _logit_parts(spec, f, tokens, entropy=entropy, grad=True)
+    kept, trans = _logit_parts(spec, f, tokens, entropy=entropy, grad=True, response_share=response_share)
     acts.update(kept)
     acts["root_unit_unsharded"] = 2 * root_params(spec, f)
     biggest = max(_layer_params(spec))

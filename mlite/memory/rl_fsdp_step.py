@@ -41,7 +41,8 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions)
     """What the phases share, for an FSDP actor and reference (see the module docstring)."""
     check_fsdp_plan(plan, f)
     world = plan.ngpu
-    act = fsdp_actor(spec, world, o, f, r.seq_tokens)
+    share = r.response_length / r.seq_tokens
+    act = fsdp_actor(spec, world, o, f, r.seq_tokens, share)
     device = o.gpu_memory_gib * GIB
     framework = sum(act.other.values())
     ref_gpu_fwd, ref_host = fsdp_ref(spec, world, f) if r.ref == "colocated" else (0.0, 0.0)
@@ -94,9 +95,9 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions)
         kept=kept,
         base_host=base_host,
         sleeping_host={"engine_weights_offloaded": engine_host} if engine_host else {},
-        forward=units + forward_only(spec, f, tok.old_log_prob, entropy=True),
+        forward=units + forward_only(spec, f, tok.old_log_prob, entropy=True, response_share=share),
         notes=notes,
-        ref_forward=forward_only(spec, f, tok.ref, entropy=False),
+        ref_forward=forward_only(spec, f, tok.ref, entropy=False, response_share=share),
         strategy=f.strategy,
     )
 
