@@ -111,11 +111,20 @@ def test_text_output_lists_every_finding(capsys, here):
 
 
 # ------------------------------------------------------------------------------------------------ environment
-def test_toy_backend_refuses_the_sft_launchers_connections(capsys, here, toy_backend):
+def test_the_export_leaves_out_what_the_backend_refuses(capsys, here, toy_backend):
+    """mlite.export.launcher.launch_env: a launcher exported for the toy backend does not export VAR=1."""
     launcher = _export(capsys, "toy", "--target", "verl-mlite-sft", "--optimizer", toy_backend, "--tp", "2")
+    assert not [t for t in launcher.read_text().splitlines() if t.startswith(f"export {VAR}=")]
+    rc, doc = _check(capsys, launcher)
+    assert rc == 0 and not _find(doc, "environment", "refuses_one_connection")
+
+
+def test_toy_backend_refuses_the_sft_launchers_connections(capsys, here, toy_backend):
+    """A dist_opt SFT launcher (it exports VAR=1) switched to the toy backend through its OPTIMIZER knob."""
+    launcher = _export(capsys, "toy", "--target", "verl-mlite-sft", "--tp", "2")
     text = launcher.read_text().splitlines()
     line = next(i for i, t in enumerate(text, 1) if t.startswith(f"export {VAR}="))
-    rc, doc = _check(capsys, launcher)
+    rc, doc = _check(capsys, launcher, "--env", f"OPTIMIZER={toy_backend}")
     assert rc == 2 and doc["ok"] is False
     (f,) = _find(doc, "environment", "refuses_one_connection")
     assert f["level"] == "error" and VAR in f["message"]
@@ -125,20 +134,21 @@ def test_toy_backend_refuses_the_sft_launchers_connections(capsys, here, toy_bac
     assert f["source"] == f"{launcher}:{line} {VAR}=1"
     assert f["fixes"] == [{VAR: None}, {VAR: "2"}]
     # each fix, given to the launcher (its export reads ${VAR:-1}), clears the finding
-    rc, doc = _check(capsys, launcher, "--env", f"{VAR}=2")
+    rc, doc = _check(capsys, launcher, "--env", f"OPTIMIZER={toy_backend}", "--env", f"{VAR}=2")
     assert rc == 0 and not _find(doc, "environment", "refuses_one_connection")
     assert doc["plan"]["environment"][VAR] == "2"
 
 
 def test_environ_flag_reads_the_current_environment(capsys, here, toy_backend, monkeypatch):
-    launcher = _export(capsys, "toy", "--target", "verl-mlite-sft", "--optimizer", toy_backend, "--tp", "2")
-    rc, doc = _check(capsys, launcher)
+    launcher = _export(capsys, "toy", "--target", "verl-mlite-sft", "--tp", "2")
+    toy = ("--env", f"OPTIMIZER={toy_backend}")
+    rc, doc = _check(capsys, launcher, *toy)
     (info,) = _find(doc, "environment", "environ")
     assert info["level"] == "info"
     monkeypatch.setenv(VAR, "8")
-    rc, doc = _check(capsys, launcher)  # not read without --environ: the launcher's default 1 stands
+    rc, doc = _check(capsys, launcher, *toy)  # not read without --environ: the launcher's default 1 stands
     assert _find(doc, "environment", "refuses_one_connection")
-    rc, doc = _check(capsys, launcher, "--environ")
+    rc, doc = _check(capsys, launcher, *toy, "--environ")
     assert rc == 0 and not _find(doc, "environment") and doc["plan"]["environment"][VAR] == "8"
 
 
@@ -471,3 +481,20 @@ def test_a_lite_runtime_checkpoint(capsys, here):
     rc, doc = _check(capsys, *TINY, "--pao", "--moment-dtype", "bf16", "--resume-from", ckpt)
     (f,) = _find(doc, "resume", "lite_layout")
     assert rc == 2 and f["fixes"][0]["use_precision_aware_optimizer"] is False
+
+
+def test_mfsdp_resume_with_another_offload_fraction_is_an_error_with_the_saved_value_as_fix():
+    """The backend's own resume rule (mlite.options.rules.mfsdp_resume_rule, the M-FSDP design doc's
+    §Checkpoint) is wired into the preflight's RESUME_RULES: another offload_fraction is an error, the same passes."""
+    from mlite.check.resume import ResumePlan, resume_findings
+
+    old = ResumePlan("ckpt", "lite-run", 2, {"tp": 1}, "mfsdp", {"offload_fraction": 1.0})
+    bad = [
+        f
+        for f in resume_findings(old, ResumePlan("plan", None, 2, {"tp": 1}, "mfsdp", {"offload_fraction": 0.5}))
+        if f.rule == "mfsdp_offload_fraction"
+    ]
+    assert len(bad) == 1 and bad[0].level == "error" and "resume with --offload-fraction 1" in bad[0].message
+    assert bad[0].fixes == ({"offload_fraction": 1.0},)
+    same = resume_findings(old, ResumePlan("plan", None, 2, {"tp": 1}, "mfsdp", {"offload_fraction": 1.0}))
+    assert not [f for f in same if f.rule == "mfsdp_offload_fraction"]

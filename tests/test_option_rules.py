@@ -25,6 +25,7 @@ SETTINGS = dict(
     exp_avg_dtype="fp32",
     exp_avg_sq_dtype="fp32",
     offload_fraction=0.0,
+    mfsdp_bucket_size=40_000_000,
 )
 """Settings no rule refuses (each case changes some)."""
 
@@ -85,6 +86,31 @@ CASES = {
         dict(optimizer="dist_opt", optimizer_algorithm="sgd", use_precision_aware_optimizer=True),
         ["--optimizer", "dist_opt", "--optimizer-algorithm", "sgd", "--pao"],
         ["--optimizer", "dist_opt", "--optimizer-algorithm", "sgd", "--pao"],
+    ),
+    # Megatron-FSDP (mlite.options.rules, mfsdp block; ISEEKYAN/Megatron-LM mfsdp/config.py @ 0d14590c)
+    "mfsdp_fp32_main_grads": (
+        rules.mfsdp_fp32_main_grads,
+        dict(optimizer="mfsdp", main_grads_dtype="bf16"),
+        dict(optimizer="mfsdp", grad_dtype="bf16"),
+        dict(optimizer="mfsdp", main_grads_dtype="bf16"),
+        ["--optimizer", "mfsdp", "--grad-dtype", "bf16"],
+        ["--optimizer", "mfsdp", "--grad-dtype", "bf16"],
+    ),
+    "mfsdp_sharded": (
+        rules.mfsdp_sharded,
+        dict(optimizer="mfsdp", use_distributed_optimizer=False),
+        dict(optimizer="mfsdp", use_distributed_optimizer=False),
+        dict(optimizer="mfsdp", use_distributed_optimizer=False),
+        ["--optimizer", "mfsdp", "--no-distributed-optimizer"],
+        ["--optimizer", "mfsdp", "--no-distributed-optimizer"],
+    ),
+    "mfsdp_bucket_size_positive": (
+        rules.mfsdp_bucket_size_positive,
+        dict(optimizer="mfsdp", mfsdp_bucket_size=0),
+        dict(optimizer="mfsdp", mfsdp_bucket_size=0),
+        dict(optimizer="mfsdp", mfsdp_bucket_size=0),
+        ["--optimizer", "mfsdp", "--mfsdp-bucket-size", "0"],
+        ["--optimizer", "mfsdp", "--mfsdp-bucket-size", "0"],
     ),
 }
 

@@ -273,6 +273,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "headroom",
         "framework_overhead_gib",
         "offload_master_for_forward",  # the Megatron Lite build (ISEEKYAN/Megatron-LM#232), not a launcher key
+        "mfsdp_grad_staging",
     },
     "verl-mlite-sft": {
         "optimizer_algorithm",
@@ -286,6 +287,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "chunked_optimizer_state_offload",  # verl's mlite engine does not pass them on (mlite_engine.py @ d48bd6be)
         "optimizer_state_offload_chunk_size_mb",
         "optimizer_state_offload_fraction",
+        "engram_trainable",  # DeepSeek-V4.1's Engram switch: no verl key on any target
     },
     "verl-mlite-grpo": {
         "optimizer_algorithm",
@@ -299,8 +301,9 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "chunked_optimizer_state_offload",
         "optimizer_state_offload_chunk_size_mb",
         "optimizer_state_offload_fraction",
+        "engram_trainable",  # DeepSeek-V4.1's Engram switch: no verl key on any target
     },
-    "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches"},
+    "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches", "engram_trainable", "mfsdp_bucket_size"},
 }
 """What each target cannot express (beyond the estimator's own assumptions): the table must say exactly this."""
 
@@ -460,9 +463,13 @@ def test_verl_sft_refuses_what_it_does_not_run(field, tmp_path):
     from mlite.errors import MliteError
 
     row = {r.field: r for r in RUN}[field]
-    value = {"hf_checkpoint": str(tmp_path), "crash_at_step": 2, "compile": True, "optimizer_algorithm": "sgd"}.get(
-        field, 2
-    )
+    value = {
+        "hf_checkpoint": str(tmp_path),
+        "crash_at_step": 2,
+        "compile": True,
+        "optimizer_algorithm": "sgd",
+        "mfsdp_grad_staging": "ring",
+    }.get(field, 2)
     with pytest.raises(MliteError, match=f"{field}: --trainer verl-sft does not run {row.flag}") as err:
         RunConfig(trainer="verl-sft", model="tiny-dense", steps=3, nproc=1, **{field: value})
     assert RUN_VERL_NOT_RUN[field] in str(err.value)

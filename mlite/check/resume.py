@@ -42,9 +42,11 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..errors import MliteError
 from ..mesh.axes import AXIS_NAMES
+from ..options import rules
 from .finding import Finding
 
 TOPOLOGY = (*AXIS_NAMES, "ngpu")
@@ -98,8 +100,21 @@ ResumeRule = Callable[[ResumePlan, ResumePlan], None]
 """``rule(old, new)``: raises :class:`~mlite.errors.MliteError` when a run with plan ``new`` cannot resume from a
 checkpoint written under ``old``."""
 
-RESUME_RULES: dict[str, tuple[ResumeRule, ...]] = {}
-"""Optimizer backend -> its resume rules (the backend that wrote the checkpoint is asked)."""
+
+def mfsdp_offload_fraction(old: ResumePlan, new: ResumePlan) -> None:
+    """:func:`mlite.options.rules.mfsdp_resume_rule` on two plans that both record ``offload_fraction``."""
+    if "offload_fraction" not in old.options or "offload_fraction" not in new.options:
+        return
+
+    def opts(p: ResumePlan) -> SimpleNamespace:
+        return SimpleNamespace(optimizer=p.optimizer, offload_fraction=p.options["offload_fraction"])
+
+    rules.mfsdp_resume_rule(opts(old), opts(new))
+
+
+RESUME_RULES: dict[str, tuple[ResumeRule, ...]] = {"mfsdp": (mfsdp_offload_fraction,)}
+"""Optimizer backend -> its resume rules (the backend that wrote the checkpoint is asked): mfsdp refuses another
+``offload_fraction`` (:func:`mlite.options.rules.mfsdp_resume_rule`)."""
 
 SAME_TOPOLOGY_MODELS: dict[str, str] = {
     "deepseek_v41": (

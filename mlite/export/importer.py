@@ -30,6 +30,7 @@ from ..errors import MliteError
 from ..mesh.axes import AXES, AXIS_NAMES, BY_NAME, DERIVED
 from ..mesh.layout import SPLIT_KEYS
 from ..mesh.rules import launcher_rule_dp, launcher_rule_outcome
+from ..options.optimizers import BACKENDS, check_env, check_overrides
 from ..shell.script import run_script, uses_launcher_rule
 from .mapping import ACTOR, read_options, read_parallel, read_split
 from .overrides import ParsedOverride, apply_overrides, parse_override
@@ -534,6 +535,14 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
     warnings += cw
     options, consumed_o, ow = read_options(ovs, backend=backend, is_sft=is_sft)
     warnings += ow
+    if options.get("optimizer") in BACKENDS:  # the backend's rules of keys mlite has no option for, and of the env
+        opt_backend = options["optimizer"]
+        marker = "override_optimizer_config."
+        check_overrides(opt_backend, {o.key.split(marker, 1)[1]: o.value for o in ovs if marker in o.key})
+        try:
+            check_env(opt_backend, {k: str(v) for k, v in res.shell.vars.items() if isinstance(v, str)})
+        except MliteError as e:  # the preflight reports it as an error; the plan itself still reads
+            warnings.append(f"{e} (the launch would fail)")
     consumed |= consumed_c | consumed_o
     if backend == "fsdp" and not is_sft:  # verl's FSDP actor: its keys are read by mlite/export/importer_fsdp.py
         from .importer_fsdp import fsdp_keys

@@ -114,6 +114,23 @@ COMMON_ENV = [
 """Environment every launcher exports (verl's Megatron / mlite examples; a Slurm job's values win)."""
 
 
+def launch_env(optimizer: str, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``pairs`` without the variables the optimizer backend's launch-environment rules refuse
+    (:attr:`mlite.options.optimizers.Backend.env_refuses`: mfsdp refuses ``CUDA_DEVICE_MAX_CONNECTIONS=1``, so its
+    launchers do not export it)."""
+    from ..errors import MliteError
+    from ..options.optimizers import check_env
+
+    out = []
+    for name, value in pairs:
+        try:
+            check_env(optimizer, {name: value})
+        except MliteError:
+            continue
+        out.append((name, value))
+    return out
+
+
 def render(lc: Launcher) -> str:
     """The launcher as bash text."""
     out = ["#!/usr/bin/env bash"]

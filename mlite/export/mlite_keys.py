@@ -75,6 +75,9 @@ OPTIM_OVERRIDE_KEYS: tuple[str, ...] = (
     "decoupled_weight_decay",
     "adam_eps",
     "overlap_cpu_optimizer_d2h_h2d",
+    # M-FSDP's build_mfsdp_config reads bucket_size from the optimizer's override_optimizer_config
+    # (ISEEKYAN/Megatron-LM experimental/lite/megatron/lite/primitive/optimizers/mfsdp/config.py @ 0d14590c)
+    "bucket_size",
 )
 """``optim.override_optimizer_config`` children the mlite engine reads (always WITH ``+``: the dict is empty)."""
 

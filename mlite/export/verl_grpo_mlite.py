@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import engine_mlite, grpo
 from . import mlite_keys as K
 from .header import build
-from .launcher import Launcher, log_path_lines, mesh_check, mesh_knobs, path_knobs
+from .launcher import Launcher, launch_env, log_path_lines, mesh_check, mesh_knobs, path_knobs
 from .overrides import Override
 
 FILENAME = "run_verl_mlite_grpo.sh"
@@ -41,7 +41,7 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
             ("training", grpo.knobs(plan, mp.dp)),
         ],
         derived=mesh_check() + log_path_lines(),
-        env=grpo.env(spec),
+        env=launch_env(plan.options.optimizer, grpo.env(spec)),
         sections=[
             ("EXTRA", [Override("hydra.searchpath", f"[{K.SEARCHPATH}]")]),
             ("ALGORITHM", grpo.algorithm()),

@@ -8,7 +8,17 @@ from __future__ import annotations
 from . import engine_mlite
 from . import mlite_keys as K
 from .header import build
-from .launcher import COMMON_ENV, Knob, Launcher, log_path_lines, mesh_check, mesh_knobs, mtp_overrides, path_knobs
+from .launcher import (
+    COMMON_ENV,
+    Knob,
+    Launcher,
+    launch_env,
+    log_path_lines,
+    mesh_check,
+    mesh_knobs,
+    mtp_overrides,
+    path_knobs,
+)
 from .overrides import Override, var
 
 FILENAME = "run_verl_mlite_sft.sh"
@@ -91,7 +101,7 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
             ("training", knobs),
         ],
         derived=mesh_check() + log_path_lines(),
-        env=list(COMMON_ENV),
+        env=launch_env(plan.options.optimizer, list(COMMON_ENV)),
         sections=[("DATA", data), ("MODEL", model), ("OPTIM", optim), ("ENGINE", engine), ("TRAINER", trainer)],
         command=[
             "torchrun",

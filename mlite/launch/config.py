@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MliteError
 from ..mesh.axes import RUN_AXES
 from ..mesh.config import ParallelConfig
+from ..options.optimizers import check_env
+from ..options.rules import mfsdp_lite_mesh
 from ..options.table import RUN, rows_by_field
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
 from ..options.table import RUN_DEVICES as DEVICES
@@ -368,6 +370,8 @@ class RunConfig:
             offload_fraction=float(t.offload_fraction) or None,
             use_distributed_optimizer=t.use_distributed_optimizer,
             main_grads_dtype=t.main_grads_dtype,
+            mfsdp_bucket_size=t.mfsdp_bucket_size,
+            mfsdp_grad_staging=t.mfsdp_grad_staging,
         )
         extra: dict[str, Any] = {}
         if self.compile:
@@ -400,11 +404,9 @@ class RunConfig:
         from .cut import check_cut
 
         check_cut(self)
+        check_env(self.optimizer, os.environ)  # the backend's launch-environment rules (mfsdp: CUDA_DEVICE_MAX_...)
+        mfsdp_lite_mesh(self.optimizer, self.tp, self.ep)
         self.check_mesh(self.model_spec())
-        from ..options.optimizers import BACKENDS
-
-        for rule in BACKENDS.entry(self.optimizer).env_refuses:  # the environment the workers inherit
-            rule(os.environ)
         self.runtime_config()
         if self.device == "cuda":
             import torch

@@ -14,11 +14,16 @@ Runtime context offload (verl ``param_offload`` / ``optimizer_offload`` / ``grad
 Chunked optimizer-state offload (:mod:`mlite.memory.chunked`): the resident share in ``master`` / ``exp_avg`` /
 ``exp_avg_sq``, the update's master window and moment slots in ``transients["optimizer_step"]``, the pinned copy in
 ``host["chunked_offloaded_state"]``, all of it under ``chunked_state_offload`` in the JSON.
+
+N-gram memory tables (DeepSeek-V4.1's Engram, :mod:`mlite.memory.ngram`) are held apart in ``ngram``: rows sharded
+over the rank's DP x CP owners, FP8 + scales (frozen) or + fp32 master, main grad and momentum (``engram_trainable``);
+part of ``static`` and of the idle phase, never offloaded (no offload option moves them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
@@ -36,8 +41,12 @@ from .activations import (
     norm_bytes,
 )
 from .chunked import ChunkedOffload, chunked_offload, largest_shard
-from .optimizer import state_bytes
+from .ngram import ngram_bytes, stage_tables
+from .optimizer import DTYPE_BYTES, mfsdp_bytes, mfsdp_offloaded, state_bytes
 from .params import StageParams, stage_params
+
+_FP32 = SimpleNamespace(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32")
+"""State dtypes of M-FSDP's host update (fp32)."""
 
 CUBLAS_WORKSPACE = 64 * MIB
 """cuBLAS + cuBLASLt workspaces PyTorch takes from its caching allocator on Hopper (32 MiB each; measured: every
@@ -85,6 +94,11 @@ class RankMemory:
     chunked: ChunkedOffload | None = None
     """Megatron-Core's chunked optimizer-state offload on this rank (None: off); its resident masters are in
     ``master``, its update windows in ``transients["optimizer_step"]``, its host bytes in ``host``."""
+    ngram: dict = field(default_factory=dict)
+    """N-gram memory table bytes (Engram) by item (:data:`mlite.memory.ngram.ITEMS_TRAINABLE`): part of ``static``,
+    resident in every phase (never offloaded)."""
+    ngram_owners: int = 0
+    """DP x CP owners the rank's n-gram table rows are sharded over (0: the rank holds no table)."""
 
     optimizer: float = field(init=False)
     """Optimizer state on the GPU (master + exp_avg + exp_avg_sq)."""
@@ -105,6 +119,7 @@ class RankMemory:
         # computed once: the whole-mesh table builds tens of thousands of these
         self.optimizer = self.master + self.exp_avg + self.exp_avg_sq
         self.static = self.params + self.grads + self.optimizer + sum(self.persistent.values()) + self.step_grads
+        self.static += sum(self.ngram.values())
         self.activation_total = sum(self.activations.values())
         t = self.transients
         if self.lite:
@@ -115,6 +130,8 @@ class RankMemory:
             backward = (
                 t.get("fsdp2_all_gather", 0)
                 + t.get("fsdp2_reduce_scatter", 0)
+                + t.get("mfsdp_all_gather", 0)
+                + t.get("mfsdp_wgrad", 0)
                 + t.get("recompute_layer", 0)
                 + t.get("attention_scores", 0)
             )
@@ -184,9 +201,20 @@ class MemoryEstimate:
             "optimizer": round(w.optimizer),
             "activations": round(w.activation_total),
         }
+        tables = any(r.ngram_owners for r in self.ranks)
+        if tables:  # only for a model with n-gram tables (Engram): the most loaded rank's share, 0 if it holds none
+            parts["ngram_tables"] = round(sum(w.ngram.values()))
         total = round(w.total)
+        ngram = {
+            "ngram_detail": {
+                "owners": w.ngram_owners,
+                "trainable": self.options.engram_trainable,
+                **{k: round(v) for k, v in w.ngram.items()},
+            }
+        }
         return {
             "per_gpu": {**parts, "other": total - sum(parts.values()), "total": total},
+            **(ngram if tables else {}),
             "optimizer_detail": {
                 "master": round(w.master),
                 "exp_avg": round(w.exp_avg),
@@ -207,6 +235,11 @@ class MemoryEstimate:
             "step_grads": round(w.step_grads),
             "other_detail": {k: round(v) for k, v in w.other.items()},
             "host_detail": {k: round(v) for k, v in w.host.items()},
+            "cuda_peaks": {
+                "steady": round(w.static),
+                "full_step": round(w.peak),
+                "optimizer_only": round(w.static + w.transients.get("optimizer_step", 0)),
+            },
             "phases": {
                 "training": {"gpu": round(w.peak + sum(w.other.values()))},
                 "idle": {"gpu": round(w.idle_gpu), "host": round(w.host_total)},
@@ -250,6 +283,11 @@ def validated_against(o: TrainingOptions) -> str:
         where + "; GQA/MHA attention, dense SwiGLU and MoE layers at TP = PP = CP = 1; MLA, DSA, Gated DeltaNet "
         "and recompute_modules follow Korthikanti-style components, not validated against Megatron-Core"
     )
+
+
+def _stage_layers(plan: MeshPlan, pp_rank: int) -> list[int]:
+    """The main layers a pipeline rank runs (all its virtual stages)."""
+    return [i for st in plan.stage_of_rank(pp_rank) for i in st.layers]
 
 
 def _act_dims(spec, plan: MeshPlan, o: TrainingOptions) -> ActDims:
@@ -381,11 +419,25 @@ def estimate(
         host = {}
         if ck is not None:
             host["chunked_offloaded_state"] = ck.host
-        if f:
+        if f and backend.fp32_main_buffers:  # M-FSDP: 12O of state, then the gradient staging (persistent or ring)
+            mb = mfsdp_bytes(
+                shard,
+                mfsdp_offloaded(shard, f),
+                o.mfsdp_bucket_size,
+                o.mfsdp_grad_staging,
+                DTYPE_BYTES[o.param_dtype],
+                ALGORITHMS.entry(o.optimizer_algorithm).state_bytes(_FP32),
+            )
+            host["mfsdp_host_state"] = mb.host_state
+            host["mfsdp_grad_staging"] = mb.host_grad_staging
+        elif f:
             host["offloaded_optimizer"] = f * shard * sb.host_per_offloaded
             if not backend.hybrid_offload:  # the host update reads fp32 copies of the gradients
                 host["cpu_update_grads"] = f * shard * 4
-        idle = params + grads + master + m + v
+        tables = stage_tables(spec, _stage_layers(plan, sp.pp_rank))
+        owners = plan.dp * p.cp if tables else 0
+        ngram = ngram_bytes(tables, owners, trainable=o.engram_trainable) if tables else {}
+        idle = params + grads + master + m + v + sum(ngram.values())  # the tables stay resident (never offloaded)
         if o.param_offload:
             host["offloaded_params"] = params
             idle -= params
@@ -417,6 +469,8 @@ def estimate(
                 step_grads=(1 - f) * shard * sb.step_grad_copy,
                 chunked=ck,
                 grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads,
+                ngram=ngram,
+                ngram_owners=owners,
             )
         )
     est = MemoryEstimate(model=spec.name, plan=plan, options=o, ranks=ranks)
@@ -467,7 +521,14 @@ def _megatron_parts(
         else:  # output-layer input, the fp32 softmax the cross-entropy keeps, its target mask and indices
             acts["logits"] = 2 * tokens * h + 4 * D * vocab_local + 9 * D
             transients["logits_grad"] = 2 * D * vocab_local  # bf16 logits (forward) / their bf16 grad (backward)
-    if BACKENDS.entry(o.optimizer).unit_gather:
+    if BACKENDS.entry(o.optimizer).fp32_main_buffers:
+        # M-FSDP: the bounded all-gather scratch (min(C, largest unit) elements in the compute dtype per bucket in
+        # flight: 2 with the parameter-gather prefetch, 1 under full offload, which disables it) and the fp32
+        # fused-wgrad scratch of one bucket (design doc §Transient phases; fsdp2-param-offload-overlap.md)
+        unit = min(o.mfsdp_bucket_size, sp.max_layer)
+        transients["mfsdp_all_gather"] = mfsdp_gather_buckets(o) * unit * DTYPE_BYTES[o.param_dtype]
+        transients["mfsdp_wgrad"] = 4 * unit
+    elif BACKENDS.entry(o.optimizer).unit_gather:
         transients["fsdp2_all_gather"] = 2 * sp.max_layer * sb.param
         transients["fsdp2_reduce_scatter"] = sp.max_layer * (sb.param + 4)
     if gqa and sp.layer_kinds:
@@ -493,6 +554,13 @@ def _megatron_parts(
     if recompute_layer:
         transients["recompute_layer"] = recompute_layer
     return acts, transients, persistent
+
+
+def mfsdp_gather_buckets(o: TrainingOptions) -> int:
+    """Buckets of gathered parameters alive at once under mfsdp: 2 (current + prefetched) with the parameter-gather
+    prefetch, 1 under full offload (``offload_fraction=1`` sets ``overlap_param_gather=False``; the fork's
+    ``docs/fsdp2-param-offload-overlap.md`` @ 4b19e6bd)."""
+    return 1 if o.offload_fraction >= 1.0 else 2
 
 
 def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float], dict[str, float], float]:
@@ -531,12 +599,12 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
         "loss_backward": root_t["loss_backward"],
     }
     backend = BACKENDS.entry(o.optimizer)
-    if backend.unit_gather:
-        transients["root_params_unsharded"] = root_numel * sb.param
+    if backend.unit_gather:  # the gathered copies are in the compute dtype (mfsdp keeps an fp32 shard under it)
+        transients["root_params_unsharded"] = root_numel * DTYPE_BYTES[o.param_dtype]
         transients["fsdp2_unit"] = lite.unit_transient(sp.max_layer, d_dense)
     if full_layer:
         transients["recompute_layer"] = full_layer
-    if backend.grad_buffer:  # the buffers stay allocated
+    if backend.grad_buffer or backend.fp32_main_buffers:  # the buffers (mfsdp: main_grad) stay allocated
         return acts, transients, 1.0
     return acts, transients, (1.0 if o.num_microbatches > 1 else 0.0)
 
@@ -602,8 +670,12 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
         ),
         (
             "host",
-            "offload_fraction x shard x host_bytes (+ runtime-offloaded state)",
-            f"{f} x {shard:,.0f} x {sb.host_per_offloaded}",
+            "offload_fraction x shard x host_bytes (+ runtime-offloaded state)"
+            if "mfsdp_host_state" not in w.host
+            else "12 x O + gradient staging (persistent: 4 x O; ring: 4 x min(O, 2 x bucket_size)), O = f x shard",
+            f"{f} x {shard:,.0f} x {sb.host_per_offloaded}"
+            if "mfsdp_host_state" not in w.host
+            else f"O = {f} x {shard:,.0f}, staging {o.mfsdp_grad_staging}, bucket_size {o.mfsdp_bucket_size:,}",
             w.host_total,
         ),
         *_chunked_rows(w.chunked, shard, sb),
@@ -614,6 +686,18 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
             w.total,
         ),
     ]
+    if w.ngram:
+        rows.insert(
+            -2,
+            (
+                "ngram_tables",
+                "per table ceil(rows / owners) x width x (1 fp8 + 1/32 E8M0 scale"
+                + (" + 4 master + 4 main grad + 4 momentum" if o.engram_trainable else "")
+                + ") B; never offloaded",
+                f"owners = DP x CP = {w.ngram_owners}, " + ", ".join(f"{k}={g(v)}" for k, v in w.ngram.items()),
+                sum(w.ngram.values()),
+            ),
+        )
     return [{"name": n, "formula": fm, "values": v, "bytes": round(b)} for n, fm, v, b in rows]
 
 

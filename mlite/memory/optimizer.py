@@ -25,6 +25,28 @@ fsdp2 (PyTorch fully_shard, mlite's fsdp2 and the kit's lite runtime): everythin
   -> 16/d, 14/d with PAO, 10/d with bf16 moments too; offload_fraction f moves f of (master, m, v) to the host
   (dtypes kept) and runs their update on the CPU.
 With fp32 parameters there is no separate master copy (the parameters are the master weights).
+N-gram memory tables (DeepSeek-V4.1's Engram, split kind ``rows``) are not local parameters in this sense and have
+none of these figures: their rows are sharded over the DP x CP owners, frozen (fp8 + E8M0 scales) or trainable
+(+ fp32 master, main grad, momentum), never offloaded; :mod:`mlite.memory.ngram` holds their bytes.
+
+mfsdp (Megatron-FSDP, Megatron Lite's standalone M-FSDP, ``optim_grads_params``), per padded local shard element
+  (N = shard, O = the offloaded part, G = N - O, C = ``mfsdp_bucket_size``; :func:`mfsdp_bytes`):
+  offload_fraction 0:       GPU 4 fp32 param (the master) + 4 fp32 main_grad + 8 moments = 16N; host nothing (no
+                            ring, no streams are built)
+  offload_fraction 1:       GPU 2 bf16 shard mirror (the compute dtype: 4 with fp32 params) + 4 fp32 main_grad = 6N;
+                            host 4 master + 8 moments = 12N, plus the gradient staging: today 4N (``_cpu_grad_bufs``,
+                            ``mfsdp_grad_staging="persistent"``, the default: 16N in all) or the design's pinned ring
+                            4 x min(N, 2C) <= 8C (``"ring"``)
+  0 < offload_fraction < 1: GPU 4N fp32 param + 4N main_grad + 8G moments (no mirror saving); host 12O + staging
+                            (4O persistent, 4 x min(O, 2C) ring)
+  Transients at the full-step peak: the bounded all-gather scratch, min(C, largest unit) elements in the compute dtype
+  per bucket in flight (2 with the parameter-gather prefetch, 1 under full offload, which turns it off), and the fp32
+  fused-wgrad scratch of one bucket, 4 x min(C, largest unit). The optimizer step adds no CUDA allocation. Three CUDA
+  peaks are reported apart: steady (the state after a step), full step (+ activations and scratch) and optimizer only
+  (= steady). Sources (ISEEKYAN/Megatron-LM, experimental/lite): ``docs/mfsdp-fsdp2-style-cpu-offload-design.md`` @
+  adcd21d0 (§Byte accounting, §Transient phases), ``megatron/lite/primitive/optimizers/mfsdp/config.py`` @ 0d14590c
+  (bucket_size 40,000,000, fp32 main params and grads), ``docs/fsdp2-param-offload-overlap.md`` @ 4b19e6bd (full
+  offload disables the parameter-gather prefetch).
 """
 
 from __future__ import annotations
@@ -34,7 +56,7 @@ from types import SimpleNamespace
 
 from ..options.optimizers import ALGORITHMS, BACKENDS, DTYPE_BYTES
 
-__all__ = ["DTYPE_BYTES", "StateBytes", "state_bytes"]
+__all__ = ["DTYPE_BYTES", "MfsdpBytes", "StateBytes", "mfsdp_bytes", "mfsdp_offloaded", "state_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +104,11 @@ def state_bytes(o) -> StateBytes:
         m, v = algo.state_bytes(_FP32_STATE)
     else:  # bf16 moments need PAO (mlite.options.rules): without it the algorithm's state is fp32 here
         m, v = algo.state_bytes(o)
+    if b.fp32_main_buffers:  # M-FSDP: fp32 param shard (the master), or the compute-dtype mirror under full offload
+        mb = mfsdp_bytes(1.0, 1.0 if o.offload_fraction >= 1.0 else 0.0, o.mfsdp_bucket_size, o.mfsdp_grad_staging, pb)
+        m, v = algo.state_bytes(o)
+        hm, hv = algo.state_bytes(_FP32_STATE)  # the host update (CpuAdamGroup) keeps fp32 state
+        return StateBytes(round(mb.params), round(mb.grads), 0, m, v, 4 + hm + hv, True, True)
     if b.grad_buffer:
         grad = DTYPE_BYTES[o.main_grads_dtype]
         lite = o.activation_model == "lite"  # the lite runtime's dist_opt widens the bf16 grads chunk by chunk
@@ -97,3 +124,79 @@ def state_bytes(o) -> StateBytes:
 
 _FP32_STATE = SimpleNamespace(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32")
 """The state dtypes of Megatron-Core's HybridDeviceOptimizer (offload: fp32 whatever the options say)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MfsdpBytes:
+    """Megatron-FSDP bytes of one rank (see the module docstring): GPU parts and host parts."""
+
+    params: float
+    """GPU: the fp32 local parameter shard (4N), or the compute-dtype shard mirror under full offload (2N for bf16)."""
+    grads: float
+    """GPU: the fp32 ``main_grad`` shard (4N), held for the whole run."""
+    exp_avg: float
+    """GPU: Adam's first moment of the device-updated part (4G)."""
+    exp_avg_sq: float
+    """GPU: Adam's second moment of the device-updated part (4G)."""
+    host_master: float
+    """Host: the authoritative fp32 master of the offloaded part (4O)."""
+    host_exp_avg: float
+    """Host: first moment of the offloaded part (4O)."""
+    host_exp_avg_sq: float
+    """Host: second moment of the offloaded part (4O)."""
+    host_grad_staging: float
+    """Host (pinned): gradient staging, 4O (``persistent``) or 4 x min(O, 2C) (``ring``)."""
+
+    @property
+    def gpu(self) -> float:
+        """GPU bytes of the state (steady; the optimizer-only peak too)."""
+        return self.params + self.grads + self.exp_avg + self.exp_avg_sq
+
+    @property
+    def host_state(self) -> float:
+        """Host bytes of the optimizer state (12O)."""
+        return self.host_master + self.host_exp_avg + self.host_exp_avg_sq
+
+    @property
+    def host(self) -> float:
+        """Host bytes in all (12O + staging)."""
+        return self.host_state + self.host_grad_staging
+
+
+MFSDP_RING_SLOTS = 2
+"""Pipeline depth P of the design's pinned gradient ring (two slots of at most C elements)."""
+
+
+def mfsdp_staging_elements(offloaded: float, bucket: int, staging: str) -> float:
+    """Elements of the host gradient staging for ``offloaded`` elements: all of them (``persistent``,
+    ``_cpu_grad_bufs``) or ``min(O, P x C)`` (``ring``)."""
+    if staging == "ring":
+        return min(offloaded, MFSDP_RING_SLOTS * bucket)
+    return offloaded
+
+
+def mfsdp_bytes(
+    n: float, offloaded: float, bucket: int, staging: str, compute_bytes: int = 2, moments: tuple[int, int] = (4, 4)
+) -> MfsdpBytes:
+    """Megatron-FSDP bytes for ``n`` local shard elements of which ``offloaded`` (O) are offloaded: O = 0 is
+    offload_fraction 0, O = n full offload (the compute-dtype mirror replaces the fp32 shard), anything between a
+    partial offload (fp32 shard kept); ``moments``: bytes per element of the algorithm's two state tensors (Adam: 4,
+    4; SGD: 4, 0). The one formula the estimator and the lite runtime's tests read."""
+    full = n > 0 and offloaded >= n
+    g = n - offloaded
+    return MfsdpBytes(
+        params=(compute_bytes if full else 4) * n,
+        grads=4 * n,
+        exp_avg=moments[0] * g,
+        exp_avg_sq=moments[1] * g,
+        host_master=4 * offloaded,
+        host_exp_avg=moments[0] * offloaded,
+        host_exp_avg_sq=moments[1] * offloaded,
+        host_grad_staging=4 * mfsdp_staging_elements(offloaded, bucket, staging),
+    )
+
+
+def mfsdp_offloaded(n: float, fraction: float) -> float:
+    """O for ``offload_fraction`` over ``n`` shard elements in the estimator (f x N; the runtime's whole-tensor split
+    is :func:`mlite.runtime.optim.offload.offload_split`, whose O the runtime reports)."""
+    return n if fraction >= 1.0 else fraction * n

@@ -10,7 +10,13 @@ What differs from :func:`mlite.memory.rl._step` (the Megatron path):
 - ``ref_weights``: what the reference holds on the GPU during its forward (its gathered root and units, bf16);
   ``ref_gpu`` is 0 (verl forces its CPU offload), its shards are host bytes (``ref_offloaded_params``);
 - ``forward``: one old_log_prob micro-batch with the entropy and the gathered units; ``ref_forward`` the
-  reference's, without the entropy (its units are in ``ref_weights``).
+  reference's, without the entropy (its units are in ``ref_weights``);
+- ``training``: the training options as verl's FSDP worker runs them (:func:`fsdp_view`: ``optimizer=fsdp2`` with
+  the ``model_dtype`` parameters), so that the weight-sync rules of :mod:`mlite.memory.rl_resync` (the FSDP
+  ``full_tensor()`` export peak, the delta snapshot's shard, the ``delta_sharded`` refusal) see an FSDP actor.
+
+The engine's parts (sibling contexts, the sleep residue, what the sleeping engine keeps) follow
+:func:`mlite.memory.rl._step`'s rules, the same calls.
 """
 
 from __future__ import annotations
@@ -19,9 +25,45 @@ from ..errors import MliteError
 from ..options import TrainingOptions
 from .estimate import GIB
 from .rl_engine import start_engine
-from .rl_fsdp import FsdpOptions, forward_only, fsdp_actor, fsdp_ref, gathered_units, passes
+from .rl_fsdp import (
+    DTYPE_BYTES,
+    FsdpOptions,
+    forward_only,
+    fsdp_actor,
+    fsdp_group,
+    fsdp_ref,
+    gathered_units,
+    passes,
+    trained_params,
+)
 from .rl_options import RolloutOptions
 from .rl_phases import Step
+from .rl_resync import export_peak, sync_host
+
+_PARAM_DTYPES = {
+    "fp32": "fp32",
+    "float32": "fp32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "bf16",
+    "float16": "bf16",
+}
+"""``model_dtype`` -> the training options' ``param_dtype`` (fp16 counted as bf16: the same bytes)."""
+
+
+def fsdp_view(o: TrainingOptions, f: FsdpOptions) -> TrainingOptions:
+    """The training options as verl's FSDP worker runs them: sharded (``optimizer=fsdp2``), parameters in
+    ``model_dtype``, none of the Megatron offload flags (the FSDP flags are :class:`FsdpOptions`'s)."""
+    from dataclasses import replace
+
+    return replace(
+        o,
+        optimizer="fsdp2",
+        param_dtype=_PARAM_DTYPES[f.model_dtype],
+        param_offload=False,
+        optimizer_offload=False,
+        grad_offload=False,
+    )
 
 
 def check_fsdp_plan(plan, f: FsdpOptions) -> None:
@@ -46,7 +88,8 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions)
     device = o.gpu_memory_gib * GIB
     framework = sum(act.other.values())
     ref_gpu_fwd, ref_host = fsdp_ref(spec, world, f) if r.ref == "colocated" else (0.0, 0.0)
-    eng = start_engine(spec, r, device, act.idle_gpu + framework)
+    siblings = r.sibling_contexts * r.sibling_context_gib * GIB  # other processes' contexts on the first GPU
+    eng = start_engine(spec, r, device, act.idle_gpu + framework + siblings)
     awake = {
         "engine_weights": eng.weights,
         "kv_cache": max(0.0, eng.kv),
@@ -57,6 +100,8 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions)
     if eng.kv <= 0:
         awake = {"engine_share": eng.share, "cuda_graphs": eng.cuda_graphs}
     stays = {"engine_overhead": eng.overhead, "cuda_graphs": eng.cuda_graphs}
+    if r.sleep_residue_gib is not None and r.name == "vllm":  # the measured flat residue instead of the parts
+        stays = {"engine_sleep_residue": r.sleep_residue_gib * GIB}
     notes = []
     engine_host = 0.0
     if not r.free_cache_engine:
@@ -75,6 +120,10 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions)
     base_host.update({f"actor_{k}": v for k, v in act.host.items()})
     if ref_host:
         base_host["ref_offloaded_params"] = ref_host
+    view = fsdp_view(o, f)
+    shard = trained_params(spec) * DTYPE_BYTES[f.model_dtype] / fsdp_group(f, world)
+    sync_every, sync_phase = sync_host(spec, shard, view, r)
+    base_host.update(sync_every)
     tok = passes(f, o, r.seq_tokens)
     units = gathered_units(spec, f)
     on_host_p = f.offload_policy or f.param_offload
@@ -82,7 +131,7 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions)
     return Step(
         spec=spec,
         plan=plan,
-        training=o,
+        training=view,
         rollout=r,
         actor=act,
         engine=eng,
@@ -99,7 +148,10 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions)
         notes=notes,
         ref_forward=forward_only(spec, f, tok.ref, entropy=False, response_share=share),
         strategy=f.strategy,
+        always={"sibling_contexts": siblings} if siblings else {},
+        extra_host=sync_phase,
+        resync=export_peak(spec, plan, view, r),
     )
 
 
-__all__ = ["check_fsdp_plan", "fsdp_step"]
+__all__ = ["check_fsdp_plan", "fsdp_step", "fsdp_view"]

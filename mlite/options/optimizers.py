@@ -92,6 +92,13 @@ class Backend:
     env_refuses: tuple[Callable[[Mapping[str, str]], None], ...] = ()
     """Rules of the launch environment it refuses (``CUDA_DEVICE_MAX_CONNECTIONS``); the preflight (``mlite check``)
     and ``mlite run`` call them."""
+    override_refuses: tuple[Callable[[Mapping[str, Any]], None], ...] = ()
+    """Rules of ``optim.override_optimizer_config`` keys it refuses that are no mlite option (mfsdp: sharding
+    strategy, HSDP, optimizer instances); ``mlite import-launcher`` calls them."""
+    fp32_main_buffers: bool = False
+    """Megatron-FSDP's layout (:mod:`mlite.memory.optimizer`, ``mfsdp_bytes``): an fp32 local parameter shard (the
+    master of the device-updated part; a compute-dtype mirror under full offload) and an fp32 ``main_grad`` shard held
+    for the whole run; the host keeps the fp32 master, both moments and the gradient staging of the offloaded part."""
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("optimizer algorithm", "optimizer_algorithm")
@@ -112,6 +119,7 @@ ALGORITHMS.register(
         runtime={
             "fsdp2": "mlite.runtime.optim.optimizer:ShardedAdamW",
             "dist_opt": "mlite.runtime.optim.distributed:DistributedAdamW",
+            "mfsdp": "mlite.runtime.optim.mfsdp:MfsdpAdamW",
         },
         refuses=(rules.bf16_moments_need_pao,),
         step_bytes=4,
@@ -151,6 +159,42 @@ BACKENDS.register(
         verl_lite_engine=True,
     )
 )
+
+# Megatron-FSDP (Megatron Lite's impl_cfg.optimizer=mfsdp; the fork's primitive/optimizers/__init__.py @ e7095224
+# registers "mfsdp" -> primitive/optimizers/mfsdp/backend.py). Rules and sources: mlite.options.rules (mfsdp block).
+BACKENDS.register(
+    Backend(
+        "mfsdp",
+        "Megatron-FSDP (Megatron Lite's standalone M-FSDP, optim_grads_params; offload_fraction 0, (0, 1) or 1)",
+        "mlite.runtime.optim.backends:mfsdp",
+        refuses=(
+            rules.mfsdp_fp32_main_grads,
+            rules.mfsdp_sharded,
+            rules.mfsdp_bucket_size_positive,
+        ),
+        lite_refuses=(rules.mfsdp_no_pao_lite,),
+        fixed={"main_grads_dtype": "fp32", "use_distributed_optimizer": True},
+        shards_params=True,
+        unit_gather=True,
+        env_refuses=(rules.no_single_device_connection,),
+        override_refuses=(rules.mfsdp_overrides,),
+        fp32_main_buffers=True,
+    )
+)
+
+
+def check_overrides(backend: str, values: Mapping[str, Any]) -> None:
+    """The backend's rules of launcher keys mlite has no option for (:attr:`Backend.override_refuses`), on a
+    launcher's ``optim.override_optimizer_config`` children (``mlite import-launcher``)."""
+    for rule in BACKENDS.entry(backend).override_refuses:
+        rule(values)
+
+
+def check_env(backend: str, env: Mapping[str, str]) -> None:
+    """The backend's launch-environment rules (:attr:`Backend.env_refuses`) on ``env`` (``os.environ`` for ``mlite
+    run``, the launcher's exports for the preflight)."""
+    for rule in BACKENDS.entry(backend).env_refuses:
+        rule(env)
 
 
 def algorithm_rules(o: Any) -> tuple[Rule, ...]:

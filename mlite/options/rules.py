@@ -170,3 +170,174 @@ def chunked_offload(o: Any, backend: Any) -> None:
             f'exclusive" ({CHUNKED_SOURCE}); set the chunked share with --optimizer-state-offload-fraction and drop '
             "--offload-fraction, or drop --chunked-optimizer-state-offload"
         )
+
+
+# ---------------------------------------------------------------------------------------------- mfsdp (Megatron-FSDP)
+# Sources (ISEEKYAN/Megatron-LM, experimental/lite/megatron/lite/primitive/optimizers/mfsdp/config.py @ 0d14590c):
+# ``build_mfsdp_config`` accepts only ``sharding_strategy="optim_grads_params"`` and fp32 main params / grads without
+# PAO; ``validate_optimization_knobs`` rejects the HSDP aliases and ``num_distributed_optimizer_instances > 1`` and
+# requires ``use_distributed_optimizer=True``; ``validate_mfsdp_config`` raises on ``CUDA_DEVICE_MAX_CONNECTIONS=1``.
+# Resuming with another ``offload_fraction`` is out of scope (docs/mfsdp-fsdp2-style-cpu-offload-design.md @ adcd21d0,
+# §Checkpoint and resume).
+
+MFSDP_CONFIG_SOURCE = (
+    "ISEEKYAN/Megatron-LM experimental/lite/megatron/lite/primitive/optimizers/mfsdp/config.py @ 0d14590c"
+)
+"""Where the mfsdp rules come from (named in their messages)."""
+MFSDP_DESIGN_SOURCE = "ISEEKYAN/Megatron-LM experimental/lite/docs/mfsdp-fsdp2-style-cpu-offload-design.md @ adcd21d0"
+"""The M-FSDP offload design document (byte accounting, checkpoint contract)."""
+MFSDP_SHARDING = "optim_grads_params"
+"""The one ``sharding_strategy`` M-FSDP in Megatron Lite supports."""
+
+
+MFSDP_HSDP_KEYS = ("use_hsdp", "hsdp")
+"""HSDP aliases M-FSDP rejects (``_UNSUPPORTED_OPTIMIZATION_KNOBS``)."""
+MFSDP_UNSHIPPED_KEYS = (
+    "nccl_ub",
+    "fsdp_double_buffer",
+    "megatron_fsdp_max_pool_double_buffer",
+    "maxpool_double_buffer",
+    "fsdp_manual_registration",
+    "disable_symmetric_registration",
+)
+"""Buffer knobs M-FSDP "does not ship" (``_UNSHIPPED_BUFFER_KNOBS``)."""
+MFSDP_STRATEGY_KEYS = ("mfsdp_sharding_strategy", "data_parallel_sharding_strategy", "megatron_fsdp_sharding_strategy")
+"""Keys ``build_mfsdp_config`` reads the sharding strategy from (first found wins)."""
+
+
+def _truthy(v: Any) -> bool:
+    if v is None or v is False:
+        return False
+    if isinstance(v, (int, float)) and v == 0:
+        return False
+    return not (isinstance(v, str) and v.strip().lower() in ("", "0", "false", "none", "null", "off"))
+
+
+def mfsdp_overrides(values: Any) -> None:
+    """mfsdp: the ``optim.override_optimizer_config`` keys M-FSDP refuses (``build_mfsdp_config`` and
+    ``validate_optimization_knobs``): a sharding strategy other than ``optim_grads_params``, the HSDP aliases,
+    ``num_distributed_optimizer_instances > 1`` and the unshipped buffer knobs."""
+    for key in MFSDP_STRATEGY_KEYS:
+        if key in values:
+            s = str(values[key])
+            if s != MFSDP_SHARDING:
+                raise MliteError(
+                    f"{key}: {s!r} is not supported by Megatron Lite's M-FSDP (only {MFSDP_SHARDING}; "
+                    f"{MFSDP_CONFIG_SOURCE}, build_mfsdp_config); set it to {MFSDP_SHARDING} or drop it"
+                )
+            break
+    for key in MFSDP_HSDP_KEYS:
+        if _truthy(values.get(key)):
+            raise MliteError(
+                f"{key}: HSDP is refused by Megatron Lite's M-FSDP ({MFSDP_CONFIG_SOURCE}, "
+                "validate_optimization_knobs); drop it (num_distributed_optimizer_instances stays 1)"
+            )
+    n = values.get("num_distributed_optimizer_instances")
+    if n is not None and str(n).strip().lower() not in ("", "none", "null"):
+        try:
+            k = int(str(n))
+        except ValueError:
+            k = 0
+        if k != 1:
+            raise MliteError(
+                f"num_distributed_optimizer_instances: {n!r} is refused by Megatron Lite's M-FSDP (only 1: "
+                f"num_distributed_optimizer_instances>1 is not supported; {MFSDP_CONFIG_SOURCE}, "
+                "validate_optimization_knobs); set it to 1"
+            )
+    for key in MFSDP_UNSHIPPED_KEYS:
+        if _truthy(values.get(key)):
+            raise MliteError(
+                f"{key}: Megatron Lite's M-FSDP does not ship it ({MFSDP_CONFIG_SOURCE}, "
+                "_reject_unshipped_buffer_knobs); drop it (the default allocator path)"
+            )
+
+
+def mfsdp_fp32_main_grads(o: Any) -> None:
+    """mfsdp: the main gradients are fp32 (``megatron_fsdp_main_grads_dtype``; bf16 only with PAO's decoupled grads,
+    which mlite does not model), so ``main_grads_dtype`` other than fp32 is refused."""
+    if o.main_grads_dtype != "fp32":
+        raise MliteError(
+            f"main_grads_dtype: {o.main_grads_dtype} is dist_opt's gradient buffer; M-FSDP keeps fp32 main grads "
+            f"({MFSDP_CONFIG_SOURCE}, build_mfsdp_config); drop --grad-dtype or use --optimizer dist_opt"
+        )
+
+
+def mfsdp_sharded(o: Any) -> None:
+    """mfsdp: ``use_distributed_optimizer=True`` is required (the state is always sharded)."""
+    if not o.use_distributed_optimizer:
+        raise MliteError(
+            "use_distributed_optimizer: M-FSDP requires use_distributed_optimizer=True "
+            f"({MFSDP_CONFIG_SOURCE}, validate_optimization_knobs); drop --no-distributed-optimizer"
+        )
+
+
+def mfsdp_bucket_size_positive(o: Any) -> None:
+    """mfsdp: ``bucket_size`` (elements, the bound of the gather scratch and of the host gradient ring) is positive."""
+    c = getattr(o, "mfsdp_bucket_size", 40_000_000)
+    if isinstance(c, bool) or not isinstance(c, int) or c <= 0:
+        raise MliteError(
+            f"mfsdp_bucket_size: {c!r} must be a positive element count (M-FSDP bucket_size, default 40000000; "
+            f"{MFSDP_CONFIG_SOURCE}, build_mfsdp_config)"
+        )
+
+
+MFSDP_GRAD_STAGING = ("persistent", "ring")
+"""Host gradient staging of the offloaded part: ``persistent`` (today's ``_cpu_grad_bufs``: one pinned fp32 buffer
+per offloaded element, 4 bytes each) or ``ring`` (the design's two-slot pinned ring, at most 2 x bucket_size)."""
+
+
+def mfsdp_grad_staging_known(o: Any) -> None:
+    """mfsdp: the host gradient staging is ``persistent`` or ``ring``."""
+    s = getattr(o, "mfsdp_grad_staging", "persistent")
+    if s not in MFSDP_GRAD_STAGING:
+        raise MliteError(
+            f"mfsdp_grad_staging: {s!r} must be persistent (today's _cpu_grad_bufs, 4 B per offloaded element) or "
+            f"ring (the bounded two-slot ring of {MFSDP_DESIGN_SOURCE})"
+        )
+
+
+def no_single_device_connection(env) -> None:
+    """mfsdp: the launch environment must not set ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (``validate_mfsdp_config``
+    raises on it; the Megatron launchers and mlite's exported SFT / GRPO launchers set it for dist_opt)."""
+    if str(env.get("CUDA_DEVICE_MAX_CONNECTIONS", "")).strip() == "1":
+        raise MliteError(
+            "CUDA_DEVICE_MAX_CONNECTIONS: 1 is refused by Megatron-FSDP (it requires > 1 or unset; "
+            f"{MFSDP_CONFIG_SOURCE}, validate_mfsdp_config); unset it or set it to 8 for --optimizer mfsdp"
+        )
+
+
+def mfsdp_no_pao_lite(o: Any) -> None:
+    """The lite runtime's mfsdp keeps fp32 main params and grads and fp32 moments: PAO is refused there."""
+    if _pao(o):
+        raise MliteError(
+            "use_precision_aware_optimizer: the lite runtime's mfsdp keeps fp32 main params, grads and moments (PAO's "
+            "decoupled grads are not built); drop --pao or use --optimizer fsdp2"
+        )
+
+
+def mfsdp_resume_rule(old_options: Any, new_options: Any) -> None:
+    """Resuming an mfsdp checkpoint with another ``offload_fraction`` is unsupported: the checkpoint envelope
+    ``{"gpu": ..., "cpu": ...}`` records the offload partition and loading validates it (design doc §Checkpoint and
+    resume: "Changing the fraction at load is out of scope"). ``old_options`` / ``new_options``: the options of the
+    saved and of the resuming run (anything with ``optimizer`` and ``offload_fraction``); no-op unless both are
+    mfsdp."""
+    if getattr(old_options, "optimizer", None) != "mfsdp" or getattr(new_options, "optimizer", None) != "mfsdp":
+        return
+    old, new = float(old_options.offload_fraction or 0.0), float(new_options.offload_fraction or 0.0)
+    if old != new:
+        raise MliteError(
+            f"offload_fraction: resuming an mfsdp checkpoint saved with offload_fraction {old:g} at {new:g} is "
+            f"unsupported (the checkpoint holds the offload partition; {MFSDP_DESIGN_SOURCE}, §Checkpoint and "
+            f"resume); resume with --offload-fraction {old:g}"
+        )
+
+
+def mfsdp_lite_mesh(optimizer: str, tp: int, ep: int) -> None:
+    """The lite runtime's mfsdp runs DP x CP only: TP > 1 and EP > 1 are refused (its fp32 ``main_grad`` bypasses the
+    TP partial-gradient sum and the EP divide factors, which act on FSDP2's ``.grad``). ``mlite run`` checks it
+    before anything starts, the runtime's backend again."""
+    if optimizer == "mfsdp" and (tp > 1 or ep > 1):
+        raise MliteError(
+            f"optimizer: the lite runtime's mfsdp runs data and context parallelism only (tp {tp}, ep {ep}); use "
+            "--tp 1 --ep 1, or --optimizer fsdp2 for a TP / EP run"
+        )

@@ -117,6 +117,7 @@ _MLITE_OPTIM = (
     "verl's mlite engine passes only offload_fraction, use_precision_aware_optimizer, "
     "decoupled_weight_decay and adam_eps to the mlite optimizer"
 )
+_NO_MFSDP = "verl's Megatron backend has no Megatron-FSDP (mfsdp) key"
 _BATCH = NotExpressible(
     "verl sizes a step with data.train_batch_size and packs micro-batches by token budget (use_dynamic_bsz)", KEEP
 )
@@ -164,13 +165,13 @@ TRAINING: tuple[Option, ...] = (
         str,
         "dist_opt",
         "--optimizer",
-        "dist_opt (Megatron-Core DDP + distributed optimizer) or fsdp2 (PyTorch fully_shard)",
+        "dist_opt (Megatron-Core DDP + distributed optimizer), fsdp2 (PyTorch fully_shard) or mfsdp (Megatron-FSDP)",
         label="optimizer",
         choices=BACKENDS.names,
         group=_G,
         mlite=Key("{engine}.impl_cfg.optimizer", add=True, knob="OPTIMIZER", write="always"),
         megatron=NotExpressible(
-            "fsdp2 has no counterpart in verl's Megatron backend: Megatron-Core's "
+            "fsdp2 has no counterpart in verl's Megatron backend (nor has mfsdp): Megatron-Core's "
             "distributed optimizer (dist_opt) is written",
             "dist_opt",
         ),
@@ -288,6 +289,31 @@ TRAINING: tuple[Option, ...] = (
             knob="OFFLOAD_FRACTION",
         ),
     ),
+    # mfsdp (Megatron-FSDP): the fork's build_mfsdp_config reads these from optim.override_optimizer_config
+    # (primitive/optimizers/mfsdp/config.py @ 0d14590c); verl's Megatron backend has no M-FSDP
+    Option(
+        "mfsdp_bucket_size",
+        int,
+        40_000_000,
+        "--mfsdp-bucket-size",
+        "mfsdp bucket_size C (elements): bounds the all-gather / fp32 wgrad scratch and the host gradient ring",
+        group=_G,
+        metavar="N",
+        mlite=Key(f"{_OC}.bucket_size", add=True, verl_default=40_000_000),
+        megatron=NotExpressible(_NO_MFSDP, DEFAULT),
+    ),
+    Option(
+        "mfsdp_grad_staging",
+        str,
+        "persistent",
+        "--mfsdp-grad-staging",
+        "mfsdp host gradient staging: persistent (today's _cpu_grad_bufs, 4 B per offloaded element) or ring "
+        "(the design's two-slot ring, at most 2 x bucket_size elements)",
+        choices=("persistent", "ring"),
+        group=_G,
+        mlite=ESTIMATOR,
+        megatron=ESTIMATOR,
+    ),
     Option(
         "param_offload",
         bool,
@@ -377,6 +403,27 @@ TRAINING: tuple[Option, ...] = (
         group=_G,
         mlite=_BUILD,
         megatron=_BUILD,
+    ),
+    Option(
+        "engram_trainable",
+        bool,
+        False,
+        "--engram-trainable",
+        "train the n-gram memory tables (DeepSeek-V4.1 Engram: + fp32 master, main grad, momentum); "
+        "default frozen (fp8 + scales)",
+        label="Engram trainable",
+        cli="switch",
+        group=_G,
+        # Megatron Lite's DeepSeek-V4.1 ImplConfig.trainable_engram (experimental/lite/megatron/lite/model/
+        # deepseek_v41/lite/protocol.py, ISEEKYAN/Megatron-LM; docs/deepseek_v41.md @ 04baccf4) has no verl key
+        mlite=NotExpressible(
+            "verl's mlite engine passes no Engram switch: Megatron Lite's DeepSeek-V4.1 ImplConfig.trainable_engram "
+            "is not among the impl_cfg keys it accepts (mlite.export.mlite_keys); the tables stay frozen",
+            DEFAULT,
+        ),
+        megatron=NotExpressible(
+            "verl's Megatron backend has no DeepSeek-V4.1 model (Engram tables are a Megatron Lite model's)", DEFAULT
+        ),
     ),
     Option(
         "param_dtype",
@@ -719,6 +766,26 @@ RUN: tuple[Option, ...] = (
         metavar="F",
         path=("training.offload_fraction",),
         verl_sft=Key("optim.override_optimizer_config.offload_fraction", add=True),
+    ),
+    Option(
+        "mfsdp_bucket_size",
+        int,
+        40_000_000,
+        "--mfsdp-bucket-size",
+        "mfsdp bucket_size C (elements): the host gradient ring's slot capacity",
+        metavar="N",
+        path=("training.mfsdp_bucket_size",),
+        verl_sft=NotExpressible("verl's lite engine runs fsdp2 only (mfsdp is refused there)", DEFAULT),
+    ),
+    Option(
+        "mfsdp_grad_staging",
+        str,
+        "persistent",
+        "--mfsdp-grad-staging",
+        "mfsdp host gradient staging: persistent (4 B per offloaded element) or ring (two slots of C elements)",
+        choices=("persistent", "ring"),
+        path=("training.mfsdp_grad_staging",),
+        verl_sft=NotExpressible("verl's lite engine runs fsdp2 only (mfsdp is refused there)", DEFAULT),
     ),
     Option(
         "param_offload",

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import MliteError
 from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
+from . import rules
 from .optimizers import ALGORITHMS, BACKENDS, check_optimizer, inapplicable
 
 __all__ = [
@@ -104,6 +105,12 @@ class TrainingOptions:
     """With PAO and bf16 params: keep only the low 16 bits of the fp32 master (int16), lossless; Megatron's default."""
     offload_fraction: float = 0.0
     """Share of the optimizer state moved to host RAM (Megatron ``optimizer_offload_fraction``; fsdp2 uses 1.0)."""
+    # mfsdp (Megatron-FSDP) options: mlite.options.rules (mfsdp block) and mlite.memory.optimizer.mfsdp_bytes
+    mfsdp_bucket_size: int = 40_000_000
+    """mfsdp ``bucket_size`` (elements, C): bounds the all-gather / fp32 wgrad scratch and the host gradient ring."""
+    mfsdp_grad_staging: str = "persistent"
+    """mfsdp host gradient staging: ``persistent`` (today's ``_cpu_grad_bufs``, 4 B per offloaded element) or
+    ``ring`` (the design's two-slot pinned ring, 4 x min(O, 2C) bytes)."""
     param_offload: bool = False
     """Runtime context offload: parameters move to CPU between training phases (verl ``param_offload``)."""
     optimizer_offload: bool = False
@@ -124,6 +131,9 @@ class TrainingOptions:
     """The Megatron Lite build moves the offloaded masters / PAO remainders to the host before forward and rollout
     (``offload_for_forward()``, ISEEKYAN/Megatron-LM#232, merged 2026-09-20); False models an older build, where
     they stay on the GPU through rollout and forward/backward."""
+    engram_trainable: bool = False
+    """N-gram memory tables (DeepSeek-V4.1's Engram) trained: FP32 master + main grad + momentum beside the FP8 rows
+    (Megatron Lite's ``ImplConfig.trainable_engram``); False keeps them frozen (FP8 + scales only)."""
     param_dtype: str = "bf16"
     """Parameter (and compute) dtype: ``bf16``, ``fp16`` or ``fp32``."""
     seq_len: int = DEFAULT_SEQ_LEN
@@ -169,6 +179,7 @@ class TrainingOptions:
                 raise MliteError(f"{name} must be {_one_of(DTYPES)}, got {getattr(self, name)!r}")
         if self.param_dtype not in PARAM_DTYPES:
             raise MliteError(f"param_dtype must be {_one_of(PARAM_DTYPES)}, got {self.param_dtype!r}")
+        rules.mfsdp_grad_staging_known(self)  # a vocabulary (its value list is rules.MFSDP_GRAD_STAGING)
         check_optimizer(self)  # backend, algorithm, offload range, what each refuses (mlite.options.rules)
         if self.recompute not in RECOMPUTE:
             raise MliteError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")

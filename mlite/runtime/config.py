@@ -104,6 +104,11 @@ class OptimizerConfig:
     """Share of parameters whose master and moments live on CPU and are updated there (by count, whole tensors)."""
     decoupled_weight_decay: bool | None = None
     """AdamW (True, the default when None) or Adam with L2 regularisation (False)."""
+    mfsdp_bucket_size: int = 40_000_000
+    """mfsdp: bucket capacity C (elements) of the host gradient ring (``mfsdp_grad_staging="ring"``)."""
+    mfsdp_grad_staging: str = "persistent"
+    """mfsdp: host gradient staging, ``persistent`` (one pinned fp32 buffer of the offloaded elements, today's
+    ``_cpu_grad_bufs``) or ``ring`` (two slots of at most C elements)."""
 
     def __post_init__(self) -> None:
         for name in ("lr", "min_lr", "lr_warmup_init", "weight_decay", "eps"):

@@ -257,6 +257,9 @@ class LiteRuntime:
         handle.model.zero_grad(set_to_none=True)
         if self.ddp is not None:
             self.ddp.zero()
+        zero_main = getattr(handle.optimizer, "zero_main_grad", None)  # mfsdp: the fp32 main_grad shards
+        if zero_main is not None:
+            zero_main()
         if self.applied is not None and self.applied.tp is not None:
             self.applied.tp.pending = False
 
@@ -271,8 +274,9 @@ class LiteRuntime:
         dense: list[torch.Tensor | None] = []
         tp_split: list[torch.Tensor | None] = []
         expert: list[torch.Tensor | None] = []
-        for s in handle.optimizer.slots:
-            g = None if s.param.grad is None else local(s.param.grad)
+        opt = handle.optimizer
+        for s in opt.slots:
+            g = opt._grad(s)  # the local gradient shard (mfsdp: its fp32 main_grad)
             if s.expert:
                 expert.append(g)
             elif tp is not None and tp.is_split(s.name, s.param):
@@ -416,6 +420,11 @@ class LiteRuntime:
         load(handle, path, load_optimizer)
 
     def _check_checkpoint_mesh(self, what: str) -> None:
+        if self.backend.fp32_main_buffers:
+            raise MliteError(
+                f"{what}: checkpoints of mfsdp runs are not implemented by the lite runtime (M-FSDP's "
+                '{"gpu", "cpu"} envelope is not written); checkpoint an fsdp2 run'
+            )
         if self.backend.grad_buffer:
             raise MliteError(
                 f"{what}: checkpoints of {self.backend.name} runs are not implemented by the lite runtime (the "
@@ -438,6 +447,9 @@ class LiteRuntime:
 
             grads = _tally(main_grad(p) for p in self.ddp.by_name.values())
             extra = {k: v for k, v in self.ddp.memory().items() if k.endswith("padding")}
+        elif hasattr(handle.optimizer, "main_grads"):  # mfsdp: the fp32 main_grad shards (held for the whole run)
+            grads = _tally(handle.optimizer.main_grads())
+            extra = {}
         else:
             grads = _tally(local(p.grad) for p in handle.model.parameters() if p.grad is not None)
             extra = {}

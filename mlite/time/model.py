@@ -372,6 +372,12 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, l
         per_mb = ag + rs * reduces / m
         host = r.n_layers * hw.fsdp_layer_host_s
         exposed = m * (max(0.0, per_mb - (fwd_mb + bwd_mb)) + per_mb * layer_share + copies + host)
+        if be.fp32_main_buffers and o.offload_fraction >= 1.0:
+            # M-FSDP's full offload sets overlap_param_gather=False (ISEEKYAN/Megatron-LM experimental/lite/docs/
+            # fsdp2-param-offload-overlap.md @ 4b19e6bd): every gather waits, only the reduce-scatter still overlaps
+            hidden = rs * reduces / m
+            exposed = m * (max(0.0, hidden - (fwd_mb + bwd_mb)) + hidden * layer_share + ag + copies + host)
+            notes.append("mfsdp full offload: the parameter-gather prefetch is off, every all-gather is exposed")
         notes.append(
             f"fsdp2: {gathers} gather(s) per layer and micro-batch, gradients reduced in {k.fsdp_reduce_dtype} "
             f"{'every micro-batch' if reduces == m else 'once per step'}; each layer's traffic overlaps the previous "

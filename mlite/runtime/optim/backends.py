@@ -41,3 +41,20 @@ def dist_opt(rt: Any, model, experts: set[str], cls):
     if rt.applied.tp is not None:
         rt.applied.tp.bind(model)
     return cls(rt.ddp.pieces, oc, device=rt.device)
+
+
+def mfsdp(rt: Any, model, experts: set[str], cls):
+    """Megatron-FSDP's storage on FSDP2 (:mod:`mlite.runtime.optim.mfsdp`): the sharded parameters held in fp32
+    (``offload_fraction < 1``; FSDP2 gathers them in the compute dtype) or in the compute dtype (full offload: the
+    shard mirror), fp32 ``main_grad`` shards fed by FSDP2's reduce-scatter, the optimizer over both."""
+    from ...options.rules import mfsdp_lite_mesh
+
+    mfsdp_lite_mesh("mfsdp", rt.pstate.tp, rt.pstate.ep)
+    if rt.cfg.optimizer.fraction < 1.0:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.data = p.data.float()  # the fp32 parameter shard (exact: widening)
+    shard_model(model, rt.dense_mesh, rt.expert_mesh, rt.param_dtype, expert_divide_factor=rt.pstate.dp_cp)
+    opt = cls(model.named_parameters(), rt.cfg.optimizer, expert_names=experts, device=rt.device)
+    opt.install_grad_hooks(model)
+    return opt
