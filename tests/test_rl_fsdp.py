@@ -506,3 +506,17 @@ def test_padded_path_copies_the_response_logits_and_allocates_the_full_gradient(
     rm = fsdp_actor(spec, 8, o, replace(f, use_remove_padding=True), P + R, R / (P + R))
     assert "logits_response_copy" not in rm.activations and rm.transients["logits_grad"] == 0
     assert a.peak - rm.peak == pytest.approx(rows * R * V * 2, rel=1e-4)  # the gradient is not at the peak here
+
+
+def test_fsdp_step_keeps_the_colocated_budget_terms():
+    """The FSDP actor's step has main's engine terms: sibling contexts in every phase, and the resync export peak
+    of an FSDP actor (``full_tensor()`` of the largest parameter in model_dtype, one copy: mlite/memory/rl_resync.py)."""
+    spec = _spec()
+    r = RolloutOptions(prompt_length=1024, response_length=1024, n=4, train_batch_size=128, sibling_contexts=2)
+    f = FsdpOptions(strategy="fsdp2")
+    est = rl_estimate(spec, _plan(spec), TrainingOptions(seq_len=2048), r, f)
+    for p in est.phases.values():
+        assert p.gpu["sibling_contexts"] == 2 * r.sibling_context_gib * GIB
+    assert est.resync is not None and est.resync.gather == "fsdp" and est.resync.copies == 1
+    biggest = max(g.numel for g in (*spec.pre, *spec.post, *(g for x in spec.main_layers for g in x.groups)))
+    assert est.resync.to_dict()["tensor_bytes"] == biggest * 4
