@@ -71,8 +71,16 @@ def run(args) -> int:
         imp = import_launcher("<stdin>", env=env, text=sys.stdin.read())
     else:
         imp = import_launcher(args.file, env=env)
+    from ..export.importer_fsdp import fsdp_options
+
+    fsdp = fsdp_options(imp)
     doc = imp.to_dict(args.config)
     est = None
+    if fsdp is not None:  # verl's FSDP actor: never a Megatron estimate (mlite/export/importer_fsdp.py)
+        doc["strategy"] = fsdp.strategy
+        doc["fsdp"] = fsdp.to_dict()
+    if args.estimate and fsdp is not None:
+        return _run_fsdp(args, imp, doc, gib)
     if args.estimate:
         from ..export.importer import rl_estimate
 
@@ -112,6 +120,61 @@ def run(args) -> int:
             _print_rl(rl)
     elif args.estimate:
         print("  estimate: none (the mesh is invalid)")
+    return 0 if ok else 1
+
+
+def _run_fsdp(args, imp, doc: dict, gib) -> int:
+    """``--estimate`` of an FSDP GRPO/PPO launcher: ``estimate`` is null (no Megatron estimate), ``fsdp_estimate``
+    the FSDP actor on one GPU, ``rl_estimate`` the RL phases with the FSDP actor and reference."""
+    from ..export.importer_fsdp import fsdp_estimate
+    from . import print_json
+
+    fe = fsdp_estimate(imp, args.config, gpu_memory_gib=gib)
+    doc["warnings"] = doc["warnings"] + [w for w in imp.warnings if w not in doc["warnings"]]
+    doc["estimate"] = None
+    doc["fsdp_estimate"] = fe["actor"]
+    doc["rl_estimate"] = fe["rl"]
+    ok = doc["valid"] and fe["actor"]["fits"] and fe["rl"]["fits"]
+    if args.json:
+        print_json(doc)
+        return 0 if ok else 1
+    print(
+        f"{imp.source}: {doc['target']} ({doc['entry']}), {doc['nnodes']} x {doc['gpus_per_node']} = "
+        f"{doc['ngpu']} GPUs, model {doc['model_config'] or doc['model_path'] or '?'}, actor {fe['strategy']}"
+    )
+    f = fe["fsdp"]
+    print(
+        "  fsdp: "
+        + " ".join(
+            f"{k}={f[k]}"
+            for k in (
+                "fsdp_size",
+                "ulysses_sequence_parallel_size",
+                "use_dynamic_bsz",
+                "ppo_max_token_len_per_gpu",
+                "ppo_micro_batch_size_per_gpu",
+                "use_remove_padding",
+                "enable_gradient_checkpointing",
+                "param_offload",
+                "optimizer_offload",
+            )
+        )
+    )
+    for err in doc["errors"]:
+        print(f"  error: {err}")
+    for w in doc["warnings"]:
+        print(f"  warning: {w}")
+    a = fe["actor"]
+
+    def g(x):
+        return f"{x / GIB:8.2f} GiB"
+
+    print(f"  FSDP actor update ({fe['strategy']}), one GPU:")
+    for k in ("params", "grads", "optimizer", "activations", "transient_peak", "total"):
+        print(f"    {k:14s} {g(a[k])}")
+    print(f"    host           {g(a['host_per_gpu'])} per GPU (offloaded state)")
+    print(f"    {'fits' if a['fits'] else 'does NOT fit'}: {g(a['total'])} vs usable {g(a['usable'])}")
+    _print_rl(fe["rl"])
     return 0 if ok else 1
 
 

@@ -1,6 +1,8 @@
 """``mlite rl-memory CONFIG --ngpu N [mesh and training flags of mlite memory] --rollout vllm|sglang ...``: GPU and
 host memory of one colocated verl GRPO/PPO step, phase by phase (rollout, old_log_prob, ref, actor_update,
-weight_sync), with the engine's start-up verdicts and KV capacity.
+weight_sync), with the engine's start-up verdicts and KV capacity. ``--strategy fsdp|fsdp2`` makes the actor and the
+reference verl's FSDP workers (:mod:`mlite.memory.rl_fsdp`; their flags: :data:`mlite.options.rl_fsdp.FSDP_ROWS`); the
+``--json`` document then adds ``actor_strategy`` and ``fsdp`` (the options used), every other key as before.
 
 Exit 0 when every phase fits and the engine starts, 1 when not (or the actor mesh is invalid), 2 on bad usage.
 """
@@ -37,8 +39,48 @@ def add_parser(sub):
     p.add_argument("--ngpu", type=int, required=True, help="GPU count (world size)")
     _add_training_flags(p)
     add_rollout_flags(p)
+    add_fsdp_flags(p)
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
+
+
+def add_fsdp_flags(p) -> None:
+    """The flags of verl's FSDP actor, from the rows of :data:`mlite.options.rl_fsdp.FSDP_ROWS` (``--strategy``
+    fsdp / fsdp2 selects :mod:`mlite.memory.rl_fsdp`; the Megatron offload flags do not apply then)."""
+    from ..options import add_flags
+    from ..options.rl_fsdp import FSDP_ROWS
+
+    add_flags(p, FSDP_ROWS)
+
+
+MEGATRON_ONLY_FLAGS = (
+    ("param_offload", "--param-offload", "--fsdp-param-offload"),
+    ("optimizer_offload", "--optimizer-offload", "--fsdp-optimizer-offload"),
+    ("grad_offload", "--grad-offload", "--fsdp-param-offload (it moves the gradients too)"),
+)
+"""Training flags that are Megatron's offload: (option field, flag, the FSDP flag to give instead)."""
+
+
+def fsdp_from_args(args, o=None):
+    """:class:`~mlite.memory.rl_fsdp.FsdpOptions` from the parsed flags; with ``--strategy fsdp|fsdp2`` the
+    Megatron offload flags of the training options ``o`` are refused (verl's FSDP workers read
+    ``fsdp_config.param_offload`` / ``optimizer_offload``)."""
+    from ..errors import MliteError
+    from ..memory.rl_fsdp import FsdpOptions
+    from ..options import values_from_args
+    from ..options.rl_fsdp import FSDP_ROWS
+
+    if not hasattr(args, "strategy"):  # a parser without the FSDP flags (mlite time)
+        return FsdpOptions()
+    f = FsdpOptions(**values_from_args(args, FSDP_ROWS))
+    if f.is_fsdp and o is not None:
+        for field, flag, instead in MEGATRON_ONLY_FLAGS:
+            if getattr(o, field, False):
+                raise MliteError(
+                    f"{flag} is Megatron's offload; with --strategy {f.strategy} give {instead} "
+                    "(verl's FSDP workers read actor.fsdp_config.*: verl/workers/fsdp_workers.py @ v0.7.0)"
+                )
+    return f
 
 
 def add_rollout_flags(p, *, optional: bool = False) -> None:
@@ -127,7 +169,7 @@ def estimate_command(line: str):
         raise MliteError(f"not an 'mlite rl-memory' command: {line!r}")
     args = build_parser().parse_args(words[1:])
     spec, plan, o, r = _inputs(args)
-    return rl_estimate(spec, plan, o, r)
+    return rl_estimate(spec, plan, o, r, fsdp_from_args(args, o))
 
 
 def run(args) -> int:
@@ -141,9 +183,10 @@ def run(args) -> int:
         if v < 1:
             raise MliteError(f"--{flag.replace('_', '-')} must be a positive integer, got {v}")
     spec, plan, o, r = _inputs(args)
+    f = fsdp_from_args(args, o)
     if not plan.valid:
         return print_invalid_mesh(plan, args.json)
-    est = rl_estimate(spec, plan, o, r)
+    est = rl_estimate(spec, plan, o, r, f)
     doc = est.to_dict()
     if args.json:
         print_json(doc)
@@ -153,6 +196,7 @@ def run(args) -> int:
     print(
         f"{spec.name} on {args.ngpu} GPUs, {r.name} TP {r.tensor_model_parallel_size} "
         f"(gpu_memory_utilization {r.gpu_memory_utilization}, {lvl}), usable {g(est.usable)} per GPU"
+        + (f", actor {f.strategy}" if f.is_fsdp else "")
     )
     print(f"  {'phase':13s} {'GPU':>11s} {'host/GPU':>11s}  verdict")
     for name, ph in doc["phases"].items():

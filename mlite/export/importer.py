@@ -572,6 +572,10 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         except MliteError as e:  # the preflight reports it as an error; the plan itself still reads
             warnings.append(f"{e} (the launch would fail)")
     consumed |= consumed_c | consumed_o
+    if backend == "fsdp" and not is_sft:  # verl's FSDP actor: its keys are read by mlite/export/importer_fsdp.py
+        from .importer_fsdp import fsdp_keys
+
+        consumed |= fsdp_keys() & {o.key for o in ovs}
     model_path = next((str(o.value) for o in ovs if o.key in ("model.path", "actor_rollout_ref.model.path")), None)
     if model_path is not None:
         consumed.add("model.path" if is_sft else "actor_rollout_ref.model.path")

@@ -107,6 +107,7 @@ def read_parallel(ovs, *, is_sft: bool, config_name: str | None):
         w.append(
             "no mlite engine or Megatron mesh keys: an FSDP launcher is plain data parallel here "
             "(tp = pp = cp = ep = 1)"
+            + ("" if is_sft else "; --estimate uses verl's FSDP actor model (mlite/memory/rl_fsdp.py)")
         )
     try:
         return backend, ParallelConfig(**vals), consumed, w

@@ -35,6 +35,8 @@ from ..options import TrainingOptions
 from .estimate import GIB, estimate
 from .optimizer import state_bytes
 from .rl_engine import EngineMemory, start_engine
+from .rl_fsdp import FsdpOptions
+from .rl_fsdp_step import fsdp_step
 from .rl_kv import FULL_KINDS
 from .rl_options import RolloutOptions
 from .rl_phases import PHASE_REGISTRY, PHASES, Step, forward_bytes
@@ -86,6 +88,8 @@ class RLEstimate:
     """Why the job would not start or would be killed."""
     warnings: list = field(default_factory=list)
     """What would hurt without stopping it."""
+    fsdp: FsdpOptions | None = None
+    """verl's FSDP actor / reference options (None or ``strategy`` megatron: the Megatron estimate)."""
     resync: ExportPeak | None = None
     """The weight resync's export peak (:class:`mlite.memory.rl_resync.ExportPeak`)."""
 
@@ -125,7 +129,7 @@ class RLEstimate:
             for n, p in self.phases.items()
         }
         kv = {k: v for k, v in self.kv_cache().items() if k != "state_bytes_per_seq"}
-        return {
+        doc = {
             "phases": phases,
             "peak_phase": self.peak_phase,
             "fits": self.fits,
@@ -136,6 +140,10 @@ class RLEstimate:
             **({"resync": self.resync.to_dict()} if self.resync is not None else {}),
             **({"vllm_kv_rule": kv_rule(self.rollout.vllm_version).name} if self.rollout.name == "vllm" else {}),
         }
+        if self.fsdp is not None and self.fsdp.is_fsdp:  # verl's FSDP actor: which one, and its inputs
+            doc["actor_strategy"] = self.fsdp.strategy
+            doc["fsdp"] = self.fsdp.to_dict()
+        return doc
 
 
 def _check_mesh(spec, plan, r: RolloutOptions) -> None:
@@ -277,19 +285,26 @@ def _generation_waves(step: Step, kvd: dict) -> str | None:
 
 
 def rl_estimate(
-    spec, plan, training: TrainingOptions | None = None, rollout: RolloutOptions | None = None
+    spec,
+    plan,
+    training: TrainingOptions | None = None,
+    rollout: RolloutOptions | None = None,
+    fsdp: FsdpOptions | None = None,
 ) -> RLEstimate:
     """Phase-by-phase memory of one colocated verl step for ``spec`` on ``plan`` (the actor's mesh), its phases
-    those of :data:`~mlite.memory.rl_phases.PHASE_REGISTRY`; the verdicts hold over every phase."""
+    those of :data:`~mlite.memory.rl_phases.PHASE_REGISTRY`; the verdicts hold over every phase. ``fsdp`` with
+    ``strategy`` fsdp / fsdp2: the actor and reference are verl's FSDP workers (:mod:`mlite.memory.rl_fsdp_step`;
+    ``plan`` then gives the world size and must have TP = PP = CP = EP = 1)."""
     o = training or TrainingOptions()
     r = rollout or RolloutOptions()
     if not plan.valid:
         raise MliteError("invalid mesh: " + plan.errors[0].message)
     _check_mesh(spec, plan, r)
-    step = _step(spec, plan, o, r)
+    f = fsdp or FsdpOptions()
+    step = fsdp_step(spec, plan, o, r, f) if f.is_fsdp else _step(spec, plan, o, r)
     ph = _phases(step)
     eng = step.engine
-    errors, warnings = [*eng.errors, *sync_refusals(o, r)], [*eng.warnings, *step.notes]
+    errors, warnings = [*eng.errors, *sync_refusals(step.training, r)], [*eng.warnings, *step.notes]
     usable = o.gpu_memory_gib * GIB * (1 - o.headroom)
     g = lambda x: f"{x / GIB:.1f} GiB"
     per_node = min(o.gpus_per_node, plan.ngpu)
@@ -312,6 +327,7 @@ def rl_estimate(
         gpus_per_node=per_node,
         errors=errors,
         warnings=warnings,
+        fsdp=f,
         resync=step.resync,
     )
     if "weight_sync" in ph:

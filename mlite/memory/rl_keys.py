@@ -102,3 +102,66 @@ def rollout_overrides(r: RolloutOptions, *, defaults: RolloutOptions | None = No
 
 
 __all__ = ["ALIASES", "REF_OFFLOAD_KEYS", "ROLLOUT_KEYS", "flatten", "rollout_kwargs", "rollout_overrides"]
+
+
+# ------------------------------------------------------------------ verl's FSDP actor (mlite/options/rl_fsdp.py)
+def _fsdp_rows():
+    from ..options.rl_fsdp import FSDP_ROWS
+
+    return FSDP_ROWS
+
+
+def fsdp_kwargs(cfg: dict, *, default_strategy: str = "megatron", problems: list | None = None) -> dict:
+    """:class:`~mlite.memory.rl_fsdp.FsdpOptions` keyword arguments from a verl config (nested or flat), one per
+    row of :data:`mlite.options.rl_fsdp.FSDP_ROWS` whose key is set; ``strategy`` is ``default_strategy`` when the
+    config does not name one (``fsdp`` for verl's ``ppo_trainer`` config, whose ``actor.strategy`` default is
+    ``fsdp``: ``verl/trainer/config/_generated_ppo_trainer.yaml`` @ 1dda039b). A value not of the row's type
+    raises :class:`MliteError`, or with ``problems`` a list is left out and its message appended there."""
+    flat = cfg if any("." in k for k in cfg) else flatten(cfg)
+    out: dict = {"strategy": default_strategy}
+    for row in _fsdp_rows():
+        key = next((k for k in (row.mlite.key, *row.mlite.aliases) if flat.get(k) is not None), row.mlite.key)
+        v = flat.get(key)
+        if v is None or (isinstance(v, str) and v.lower() in ("null", "none", "~")):
+            continue
+        try:
+            out[row.field] = _coerce_as(row.type, row.field, v, key)
+        except MliteError as e:
+            if problems is None:
+                raise
+            problems.append(e.message)
+    return out
+
+
+def _coerce_as(t: type, field: str, value, key: str):
+    try:
+        if t is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false"):
+                    raise ValueError(value)
+                return value.lower() == "true"
+            return bool(value)
+        if t is int:
+            if isinstance(value, str) and not value.lstrip("-").isdigit():
+                raise ValueError(value)
+            return int(value)
+        if t is float:
+            return float(value)
+    except (TypeError, ValueError):
+        raise MliteError(f"verl key {key}={value!r}: not a valid {t.__name__} for {field}") from None
+    return str(value)
+
+
+def fsdp_overrides(f, *, defaults=None) -> dict:
+    """verl overrides ``{key: value}`` for the FSDP options ``f`` (only those that differ from ``defaults`` when
+    given; unset ``None`` fields are not written)."""
+    out = {}
+    for row in _fsdp_rows():
+        v = getattr(f, row.field)
+        if v is None or (defaults is not None and getattr(defaults, row.field) == v):
+            continue
+        out[row.mlite.key] = v
+    return out
+
+
+__all__ += ["fsdp_kwargs", "fsdp_overrides"]

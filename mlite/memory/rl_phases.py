@@ -64,6 +64,11 @@ class Step:
     """Chunked offload's selected masters / PAO remainders a Megatron Lite build without ``offload_for_forward()``
     leaves on the GPU (ISEEKYAN/Megatron-LM#232; :mod:`mlite.memory.chunked`): part of the actor's idle state,
     listed apart as ``actor_resident_masters`` in the phases outside the update."""
+    ref_forward: float | None = None
+    """The reference's forward micro-batch when it differs from :attr:`forward` (the FSDP reference:
+    :mod:`mlite.memory.rl_fsdp_step`); None: :attr:`forward`."""
+    strategy: str = "megatron"
+    """The actor's ``actor_rollout_ref.actor.strategy`` (``megatron``, ``fsdp``, ``fsdp2``)."""
     always: dict = field(default_factory=dict)
     """GPU bytes by part in every phase, whatever the phase's entry says: the sibling workers' CUDA contexts on the
     engine's first GPU (``sibling_contexts``; processes do not free a context between phases)."""
@@ -194,7 +199,7 @@ def _ref(s: Step) -> dict:
         "actor_resident": s.actor.idle_gpu - s.resident_masters,
         "actor_resident_masters": s.resident_masters,
         "ref_params": s.ref_weights,
-        "forward_activations": s.forward,
+        "forward_activations": s.forward if s.ref_forward is None else s.ref_forward,
         "framework": s.framework,
     }
 
