@@ -128,7 +128,16 @@ class RLEstimate:
             "host_per_node": round(self.host_per_node),
             "warnings": list(self.warnings),
             "errors": list(self.errors),
+            **self.metrics_dict(),
         }
+
+    def metrics_dict(self) -> dict:
+        """``predicted_metrics`` (verl's memory metric -> bytes the log would show) and
+        ``predicted_metrics_assumed`` (the verl release, the engine placement, what each covers):
+        :mod:`mlite.memory.rl_metrics`."""
+        from .rl_metrics import assumed, predicted_metrics
+
+        return {"predicted_metrics": predicted_metrics(self), "predicted_metrics_assumed": assumed(self)}
 
 
 def _check_mesh(spec, plan, r: RolloutOptions) -> None:

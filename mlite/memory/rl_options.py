@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import MliteError
-from ..options.rollout import REF_MODES, ROLLOUT_MODES, ROLLOUT_NAMES
+from ..options.rollout import DEFAULT_VERL_VERSION, ENGINE_PLACEMENTS, REF_MODES, ROLLOUT_MODES, ROLLOUT_NAMES
 
 
 @dataclass(kw_only=True)
@@ -78,6 +78,11 @@ class RolloutOptions:
     documented guess)."""
     host_mem_gib: float | None = None
     """Host RAM per node to check against (``--host-mem``); None: not checked."""
+    verl_version: str = DEFAULT_VERL_VERSION
+    """The verl release whose ``perf/*`` memory metrics the prediction is of (:mod:`mlite.memory.rl_metrics`)."""
+    engine_placement: str | None = None
+    """Where the engine's memory shows in the actor process (``ENGINE_PLACEMENTS``); None: derived
+    (:func:`mlite.memory.rl_metrics.placement_for`)."""
 
     def __post_init__(self):
         self.validate()
@@ -123,6 +128,14 @@ class RolloutOptions:
                 raise MliteError(f"{f} must be a finite number >= 0, got {getattr(self, f)}")
         if self.host_mem_gib is not None and not 0.0 < float(self.host_mem_gib) < float("inf"):
             raise MliteError(f"host_mem_gib (--host-mem) must be a finite positive number, got {self.host_mem_gib}")
+        from .rl_metrics import verl_release
+
+        verl_release(self.verl_version)
+        if self.engine_placement is not None and self.engine_placement not in ENGINE_PLACEMENTS:
+            raise MliteError(
+                f"engine_placement (--engine-placement) must be one of {', '.join(ENGINE_PLACEMENTS)}, "
+                f"got {self.engine_placement!r}"
+            )
 
     @property
     def resolved_sleep_level(self) -> int:
