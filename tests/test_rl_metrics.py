@@ -219,3 +219,25 @@ def test_published_runs_predicted_metrics_are_the_old_accounting():
         got = row["metrics"]["predicted"]["max_memory_allocated_gb"]
         assert got == pytest.approx(row["predicted"]["applies"], rel=0.02)
     assert metrics_table(rows) in (REPO / "README.md").read_text(), "paste metrics_table(compare_runs(...))"
+
+
+# ------------------------------------------------------------------------------------------------ RL view
+def test_rl_view_shows_the_predicted_metrics_and_their_release():
+    from test_rl_memory import _rl_view
+
+    _planner, _memory, rl = _rl_view(tensor_model_parallel_size=2, prompt_length=512, response_length=1024, n=8)
+    html = rl.metrics.value
+    pm = rl.estimate.to_dict()["predicted_metrics"]
+    for name, b in pm.items():
+        assert f'data-metric="{name}" data-bytes="{b}"' in html
+    assert (
+        html.count("mlite-rl-log-shows") == 1
+        and f'mlite-rl-metric mlite-rl-log-shows" data-metric="{ALLOCATED}"' in html
+    )
+    assert "--verl-version" not in rl.command()  # the default release
+    rl.set(verl_version="0.6")
+    assert rl.estimate.rollout.verl_version == "0.6" and "in_process_cumem" in rl.metrics.value
+    cmd = rl.command()
+    assert "--verl-version 0.6" in cmd
+    assert estimate_command(cmd).to_dict() == rl.estimate.to_dict()
+    assert predicted_metrics(rl.estimate)[ALLOCATED] > pm[ALLOCATED]  # the engine's pool counts in the process
