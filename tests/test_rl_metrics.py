@@ -241,3 +241,21 @@ def test_rl_view_shows_the_predicted_metrics_and_their_release():
     assert "--verl-version 0.6" in cmd
     assert estimate_command(cmd).to_dict() == rl.estimate.to_dict()
     assert predicted_metrics(rl.estimate)[ALLOCATED] > pm[ALLOCATED]  # the engine's pool counts in the process
+
+
+def test_device_bench_runs_on_cpu_and_predicts_the_pool_kept(tmp_path):
+    """bench/measuredas_pool.py (the H200 row: PyTorch's own statistics against :func:`peak_allocated`): its CPU
+    path writes the predictions and the report; the kept CuMem pool adds the engine to the update's peak, the freed
+    one leaves the rollout the largest phase."""
+    from bench.measuredas_pool import main as bench
+    from bench.measuredas_pool import phases
+
+    assert bench(["--out", str(tmp_path), "--device", "cpu", "--mib", "2"]) == 0
+    raw = json.loads((tmp_path / "measuredas_raw.json").read_text())
+    got = {r["variant"]: r["predicted_max_allocated"] for r in raw["rows"]}
+    kept, _pool = phases(2 * 1024**2, "kept")
+    assert got["kept"] == sum(kept[1].values())  # the update, the pool's tensors alive
+    freed, _ = phases(2 * 1024**2, "freed")
+    assert got["freed"] == sum(freed[0].values()) and got["freed"] < got["kept"]
+    assert bench(["--report", str(tmp_path / "measuredas_raw.json"), "--csv", str(tmp_path / "m.csv")]) == 0
+    assert (tmp_path / "m.csv").read_text().count("predicted_max_allocated") == 2

@@ -227,15 +227,21 @@ def measured_as(verl_version: str, placement: str, engine: str = "vllm") -> dict
     }
 
 
-def _torch_parts(phase, placement: str) -> tuple[float, float]:
-    """(allocated bytes the actor process's PyTorch allocator holds in ``phase`` outside the CuMem pool, of them
-    the engine's)."""
-    own = sum(v for k, v in phase.gpu.items() if k not in OUTSIDE_TORCH and k not in ENGINE_TORCH)
+def torch_bytes(parts: dict, placement: str) -> float:
+    """Bytes the actor process's PyTorch allocator holds in one phase of GPU ``parts`` (part -> bytes), outside
+    vLLM's CuMem pool: its own parts, and the engine's in process (all of them freed through PyTorch with
+    ``in_process_freed``; only its activations beside the pool with ``in_process_cumem``)."""
+    own = sum(v for k, v in parts.items() if k not in OUTSIDE_TORCH and k not in ENGINE_TORCH)
     if placement == "separate":
-        return own, 0.0
+        return own
     keys = ENGINE_TORCH if placement == "in_process_freed" else ("engine_activations", "engine_share")
-    eng = sum(v for k, v in phase.gpu.items() if k in keys)
-    return own + eng, eng
+    return own + sum(v for k, v in parts.items() if k in keys)
+
+
+def peak_allocated(phases: list[dict], placement: str, pool: float = 0.0) -> float:
+    """``max_memory_allocated`` after the phases (each a dict of GPU parts), never reset: the largest phase's
+    :func:`torch_bytes`, plus the CuMem ``pool`` (weights + KV) with ``in_process_cumem``."""
+    return max(torch_bytes(p, placement) for p in phases) + (pool if placement == "in_process_cumem" else 0.0)
 
 
 def predicted_metrics(estimate, verl_version: str | None = None, placement: str | None = None) -> dict[str, int]:
@@ -246,14 +252,15 @@ def predicted_metrics(estimate, verl_version: str | None = None, placement: str 
     version = verl_version or r.verl_version
     placement = placement or placement_for(r, version)
     measured_as(version, placement, r.name)  # refuses what the release cannot have
-    peak = max(_torch_parts(p, placement)[0] for p in estimate.phases.values())
     pool = 0.0
     if placement == "in_process_cumem" and estimate.engine.kv > 0:
         pool = estimate.engine.weights + estimate.engine.kv
+    allocated = peak_allocated([p.gpu for p in estimate.phases.values()], placement, pool)
+    peak = allocated - pool
     device = estimate.training.gpu_memory_gib * GIB
     reserved = min(peak * (1 + ALLOCATOR_RESERVE), max(peak, device - pool)) + pool
     return {
-        ALLOCATED: round(peak + pool),
+        ALLOCATED: round(allocated),
         RESERVED: round(reserved),
         CPU_USED: round(estimate.host_per_node),
     }
@@ -288,7 +295,9 @@ __all__ = [
     "VerlRelease",
     "assumed",
     "measured_as",
+    "peak_allocated",
     "placement_for",
     "predicted_metrics",
+    "torch_bytes",
     "verl_release",
 ]
