@@ -56,7 +56,7 @@ other processes and the OS count too).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import MliteError
 from ..options.rollout import DEFAULT_VERL_VERSION, ENGINE_PLACEMENTS, VERL_VERSIONS
@@ -204,7 +204,8 @@ def measured_as(verl_version: str, placement: str, engine: str = "vllm") -> dict
     )
     src = f"{where} @ {rel.text}; {reduce}"
     procs = "actor" if placement == "separate" else "actor+engine"
-    gpu = dict(
+    gpu = MetricMeaning(
+        name=ALLOCATED,
         processes=procs,
         cumem_kept=placement == "in_process_cumem",
         phases="all",
@@ -213,8 +214,8 @@ def measured_as(verl_version: str, placement: str, engine: str = "vllm") -> dict
         source=src,
     )
     return {
-        ALLOCATED: MetricMeaning(name=ALLOCATED, **gpu),
-        RESERVED: MetricMeaning(name=RESERVED, **gpu),
+        ALLOCATED: gpu,
+        RESERVED: replace(gpu, name=RESERVED),
         CPU_USED: MetricMeaning(
             name=CPU_USED,
             processes="node",

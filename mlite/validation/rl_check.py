@@ -183,9 +183,8 @@ def metrics_row(est, critic: float = 0.0) -> dict:
     metrics, with the release and placement."""
     from ..memory.rl_metrics import ALLOCATED, RESERVED, assumed, predicted_metrics
 
-    pm = predicted_metrics(est)
     a = assumed(est)
-    pm = {k: v + (critic if k in (ALLOCATED, RESERVED) else 0.0) for k, v in pm.items()}
+    pm = {k: v + (critic if k in (ALLOCATED, RESERVED) else 0.0) for k, v in predicted_metrics(est).items()}
     return {
         "verl_version": a["verl_version"],
         "placement": a["placement"],
