@@ -83,6 +83,19 @@ def test_ranks_first_before_0_6_then_max_and_mean():
         assert m.source and "GiB" in m.covers()
     assert not new[ALLOCATED].reset and new[ALLOCATED].phases == "all"  # no reset_peak_memory_stats on the path
     assert new[CPU_USED].processes == "node"
+    assert {m.key for m in new.values()} == set(METRICS)  # the legacy workers' keys, as named
+
+
+def test_engine_workers_log_the_first_rank_under_actor_prefix():
+    """From v0.8 the metrics come back as a TensorDict with an empty batch and ``concat_tensordict`` keeps the first
+    (``concat_tensordict_with_none_bsz``, verl/utils/tensordict_utils.py @ v0.8.0 7aed6b23); ``_update_actor``
+    renames them ``actor/...`` (``rename_dict``, verl/trainer/ppo/ray_trainer.py @ v0.8.0)."""
+    for v in ("0.8", "0.9", "main"):
+        m = measured_as(v, "separate")
+        assert {x.ranks for x in m.values()} == {"first"}
+        assert [x.key for x in m.values()] == [f"actor/{n}" for n in METRICS]
+        assert "engine_workers.py" in m[ALLOCATED].source
+    assert measured_as("0.7.1", "separate")[ALLOCATED].key == ALLOCATED  # the legacy workers, still the default
 
 
 def test_the_engine_moves_out_of_the_actor_process_in_0_7_1():
@@ -154,13 +167,14 @@ def test_json_carries_predicted_metrics_and_what_they_assume(capsys):
     _rc, out, _ = _mlite(capsys, *LINE.split()[1:], "--json")
     a = json.loads(out)["predicted_metrics_assumed"]
     assert (a["verl_version"], a["placement"]) == ("0.9", "separate")  # the default: the newest release known
+    assert a["logged_keys"][ALLOCATED] == "actor/" + ALLOCATED
 
 
 def test_text_output_shows_the_metrics_beside_the_phases(capsys):
     _rc, out, _ = _mlite(capsys, *LINE.split()[1:], "--verl-version", "0.6")
     est = estimate_command(LINE + " --verl-version 0.6")
     pm = predicted_metrics(est)
-    assert f"{ALLOCATED:28s} {pm[ALLOCATED] / GIB:7.1f} GiB  <- a log's memory peak" in out
+    assert f"{ALLOCATED:34s} {pm[ALLOCATED] / GIB:7.1f} GiB  <- a log's memory peak" in out  # 0.6: no prefix
     assert "verl 0.6 logs (engine placement in_process_cumem" in out and "CuMem pool" in out
 
 

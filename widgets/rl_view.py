@@ -250,8 +250,9 @@ def metrics_html(est) -> str:
     for name, b in d["predicted_metrics"].items():
         shows = name == a["log_shows"]
         cls = "mlite-rl-metric" + (" mlite-rl-log-shows" if shows else "")
+        key = a["logged_keys"][name]  # as a log of this verl release spells it
         rows.append(
-            f'<tr class="{cls}" data-metric="{esc(name)}" data-bytes="{b}"><td><code>{esc(name)}</code>'
+            f'<tr class="{cls}" data-metric="{esc(name)}" data-bytes="{b}"><td><code>{esc(key)}</code>'
             f"{' <b>(a log&#x27;s memory peak)</b>' if shows else ''}</td><td style='text-align:right'>"
             f"{gib(b, 1)}</td><td style='font-size:85%'>{esc(a['covers'][name])}</td></tr>"
         )

@@ -182,5 +182,5 @@ def print_predicted_metrics(doc: dict) -> None:
     print(f"  verl {a['verl_version']} logs (engine placement {a['placement']}; {a['placement_source']}):")
     for name, b in doc["predicted_metrics"].items():
         shows = "  <- a log's memory peak" if name == a["log_shows"] else ""
-        print(f"    {name:28s} {b / 1024**3:7.1f} GiB{shows}")
+        print(f"    {a['logged_keys'][name]:34s} {b / 1024**3:7.1f} GiB{shows}")
         print(f"      {a['covers'][name]}")

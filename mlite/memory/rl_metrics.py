@@ -22,7 +22,14 @@ Over ranks: before v0.6.0 ``DataProto.concat`` (``verl/protocol.py`` @ v0.5.0) k
 logged figure is the first DP rank's; from v0.6.0 (``eb06fda2`` "merge metrics from all workers in
 DataProto.concat()", #3699, 2025-10-10) the metrics of every worker are merged into lists and ``reduce_metrics``
 (``verl/utils/metric/utils.py``) takes ``np.max`` of a key containing "max" and the mean otherwise: the two GPU
-metrics are the max over ranks (and mini-batches), ``cpu_memory_used_gb`` the mean over ranks of their node's RAM.
+metrics are the max over ranks, ``cpu_memory_used_gb`` the mean over ranks of their node's RAM. From v0.8 the
+engine workers return the metrics as a ``TensorDict`` with an empty batch, and ``concat_tensordict`` keeps the first
+one (``concat_tensordict_with_none_bsz``, ``verl/utils/tensordict_utils.py`` @ v0.8.0: "directly return the first
+meta info"): the first DP rank's again, the max over its mini-batches (``reduce_metrics``). From v0.8 the trainer
+also renames them: ``_update_actor`` prefixes every actor metric with ``actor/`` (``rename_dict``,
+``verl/trainer/ppo/ray_trainer.py`` @ v0.8.0), so a log carries ``actor/perf/max_memory_allocated_gb`` (and, with a
+critic, ``critic/perf/...`` from the critic's update, earlier in the step, in the same fused ``WorkerDict`` process);
+:attr:`MetricMeaning.key` is the key as logged, the names here stay verl's ``perf/...``.
 
 Which process: the actor worker (a ``WorkerDict`` holding the actor and, fused, a colocated reference or critic).
 vLLM's model runner lives in that process up to verl v0.7.0 in hybrid mode (sync rollout:
@@ -155,6 +162,8 @@ class MetricMeaning:
     """How ranks are reduced: ``first`` (the first DP rank's), ``max`` or ``mean`` over ranks."""
     source: str
     """Where verl computes and reduces it (file @ tag / commit)."""
+    key: str = ""
+    """The key a log carries (``actor/`` + the name from v0.8; the name before)."""
 
     def covers(self) -> str:
         """One line: what the number is."""
@@ -190,18 +199,27 @@ def measured_as(verl_version: str, placement: str, engine: str = "vllm") -> dict
         )
     if placement == "in_process_freed" and rel >= VerlRelease(0, 5, 0):
         raise MliteError(f"verl {rel.text} has no vLLM 0.5.4/0.6.3 fork (removed in v0.5.0): use in_process_cumem")
-    merged = rel >= VerlRelease(0, 6, 0)
+    engine_workers = rel >= VerlRelease(0, 8, 0)
+    merged = VerlRelease(0, 6, 0) <= rel < VerlRelease(0, 8, 0)
     where = (
         "verl/workers/engine_workers.py TrainingWorker._postprocess_output"
         if rel >= VerlRelease(0, 8, 0)
         else "update_actor in verl/workers/fsdp_workers.py / megatron_workers.py"
     )
-    reduce = (
-        "DataProto.concat merges every worker's metrics (verl/protocol.py, eb06fda2) and reduce_metrics "
-        "(verl/utils/metric/utils.py)"
-        if merged
-        else "DataProto.concat keeps data[0].meta_info (verl/protocol.py @ v0.5.0)"
-    )
+    if engine_workers:
+        reduce = (
+            "concat_tensordict keeps the first DP rank's metrics (verl/utils/tensordict_utils.py "
+            "concat_tensordict_with_none_bsz @ v0.8.0), reduce_metrics the max over its mini-batches; "
+            "_update_actor renames them actor/... (verl/trainer/ppo/ray_trainer.py)"
+        )
+    elif merged:
+        reduce = (
+            "DataProto.concat merges every worker's metrics (verl/protocol.py, eb06fda2) and reduce_metrics "
+            "(verl/utils/metric/utils.py)"
+        )
+    else:
+        reduce = "DataProto.concat keeps data[0].meta_info (verl/protocol.py @ v0.5.0)"
+    prefix = "actor/" if engine_workers else ""
     src = f"{where} @ {rel.text}; {reduce}"
     procs = "actor" if placement == "separate" else "actor+engine"
     gpu = MetricMeaning(
@@ -212,10 +230,11 @@ def measured_as(verl_version: str, placement: str, engine: str = "vllm") -> dict
         reset=False,
         ranks="max" if merged else "first",
         source=src,
+        key=prefix + ALLOCATED,
     )
     return {
         ALLOCATED: gpu,
-        RESERVED: replace(gpu, name=RESERVED),
+        RESERVED: replace(gpu, name=RESERVED, key=prefix + RESERVED),
         CPU_USED: MetricMeaning(
             name=CPU_USED,
             processes="node",
@@ -224,6 +243,7 @@ def measured_as(verl_version: str, placement: str, engine: str = "vllm") -> dict
             reset=True,
             ranks="mean" if merged else "first",
             source=src,
+            key=prefix + CPU_USED,
         ),
     }
 
@@ -280,6 +300,7 @@ def assumed(estimate, verl_version: str | None = None, placement: str | None = N
         if r.engine_placement
         else "derived from the verl version, engine and mode",
         "covers": {k: m.covers() for k, m in meaning.items()},
+        "logged_keys": {k: m.key for k, m in meaning.items()},
         "allocator_reserve": ALLOCATOR_RESERVE,
         "log_shows": ALLOCATED,
     }
