@@ -50,6 +50,10 @@ stay in ``memory_allocated`` through training (``in_process_cumem``). verl <= 0.
 (``verl/third_party/vllm/vllm_v_0_6_3``, removed in v0.5.0) frees the KV cache (``free_cache_engine``) and the
 weights (``offload_model_weights``) through PyTorch (``vllm_rollout.py`` @ v0.3.0.post1), so the engine counts only
 while awake (``in_process_freed``). The engine's forward activations are PyTorch allocations of that process in both.
+An in-process vLLM resets the peak once, at its start-up (``determine_available_memory`` calls
+``torch.cuda.reset_peak_memory_stats()`` before the profiling run, ``vllm/v1/worker/gpu_worker.py`` @ ``35d5cda1``;
+``sleep`` and ``wake_up`` do not): what the actor's build held before the engine started is forgotten, every phase
+after it counts.
 
 The prediction (bytes, the metric's figure x 1024**3): allocated = the largest over the phases of the phase parts the
 process allocates through PyTorch (:data:`OUTSIDE_TORCH` parts, the CUDA context, NCCL buffers and CUDA graphs, are
