@@ -60,8 +60,8 @@ process allocates through PyTorch (:data:`OUTSIDE_TORCH` parts, the CUDA context
 not; the engine's parts only in process), plus vLLM's CuMem pool (weights + KV) with ``in_process_cumem``. The
 phases are the estimate's, all of them (each has run once before the first read). Reserved = allocated + the
 caching allocator's reserve on the PyTorch allocations outside the CuMem pool, :data:`ALLOCATOR_RESERVE` (a
-documented guess: the three public runs show 6-56 %), no more than the device leaves beside the pool. cpu_memory_used = the estimate's host RAM per node (a floor:
-other processes and the OS count too).
+documented guess: the three public runs show 6-56 %), no more than the device leaves beside the pool.
+cpu_memory_used = the estimate's host RAM per node (a floor: other processes and the OS count too).
 """
 
 from __future__ import annotations
