@@ -87,9 +87,11 @@ ENGINE_TORCH = ("engine_weights", "kv_cache", "engine_activations", "engine_shar
 the claim of an engine that would not start)."""
 CUMEM_POOL = ("engine_weights", "kv_cache")
 """The engine parts in vLLM's CuMem sleep pools (``tag="weights"`` / ``"kv_cache"``), counted asleep."""
-OUTSIDE_TORCH = ("framework", "engine_overhead", "cuda_graphs")
-"""Phase parts outside PyTorch's allocator statistics (CUDA context, NCCL / custom all-reduce buffers, CUDA-graph
-pools held by the engine): never in the two GPU metrics. Every other part of a phase is the actor process's own."""
+OUTSIDE_TORCH = ("framework", "engine_overhead", "cuda_graphs", "engine_sleep_residue", "sibling_contexts")
+"""Phase parts outside PyTorch's allocator statistics of the actor process (its CUDA context, NCCL / custom
+all-reduce buffers, CUDA-graph pools held by the engine, a sleeping engine's measured flat residue, other
+processes' CUDA contexts on the GPU): never in the two GPU metrics. Every other part of a phase is the actor
+process's own PyTorch memory (the actor, the reference, the weight sync's buckets and gathered copies)."""
 ALLOCATOR_RESERVE = 0.25
 """Reserved bytes over allocated ones on the PyTorch allocations outside the CuMem pool (fragmentation, cached
 free blocks; documented guess)."""
