@@ -208,7 +208,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "runtime": _BASE | {"mesh", "models", "options"},
     "export": _BASE | {"mesh", "models", "options", "memory", "shell", "time"},
     "launch": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir"},
-    "validation": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "logs"},
+    "validation": _BASE
+    | {"mesh", "models", "options", "memory", "runtime", "rundir", "logs", "export", "shell", "time"},
     "verl_engine": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "launch"},
     "time": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "launch"},
 }

@@ -40,7 +40,7 @@ CASES = [
     (C.rule_gdn_heads, "error", ctx(Q35, 64, tp=32), ctx(Q35, 64, tp=2)),
     (C.rule_experts, "error", ctx(Q30, 96, ep=3), ctx(Q30, 96, ep=4)),
     (C.rule_ffn, "error", ctx(TINY, 8, tp=8), ctx(TINY, 8, tp=2)),
-    (C.rule_deepseek_v4, "error", ctx(V4, 16, tp=2), ctx(V4, 16, tp=1)),
+    (C.rule_model, "error", ctx(V4, 16, tp=2), ctx(V4, 16, tp=1)),  # DeepSeek-V4's own rule (mesh_rules.json)
     (C.rule_vpp, "error", ctx(Q30, 8, vpp=2), ctx(Q30, 8, pp=2, vpp=2)),
     (C.rule_layers, "error", ctx(Q30, 16, pp=5), ctx(Q30, 16, pp=4)),
     (C.rule_seq_len, "error", ctx(Q30, 16, cp=16, seq_len=4112), ctx(Q30, 16, cp=8, seq_len=4112)),
@@ -83,7 +83,7 @@ def test_rule_alone(rule, level, bad, good):
 
 
 def test_two_field_fixes_are_one_dict():
-    (f,) = C.rule_deepseek_v4(ctx(V4, 16, tp=2, etp=2))
+    (f,) = C.rule_model(ctx(V4, 16, tp=2, etp=2))
     assert f.fixes == ({"tp": 1, "etp": 1},) and fix_label(f.fixes[0]) == "tp = etp = 1"
     (f,) = C.rule_experts(ctx(L8, 8, ep=2, etp=2))
     assert f.fixes == ({"ep": 1, "etp": 1},) and fix_label(f.fixes[0]) == "ep = etp = 1"

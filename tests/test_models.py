@@ -93,7 +93,15 @@ def _oracle_input(spec):
     return cfg, mt
 
 
-@pytest.mark.parametrize("name", available_models())
+NO_TRANSFORMERS_CLASS = {
+    # tests/test_ngram_memory.py holds its Engram tables to the fork's figures instead
+    "DeepSeek-V4.1-Flash-derived": "deepseek_v41 is registered only by the ISEEKYAN/Megatron-LM fork's model registry",
+}
+"""Shipped configs transformers has no model class for (no meta-device oracle exists), with the reason."""
+WITH_ORACLE = [n for n in available_models() if n not in NO_TRANSFORMERS_CLASS]
+
+
+@pytest.mark.parametrize("name", WITH_ORACLE)
 def test_meta_device_oracle(name):
     """total (MTP left out, router expert biases counted) equals the transformers model's element count."""
     spec = from_hf_config(name)

@@ -286,6 +286,7 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "chunked_optimizer_state_offload",  # verl's mlite engine does not pass them on (mlite_engine.py @ d48bd6be)
         "optimizer_state_offload_chunk_size_mb",
         "optimizer_state_offload_fraction",
+        "engram_trainable",  # DeepSeek-V4.1's Engram switch: no verl key on any target
     },
     "verl-mlite-grpo": {
         "optimizer_algorithm",
@@ -299,8 +300,9 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "chunked_optimizer_state_offload",
         "optimizer_state_offload_chunk_size_mb",
         "optimizer_state_offload_fraction",
+        "engram_trainable",  # DeepSeek-V4.1's Engram switch: no verl key on any target
     },
-    "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches"},
+    "verl-megatron-grpo": {"optimizer", "grad_offload", "num_microbatches", "engram_trainable"},
 }
 """What each target cannot express (beyond the estimator's own assumptions): the table must say exactly this."""
 

@@ -273,3 +273,11 @@ def test_device_bench_runs_on_cpu_and_predicts_the_pool_kept(tmp_path):
     assert got["freed"] == sum(freed[0].values()) and got["freed"] < got["kept"]
     assert bench(["--report", str(tmp_path / "measuredas_raw.json"), "--csv", str(tmp_path / "m.csv")]) == 0
     assert (tmp_path / "m.csv").read_text().count("predicted_max_allocated") == 2
+
+
+def test_old_verl_with_a_vllm_before_0_7_is_the_fork():
+    """verl <= 0.4 picks its vLLM 0.5.4 / 0.6.3 fork for a vLLM release before 0.7 (verl/third_party/vllm/__init__.py
+    @ v0.4.1 8d9e350e), which frees the engine through PyTorch; with vLLM >= 0.7 it runs vllm_rollout_spmd.py."""
+    assert placement_for(RolloutOptions(vllm_version="0.6.3"), "0.4") == "in_process_freed"
+    assert placement_for(RolloutOptions(vllm_version="0.8.5"), "0.4") == "in_process_cumem"
+    assert placement_for(RolloutOptions(vllm_version="0.6.3"), "0.5") == "in_process_cumem"  # no fork in 0.5

@@ -1,4 +1,5 @@
-"""The memory picture: one stacked bar per pipeline stage (params / grads / optimizer / activations / other)
+"""The memory picture: one stacked bar per pipeline stage (params / grads / optimizer / activations / Engram n-gram
+tables / other)
 against the device capacity and the usable line, a host-RAM bar beside it, and the small HTML cards and tables the
 memory view shows. Pure presentation of a :class:`mlite.memory.MemoryEstimate`.
 """
@@ -18,6 +19,7 @@ SEGMENTS = (  # (key, label, colour): hues far apart (the three optimizer parts 
     ("exp_avg", "optimizer: exp_avg", "#F28E2B"),
     ("exp_avg_sq", "optimizer: exp_avg_sq", "#EDC948"),
     ("activations", "activations", "#B07AA1"),
+    ("ngram_tables", "Engram n-gram tables (never offloaded)", "#17BECF"),
     ("other", "other (transients, framework, padding)", "#5F4B3A"),
 )
 HOST_COLOR = "#BDBDBD"
@@ -37,6 +39,7 @@ def _segments(r) -> list[tuple[str, str, str, float]]:
         "exp_avg": r.exp_avg,
         "exp_avg_sq": r.exp_avg_sq,
         "activations": r.activation_total,
+        "ngram_tables": sum(r.ngram.values()),
         "other": sum(r.other.values()) + r.transient_peak,
     }
     return [(k, label, color, values[k]) for k, label, color in SEGMENTS]

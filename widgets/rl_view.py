@@ -56,6 +56,9 @@ PART_COLORS = {
     "sync_bucket": "#CCB974",
     "gathered_tensor": "#E0D39A",
     "framework": "#937860",
+    "gather_copies": "#EFE6BF",
+    "sibling_contexts": "#A05195",
+    "engine_sleep_residue": "#C9CDD6",
 }
 OOM = "#b00020"
 HOST_COLOR = "#9E9E9E"

@@ -25,7 +25,8 @@ Exit codes (every command):
      found), logs compare --strict (not bitwise equal).
   2  input the command cannot act on (a malformed config, a bad flag value, run, export or time on an invalid mesh,
      an unknown hardware profile): one
-     line on stderr naming the field, no traceback, nothing written."""
+     line on stderr naming the field, no traceback, nothing written. check (the preflight) exits 2 as well when
+     any finding is an error (the findings on stdout)."""
 """The one exit-code rule of the ``mlite`` commands (``mlite --help``'s epilog; the README quotes it)."""
 
 

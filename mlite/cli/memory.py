@@ -63,6 +63,13 @@ def add_parser(sub):
     return p
 
 
+def ngram_note(doc: dict) -> str:
+    """What the ``ngram_tables`` row holds: owners and mode (:mod:`mlite.memory.ngram`)."""
+    nd = doc["ngram_detail"]
+    mode = "trainable: fp8 + scales + master + main grad + momentum" if nd["trainable"] else "frozen: fp8 + scales"
+    return f"  Engram rows over {nd['owners']} DP x CP owners ({mode}; never offloaded)"
+
+
 def run(args) -> int:
     from ..errors import MliteError
     from ..memory import GIB, estimate
@@ -87,8 +94,9 @@ def run(args) -> int:
         f"{spec.name} on {args.ngpu} GPUs ({o.optimizer}, {'PAO' if o.pao else 'no PAO'}), most loaded: "
         f"pipeline rank {doc['stage']}"
     )
-    for k in ("params", "grads", "optimizer", "activations", "other", "total"):
-        print(f"  {k:12s} {g(pg[k])}")
+    for k in ("params", "grads", "optimizer", "activations", "ngram_tables", "other", "total"):
+        if k in pg:  # ngram_tables: only a model with n-gram tables (Engram)
+            print(f"  {k:12s} {g(pg[k])}{ngram_note(doc) if k == 'ngram_tables' else ''}")
     od = doc["optimizer_detail"]
     print(f"  optimizer = master {g(od['master'])} + exp_avg {g(od['exp_avg'])} + exp_avg_sq {g(od['exp_avg_sq'])}")
     print(f"  bytes/param {doc['bytes_per_param']:.3f} over {doc['local_params']:,} local parameters")

@@ -88,10 +88,13 @@ def rollout_from_args(args):
 
 def positive_flags() -> tuple[str, ...]:
     """The argparse destinations that must be positive integers: ``--ngpu`` and the integer rollout flags with a
-    number for default."""
+    positive number for default (a count that may be 0, ``--sibling-contexts``, is checked by its field)."""
     from ..options.rollout import ROLLOUT
 
-    return ("ngpu", *(r.dest for r in ROLLOUT if r.flag and r.type is int and (r.required or r.default is not None)))
+    return (
+        "ngpu",
+        *(r.dest for r in ROLLOUT if r.flag and r.type is int and (r.required or r.default not in (None, 0))),
+    )
 
 
 def _inputs(args):
@@ -161,6 +164,17 @@ def run(args) -> int:
         f"  KV cache {g(kv['bytes'])} per GPU, {kv['bytes_per_token']:,} B/token: {kv['tokens']:,} tokens, "
         f"{kv['max_concurrent_seqs']:,} sequences of {r.seq_tokens} tokens at once"
     )
+    rs = doc.get("resync")
+    if rs:
+        what = (
+            f"{rs['tensor']} gathered over {rs['gather']}, {rs['copies']} copies"
+            if rs["tensor_bytes"]
+            else "nothing gathered"
+        )
+        print(
+            f"  resync export peak {g(rs['export_peak'])}: {what}, {rs['buckets']} bucket(s) of "
+            f"{rs['bucket_bytes'] / 2**20:,.0f} MiB"
+        )
     print(
         f"  host RAM per node {g(doc['host_per_node'])}"
         + (f" of --host-mem {args.host_mem:g} GiB" if args.host_mem else "")

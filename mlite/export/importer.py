@@ -102,6 +102,10 @@ class ImportedLauncher:
     split: PipelineSplit | None = None
     """The Megatron-Core pipeline split keys the launcher sets (first/last-stage counts, ``account_for_*``, a layer
     list): the layers rule checks them as Megatron-Core does and the estimate uses the stages they give."""
+    environment: dict = field(default_factory=dict)
+    """Variables the script puts in the launch's environment (``export NAME=...``, ``NAME=... cmd``:
+    :attr:`mlite.shell.script.ScriptResult.exported`) -> ``(value, line)``; the outside ``env`` is not in it
+    (``mlite check`` reads both: the environment rules of :attr:`mlite.options.optimizers.Backend.env_refuses`)."""
     verl_version: dict = field(default_factory=dict)
     """``{"version": str | None, "source": str}``: the verl release the launcher names and where
     (:func:`mlite.export.verl_version.launcher_verl_version`); its rollout estimate's ``predicted_metrics`` assume it."""
@@ -575,6 +579,9 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         model_variant=res.shell.vars.get("MODEL_VARIANT"),
         deleted=deleted,
         split=split,
+        environment={
+            n: (res.shell.vars[n], line) for n, line in res.exported.items() if isinstance(res.shell.vars.get(n), str)
+        },
         verl_version=_verl_version(text, by),
     )
 

@@ -401,6 +401,10 @@ class RunConfig:
 
         check_cut(self)
         self.check_mesh(self.model_spec())
+        from ..options.optimizers import BACKENDS
+
+        for rule in BACKENDS.entry(self.optimizer).env_refuses:  # the environment the workers inherit
+            rule(os.environ)
         self.runtime_config()
         if self.device == "cuda":
             import torch

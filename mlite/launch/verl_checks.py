@@ -58,22 +58,29 @@ def check_override(ov: str) -> None:
     if key in flags:  # a run flag writes it: one spelling (and the mesh checks see it)
         flag = rows_by_field(RUN)[flags[key]].flag
         raise MliteError(f"verl_overrides: {key} is written from the run flag {flag}; give {flag} instead")
+    check_lite_engine_key(key, "verl_overrides")
+    if key in ("engine", "hydra.searchpath"):
+        raise MliteError(f"verl_overrides: {key} is set by --trainer verl-sft (engine={LITE_ENGINE}); drop it")
+
+
+def check_lite_engine_key(key: str, where: str) -> None:
+    """Refuse an ``engine.*`` / ``optim.override_optimizer_config.*`` key (``+``/``~`` stripped) that the lite engine
+    (``engine=lite``) does not read (:data:`~mlite.options.table.LITE_ENGINE_KEYS`,
+    :data:`~mlite.options.table.LITE_OPTIM_OVERRIDES`); ``where`` names the input (``verl_overrides``, a launcher)."""
     if key.startswith("engine."):
         sub = key[len("engine.") :]
         if sub not in LITE_ENGINE_KEYS:
             raise MliteError(
-                f"verl_overrides: engine.{sub} is not a key of the lite engine (engine=lite); known: "
+                f"{where}: engine.{sub} is not a key of the lite engine (engine=lite); known: "
                 f"{', '.join(sorted(LITE_ENGINE_KEYS))}"
             )
     elif key.startswith("optim.override_optimizer_config."):
         sub = key[len("optim.override_optimizer_config.") :]
         if sub not in LITE_OPTIM_OVERRIDES:
             raise MliteError(
-                f"verl_overrides: optim.override_optimizer_config.{sub} is not read by the lite engine; "
+                f"{where}: optim.override_optimizer_config.{sub} is not read by the lite engine; "
                 f"known: {', '.join(sorted(LITE_OPTIM_OVERRIDES))}"
             )
-    elif key in ("engine", "hydra.searchpath"):
-        raise MliteError(f"verl_overrides: {key} is set by --trainer verl-sft (engine={LITE_ENGINE}); drop it")
 
 
-__all__ = ["check_override", "check_trainer", "refuse_unused"]
+__all__ = ["check_lite_engine_key", "check_override", "check_trainer", "refuse_unused"]

@@ -14,6 +14,10 @@ Runtime context offload (verl ``param_offload`` / ``optimizer_offload`` / ``grad
 Chunked optimizer-state offload (:mod:`mlite.memory.chunked`): the resident share in ``master`` / ``exp_avg`` /
 ``exp_avg_sq``, the update's master window and moment slots in ``transients["optimizer_step"]``, the pinned copy in
 ``host["chunked_offloaded_state"]``, all of it under ``chunked_state_offload`` in the JSON.
+
+N-gram memory tables (DeepSeek-V4.1's Engram, :mod:`mlite.memory.ngram`) are held apart in ``ngram``: rows sharded
+over the rank's DP x CP owners, FP8 + scales (frozen) or + fp32 master, main grad and momentum (``engram_trainable``);
+part of ``static`` and of the idle phase, never offloaded (no offload option moves them).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from .activations import (
     norm_bytes,
 )
 from .chunked import ChunkedOffload, chunked_offload, largest_shard
+from .ngram import ngram_bytes, stage_tables
 from .optimizer import state_bytes
 from .params import StageParams, stage_params
 
@@ -85,6 +90,11 @@ class RankMemory:
     chunked: ChunkedOffload | None = None
     """Megatron-Core's chunked optimizer-state offload on this rank (None: off); its resident masters are in
     ``master``, its update windows in ``transients["optimizer_step"]``, its host bytes in ``host``."""
+    ngram: dict = field(default_factory=dict)
+    """N-gram memory table bytes (Engram) by item (:data:`mlite.memory.ngram.ITEMS_TRAINABLE`): part of ``static``,
+    resident in every phase (never offloaded)."""
+    ngram_owners: int = 0
+    """DP x CP owners the rank's n-gram table rows are sharded over (0: the rank holds no table)."""
 
     optimizer: float = field(init=False)
     """Optimizer state on the GPU (master + exp_avg + exp_avg_sq)."""
@@ -105,6 +115,7 @@ class RankMemory:
         # computed once: the whole-mesh table builds tens of thousands of these
         self.optimizer = self.master + self.exp_avg + self.exp_avg_sq
         self.static = self.params + self.grads + self.optimizer + sum(self.persistent.values()) + self.step_grads
+        self.static += sum(self.ngram.values())
         self.activation_total = sum(self.activations.values())
         t = self.transients
         if self.lite:
@@ -184,9 +195,20 @@ class MemoryEstimate:
             "optimizer": round(w.optimizer),
             "activations": round(w.activation_total),
         }
+        tables = any(r.ngram_owners for r in self.ranks)
+        if tables:  # only for a model with n-gram tables (Engram): the most loaded rank's share, 0 if it holds none
+            parts["ngram_tables"] = round(sum(w.ngram.values()))
         total = round(w.total)
+        ngram = {
+            "ngram_detail": {
+                "owners": w.ngram_owners,
+                "trainable": self.options.engram_trainable,
+                **{k: round(v) for k, v in w.ngram.items()},
+            }
+        }
         return {
             "per_gpu": {**parts, "other": total - sum(parts.values()), "total": total},
+            **(ngram if tables else {}),
             "optimizer_detail": {
                 "master": round(w.master),
                 "exp_avg": round(w.exp_avg),
@@ -250,6 +272,11 @@ def validated_against(o: TrainingOptions) -> str:
         where + "; GQA/MHA attention, dense SwiGLU and MoE layers at TP = PP = CP = 1; MLA, DSA, Gated DeltaNet "
         "and recompute_modules follow Korthikanti-style components, not validated against Megatron-Core"
     )
+
+
+def _stage_layers(plan: MeshPlan, pp_rank: int) -> list[int]:
+    """The main layers a pipeline rank runs (all its virtual stages)."""
+    return [i for st in plan.stage_of_rank(pp_rank) for i in st.layers]
 
 
 def _act_dims(spec, plan: MeshPlan, o: TrainingOptions) -> ActDims:
@@ -385,7 +412,10 @@ def estimate(
             host["offloaded_optimizer"] = f * shard * sb.host_per_offloaded
             if not backend.hybrid_offload:  # the host update reads fp32 copies of the gradients
                 host["cpu_update_grads"] = f * shard * 4
-        idle = params + grads + master + m + v
+        tables = stage_tables(spec, _stage_layers(plan, sp.pp_rank))
+        owners = plan.dp * p.cp if tables else 0
+        ngram = ngram_bytes(tables, owners, trainable=o.engram_trainable) if tables else {}
+        idle = params + grads + master + m + v + sum(ngram.values())  # the tables stay resident (never offloaded)
         if o.param_offload:
             host["offloaded_params"] = params
             idle -= params
@@ -417,6 +447,8 @@ def estimate(
                 step_grads=(1 - f) * shard * sb.step_grad_copy,
                 chunked=ck,
                 grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads,
+                ngram=ngram,
+                ngram_owners=owners,
             )
         )
     est = MemoryEstimate(model=spec.name, plan=plan, options=o, ranks=ranks)
@@ -614,6 +646,18 @@ def _formulas(est: MemoryEstimate, stages, sb, d_dense, d_exp, f, dims) -> list[
             w.total,
         ),
     ]
+    if w.ngram:
+        rows.insert(
+            -2,
+            (
+                "ngram_tables",
+                "per table ceil(rows / owners) x width x (1 fp8 + 1/32 E8M0 scale"
+                + (" + 4 master + 4 main grad + 4 momentum" if o.engram_trainable else "")
+                + ") B; never offloaded",
+                f"owners = DP x CP = {w.ngram_owners}, " + ", ".join(f"{k}={g(v)}" for k, v in w.ngram.items()),
+                sum(w.ngram.values()),
+            ),
+        )
     return [{"name": n, "formula": fm, "values": v, "bytes": round(b)} for n, fm, v, b in rows]
 
 

@@ -25,6 +25,9 @@ fsdp2 (PyTorch fully_shard, mlite's fsdp2 and the kit's lite runtime): everythin
   -> 16/d, 14/d with PAO, 10/d with bf16 moments too; offload_fraction f moves f of (master, m, v) to the host
   (dtypes kept) and runs their update on the CPU.
 With fp32 parameters there is no separate master copy (the parameters are the master weights).
+N-gram memory tables (DeepSeek-V4.1's Engram, split kind ``rows``) are not local parameters in this sense and have
+none of these figures: their rows are sharded over the DP x CP owners, frozen (fp8 + E8M0 scales) or trainable
+(+ fp32 master, main grad, momentum), never offloaded; :mod:`mlite.memory.ngram` holds their bytes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Parameters each GPU holds: per pipeline rank, split into dense (sharded over DP x CP) and expert (over EDP).
 
 Local = what a rank holds before optimizer sharding: ``tp`` tensors / TP, replicated tensors whole, routed experts /
-(EP x ETP), vocabulary-parallel tensors at the padded vocabulary / TP. Checkpoint-only copies (DeepSeek-style MTP
+(EP x ETP), vocabulary-parallel tensors at the padded vocabulary / TP; n-gram memory tables (split kind ``rows``,
+DeepSeek-V4.1's Engram) are not counted here: they are sharded over their DP x CP owners, not optimizer-sharded,
+and never offloaded (:mod:`mlite.memory.ngram` holds their bytes). Checkpoint-only copies (DeepSeek-style MTP
 embed/head copies) are not held; instead, as Megatron does, a pipeline stage that needs the embedding but does not
 own it (the last stage of a tied-embedding model, a stage holding MTP layers) keeps its own copy when PP > 1.
 A vision tower (``spec.vision_params``) sits with the embedding, replicated across TP (:data:`mlite.models.vision.
@@ -44,7 +46,7 @@ def _counts(groups) -> Counts:
     c = {"tp": 0, "rep": 0, "expert": 0, "vocab": 0}
     n = 0
     for g in groups:
-        if not g.checkpoint_only:
+        if not g.checkpoint_only and g.parallel != "rows":
             c[g.parallel] += g.numel
             n += 1
     return Counts(**c, tensors=n)

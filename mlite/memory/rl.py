@@ -37,6 +37,8 @@ from .rl_engine import EngineMemory, start_engine
 from .rl_kv import FULL_KINDS
 from .rl_options import RolloutOptions
 from .rl_phases import PHASE_REGISTRY, PHASES, Step, forward_bytes
+from .rl_resync import ExportPeak, export_peak, resync_verdict, sync_host, sync_refusals
+from .rl_vllm import kv_rule
 
 
 @dataclass(kw_only=True)
@@ -83,6 +85,8 @@ class RLEstimate:
     """Why the job would not start or would be killed."""
     warnings: list = field(default_factory=list)
     """What would hurt without stopping it."""
+    resync: ExportPeak | None = None
+    """The weight resync's export peak (:class:`mlite.memory.rl_resync.ExportPeak`)."""
 
     @property
     def peak_phase(self) -> str:
@@ -128,6 +132,8 @@ class RLEstimate:
             "host_per_node": round(self.host_per_node),
             "warnings": list(self.warnings),
             "errors": list(self.errors),
+            **({"resync": self.resync.to_dict()} if self.resync is not None else {}),
+            **({"vllm_kv_rule": kv_rule(self.rollout.vllm_version).name} if self.rollout.name == "vllm" else {}),
             **self.metrics_dict(),
         }
 
@@ -174,7 +180,8 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
     ref_w = act.params * 2 / state_bytes(o).param if r.ref == "colocated" else 0.0
     ref_gpu = ref_w if not r.ref_param_offload else 0.0
     ref_host = ref_w if r.ref_param_offload else 0.0
-    eng = start_engine(spec, r, device, act.idle_gpu + ref_gpu + framework)
+    siblings = r.sibling_contexts * r.sibling_context_gib * GIB  # other processes' contexts on the first GPU
+    eng = start_engine(spec, r, device, act.idle_gpu + ref_gpu + framework + siblings)
     notes = []
     # what the sleeping engine keeps between generation and the next weight sync
     awake = {
@@ -187,6 +194,8 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
     if eng.kv <= 0:  # would not start: count its claim
         awake = {"engine_share": eng.share, "cuda_graphs": eng.cuda_graphs}
     stays = {"engine_overhead": eng.overhead, "cuda_graphs": eng.cuda_graphs}
+    if r.sleep_residue_gib is not None and r.name == "vllm":  # the measured flat residue instead of the parts
+        stays = {"engine_sleep_residue": r.sleep_residue_gib * GIB}
     engine_host = 0.0
     if not r.free_cache_engine:
         kept = dict(awake)
@@ -212,6 +221,8 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
     base_host.update({f"actor_{k}": v for k, v in act.host.items()})
     if ref_host:
         base_host["ref_offloaded_params"] = ref_host
+    sync_every, sync_phase = sync_host(spec, act.params, o, r)
+    base_host.update(sync_every)
     return Step(
         spec=spec,
         plan=plan,
@@ -231,6 +242,9 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
         forward=forward_bytes(spec, plan, o),
         notes=notes,
         resident_masters=stuck,
+        always={"sibling_contexts": siblings} if siblings else {},
+        extra_host=sync_phase,
+        resync=export_peak(spec, plan, o, r),
     )
 
 
@@ -239,8 +253,8 @@ def _phases(step: Step) -> dict:
     ph = {}
     for name, entry in PHASE_REGISTRY.items():
         if entry.when(step):
-            host = dict(step.base_host, **entry.host(step))
-            gpu = entry.gpu(step)
+            host = dict(step.base_host, **entry.host(step), **step.extra_host.get(name, {}))
+            gpu = {**entry.gpu(step), **step.always}
             ph[name] = Phase(
                 name=name, gpu={k: v for k, v in gpu.items() if v}, host={k: v for k, v in host.items() if v}
             )
@@ -281,7 +295,7 @@ def rl_estimate(
     step = _step(spec, plan, o, r)
     ph = _phases(step)
     eng = step.engine
-    errors, warnings = list(eng.errors), [*eng.warnings, *step.notes]
+    errors, warnings = [*eng.errors, *sync_refusals(o, r)], [*eng.warnings, *step.notes]
     usable = o.gpu_memory_gib * GIB * (1 - o.headroom)
     g = lambda x: f"{x / GIB:.1f} GiB"
     per_node = min(o.gpus_per_node, plan.ngpu)
@@ -304,7 +318,12 @@ def rl_estimate(
         gpus_per_node=per_node,
         errors=errors,
         warnings=warnings,
+        resync=step.resync,
     )
+    if "weight_sync" in ph:
+        short = resync_verdict(ph["weight_sync"].gpu_total, usable, step.resync)
+        if short:
+            warnings.append(short)
     waves = _generation_waves(step, est.kv_cache())
     if waves:
         warnings.append(waves)

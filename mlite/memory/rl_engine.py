@@ -1,8 +1,8 @@
 """A rollout engine's start-up on one GPU: weights at its TP, reserves, the share it claims, the KV cache left.
 
-vLLM (``vllm/v1/worker/gpu_worker.py``): ``init_device`` takes ``requested_memory = total x
-gpu_memory_utilization`` and refuses to start when the free memory is smaller ("Free memory on device ... is less
-than desired GPU memory utilization"); ``determine_available_memory`` runs the profiling forward at
+vLLM (``vllm/v1/worker/gpu_worker.py``; today's rule, the older ones by ``vllm_version`` in :mod:`.rl_vllm`):
+``init_device`` takes ``requested_memory = total x gpu_memory_utilization`` and refuses to start when the free
+memory is smaller ("Free memory on device ... is less than desired GPU memory utilization"); ``determine_available_memory`` runs the profiling forward at
 ``max_num_batched_tokens`` and gives the KV cache ``total x gpu_memory_utilization - peak`` (peak = weights +
 profile activations + memory outside torch); CUDA graphs are captured afterwards (``compile_or_warm_up_model``), so
 they come on top of the share. ``vllm/v1/core/kv_cache_utils.py`` (``check_enough_kv_cache_memory``) refuses a KV
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..units import GIB
 from .rl_kv import KVLayout, dtype_bytes, kv_layout
 from .rl_options import RolloutOptions
+from .rl_vllm import kv_rule
 
 
 @dataclass(kw_only=True)
@@ -104,19 +105,31 @@ def start_engine(spec, r: RolloutOptions, device: float, resident: float) -> Eng
     errors, warnings = [], []
     g = lambda x: f"{x / GIB:.1f} GiB"
     if r.name == "vllm":
+        rule = kv_rule(r.vllm_version)
         share = u * device
         kv = share - weights - acts - over
-        if share > free:
+        if rule.counts_other_processes:  # util x total is a cap on the whole device: what others hold counts
+            kv -= resident
+        elif share > free and rule.refuses_start:
             errors.append(
                 f"vLLM would not start: gpu_memory_utilization {u} asks {g(share)} of {g(device)} but "
                 f"only {g(free)} are free when the rollout starts (actor/ref leave {g(resident)} "
                 f"resident); lower gpu_memory_utilization or offload the actor (param_offload, "
                 f"optimizer_offload)"
             )
-        if free - min(share, free) < graphs:
+        elif share > free:
+            errors.append(
+                f"vLLM {r.vllm_version} ({rule.name} rule, {rule.source}) does not check the free memory at start: "
+                f"its KV cache fills gpu_memory_utilization {u} x {g(device)} = {g(share)} but only {g(free)} are "
+                f"free (actor/ref leave {g(resident)} resident), so allocating the KV cache runs out of memory; "
+                f"lower gpu_memory_utilization or offload the actor"
+            )
+        # what is left after the KV cache: the global rule's budget already took the others' memory off the share
+        left = device - share if rule.counts_other_processes else free - min(share, free)
+        if left < graphs:
             warnings.append(
                 f"CUDA graphs ({g(graphs)}) are captured after the KV cache, outside "
-                f"gpu_memory_utilization; only {g(max(0.0, free - share))} are left for them"
+                f"gpu_memory_utilization; only {g(max(0.0, left))} are left for them"
             )
     else:
         share = u * max(free, 0.0)

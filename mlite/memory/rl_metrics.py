@@ -139,14 +139,27 @@ def verl_release(version: str) -> VerlRelease:
 def placement_for(rollout, verl_version: str | None = None) -> str:
     """Where the engine of ``rollout`` (:class:`~mlite.memory.rl_options.RolloutOptions`) shows in the actor
     process: its ``engine_placement`` when given; ``separate`` for SGLang, for verl's colocated mode and for verl
-    >= 0.7.1; else ``in_process_cumem`` (vLLM >= 0.7 sleep mode; verl <= 0.4 with its vLLM fork is
-    ``in_process_freed``, given with ``--engine-placement``)."""
+    >= 0.7.1; ``in_process_freed`` for verl <= 0.4 with a vLLM release before 0.7 (``rollout.vllm_version``: verl's
+    0.5.4 / 0.6.3 fork, ``verl/third_party/vllm``); else ``in_process_cumem`` (vLLM >= 0.7 sleep mode)."""
     if rollout.engine_placement is not None:
         return rollout.engine_placement
     rel = verl_release(verl_version or rollout.verl_version)
     if rollout.name == "sglang" or rollout.mode == "colocated" or rel >= VerlRelease(0, 7, 1):
         return "separate"
+    if rel < VerlRelease(0, 5, 0) and _vllm_before_0_7(getattr(rollout, "vllm_version", None)):
+        return "in_process_freed"
     return "in_process_cumem"
+
+
+def _vllm_before_0_7(version) -> bool:
+    """Whether ``version`` (``RolloutOptions.vllm_version``) names a vLLM release before 0.7 (a rule name or
+    ``latest``: no)."""
+    from .rl_vllm import parse_version
+
+    try:
+        return parse_version(str(version)) < (0, 7, 0)
+    except MliteError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import MliteError
-from ..options.rollout import DEFAULT_VERL_VERSION, ENGINE_PLACEMENTS, REF_MODES, ROLLOUT_MODES, ROLLOUT_NAMES
+from ..options.rollout import (
+    CHECKPOINT_BACKENDS,
+    DEFAULT_VERL_VERSION,
+    ENGINE_PLACEMENTS,
+    EXPERT_GATHERS,
+    REF_MODES,
+    RESYNC_GATHERS,
+    ROLLOUT_MODES,
+    ROLLOUT_NAMES,
+    TRAINER_MODES,
+)
 
 
 @dataclass(kw_only=True)
@@ -78,6 +88,34 @@ class RolloutOptions:
     documented guess)."""
     host_mem_gib: float | None = None
     """Host RAM per node to check against (``--host-mem``); None: not checked."""
+    vllm_version: str = "latest"
+    """vLLM release whose KV-budget rule applies (``0.8.5``, ``latest``) or a rule name of
+    :data:`mlite.memory.rl_vllm.VLLM_KV_RULES`; verl has no key (the installed package decides)."""
+    sibling_contexts: int = 0
+    """CUDA contexts of OTHER processes on the engine's first GPU (a sibling worker that made a CUDA call before
+    selecting its device lands on device 0): the DeepSeek-V4 TP16 job had 7 there. Counted on that GPU in every
+    phase and in what is free when the engine starts."""
+    sibling_context_gib: float = 2.51
+    """GiB of one sibling context (measured, 2.51 GiB each: ISEEKYAN/Megatron-LM
+    ``docs/research/ds4_vllm_tp16_rollout_memory.md`` @ 017aa887)."""
+    sleep_residue_gib: float | None = None
+    """GPU GiB a sleeping vLLM keeps (measured flat at 2,001 MiB per GPU: ``examples/verl/cumem_cycle_probe/``
+    results CSV @ 6159f6b5); None: the engine's parts outside the sleep pools (``engine_overhead_gib`` +
+    ``cuda_graph_gib``, 2 GiB by default, within 2.4 % of the measured figure)."""
+    resync_gather: str = "mesh"
+    """``mesh``: the weight resync gathers the largest tensor the actor mesh splits (TP: the full matrix, EP: all
+    experts of a layer's weight); ``largest``: the model's largest tensor whatever the mesh (the kit before)."""
+    resync_gather_copies: int = 2
+    """Full copies of the gathered tensor alive at once (2: verl's list of all-gathered shards and their
+    ``torch.cat``; 1: the kit before)."""
+    resync_expert_gather: str = "dense"
+    """``dense``: all experts of a layer's weight gathered at once (Megatron Lite's export); ``per_expert``: one
+    local expert over EP at a time (verl's Megatron ``per_tensor_generator``)."""
+    checkpoint_backend: str = "naive"
+    """``rollout.checkpoint_engine.backend``: ``naive`` (colocated, one bucket) or ``nccl`` / ``delta`` /
+    ``delta_sharded`` / ... (two buckets; the delta backends pin a host snapshot)."""
+    trainer_mode: str = "sync"
+    """``trainer.v1.trainer_mode``: ``sync``, ``colocate_async`` or ``separate_async`` (pi_old kept on the host)."""
     verl_version: str = DEFAULT_VERL_VERSION
     """The verl release whose ``perf/*`` memory metrics the prediction is of (:mod:`mlite.memory.rl_metrics`)."""
     engine_placement: str | None = None
@@ -136,6 +174,31 @@ class RolloutOptions:
                 f"engine_placement (--engine-placement) must be one of {', '.join(ENGINE_PLACEMENTS)}, "
                 f"got {self.engine_placement!r}"
             )
+        self._validate_budget()
+
+    def _validate_budget(self) -> None:
+        """The colocated-budget fields (vLLM version, sibling contexts, sleep residue, resync, sync backend)."""
+        from .rl_vllm import kv_rule
+
+        kv_rule(self.vllm_version)
+        n = self.sibling_contexts
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise MliteError(f"sibling_contexts (--sibling-contexts) must be an integer >= 0, got {n!r}")
+        c = self.resync_gather_copies
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise MliteError(f"resync_gather_copies (--resync-gather-copies) must be a positive integer, got {c!r}")
+        for f in ("sibling_context_gib", "sleep_residue_gib"):
+            v = getattr(self, f)
+            if v is not None and (isinstance(v, bool) or not 0.0 <= float(v) < float("inf")):
+                raise MliteError(f"{f} must be a finite number of GiB >= 0, got {v!r}")
+        for f, allowed in (
+            ("resync_gather", RESYNC_GATHERS),
+            ("resync_expert_gather", EXPERT_GATHERS),
+            ("checkpoint_backend", CHECKPOINT_BACKENDS),
+            ("trainer_mode", TRAINER_MODES),
+        ):
+            if getattr(self, f) not in allowed:
+                raise MliteError(f"{f} must be one of {', '.join(allowed)}, got {getattr(self, f)!r}")
 
     @property
     def resolved_sleep_level(self) -> int:

@@ -10,7 +10,7 @@ phase is one :func:`register_phase` call. verl ``main``; file names relative to 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MliteError
@@ -64,6 +64,15 @@ class Step:
     """Chunked offload's selected masters / PAO remainders a Megatron Lite build without ``offload_for_forward()``
     leaves on the GPU (ISEEKYAN/Megatron-LM#232; :mod:`mlite.memory.chunked`): part of the actor's idle state,
     listed apart as ``actor_resident_masters`` in the phases outside the update."""
+    always: dict = field(default_factory=dict)
+    """GPU bytes by part in every phase, whatever the phase's entry says: the sibling workers' CUDA contexts on the
+    engine's first GPU (``sibling_contexts``; processes do not free a context between phases)."""
+    extra_host: dict = field(default_factory=dict)
+    """Phase name -> host bytes by part added to that phase (``separate_async``'s copy of the current weights
+    during ``old_log_prob``)."""
+    resync: Any = None
+    """The weight resync's export peak (:class:`mlite.memory.rl_resync.ExportPeak`); None: the model's largest
+    tensor once (the kit before the mesh rule)."""
 
 
 @dataclass(frozen=True)
@@ -200,11 +209,15 @@ def _actor_update(s: Step) -> dict:
 def _weight_sync(s: Step) -> dict:
     """``ActorRolloutRefWorker.update_weights`` (``verl/workers/engine_workers.py``): the engine's weights are woken
     first (``resume(tags=["weights"])``), the actor's weights are on the GPU to be sent in buckets of
-    ``update_weights_bucket_megabytes`` (one full tensor gathered at a time; a small model fills less than one),
-    then the actor is offloaded and only then the KV cache is woken (``resume(tags=["kv_cache"])``), so weights and
+    ``update_weights_bucket_megabytes`` (one full tensor gathered at a time; a small model fills less than one;
+    the gathered tensor, its further copies and the buckets on this mesh and backend: :mod:`.rl_resync`), then the
+    actor is offloaded and only then the KV cache is woken (``resume(tags=["kv_cache"])``), so weights and
     KV are not both held at this peak. With ``free_cache_engine=False`` the KV cache never left."""
     eng, r = s.engine, s.rollout
     bucket = min(r.update_weights_bucket_megabytes * 1024**2, s.spec.total * 2)
+    gathered, copies = largest_tensor(s.spec, 2), 0.0
+    if s.resync is not None:  # the export peak on the actor mesh (mlite.memory.rl_resync)
+        bucket, gathered, copies = s.resync.staging, s.resync.gathered, s.resync.extra_copies
     sync_kv = {"kv_cache": max(0.0, eng.kv)} if not r.free_cache_engine and eng.kv > 0 else {}
     sync_engine = {"engine_weights": eng.weights, **s.stays, **sync_kv} if eng.kv > 0 else dict(s.awake)
     return {
@@ -213,7 +226,8 @@ def _weight_sync(s: Step) -> dict:
         "actor_resident": s.idle_other - s.resident_masters,
         "actor_resident_masters": s.resident_masters,
         "sync_bucket": bucket,
-        "gathered_tensor": largest_tensor(s.spec, 2),
+        "gathered_tensor": gathered,
+        "gather_copies": copies,
         "ref_params": s.ref_gpu,
         "framework": s.framework,
     }

@@ -4,7 +4,8 @@ Errors are the checks Megatron-Core makes at start-up (``parallel_state.initiali
 divisible by TP*PP*CP and by ETP*EP*PP, VPP needs PP > 1; ``TransformerConfig``: heads divisible by TP, EP > 1 only
 with experts; the layer split of ``TransformerConfig.__post_init__`` and ``get_num_layers_to_build``:
 :func:`~mlite.mesh.layout.split_layout`) plus what mlite's runtime needs (KV heads divisible by TP, FFN widths, layers
-over PP*VPP stages, 2*CP dividing the sequence, DeepSeek-V4 with TP = ETP = 1). Warnings and info: groups spanning
+over PP*VPP stages, 2*CP dividing the sequence) and each model's own rules, read as data by :func:`rule_model`
+from :mod:`mlite.models.mesh_rules` (DeepSeek-V4 with TP = ETP = 1; DeepSeek-V4.1's registry limits). Warnings and info: groups spanning
 nodes, verl's launcher DP rule, sequence parallelism for MoE with TP > 1, Gated DeltaNet with CP, vocabulary padding,
 and each size that was not given but inherited (ETP = TP when a Megatron launcher leaves it unset).
 
@@ -19,6 +20,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..errors import MliteError
+from ..models import ModelMeshRule, rules_for
 from .axes import DENSE_DIMS, EXPERT_DIMS, model_parallel, product_label
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .layout import PipelineSplit, Stage, auto_layout, even_layout, layout_text, parse_layout, split_layout
@@ -267,21 +269,61 @@ def rule_ffn(ctx: MeshContext) -> list[Finding]:
     return out
 
 
-def rule_deepseek_v4(ctx: MeshContext) -> list[Finding]:
-    """DeepSeek-V4 runs with TP = ETP = 1 in mlite."""
-    tp, etp = ctx.p.tp, ctx.etp
-    if ctx.spec.architecture != "deepseek_v4" or (tp == 1 and etp == 1):
+_LABEL = {"tp": "TP", "pp": "PP", "vpp": "VPP", "cp": "CP", "ep": "EP", "etp": "ETP"}
+
+
+def _model_finding(rule: ModelMeshRule, got: str, fld: str, near: tuple, fixes: list[dict]) -> Finding:
+    """A per-model rule's error: its reason, the sizes asked for, its code and source, and the fixes."""
+    code = f"{rule.code}; " if rule.code else ""
+    msg = f"{rule.reason} (got {got}) [{code}source: {rule.source}]"
+    return finding(rule.id, "error", msg, fld, near, fixes=fixes)
+
+
+def _model_split(ctx: MeshContext, rule: ModelMeshRule) -> list[Finding]:
+    """A ``split`` rule on the layers rule's stages: PP = value runs layers 0 .. layer - 1 on the first stage."""
+    p, L = ctx.p, ctx.spec.num_layers
+    if p.size(rule.fields[0]) != rule.value:
         return []
-    return [
-        finding(
-            "deepseek_v4",
-            "error",
-            f"DeepSeek-V4 runs with TP = ETP = 1 in mlite (got TP {tp}, ETP {etp})",
-            "tp",
-            (1,),
-            fixes=[{"tp": 1, "etp": 1}],
-        )
+    stages = ctx.layout[0]
+    if len(stages) != 2 or stages[0].layers == tuple(range(rule.layer)):
+        return []  # no split (the layers rule refuses it), a VPP split (refused by its own rule), or the right one
+    want = [
+        Stage(0, True, tuple(range(rule.layer)), (), False),
+        Stage(1, False, tuple(range(rule.layer, L)), tuple(range(ctx.n_mtp)), True),
     ]
+    got = " | ".join(f"{len(s.layers)} layers" for s in stages)
+    fix = {"pp_layout": layout_text(want)}
+    return [_model_finding(rule, f"stages of {got}; use --pp-layout '{fix['pp_layout']}'", "pp_layout", (), [fix])]
+
+
+def rule_model(ctx: MeshContext) -> list[Finding]:
+    """The model's own mesh rules, read as data from :mod:`mlite.models.mesh_rules` (``mesh_rules.json``: DeepSeek-V4
+    TP = ETP = 1; DeepSeek-V4.1 no CP with EP, no TP/VPP/ETP, PP 1 or 2, PP2 split at layer 20 and without EP or
+    CP), each refusal naming the rule's reason, code and source, with the next valid values as fixes."""
+    sizes = ctx.p.sizes()
+    out: list[Finding] = []
+    for rule in rules_for(ctx.spec.architecture):
+        if rule.kind == "split":
+            out += _model_split(ctx, rule)
+            continue
+        if not rule.size_violation(sizes):
+            continue
+        got = ", ".join(f"{_LABEL[f]} {sizes[f]}" for f in rule.fields)
+        fld = rule.fields[0]
+        if rule.kind == "fixed":
+            fld = next(f for f in rule.fields if sizes[f] != rule.value)
+            fixes = [{f: rule.value for f in rule.fields}]
+            near: tuple = (rule.value,)
+        elif rule.kind == "allowed":
+            v = sizes[fld]
+            near = tuple(sorted(rule.values, key=lambda x: (abs(x - v), -x)))
+            fixes = [{fld: x} for x in near]
+        else:  # exclusive: one of them back to 1 (the last named first: CP-only keeps EP off, PP2 keeps PP)
+            near = (1,)
+            fixes = [{f: 1} for f in reversed(rule.fields)]
+            fld = rule.fields[-1]
+        out.append(_model_finding(rule, got, fld, near, fixes))
+    return out
 
 
 def rule_vpp(ctx: MeshContext) -> list[Finding]:
@@ -522,7 +564,7 @@ RULES = (
     rule_gdn_heads,
     rule_experts,
     rule_ffn,
-    rule_deepseek_v4,
+    rule_model,
     rule_vpp,
     rule_layers,
     rule_seq_len,

@@ -2,8 +2,10 @@
 time was predicted, by the predicted speed).
 
 Candidates: PP a divisor of N with PP <= layers; VPP 1, or (PP > 1) any VPP that splits the layers evenly, up to
-``max_vpp``; TP, CP, EP, ETP divisors of what is left; each candidate is validated by :func:`resolve` (uneven
-layouts chosen automatically when the layers do not split evenly and VPP is 1).
+``max_vpp``; TP, CP, EP, ETP divisors of what is left; sizes the model's own rules refuse are skipped
+(:func:`mlite.models.mesh_rules.sizes_violate`, the data :func:`mlite.mesh.checks.rule_model` checks); each
+candidate is validated by :func:`resolve` (uneven layouts chosen automatically when the layers do not split evenly
+and VPP is 1), so a mesh the rules refuse is never listed.
 
 Ranking (ascending; lower is better), in order of precedence:
   1. fits in memory (when a ``fits`` callback is given, e.g. from the memory estimator); among the meshes that do
@@ -26,6 +28,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..models.mesh_rules import rules_for, sizes_violate
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .plan import MeshPlan, resolve
 from .rules import divisors
@@ -80,15 +83,14 @@ def candidate_configs(spec, ngpu: int, *, seq_len: int = DEFAULT_SEQ_LEN, max_vp
     nk, nv = spec.linear_num_key_heads, spec.linear_num_value_heads
     E, moe_ffn = spec.num_experts, spec.moe_ffn_hidden_size
     widths = [w for w in (spec.ffn_hidden_size, spec.shared_expert_ffn_hidden_size) if w]
-    v4 = spec.architecture == "deepseek_v4"
+    arch = spec.architecture
+    own_rules = bool(rules_for(arch))  # the model's own mesh rules (data, mlite/models/mesh_rules.json)
     for pp in divisors(ngpu):
         if pp > L:
             break
         vpps = [1] + ([v for v in range(2, max_vpp + 1) if L % (pp * v) == 0] if pp > 1 else [])
         for tp in divisors(ngpu // pp):
             if heads % tp or kv % tp or (nv and (nk % tp or nv % tp)) or any(w % tp for w in widths):
-                continue
-            if v4 and tp > 1:
                 continue
             for cp in divisors(ngpu // (pp * tp)):
                 if cp > 1 and seq_len % (2 * cp):
@@ -99,9 +101,10 @@ def candidate_configs(spec, ngpu: int, *, seq_len: int = DEFAULT_SEQ_LEN, max_vp
                     for etp in divisors(ngpu // (pp * ep)) if E else [1]:
                         if E and moe_ffn % etp:
                             continue
-                        if v4 and etp > 1:
-                            continue
                         for vpp in vpps:
+                            sizes = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp)
+                            if own_rules and sizes_violate(arch, sizes):
+                                continue
                             yield ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp)
 
 

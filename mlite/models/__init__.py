@@ -6,6 +6,7 @@ embedding and lm_head, excludes MTP; tied embeddings counted once; router expert
 
 from .config import available_models, load_config, resolve_config_path
 from .families import SUPPORTED_MODEL_TYPES
+from .mesh_rules import ModelMeshRule, rules_for
 from .reader import from_hf_config
 from .spec import COMPONENTS, LayerSpec, ModelSpec, ParamGroup
 
@@ -15,10 +16,12 @@ __all__ = [
     "COMPONENTS",
     "SUPPORTED_MODEL_TYPES",
     "LayerSpec",
+    "ModelMeshRule",
     "ModelSpec",
     "ParamGroup",
     "available_models",
     "from_hf_config",
     "load_config",
     "resolve_config_path",
+    "rules_for",
 ]

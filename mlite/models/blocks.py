@@ -18,9 +18,11 @@ class Inventory:
         self.prefix = prefix
         self.groups: list[ParamGroup] = []
 
-    def add(self, name: str, numel: int, component: str, parallel: str, *, checkpoint_only: bool = False) -> None:
-        """One tensor."""
-        self.groups.append(ParamGroup(self.prefix + name, int(numel), component, parallel, checkpoint_only))
+    def add(
+        self, name: str, numel: int, component: str, parallel: str, *, checkpoint_only: bool = False, rows: int = 0
+    ) -> None:
+        """One tensor (``rows``: the rows of an n-gram memory table, split kind ``rows``)."""
+        self.groups.append(ParamGroup(self.prefix + name, int(numel), component, parallel, checkpoint_only, rows))
 
     def linear(
         self,

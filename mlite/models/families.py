@@ -34,6 +34,7 @@ ALIASES = {
     "qwen3_vl_moe_text": "qwen3_moe",
     "qwen2_5_vl": "qwen2",  # Qwen2.5-VL: a Qwen2 text model (top level or text_config) + vision tower
     "qwen2_5_vl_text": "qwen2",
+    "deepseek_v41_text": "deepseek_v41",
 }
 
 
@@ -595,6 +596,117 @@ def deepseek_v4(f: Fields) -> dict:
     )
 
 
+# ---------------------------------------------------------------------- DeepSeek-V4.1 (Engram n-gram memory)
+def deepseek_v41(f: Fields) -> dict:
+    """DeepSeek-V4.1-Flash (HF ``model_type`` ``deepseek_v41``, as ``model/registry.py`` @ 1fcfc5a9 of the
+    ISEEKYAN/Megatron-LM fork registers it; text part under ``text_config``).
+
+    Names follow the release key set (``experimental/lite/docs/contracts/deepseek_v41/weights.json`` @ 700ca39f):
+    per layer ``attn.{wq_a,q_norm,wq_b,wkv,kv_norm,wo_a,wo_b,attn_sink}``, a compressor on the KV source layers
+    (``kv_source_layer_ids``; its ``wgate`` on all but the last of them), an indexer (``wk``/``k_norm`` on the KV
+    source layers, ``wq_b``/``weights_proj`` on ``index_source_layer_ids``), a MoE (gate + bias, routed and shared
+    SwiGLU experts), ``hc_{attn,ffn}_{fn,base,scale}``, and on ``engram_layer_ids`` an Engram module: the n-gram table
+    ``engram.embed.weight`` [rows, engram_head_dim] (split kind ``rows``), ``q_weight``/``k_weight`` [hc_mult, h] and
+    ``wkv`` [(max_ngram_size - 1) x engram_n_heads x engram_head_dim -> (hc_mult + 1) x h]
+    (``model/deepseek_v41/lite/engram.py`` @ 0ce9c218). The Engram table rows are exact; the release index carries no
+    shapes, so the other tensors' shapes follow the DeepSeek-V4 layout and the config (an estimate). The three
+    DSpark (``mtp.N``) blocks are archival: excluded from optimizer groups and gradients (contract README @ e7d37ebf),
+    so not counted; nor is the vision tower (32 blocks) or its aligner."""
+    c = _common(f)
+    h, L = c["hidden_size"], c["num_layers"]
+    heads, hd = c["num_attention_heads"], f.int("head_dim")
+    q_lora, o_groups, o_lora = f.int("q_lora_rank"), f.int("o_groups"), f.int("o_lora_rank")
+    ihd, iheads = f.int("index_head_dim"), f.int("index_n_heads")
+    hc = f.int("hc_mult", 4)
+    kv_src = f.list("kv_source_layer_ids", [])
+    idx_src = f.list("index_source_layer_ids", [])
+    engram_layers = f.list("engram_layer_ids", [])
+    engram_rows = f.list("engram_num_embeddings", [])
+    if len(engram_rows) != len(engram_layers):
+        raise ConfigError(
+            f"{f.where}: field 'engram_num_embeddings' has {len(engram_rows)} entries but engram_layer_ids has "
+            f"{len(engram_layers)}; give one row count per Engram layer"
+        )
+    e_dim, e_heads, e_order = f.int("engram_head_dim"), f.int("engram_n_heads"), f.int("engram_max_ngram_size")
+    if e_dim % 32:
+        raise ConfigError(f"{f.where}: field 'engram_head_dim' {e_dim} must be divisible by 32 (E8M0 block scales)")
+    E, moe_ffn = f.int("n_routed_experts"), f.int("moe_intermediate_size")
+    n_shared = f.int("n_shared_experts", 1, min_value=0)
+    mix = (2 + hc) * hc
+    a = "attention"
+    layers = []
+    for i in range(L):
+        inv = Inventory(f"layers.{i}.")
+        inv.linear("attn.wq_a", h, q_lora, a, "rep")
+        inv.norm("attn.q_norm", q_lora, a)
+        inv.linear("attn.wq_b", q_lora, heads * hd, a)
+        inv.linear("attn.wkv", h, hd, a, "rep")
+        inv.norm("attn.kv_norm", hd, a)
+        inv.add("attn.wo_a.weight", (heads * hd // o_groups) * o_groups * o_lora, a, "tp")
+        inv.linear("attn.wo_b", o_groups * o_lora, h, a, row=True)
+        inv.add("attn.attn_sink", heads, a, "tp")
+        if i in kv_src:
+            inv.linear("attn.compressor.wkv", h, hd, a, "rep")
+            if i != kv_src[-1]:
+                inv.linear("attn.compressor.wgate", h, hd, a, "rep")
+            inv.norm("attn.compressor.norm", hd, a)
+            inv.linear("attn.indexer.wk", h, ihd, a, "rep")
+            inv.norm("attn.indexer.k_norm", ihd, a)
+        if i in idx_src:
+            inv.linear("attn.indexer.wq_b", q_lora, iheads * ihd, a, "rep")
+            inv.linear("attn.indexer.weights_proj", h, iheads, a, "rep")
+        if i in engram_layers:
+            rows = engram_rows[engram_layers.index(i)]
+            inv.add("engram.embed.weight", rows * e_dim, "ngram_tables", "rows", rows=rows)
+            inv.add("engram.q_weight", hc * h, "other", "rep")
+            inv.add("engram.k_weight", hc * h, "other", "rep")
+            inv.linear("engram.wkv", (e_order - 1) * e_heads * e_dim, (hc + 1) * h, "other", "rep")
+        moe_block(inv, h, E, moe_ffn, prefix="ffn", shared_ffn=n_shared * moe_ffn, expert_bias=True)
+        inv.norm("attn_norm", h)
+        inv.norm("ffn_norm", h)
+        for name in ("hc_attn", "hc_ffn"):
+            inv.add(f"{name}_fn", mix * hc * h, "hyper_connections", "rep")
+            inv.add(f"{name}_base", mix, "hyper_connections", "rep")
+            inv.add(f"{name}_scale", 3, "hyper_connections", "rep")
+        attention = "csa" if i in kv_src else "swa"
+        layers.append(_layer(i, attention, "moe", inv))
+    v = c["vocab_size"]
+    pre = Inventory()
+    pre.add("embed.weight", v * h, "embedding", "vocab")
+    post = Inventory()
+    post.norm("norm", h)
+    post.add("hc_head_fn", hc * hc * h, "hyper_connections", "rep")
+    post.add("hc_head_base", hc, "hyper_connections", "rep")
+    post.add("hc_head_scale", 1, "hyper_connections", "rep")
+    post.add("head.weight", v * h, "lm_head", "vocab")
+    notes = [
+        "DeepSeek-V4.1: Engram n-gram tables on layers "
+        + ", ".join(str(i) for i in engram_layers)
+        + f" ({' + '.join(f'{r:,}' for r in engram_rows)} rows x {e_dim}) are exact; other tensor shapes follow "
+        "the DeepSeek-V4 layout (the release index has no shapes: an estimate)",
+        f"DeepSeek-V4.1: the {f.int('num_nextn_predict_layers', 0, min_value=0)} archival DSpark (mtp) blocks and "
+        "the vision tower are not counted (excluded from optimizer groups and gradients)",
+    ]
+    return dict(
+        c,
+        num_key_value_heads=1,
+        head_dim=hd,
+        v_head_dim=hd,
+        ffn_hidden_size=0,
+        moe_ffn_hidden_size=moe_ffn,
+        num_experts=E,
+        moe_router_topk=f.int("num_experts_per_tok"),
+        shared_expert_ffn_hidden_size=n_shared * moe_ffn,
+        tie_word_embeddings=False,
+        q_lora_rank=q_lora,
+        hc_mult=hc,
+        layers=layers,
+        pre=tuple(pre.groups),
+        post=tuple(post.groups),
+        notes=notes,
+    )
+
+
 # ---------------------------------------------------------------------- MiMo (Qwen2 layout + MTP)
 def mimo(f: Fields) -> dict:
     """XiaomiMiMo/MiMo-7B: the Qwen2 layout (q/k/v bias) and ``num_nextn_predict_layers`` MTP layers
@@ -727,6 +839,7 @@ NATIVE: dict[str, Callable[[Fields], dict]] = {
     "glm4_moe": glm4_moe,
     "glm_moe_dsa": glm_moe_dsa,
     "deepseek_v4": deepseek_v4,
+    "deepseek_v41": deepseek_v41,
     "mimo": mimo,
     "nemotron_h": nemotron_h,
 }

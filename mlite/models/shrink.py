@@ -8,7 +8,8 @@
   ``hybrid_override_pattern`` string) are re-indexed; counters that
   describe a prefix of the stack (``first_k_dense_replace``, ``num_hash_layers``) and index lists
   (``mlp_only_layers``) are recomputed from the chosen layers; hybrid stacks given by an interval get an explicit
-  ``layer_types``.
+  ``layer_types``. Layer-id lists (DeepSeek-V4.1's ``*_layer_ids``: KV and index sources, Engram layers, with the
+  Engram row counts of the layers kept) keep the chosen layers, renumbered.
 - Experts: the routed-expert count shrinks; top-k and group-limited routing (``n_group``, ``topk_group``) are
   reduced only as far as the new count requires. The vocabulary shrinks only for randomly initialised runs (the
   caller refuses it with a checkpoint); special token ids beyond it are dropped.
@@ -32,6 +33,8 @@ _TOPK_KEYS = ("num_experts_per_tok", "moe_topk")
 _PREFIX_COUNTERS = {"first_k_dense_replace": "dense", "num_hash_layers": "hash_moe"}
 """Keys counting a leading run of layers of one MLP kind (DeepSeek's dense-first layers, DeepSeek-V4's hash MoE)."""
 _TOKEN_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+_PAIRED_LISTS = {"engram_layer_ids": "engram_num_embeddings"}
+"""Layer-id lists with a list of one value per listed layer (DeepSeek-V4.1's Engram row counts)."""
 
 
 @dataclass
@@ -102,6 +105,7 @@ def _cut_layers(t: dict, spec: ModelSpec, kinds: list[tuple[str, str]], src: lis
         msg += f"; only {kept} of the {distinct} layer kinds fit in {len(src)} layers"
     changes.append(msg)
     _reindex_per_layer(t, src, n_old, spec.num_mtp_layers)
+    _renumber_layer_ids(t, src, changes)
     if "full_attention_interval" in t and "layer_types" not in t and spec.architecture in ("qwen3_next", "qwen3_5_moe"):
         t["layer_types"] = ["linear_attention" if kinds[i][0] == "gdn" else "full_attention" for i in src]
         changes.append("layer_types written out (the interval rule would not give the chosen pattern)")
@@ -114,6 +118,26 @@ def _cut_layers(t: dict, spec: ModelSpec, kinds: list[tuple[str, str]], src: lis
             if new != t[key]:
                 changes.append(f"{key} {t[key]} -> {new}")
                 t[key] = new
+
+
+def _renumber_layer_ids(t: dict, src: list[int], changes: list[str]) -> None:
+    """``*_layer_ids`` lists (and their paired value lists) keep the chosen layers, renumbered; ``*_layer_id``
+    integers of a layer not kept become the first kept layer after it (or the last)."""
+    new = {old: j for j, old in enumerate(src)}
+    for key, val in list(t.items()):
+        if key.endswith("_layer_ids") and isinstance(val, list) and all(isinstance(x, int) for x in val):
+            keep = [k for k, x in enumerate(val) if x in new]
+            t[key] = [new[val[k]] for k in keep]
+            paired = _PAIRED_LISTS.get(key)
+            if paired and isinstance(t.get(paired), list) and len(t[paired]) == len(val):
+                t[paired] = [t[paired][k] for k in keep]
+            if len(keep) != len(val):
+                changes.append(f"{key}: layers {val} -> {t[key]} (the layers kept)")
+        elif key.endswith("_layer_id") and isinstance(val, int) and not isinstance(val, bool) and val not in new:
+            t[key] = next((j for j, old in enumerate(src) if old >= val), len(src) - 1)
+            changes.append(f"{key} {val} -> {t[key]}")
+        elif key.endswith("_layer_id") and isinstance(val, int) and not isinstance(val, bool):
+            t[key] = new[val]
 
 
 def _reindex_per_layer(t: dict, src: list[int], n_old: int, n_mtp: int) -> None:

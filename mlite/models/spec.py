@@ -10,6 +10,10 @@ Conventions (also in the README):
 * ``active``: parameters touched per token by the main model (MTP excluded): ``total`` minus MTP minus the
   routed experts a token does not use; embedding and lm_head included.
 * Router expert biases (``e_score_correction_bias``) are parameters here; transformers holds them as buffers.
+* N-gram memory tables (DeepSeek-V4.1's Engram, component ``ngram_tables``, split kind ``rows``) count in ``total``
+  (they are checkpoint tensors) but not in ``active`` (a token reads a few rows of them, no matrix product): they are
+  not transformer weights, their rows are sharded over the DP x CP owners and the memory code treats them apart
+  (:mod:`mlite.memory.ngram`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ COMPONENTS = (
     "router",
     "norms",
     "hyper_connections",
+    "ngram_tables",
     "lm_head",
     "mtp",
     "other",
@@ -37,9 +42,10 @@ COMPONENTS = (
 
 _EXPERT_MLPS = ("moe", "hash_moe")
 
-PARALLEL_KINDS = ("tp", "rep", "expert", "vocab")
+PARALLEL_KINDS = ("tp", "rep", "expert", "vocab", "rows")
 """How a tensor is split: ``tp`` over tensor parallelism, ``rep`` replicated across TP, ``expert`` over
-EP x ETP, ``vocab`` vocabulary-parallel over TP (after padding the vocabulary)."""
+EP x ETP, ``vocab`` vocabulary-parallel over TP (after padding the vocabulary), ``rows`` an n-gram memory table
+whose rows are sharded over the DP x CP owners (contiguous intervals, DeepSeek-V4.1's Engram)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,13 @@ class ParamGroup:
     """One of :data:`PARALLEL_KINDS`."""
     checkpoint_only: bool = False
     """True for checkpoint copies the training model shares with the main model (MTP embed/head copies)."""
+    rows: int = 0
+    """Rows of an n-gram memory table (``parallel == "rows"``; its width is ``numel // rows``); 0 otherwise."""
+
+    @property
+    def width(self) -> int:
+        """Row width of an n-gram table (0 for other tensors)."""
+        return self.numel // self.rows if self.rows else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,10 +258,16 @@ class ModelSpec:
         """Output layer parameters (0 when tied)."""
         return self.components.get("lm_head", 0)
 
+    @cached_property
+    def ngram_tables(self) -> tuple[tuple[int, ParamGroup], ...]:
+        """``(layer index, table)`` of each n-gram memory table (split kind ``rows``) of the main layers."""
+        return tuple((layer.index, g) for layer in self.main_layers for g in layer.groups if g.parallel == "rows")
+
     @property
     def active(self) -> int:
-        """Parameters touched per token by the main model (MTP excluded), embeddings included."""
-        unused = 0
+        """Parameters touched per token by the main model (MTP excluded), embeddings included; n-gram tables
+        excluded (a token reads a handful of their rows)."""
+        unused = sum(g.numel for _, g in self.ngram_tables)
         for layer in self.main_layers:
             if layer.mlp in _EXPERT_MLPS and self.num_experts:
                 routed = layer.by_component().get("routed_experts", 0)
@@ -303,6 +322,10 @@ class ModelSpec:
             "components": dict(self.components),
             "tp_split": list(self.split_components("tp")),
             "ep_split": list(self.split_components("expert")),
+            "ngram_tables": [
+                {"layer": i, "name": g.name, "rows": g.rows, "width": g.width, "numel": g.numel}
+                for i, g in self.ngram_tables
+            ],
             "layers": [{"index": layer.index, "kind": layer.kind, "params": layer.params} for layer in self.layers],
             "notes": list(self.notes),
         }

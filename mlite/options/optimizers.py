@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +89,9 @@ class Backend:
     chunked_state_offload: bool = False
     """Megatron-Core's chunked optimizer-state offload (``ChunkedOptimizerStateOffloader``,
     ``chunked_optimizer_state_offload``) runs on it; False: :func:`mlite.options.rules.chunked_offload` refuses it."""
+    env_refuses: tuple[Callable[[Mapping[str, str]], None], ...] = ()
+    """Rules of the launch environment it refuses (``CUDA_DEVICE_MAX_CONNECTIONS``); the preflight (``mlite check``)
+    and ``mlite run`` call them."""
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("optimizer algorithm", "optimizer_algorithm")
@@ -150,25 +153,46 @@ BACKENDS.register(
 )
 
 
-def check_algorithm(o: Any) -> None:
+def algorithm_rules(o: Any) -> tuple[Rule, ...]:
     """The rules that hold whichever backend runs ``o`` (fields named as in :class:`~mlite.options.TrainingOptions`:
-    ``optimizer`` the backend, ``optimizer_algorithm``): both are registered, the offload share is in range, and the
-    algorithm does not refuse the settings."""
+    ``optimizer`` the backend, ``optimizer_algorithm``), in order: the offload share is in range, then what the
+    algorithm refuses. Both names must be registered (else :class:`MliteError` here)."""
     BACKENDS.entry(o.optimizer)
     a = ALGORITHMS.entry(o.optimizer_algorithm)
-    rules.offload_fraction_in_range(o)
-    for rule in a.refuses:
+    return (rules.offload_fraction_in_range, *a.refuses)
+
+
+def optimizer_rules(o: Any, backend: str | None = None) -> tuple[Rule, ...]:
+    """Every optimizer rule for the settings ``o`` in the order :func:`check_optimizer` runs them:
+    :func:`algorithm_rules`, then what the backend refuses (``backend`` overrides ``o.optimizer``). The preflight
+    (``mlite check``) runs each of them to report every refusal, not only the first."""
+    b = BACKENDS.entry(backend or o.optimizer)
+    return (*algorithm_rules(o), *b.refuses, _chunked_rule(b))
+
+
+def _chunked_rule(b: Backend) -> Rule:
+    """:func:`mlite.options.rules.chunked_offload` on backend ``b``, as a rule of the settings alone."""
+
+    def chunked_offload(o: Any) -> None:
+        rules.chunked_offload(o, b)
+
+    chunked_offload.__doc__ = rules.chunked_offload.__doc__
+    return chunked_offload
+
+
+def check_algorithm(o: Any) -> None:
+    """Raise the first refusal of :func:`algorithm_rules`: both names are registered, the offload share is in range,
+    and the algorithm does not refuse the settings."""
+    for rule in algorithm_rules(o):
         rule(o)
 
 
 def check_optimizer(o: Any, backend: str | None = None) -> None:
-    """Every optimizer rule for the settings ``o``: :func:`check_algorithm`, then what the backend refuses
-    (``backend`` overrides ``o.optimizer``: Megatron Lite's ``impl_cfg.optimizer``)."""
-    check_algorithm(o)
-    b = BACKENDS.entry(backend or o.optimizer)
-    for rule in b.refuses:
+    """Every optimizer rule for the settings ``o`` (:func:`optimizer_rules`): :func:`check_algorithm`, then what the
+    backend refuses (``backend`` overrides ``o.optimizer``: Megatron Lite's ``impl_cfg.optimizer``), then the
+    chunked-offload rules on that backend."""
+    for rule in optimizer_rules(o, backend):
         rule(o)
-    rules.chunked_offload(o, b)
 
 
 def check_lite_runtime(o: Any, backend: str | None = None) -> None:

@@ -13,7 +13,7 @@ RL view's controls and command line (``widgets/rl_view.py``), the launcher overr
 
 from __future__ import annotations
 
-from .schema import Codec, Key, Option
+from .schema import Codec, Key, NotExpressible, Option
 
 ROLLOUT_NAMES = ("vllm", "sglang")
 """Rollout engines (``actor_rollout_ref.rollout.name``)."""
@@ -21,6 +21,15 @@ ROLLOUT_MODES = ("hybrid", "colocated")
 """verl rollout modes."""
 REF_MODES = ("colocated", "none")
 """Where the reference model is."""
+RESYNC_GATHERS = ("mesh", "largest")
+"""What the weight resync gathers (:mod:`mlite.memory.rl_resync`)."""
+EXPERT_GATHERS = ("dense", "per_expert")
+"""How expert weights are gathered at the resync."""
+CHECKPOINT_BACKENDS = ("naive", "nccl", "hccl", "nixl", "kimi_ckpt_engine", "mooncake", "delta", "delta_sharded")
+"""``rollout.checkpoint_engine.backend`` values (verl ``verl/checkpoint_engine/README.md`` @ 9fd7610a and
+``docs/advance/delta_weight_sync.md`` @ fb5624af)."""
+TRAINER_MODES = ("sync", "colocate_async", "separate_async")
+"""``trainer.v1.trainer_mode`` values (verl ``docs/advance/v1_async_trainer.md`` @ b89c3b34)."""
 VERL_VERSIONS = ("0.3", "0.4", "0.5", "0.6", "0.7.0", "0.7.1", "0.8", "0.9", "main")
 """verl releases whose memory-metric rules the kit knows (:mod:`mlite.memory.rl_metrics`; a patch release reads as
 its minor, except 0.7.0 / 0.7.1, which differ); ``main``: verl-project/verl ``1dda039b`` (August 2026)."""
@@ -212,6 +221,93 @@ ROLLOUT: tuple[Option, ...] = (
         label="host RAM per node, GiB (0: unchecked)",
     ),
     _row(
+        "vllm_version",
+        str,
+        "latest",
+        None,
+        "vLLM release whose KV-budget rule applies (0.9.1+: util x total less this instance's own use, refused "
+        "when less is free; 0.8.0-0.9.0: less everything on the device; V0: per instance, unchecked), or a rule "
+        "name: v1_per_instance, global, v0_per_instance (default latest)",
+        flag="--vllm-version",
+        mapping=NotExpressible("verl has no key for it: the installed vllm package decides the rule"),
+    ),
+    _row(
+        "sibling_contexts",
+        int,
+        0,
+        None,
+        "CUDA contexts of other processes on the engine's first GPU (the DeepSeek-V4 TP16 job: 7), in every phase",
+        flag="--sibling-contexts",
+        mapping=NotExpressible("a property of how the engine's processes start, not a verl setting"),
+    ),
+    _row(
+        "sibling_context_gib",
+        float,
+        2.51,
+        None,
+        "GiB of one sibling context (2.51, measured on the DeepSeek-V4 job)",
+        flag="--sibling-context-gib",
+        mapping=NotExpressible("measured, not a verl setting"),
+    ),
+    _row(
+        "sleep_residue_gib",
+        float,
+        None,
+        None,
+        "GPU GiB a sleeping vLLM keeps (measured 2,001 MiB = 1.954); default: engine overhead + CUDA graphs",
+        flag="--sleep-residue",
+        mapping=NotExpressible("what the sleeping engine keeps is the engine's, not a verl setting"),
+    ),
+    _row(
+        "resync_gather",
+        str,
+        "mesh",
+        None,
+        "mesh: the resync gathers the largest tensor the actor mesh splits (TP matrix, EP experts); largest: the "
+        "model's largest tensor whatever the mesh",
+        flag="--resync-gather",
+        choices=RESYNC_GATHERS,
+        mapping=NotExpressible("how the exporter gathers is the actor engine's code, not a verl setting"),
+    ),
+    _row(
+        "resync_gather_copies",
+        int,
+        2,
+        None,
+        "full copies of the gathered tensor alive at once (2: all-gathered shards + their concatenation)",
+        flag="--resync-gather-copies",
+        mapping=NotExpressible("how the exporter gathers is the actor engine's code, not a verl setting"),
+    ),
+    _row(
+        "resync_expert_gather",
+        str,
+        "dense",
+        None,
+        "dense: all experts of a layer's weight at once (Megatron Lite); per_expert: one local expert over EP",
+        flag="--resync-expert-gather",
+        choices=EXPERT_GATHERS,
+        mapping=NotExpressible("how the exporter gathers is the actor engine's code, not a verl setting"),
+    ),
+    _row(
+        "checkpoint_backend",
+        str,
+        "naive",
+        f"{_R}.checkpoint_engine.backend",
+        "weight-sync backend: naive (colocated, one bucket), nccl and the others two buckets, delta / "
+        "delta_sharded also a pinned host snapshot",
+        flag="--checkpoint-backend",
+        choices=CHECKPOINT_BACKENDS,
+    ),
+    _row(
+        "trainer_mode",
+        str,
+        "sync",
+        "trainer.v1.trainer_mode",
+        "sync, colocate_async, or separate_async (pi_old and the current weights copied to host RAM)",
+        flag="--trainer-mode",
+        choices=TRAINER_MODES,
+    ),
+    _row(
         "verl_version",
         str,
         DEFAULT_VERL_VERSION,
@@ -219,6 +315,7 @@ ROLLOUT: tuple[Option, ...] = (
         f"the verl release the logged perf/* memory metrics come from ({', '.join(VERL_VERSIONS)}; default "
         f"{DEFAULT_VERL_VERSION}, the newest the kit knows): what predicted_metrics covers",
         flag="--verl-version",
+        mapping=NotExpressible("verl has no key for it: the installed verl package is the release"),
     ),
     _row(
         "engine_placement",
@@ -229,6 +326,7 @@ ROLLOUT: tuple[Option, ...] = (
         "mode; in_process_freed: verl <= 0.4 with its vLLM 0.5.4/0.6.3 fork)",
         flag="--engine-placement",
         choices=ENGINE_PLACEMENTS,
+        mapping=NotExpressible("where verl runs the engine follows from its release, engine and mode, not a key"),
     ),
 )
 """The rollout options, in :class:`~mlite.memory.rl_options.RolloutOptions` field order."""
@@ -261,18 +359,22 @@ SPELLINGS: tuple[Option, ...] = (MEM_FRACTION_STATIC, FREE_CACHE_ENGINE)
 
 __all__ = [
     "CACHE",
+    "CHECKPOINT_BACKENDS",
     "DEFAULT_VERL_VERSION",
     "ENGINE_PLACEMENTS",
+    "EXPERT_GATHERS",
     "FREE_CACHE_ENGINE",
     "GROUP",
     "MEM_FRACTION_STATIC",
     "REF_KL_KEYS",
     "REF_MODES",
     "REF_OFFLOAD_KEYS",
+    "RESYNC_GATHERS",
     "ROLLOUT",
     "ROLLOUT_MODES",
     "ROLLOUT_NAMES",
     "SHARE",
     "SPELLINGS",
+    "TRAINER_MODES",
     "VERL_VERSIONS",
 ]

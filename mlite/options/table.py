@@ -379,6 +379,27 @@ TRAINING: tuple[Option, ...] = (
         megatron=_BUILD,
     ),
     Option(
+        "engram_trainable",
+        bool,
+        False,
+        "--engram-trainable",
+        "train the n-gram memory tables (DeepSeek-V4.1 Engram: + fp32 master, main grad, momentum); "
+        "default frozen (fp8 + scales)",
+        label="Engram trainable",
+        cli="switch",
+        group=_G,
+        # Megatron Lite's DeepSeek-V4.1 ImplConfig.trainable_engram (experimental/lite/megatron/lite/model/
+        # deepseek_v41/lite/protocol.py, ISEEKYAN/Megatron-LM; docs/deepseek_v41.md @ 04baccf4) has no verl key
+        mlite=NotExpressible(
+            "verl's mlite engine passes no Engram switch: Megatron Lite's DeepSeek-V4.1 ImplConfig.trainable_engram "
+            "is not among the impl_cfg keys it accepts (mlite.export.mlite_keys); the tables stay frozen",
+            DEFAULT,
+        ),
+        megatron=NotExpressible(
+            "verl's Megatron backend has no DeepSeek-V4.1 model (Engram tables are a Megatron Lite model's)", DEFAULT
+        ),
+    ),
+    Option(
         "param_dtype",
         str,
         "bf16",

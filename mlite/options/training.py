@@ -124,6 +124,9 @@ class TrainingOptions:
     """The Megatron Lite build moves the offloaded masters / PAO remainders to the host before forward and rollout
     (``offload_for_forward()``, ISEEKYAN/Megatron-LM#232, merged 2026-09-20); False models an older build, where
     they stay on the GPU through rollout and forward/backward."""
+    engram_trainable: bool = False
+    """N-gram memory tables (DeepSeek-V4.1's Engram) trained: FP32 master + main grad + momentum beside the FP8 rows
+    (Megatron Lite's ``ImplConfig.trainable_engram``); False keeps them frozen (FP8 + scales only)."""
     param_dtype: str = "bf16"
     """Parameter (and compute) dtype: ``bf16``, ``fp16`` or ``fp32``."""
     seq_len: int = DEFAULT_SEQ_LEN

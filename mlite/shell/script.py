@@ -87,6 +87,10 @@ class ScriptResult:
     """Commands inside blocks that were not run (searched for a launch line when there is none outside)."""
     slurm: dict[str, SlurmValue] = field(default_factory=dict)
     """``SLURM_*`` values the ``#SBATCH`` headers set (and ``env`` did not), by name (:mod:`.slurm`)."""
+    exported: dict[str, int] = field(default_factory=dict)
+    """Variables the script puts in the environment of the commands it runs, by name -> the line that did it (the
+    last): ``export NAME=...``, ``export NAME``, ``declare -x NAME=...``, and ``NAME=... cmd`` before a command run at
+    the top level (the launch line's own prefix assignments included). Their values are :attr:`Shell.vars`."""
 
 
 def _is_assign(w) -> bool:
@@ -312,9 +316,15 @@ class _Runner:
             self.depth += 1
             self.res.skipped.append(Command(words, skipped=True, line=cmd.line))
         elif first in _DECL:
+            flags = [w for w in words[1:] if isinstance(w, str) and w.startswith("-")]
+            exports = (first == "export" and "-n" not in flags) or any("x" in f for f in flags)
             for w in words[1:]:
                 if _is_assign(w):
-                    _assign(self.sh, w)
+                    name = _assign(self.sh, w)
+                    if exports:
+                        self.res.exported[name] = cmd.line
+                elif exports and isinstance(w, str) and w.isidentifier():
+                    self.res.exported[w] = cmd.line
         else:
             self.simple(cmd, words)
 
@@ -421,11 +431,14 @@ class _Runner:
     def simple(self, cmd: Command, words: list) -> None:
         """A simple command run at the top level: assignments, builtins, a launch line, ``source`` / ``exec``."""
         res, sh = self.res, self.sh
+        prefix = []
         while words and _is_assign(words[0]):
-            _assign(sh, words[0])
+            prefix.append(_assign(sh, words[0]))
             words = words[1:]
         if not words:
             return
+        for name in prefix:  # NAME=... cmd: in the environment of cmd
+            res.exported[name] = cmd.line
         head = words[0] if isinstance(words[0], str) else None
         if head in _BUILTINS:
             _BUILTINS[head](res, words)

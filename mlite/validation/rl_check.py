@@ -36,6 +36,7 @@ ACTOR_PARTS = (
     "ref_params",
     "sync_bucket",
     "gathered_tensor",
+    "gather_copies",
 )
 """Phase parts the actor process allocates through PyTorch (framework, NCCL and CUDA-graph memory are outside)."""
 

@@ -1,0 +1,312 @@
+"""Every published verl run of ``tests/data/rl`` (``runs.json``, the first round, and ``runs_second_round.json``)
+estimated with the kit and put next to its logged ``perf/max_memory_allocated_gb``: the table "run | strategy | verl
+| engine | logged | predicted | ratio | comparable? why" (:func:`comparison_rows`, :func:`comparison_table`;
+``python3 -m mlite.validation.rl_runs --table`` prints it).
+
+The settings are read the way the kit reads them elsewhere: a run whose excerpt holds verl's start-up config dump goes
+through :func:`~mlite.validation.rl_check.predict` (the dump read back, :func:`~.rl_check.training_from_verl`); a run
+whose excerpt holds its launch command (``"launcher"`` in the entry) is read by ``mlite import-launcher``'s reader
+(:func:`mlite.export.importer.import_launcher`), its Hydra overrides laid over the verl defaults the entry names
+(``"config_defaults"``: another run's dump of the same verl era, or keys with their source), then the same
+``training_from_verl`` for an FSDP actor, or the importer's Megatron mesh and options for a Megatron actor.
+
+What is compared today is the quantity :func:`~.rl_check.torch_peaks` computes under the entry's
+``engine_accounting``; :func:`predicted_allocated` is the one place to switch to
+``mlite.memory.rl_metrics.predicted_metrics`` once it is on ``main``.
+
+The logged metric: ``perf/max_memory_allocated_gb`` (verl <= 0.7, ``update_actor`` in
+``verl/workers/fsdp_workers.py`` / ``megatron_workers.py``) or, from the engine workers on
+(``TrainingWorker._postprocess_output`` in ``verl/workers/engine_workers.py``), the same figure under
+``actor/perf/max_memory_allocated_gb`` (as the verl 0.9 run here and the console line in verl-project/verl#7412 show);
+the first step line that carries one (:func:`logged_memory`, read with ``mlite.logs``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import MliteError
+from ..memory.estimate import GIB
+
+RUNS_FILES = ("runs.json", "runs_second_round.json")
+"""The run lists under ``tests/data/rl``, first round first."""
+
+MEMORY_KEYS = {
+    "max_memory_allocated_gb": ("perf/max_memory_allocated_gb", "actor/perf/max_memory_allocated_gb"),
+    "max_memory_reserved_gb": ("perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb"),
+    "cpu_memory_used_gb": ("perf/cpu_memory_used_gb", "actor/perf/cpu_memory_used_gb"),
+}
+"""Logged memory metric -> the keys verl has written it under (the engine workers' logs carry the actor's as
+``actor/perf/...``)."""
+
+FIRST_ROUND = {
+    "grpo_qwen3vl_2b_8gpu_h200": (False, "the Qwen3-VL run read as an H200 (its card is not stated; H20 above)"),
+}
+"""What the comparison may say of a first-round entry (runs.json has no such fields): comparable unless named here."""
+
+REQUIRED = ("id", "log", "model", "source", "cut", "gpu_memory_gib", "gpu_memory_source", "verl_era",
+            "not_modelled", "engine_accounting", "comparable", "comparable_why")  # fmt: skip
+"""Fields every second-round entry carries (provenance and what the comparison may say)."""
+
+
+def load_runs(root) -> list[dict]:
+    """Every entry of the run lists in ``root`` (``tests/data/rl``), first round first; each gets ``"_file"``."""
+    root = Path(root)
+    out = []
+    for name in RUNS_FILES:
+        path = root / name
+        if path.exists():
+            out += [{**r, "_file": name} for r in json.loads(path.read_text())["runs"]]
+    if not out:
+        raise MliteError(f"--root {root}: no {' or '.join(RUNS_FILES)} there; point it at tests/data/rl")
+    return out
+
+
+def logged_memory(path) -> dict:
+    """``{"step", "max_memory_allocated_gb", "max_memory_reserved_gb", "cpu_memory_used_gb"}`` of the first step line
+    of the log that carries an allocated figure (either key of :data:`MEMORY_KEYS`); a metric the log does not carry
+    is None. Read with mlite's own log reader."""
+    import math
+
+    from ..logs import read_log
+
+    wide = read_log(str(path)).wide
+    cols = [k for k in MEMORY_KEYS["max_memory_allocated_gb"] if k in wide.columns]
+    if not cols:
+        raise MliteError(f"{path}: no step line carries perf/max_memory_allocated_gb")
+    for step, row in wide.iterrows():
+        if any(not math.isnan(float(row[c])) for c in cols):
+            out: dict = {"step": int(step)}
+            for name, keys in MEMORY_KEYS.items():
+                vals = [float(row[k]) for k in keys if k in wide.columns and not math.isnan(float(row[k]))]
+                out[name] = vals[0] if vals else None
+            return out
+    raise MliteError(f"{path}: no step line carries perf/max_memory_allocated_gb")
+
+
+# ------------------------------------------------------------------------------------------ settings from launchers
+def inner_script(text: str) -> str:
+    """The script of ``... bash -lc '<script>'`` (a launch wrapped in ``docker exec``), else ``text`` unchanged."""
+    tag = "bash -lc '"
+    if tag not in text:
+        return text
+    start = text.index(tag) + len(tag)
+    end = text.index("'", start)
+    return text[start:end]
+
+
+def launcher_text(run: dict, root) -> str:
+    """The launch command of a ``"launcher"`` entry: lines ``[first, last]`` (1-based) of its excerpt, unwrapped
+    from ``bash -lc '...'`` when the entry says ``"inner_bash_c": true``."""
+    first, last = run["launcher"]["lines"]
+    lines = (Path(root) / run["log"]).read_text().splitlines(keepends=True)[first - 1 : last]
+    text = "".join(lines)
+    return inner_script(text) if run["launcher"].get("inner_bash_c") else text
+
+
+def unflatten(flat: dict) -> dict:
+    """``{"a.b.c": v}`` -> ``{"a": {"b": {"c": v}}}`` (a leading ``+`` / ``++`` of a Hydra override dropped)."""
+    out: dict = {}
+    for key, value in flat.items():
+        parts = key.lstrip("+").split(".")
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise MliteError(f"override {key}: {p} is both a value and a group")
+        node[parts[-1]] = value
+    return out
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """``base`` with ``over`` laid on it, nested dicts merged (``over`` wins)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def config_defaults(run: dict, root) -> dict:
+    """The verl config a launcher's overrides are laid on: the dump of ``config_defaults["dump_of"]`` (a log of the
+    same verl era) and/or the nested ``config_defaults["keys"]``."""
+    from .rl_check import verl_config_from_log
+
+    spec = run.get("config_defaults") or {}
+    base = verl_config_from_log(Path(root) / spec["dump_of"]) if spec.get("dump_of") else {}
+    return deep_merge(base, spec.get("keys", {}))
+
+
+def verl_config_from_launcher(run: dict, root):
+    """``(nested verl config, ImportedLauncher)`` of a ``"launcher"`` entry: the importer's overrides (values
+    expanded, later ones winning as in Hydra) over :func:`config_defaults`."""
+    from ..export.importer import import_launcher
+
+    imp = import_launcher(f"{run['log']}:{run['launcher']['lines']}", text=launcher_text(run, root))
+    flat = {o.key.lstrip("+"): o.value for o in imp.overrides}
+    return deep_merge(config_defaults(run, root), unflatten(flat)), imp
+
+
+def megatron_training(imp, cfg: dict, gpu_memory_gib: float):
+    """TrainingOptions of a verl Megatron actor: what the importer reads from the launcher (distributed optimizer,
+    offloads, sequence parallel, P + R, the micro-batch), plus ``enable_gradient_checkpointing`` as full recompute
+    (verl's Megatron worker turns it into ``recompute_granularity="full"``, ``recompute_method="uniform"``,
+    ``recompute_num_layers=1`` in the override transformer config: ``_build_model_optimizer`` in
+    ``verl/workers/megatron_workers.py``; the importer does not read that key)."""
+    from ..options import TrainingOptions
+
+    opts = dict(imp.options)
+    if cfg.get("actor_rollout_ref", {}).get("model", {}).get("enable_gradient_checkpointing"):
+        opts["recompute"] = "full"
+    return TrainingOptions(**opts, gpu_memory_gib=gpu_memory_gib, gpus_per_node=imp.gpus_per_node)
+
+
+def strategy_of(cfg: dict) -> str:
+    """The actor's ``strategy`` (``fsdp``, ``fsdp2``, ``megatron``); verl's default is ``fsdp``."""
+    return str(cfg.get("actor_rollout_ref", {}).get("actor", {}).get("strategy", "fsdp"))
+
+
+def predict_run(run: dict, root):
+    """``(RLEstimate, TrainingOptions, RolloutOptions, spec, plan, cfg)`` of any entry (config dump or launcher)."""
+    from ..memory.rl import rl_estimate
+    from ..memory.rl_keys import rollout_kwargs
+    from ..memory.rl_options import RolloutOptions
+    from ..mesh import ParallelConfig, resolve
+    from ..models import from_hf_config
+    from .rl_check import predict, training_from_verl, verl_config_from_log
+
+    root = Path(root)
+    if "launcher" not in run:
+        est, o, r, spec, plan = predict(run, root)
+        return est, o, r, spec, plan, verl_config_from_log(root / run["log"])
+    cfg, imp = verl_config_from_launcher(run, root)
+    if "strategy" not in cfg.setdefault("actor_rollout_ref", {}).setdefault("actor", {}):
+        # the launcher's config file decides (ppo_megatron_trainer -> megatron): the importer's reading of it
+        cfg["actor_rollout_ref"]["actor"]["strategy"] = "megatron" if "megatron" in imp.target else "fsdp"
+    spec = from_hf_config(str(root / run["model"]))
+    ngpu = imp.nnodes * imp.gpus_per_node
+    if strategy_of(cfg) == "megatron":
+        o = megatron_training(imp, cfg, run["gpu_memory_gib"])
+        par = imp.parallel
+    else:
+        o = training_from_verl(cfg, run["gpu_memory_gib"])
+        par = ParallelConfig()
+    kw = rollout_kwargs(cfg)
+    for k in ("sleep_level", "max_model_len"):
+        if k in run:
+            kw[k] = run[k]
+    for k in ("verl_version", "engine_placement"):  # RolloutOptions rows of the measured_as work, once merged
+        if k in run and k in RolloutOptions.__dataclass_fields__:
+            kw[k] = run[k]
+    r = RolloutOptions(**kw)
+    plan = resolve(spec, ngpu, par, seq_len=o.seq_len, gpus_per_node=o.gpus_per_node)
+    return rl_estimate(spec, plan, o, r), o, r, spec, plan, cfg
+
+
+def critic_bytes(run: dict, spec, plan, o) -> float:
+    """Resident bytes of a PPO critic fused into the actor's process, when the entry says ``"critic":
+    "same_as_actor"`` (rl_estimate has no critic yet: stood in for by the actor's idle state), else 0."""
+    if run.get("critic") != "same_as_actor":
+        return 0.0
+    from ..memory.estimate import estimate
+
+    return estimate(spec, plan, o, explain=False).worst.idle_gpu
+
+
+def predicted_allocated(est, run: dict, critic: float) -> float:
+    """The kit's figure for the run's logged ``perf/max_memory_allocated_gb`` (GiB). Today: the existing check's
+    quantity, :func:`~.rl_check.torch_peaks` under the entry's ``engine_accounting``. Once
+    ``mlite.memory.rl_metrics`` is on main, switch this one line to
+    ``(predicted_metrics(est)["perf/max_memory_allocated_gb"] + critic) / GIB``."""
+    from .rl_check import torch_peaks
+
+    return torch_peaks(est, critic)[run["engine_accounting"]] / GIB
+
+
+def comparison_rows(root) -> list[dict]:
+    """One row per run of :func:`load_runs`: logged next to predicted (GiB), with what the comparison may say."""
+    rows = []
+    for run in load_runs(root):
+        est, o, r, spec, plan, cfg = predict_run(run, root)
+        critic = critic_bytes(run, spec, plan, o)
+        logged = logged_memory(Path(root) / run["log"])
+        pred = predicted_allocated(est, run, critic)
+        rows.append(
+            {
+                "run": run["id"],
+                "file": run["_file"],
+                "strategy": strategy_of(cfg),
+                "algorithm": "PPO" if cfg.get("algorithm", {}).get("adv_estimator") == "gae" else "GRPO",
+                "verl": run.get("verl_version") or run["verl_era"].split(",")[0],
+                "engine": f"{r.name} ({run['engine_accounting']})",
+                "logged": logged,
+                "predicted": pred,
+                "ratio": pred / logged["max_memory_allocated_gb"],
+                **_comparable(run),
+            }
+        )
+    return rows
+
+
+def _comparable(run: dict) -> dict:
+    """``{"comparable", "why"}`` of an entry: its own fields, or :data:`FIRST_ROUND` for a first-round one."""
+    if "comparable" in run:
+        return {"comparable": bool(run["comparable"]), "why": run["comparable_why"], "miss": run.get("miss_why")}
+    ok, why = FIRST_ROUND.get(run["id"], (True, f"first round, engine accounting {run['engine_accounting']}"))
+    return {"comparable": ok, "why": why, "miss": None}
+
+
+def comparison_table(rows: list[dict]) -> str:
+    """The README table of :func:`comparison_rows` (GiB; verl's "gb" are GiB)."""
+    out = [
+        "| run | strategy | verl | engine | logged | predicted | ratio | comparable? why |",
+        "|" + "---|" * 8,
+    ]
+    for row in rows:
+        yes = "yes" if row["comparable"] else "no"
+        off = f"; off by {row['ratio'] - 1:+.0%}: {row['miss']}" if row["comparable"] and row["miss"] else ""
+        out.append(
+            f"| {row['run']} | {row['strategy']} {row['algorithm']} | {row['verl']} | {row['engine']} | "
+            f"{row['logged']['max_memory_allocated_gb']:.1f} | {row['predicted']:.1f} | {row['ratio']:.2f} | "
+            f"{yes}: {row['why']}{off} |"
+        )
+    return "\n".join(out)
+
+
+__all__ = [
+    "MEMORY_KEYS",
+    "RUNS_FILES",
+    "comparison_rows",
+    "comparison_table",
+    "load_runs",
+    "logged_memory",
+    "predict_run",
+    "predicted_allocated",
+    "verl_config_from_launcher",
+]
+
+
+def main(argv=None) -> int:
+    """``python3 -m mlite.validation.rl_runs --table``: every published run of ``tests/data/rl`` estimated and put next
+    to its logged ``perf/max_memory_allocated_gb``, as the README's table; ``--root DIR`` reads another folder of run
+    lists. Bad input: one line on stderr, exit 2."""
+    import argparse
+    import sys
+
+    from ..paths import REPO_ROOT
+
+    ap = argparse.ArgumentParser(prog="python3 -m mlite.validation.rl_runs")
+    ap.add_argument("--table", action="store_true", help="print the README table of every run (the default)")
+    ap.add_argument("--root", default=str(REPO_ROOT / "tests" / "data" / "rl"), help="folder of the run lists")
+    args = ap.parse_args(argv)
+    try:
+        table = comparison_table(comparison_rows(args.root))
+    except MliteError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,194 @@
+"""The published verl runs of tests/data/rl (runs.json and runs_second_round.json) against the kit: every excerpt
+parses with mlite's log reader, every run's settings read into the kit's options the way the kit reads them (config
+dump or launcher), the provenance is there, and the README table is what the code computes. Oracles: the raw text of
+each excerpt, read here with plain regular expressions, never with the kit."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from mlite.validation.rl_runs import (
+    REQUIRED,
+    RUNS_FILES,
+    comparison_rows,
+    comparison_table,
+    deep_merge,
+    inner_script,
+    launcher_text,
+    load_runs,
+    logged_memory,
+    predict_run,
+    unflatten,
+)
+
+RUNS = REPO / "tests" / "data" / "rl"
+ALL = load_runs(RUNS)
+SECOND = [r for r in ALL if r["_file"] == RUNS_FILES[1]]
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _raw(run) -> str:
+    return _ANSI.sub("", (RUNS / run["log"]).read_text())
+
+
+def _last_override(text: str, key: str):
+    """The last ``key=value`` of a launch command, as the shell would split it (oracle for the importer)."""
+    hits = re.findall(rf"(?:^|\s){re.escape(key)}=(\S+)", text)
+    return hits[-1].strip("'\"") if hits else None
+
+
+@pytest.mark.parametrize("run", ALL, ids=[r["id"] for r in ALL])
+def test_excerpt_parses_and_the_logged_figure_is_the_texts(run):
+    got = logged_memory(RUNS / run["log"])
+    raw = _raw(run)
+    line = next(ln for ln in raw.splitlines() if re.search(rf"step:{got['step']} - ", ln) and "memory_allocated" in ln)
+    text = re.search(r"perf/max_memory_allocated_gb:(?:np\.float64\()?([0-9.]+)", line).group(1)
+    assert got["max_memory_allocated_gb"] == pytest.approx(float(text), abs=0)
+    reserved = re.search(r"perf/max_memory_reserved_gb:(?:np\.float64\()?([0-9.]+)", line)
+    assert got["max_memory_reserved_gb"] == (float(reserved.group(1)) if reserved else None)
+    # the earliest step line of the excerpt that carries the figure is the one read
+    steps = [int(m) for m in re.findall(r"step:(\d+) - [^\n]*max_memory_allocated_gb", raw)]
+    assert got["step"] == min(steps)
+
+
+@pytest.mark.parametrize("run", ALL, ids=[r["id"] for r in ALL])
+def test_settings_read_into_the_kit_options_agree_with_the_excerpt(run):
+    est, o, r, _spec, plan, cfg = predict_run(run, RUNS)
+    raw = _raw(run)
+    if "launcher" in run:
+        cmd = launcher_text(run, RUNS)
+        assert cmd in (RUNS / run["log"]).read_text() or cmd in raw
+        want = {
+            "gpu_memory_utilization": _last_override(cmd, "actor_rollout_ref.rollout.gpu_memory_utilization"),
+            "n": _last_override(cmd, "actor_rollout_ref.rollout.n"),
+            "tensor_model_parallel_size": _last_override(cmd, "actor_rollout_ref.rollout.tensor_model_parallel_size"),
+            "prompt_length": _last_override(cmd, "data.max_prompt_length"),
+            "response_length": _last_override(cmd, "data.max_response_length"),
+            "train_batch_size": _last_override(cmd, "data.train_batch_size"),
+        }
+        assert None not in [want[k] for k in ("gpu_memory_utilization", "prompt_length", "response_length")]
+        for field, value in want.items():
+            if value is None:  # left to verl's defaults (the entry's config_defaults)
+                continue
+            assert getattr(r, field) == type(getattr(r, field))(float(value) if "." in value else int(value)), field
+        ngpu = int(_last_override(cmd, "trainer.nnodes")) * int(_last_override(cmd, "trainer.n_gpus_per_node"))
+        tp = _last_override(cmd, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size")
+        assert plan.parallel.tp == (int(tp) if tp else 1)
+        offload = _last_override(cmd, "actor_rollout_ref.actor.megatron.param_offload") or _last_override(
+            cmd, "actor_rollout_ref.actor.fsdp_config.param_offload"
+        )
+        assert o.param_offload == (offload == "True")
+        kl = _last_override(cmd, "actor_rollout_ref.actor.use_kl_loss")
+        assert r.ref == ("colocated" if kl == "True" else "none")
+    else:
+        rc = cfg["actor_rollout_ref"]["rollout"]
+        assert (r.gpu_memory_utilization, r.n, r.tensor_model_parallel_size) == (
+            rc["gpu_memory_utilization"],
+            rc["n"],
+            rc["tensor_model_parallel_size"],
+        )
+        assert (r.prompt_length, r.response_length) == (
+            cfg["data"]["max_prompt_length"],
+            cfg["data"]["max_response_length"],
+        )
+        ngpu = cfg["trainer"]["nnodes"] * cfg["trainer"]["n_gpus_per_node"]
+        assert f"'gpu_memory_utilization': {rc['gpu_memory_utilization']}," in raw
+    assert plan.ngpu == ngpu
+    assert o.gpu_memory_gib == run["gpu_memory_gib"]
+    assert est.phases and est.engine.weights > 0
+
+
+def test_megatron_runs_are_read_as_megatron_with_their_mesh_and_recompute():
+    megatron = [r for r in SECOND if "megatron" in r["log"]]
+    assert len(megatron) >= 2
+    for run in megatron:
+        _est, o, _r, _spec, plan, cfg = predict_run(run, RUNS)
+        cmd = launcher_text(run, RUNS)
+        assert cfg["actor_rollout_ref"]["actor"]["strategy"] == "megatron"
+        assert o.optimizer == "dist_opt" and plan.parallel.tp == 4
+        gc = _last_override(cmd, "actor_rollout_ref.model.enable_gradient_checkpointing")
+        assert o.recompute == ("full" if gc == "True" else "none")
+
+
+def test_second_round_entries_carry_their_provenance():
+    assert SECOND, "tests/data/rl/runs_second_round.json has no runs"
+    first_round_ids = {r["id"] for r in ALL if r["_file"] == RUNS_FILES[0]}
+    for run in SECOND:
+        missing = [k for k in REQUIRED if k not in run]
+        assert not missing, (run["id"], missing)
+        assert run["id"] not in first_round_ids
+        src = run["source"]
+        assert re.search(r"github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/", src) or re.search(r"index file id \d+", src)
+        assert isinstance(run["comparable"], bool) and run["comparable_why"]
+        assert run["engine_accounting"] in ("outside", "torch_frees", "cumem")
+        model = json.loads((RUNS / run["model"]).read_text())
+        assert {"hidden_size", "num_hidden_layers", "vocab_size"} <= set(model) and run.get("model_source")
+        if "launcher" in run:
+            first, last = run["launcher"]["lines"]
+            assert 1 <= first <= last <= len((RUNS / run["log"]).read_text().splitlines())
+
+
+def test_the_runs_cover_what_the_issue_asks():
+    """At least eight public runs (distinct logs), Megatron and FSDP, PPO and GRPO, old and new verl."""
+    rows = comparison_rows(RUNS)
+    logs = {r["log"] for r in ALL}
+    assert len(logs) >= 8
+    strategies = {row["strategy"] for row in rows}
+    assert "megatron" in strategies and strategies & {"fsdp", "fsdp2"}
+    assert {"PPO", "GRPO"} <= {row["algorithm"] for row in rows}
+    accountings = {r["engine_accounting"] for r in ALL}
+    assert {"torch_frees", "cumem", "outside"} <= accountings  # old in-process engines and the new separate one
+
+
+def test_comparable_runs_are_within_15_percent_or_say_why_not():
+    rows = comparison_rows(RUNS)
+    for row in rows:
+        if row["comparable"] and abs(row["ratio"] - 1) > 0.15:
+            assert row["miss"], f"{row['run']}: off by {row['ratio'] - 1:+.0%} and no miss_why"
+    assert sum(1 for row in rows if row["comparable"] and abs(row["ratio"] - 1) <= 0.15) >= 4
+
+
+def test_readme_table_is_what_the_code_computes():
+    table = comparison_table(comparison_rows(RUNS))
+    readme = (REPO / "README.md").read_text()
+    assert table in readme, "README 'RL memory against public runs' table is stale: paste rl_runs --table"
+
+
+def test_cli_prints_the_table_and_refuses_a_bad_root_in_one_line(tmp_path):
+    env_py = [sys.executable, "-m", "mlite.validation.rl_runs"]
+    ok = subprocess.run([*env_py, "--table"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == comparison_table(comparison_rows(RUNS))
+    bad = subprocess.run([*env_py, "--root", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and not bad.stdout and len(bad.stderr.strip().splitlines()) == 1
+    assert "runs.json" in bad.stderr
+
+
+def test_launcher_helpers():
+    assert inner_script("sudo docker exec c bash -lc '\ncd /w && python3 -m x a=1'\n") == "\ncd /w && python3 -m x a=1"
+    assert inner_script("python3 -m x a=1\n") == "python3 -m x a=1\n"
+    assert unflatten({"a.b.c": 1, "+a.d": 2, "e": 3}) == {"a": {"b": {"c": 1}, "d": 2}, "e": 3}
+    assert deep_merge({"a": {"b": 1, "c": 2}, "x": 0}, {"a": {"c": 3}}) == {"a": {"b": 1, "c": 3}, "x": 0}
+
+
+def test_readme_prose_quotes_todays_figures():
+    """The counts and misses the prose under the table quotes are today's."""
+    rows = comparison_rows(RUNS)
+    flat = " ".join((REPO / "README.md").read_text().split())
+    comparable = [r for r in rows if r["comparable"]]
+    within = [r for r in comparable if abs(r["ratio"] - 1) <= 0.15]
+    words = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    assert f"Of the {words[len(comparable)]} comparable runs {words[len(within)]} land within 15 %" in flat
+    for r in comparable:
+        if r not in within:
+            assert f"({round((r['ratio'] - 1) * 100):+d} %)" in flat, r["run"]
+    assert (
+        f"{words[len({r['log'] for r in ALL})].capitalize()} public verl runs ({words.get(len(rows), len(rows))}"
+        in flat
+    )
