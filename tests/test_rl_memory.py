@@ -345,7 +345,10 @@ def test_cli_json_document_keys_and_agreement_with_the_api():
     assert res.rc == 0, res.err
     d = res.json()
     base = {"phases", "peak_phase", "fits", "kv_cache", "host_per_node", "warnings", "errors"}
-    assert set(d) == base | {"resync", "vllm_kv_rule"}  # the colocated budget's keys (tests/test_rl_budget.py)
+    assert set(d) == base | {"resync", "vllm_kv_rule"} | {  # the colocated budget's keys (tests/test_rl_budget.py)
+        "predicted_metrics",
+        "predicted_metrics_assumed",
+    }  # the last two: tests/test_rl_metrics.py
     assert set(d["phases"]) == set(PHASES)
     for p in d["phases"].values():
         assert set(p) == {"gpu", "host_per_gpu", "parts"}

@@ -15,7 +15,9 @@ fields: name, tensor_model_parallel_size, data_parallel_size, gpu_memory_utiliza
 sleep_level, prompt_length, response_length, n, train_batch_size, max_model_len, ref, ref_param_offload, host_mem_gib), ``mlite-rl-chart``
 (SVG; bars ``g.mlite-rl-bar[data-phase][data-bytes][data-fits]``, failing ones also ``.mlite-rl-oom``; host bars
 ``g.mlite-rl-host-bar[data-phase][data-bytes]``), ``mlite-rl-peak``, ``mlite-rl-fits``, ``mlite-rl-kv``,
-``mlite-rl-host``, ``mlite-rl-messages``, ``mlite-rl-offload-actor`` (the fix button while the step does not fit
+``mlite-rl-host``, ``mlite-rl-metrics`` (the predicted verl memory metrics: rows
+``tr.mlite-rl-metric[data-metric][data-bytes]``, the one a log's peak is ``.mlite-rl-log-shows``),
+``mlite-rl-verl-version`` (the verl release they assume), ``mlite-rl-messages``, ``mlite-rl-offload-actor`` (the fix button while the step does not fit
 with the actor resident), ``mlite-rl-command``, ``mlite-rl-invalid``, ``mlite-error``.
 """
 
@@ -29,11 +31,12 @@ import traitlets
 
 from mlite.memory import GIB
 from mlite.memory.rl import rl_estimate
+from mlite.memory.rl_metrics import verl_release
 from mlite.memory.rl_options import RolloutOptions
 from mlite.memory.rl_phases import PHASE_REGISTRY
 from mlite.mesh.axes import AXES
 from mlite.options import TRAINING, command_args
-from mlite.options.rollout import MEM_FRACTION_STATIC, ROLLOUT
+from mlite.options.rollout import DEFAULT_VERL_VERSION, MEM_FRACTION_STATIC, ROLLOUT, VERL_VERSIONS
 
 from ._common import ErrorBanner, esc
 from .memory_chart import _card, _nice_step, gib
@@ -234,6 +237,35 @@ def control_value(row, value):
     return int(value) if row.type is int else value
 
 
+def verl_version_options() -> list[tuple[str, str]]:
+    """(label, ``verl_version``) of the releases :mod:`mlite.memory.rl_metrics` knows; the default release keeps
+    its own spelling (so the command line leaves ``--verl-version`` out)."""
+    default = verl_release(DEFAULT_VERL_VERSION).text
+    return [(v, DEFAULT_VERL_VERSION if v == default else v) for v in VERL_VERSIONS]
+
+
+def metrics_html(est) -> str:
+    """The predicted verl memory metrics of ``est`` (``predicted_metrics`` of its ``to_dict``): GiB, bytes and what
+    each covers, the one a log's memory peak is marked."""
+    d = est.to_dict()
+    a = d["predicted_metrics_assumed"]
+    rows = []
+    for name, b in d["predicted_metrics"].items():
+        shows = name == a["log_shows"]
+        cls = "mlite-rl-metric" + (" mlite-rl-log-shows" if shows else "")
+        key = a["logged_keys"][name]  # as a log of this verl release spells it
+        rows.append(
+            f'<tr class="{cls}" data-metric="{esc(name)}" data-bytes="{b}"><td><code>{esc(key)}</code>'
+            f"{' <b>(a log&#x27;s memory peak)</b>' if shows else ''}</td><td style='text-align:right'>"
+            f"{gib(b, 1)}</td><td style='font-size:85%'>{esc(a['covers'][name])}</td></tr>"
+        )
+    return (
+        f"<div style='font-size:90%'>verl {esc(a['verl_version'])} logs, engine placement "
+        f"<b>{esc(a['placement'])}</b> ({esc(a['placement_source'])}):</div>"
+        f"<table style='border-collapse:collapse'>{''.join(rows)}</table>"
+    )
+
+
 class RLView(W.VBox):
     """RL step memory by phase for the memory view's actor; the rollout knobs under verl's names."""
 
@@ -250,6 +282,16 @@ class RLView(W.VBox):
         c = self.controls = {f: rollout_control(r, getattr(self._base, f)) for f, r in self._rows.items()}
         for name, w in c.items():
             w.add_class(f"mlite-rl-{name}")
+        self.verl_version = W.Dropdown(
+            options=verl_version_options(),
+            value=self._version_value(self._base.verl_version),
+            description="verl release (perf/* metrics)",
+            style={"description_width": "initial"},
+        )
+        """The verl release the predicted metrics assume (``RolloutOptions.verl_version``; ``--verl-version``)."""
+        self.verl_version.add_class("mlite-rl-verl-version")
+        self.metrics = W.HTML()
+        self.metrics.add_class("mlite-rl-metrics")
         self.chart = W.HTML()
         self.chart.add_class("mlite-rl-chart")
         self.cards = W.HTML()
@@ -270,7 +312,8 @@ class RLView(W.VBox):
             self.errors.guard(lambda _b: self.memory.set(param_offload=True, optimizer_offload=True))
         )
         controls = W.HBox(
-            list(c.values()), layout=W.Layout(flex_flow="row wrap", align_items="center", grid_gap="4px 12px")
+            [*c.values(), self.verl_version],
+            layout=W.Layout(flex_flow="row wrap", align_items="center", grid_gap="4px 12px"),
         )
         self.children = [
             controls,
@@ -278,11 +321,12 @@ class RLView(W.VBox):
             self.invalid,
             self.cards,
             self.chart,
+            self.metrics,
             self.messages,
             self.offload_actor,
             self.cmd,
         ]
-        for w in c.values():
+        for w in [*c.values(), self.verl_version]:
             w.observe(self.errors.guard(lambda _c: self.refresh()), names="value")
         memory.observe(self.errors.guard(lambda _c: self.refresh()), names="estimate")
         self.errors.run(self.refresh)
@@ -291,7 +335,13 @@ class RLView(W.VBox):
     def rollout_options(self) -> RolloutOptions:
         """RolloutOptions of the controls (fields without a control as given to the constructor)."""
         values = {f: control_value(r, self.controls[f].value) for f, r in self._rows.items()}
-        return replace(self._base, **values)
+        return replace(self._base, **values, verl_version=self.verl_version.value)
+
+    @staticmethod
+    def _version_value(version: str) -> str:
+        """The dropdown value of a ``verl_version`` (its release's entry)."""
+        text = verl_release(version).text
+        return next(v for label, v in verl_version_options() if label == text)
 
     def training_options(self):
         """The memory view's TrainingOptions with ``seq_len`` = P + R."""
@@ -299,9 +349,13 @@ class RLView(W.VBox):
         return replace(self.memory.options(), seq_len=r.seq_tokens)
 
     def set(self, **values) -> None:
-        """Set controls by field name (``gpu_memory_utilization=0.7``); each change re-estimates."""
+        """Set controls by field name (``gpu_memory_utilization=0.7``, ``verl_version="0.6"``); each change
+        re-estimates."""
         for k, v in values.items():
-            self.controls[k].value = v
+            if k == "verl_version":
+                self.verl_version.value = self._version_value(v)
+            else:
+                self.controls[k].value = v
 
     def command(self) -> str:
         """The ``mlite rl-memory`` command line of what is shown, from the tables: the mesh axes
@@ -332,7 +386,7 @@ class RLView(W.VBox):
         if plan is None or not plan.valid:
             self.estimate = None
             self.invalid.value = "<i>the planner's mesh is invalid: fix it above to see the RL phases</i>"
-            self.chart.value = self.cards.value = self.messages.value = self.cmd.value = ""
+            self.chart.value = self.cards.value = self.messages.value = self.cmd.value = self.metrics.value = ""
             self.offload_actor.layout.display = "none"
             return
         self.invalid.value = ""
@@ -389,6 +443,7 @@ class RLView(W.VBox):
             f'<div style="font-size:85%;max-width:900px">{legend}; a phase that does not fit is '
             f'<span style="color:{OOM};font-weight:700">red</span></div>'
         )
+        self.metrics.value = metrics_html(est)
         items = [f'<li style="color:{OOM}"><b>error</b>: {esc(e)}</li>' for e in d["errors"]]
         items += [f"<li>{esc(w)}</li>" for w in d["warnings"]]
         self.messages.value = f"<ul style='margin:2px 0'>{''.join(items)}</ul>" if items else ""

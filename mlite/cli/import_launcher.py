@@ -106,6 +106,8 @@ def run(args) -> int:
         print(f"  stages: {doc['pp_layout']}  ({doc['layout_source']})")
     if doc["options"]:
         print("  options: " + " ".join(f"{k}={v}" for k, v in doc["options"].items()))
+    vv = doc["verl_version"]
+    print(f"  verl version: {vv['version'] or 'not named'} ({vv['source']})")
     for err in doc["errors"]:
         print(f"  error: {err}")
     for err in doc["rollout_errors"]:
@@ -209,3 +211,6 @@ def _print_rl(rl: dict) -> None:
         print(f"    {name:<14} GPU {ph['gpu'] / GIB:8.2f} GiB   host/GPU {ph['host_per_gpu'] / GIB:7.2f} GiB")
     for e in rl["errors"]:
         print(f"    error: {e}")
+    from .rl_memory import print_predicted_metrics
+
+    print_predicted_metrics(rl)

@@ -223,6 +223,7 @@ def run(args) -> int:
         f"  host RAM per node {g(doc['host_per_node'])}"
         + (f" of --host-mem {args.host_mem:g} GiB" if args.host_mem else "")
     )
+    print_predicted_metrics(doc)
     for w in doc["warnings"]:
         if not any(w.startswith(f"{n} does not fit") for n in est.phases):  # the table already says which phase
             print(f"  warning: {w}")
@@ -230,3 +231,14 @@ def run(args) -> int:
         print(f"  error: {e}")
     print(f"  {'fits' if est.fits else 'does NOT fit'}")
     return 0 if est.fits else 1
+
+
+def print_predicted_metrics(doc: dict) -> None:
+    """The predicted verl memory metrics of an ``rl-memory`` document beside its phases: which one a log shows and
+    what each covers (:mod:`mlite.memory.rl_metrics`)."""
+    a = doc["predicted_metrics_assumed"]
+    print(f"  verl {a['verl_version']} logs (engine placement {a['placement']}; {a['placement_source']}):")
+    for name, b in doc["predicted_metrics"].items():
+        shows = "  <- a log's memory peak" if name == a["log_shows"] else ""
+        print(f"    {a['logged_keys'][name]:34s} {b / 1024**3:7.1f} GiB{shows}")
+        print(f"      {a['covers'][name]}")

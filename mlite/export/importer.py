@@ -107,6 +107,9 @@ class ImportedLauncher:
     """Variables the script puts in the launch's environment (``export NAME=...``, ``NAME=... cmd``:
     :attr:`mlite.shell.script.ScriptResult.exported`) -> ``(value, line)``; the outside ``env`` is not in it
     (``mlite check`` reads both: the environment rules of :attr:`mlite.options.optimizers.Backend.env_refuses`)."""
+    verl_version: dict = field(default_factory=dict)
+    """``{"version": str | None, "source": str}``: the verl release the launcher names and where
+    (:func:`mlite.export.verl_version.launcher_verl_version`); its rollout estimate's ``predicted_metrics`` assume it."""
 
     @property
     def ngpu(self) -> int:
@@ -219,6 +222,7 @@ class ImportedLauncher:
                 "train_mtp": self.train_mtp,
                 "deleted": self.deleted,
                 "pipeline_split": self.split.describe() if self.split else "",
+                "verl_version": self.verl_version,
             }
         )
         return out
@@ -619,7 +623,22 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         environment={
             n: (res.shell.vars[n], line) for n, line in res.exported.items() if isinstance(res.shell.vars.get(n), str)
         },
+        verl_version=_verl_version(text, by),
     )
+
+
+def _verl_version(text: str, by: dict) -> dict:
+    """The launcher's verl release and its source; one the kit does not know is dropped, saying why."""
+    from ..memory.rl_metrics import verl_release
+    from .verl_version import launcher_verl_version
+
+    version, source = launcher_verl_version(text, by)
+    if version is not None:
+        try:
+            verl_release(version)
+        except MliteError as e:
+            return {"version": None, "source": f"{source}: {e.message}"}
+    return {"version": version, "source": source}
 
 
 def _slurm_notes(res, launch) -> list[str]:
@@ -824,5 +843,8 @@ def rl_estimate(imported: ImportedLauncher, training, config: str | None = None)
     from ..models import from_hf_config
 
     _, ref = imported.plan(config)
-    rollout = RolloutOptions(**imported.rollout)
+    kw = dict(imported.rollout)
+    if imported.verl_version.get("version"):
+        kw["verl_version"] = imported.verl_version["version"]
+    rollout = RolloutOptions(**kw)
     return phases(from_hf_config(ref), training.plan, training.options, rollout).to_dict()

@@ -139,11 +139,20 @@ class RLEstimate:
             "errors": list(self.errors),
             **({"resync": self.resync.to_dict()} if self.resync is not None else {}),
             **({"vllm_kv_rule": kv_rule(self.rollout.vllm_version).name} if self.rollout.name == "vllm" else {}),
+            **self.metrics_dict(),
         }
         if self.fsdp is not None and self.fsdp.is_fsdp:  # verl's FSDP actor: which one, and its inputs
             doc["actor_strategy"] = self.fsdp.strategy
             doc["fsdp"] = self.fsdp.to_dict()
         return doc
+
+    def metrics_dict(self) -> dict:
+        """``predicted_metrics`` (verl's memory metric -> bytes the log would show) and
+        ``predicted_metrics_assumed`` (the verl release, the engine placement, what each covers):
+        :mod:`mlite.memory.rl_metrics`."""
+        from .rl_metrics import assumed, predicted_metrics
+
+        return {"predicted_metrics": predicted_metrics(self), "predicted_metrics_assumed": assumed(self)}
 
 
 def _check_mesh(spec, plan, r: RolloutOptions) -> None:

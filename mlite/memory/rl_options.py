@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from ..errors import MliteError
 from ..options.rollout import (
     CHECKPOINT_BACKENDS,
+    DEFAULT_VERL_VERSION,
+    ENGINE_PLACEMENTS,
     EXPERT_GATHERS,
     REF_MODES,
     RESYNC_GATHERS,
@@ -118,6 +120,11 @@ class RolloutOptions:
     """Block edge of the rollout checkpoint's FP8 weights (its ``quantization_config.weight_block_size``; the rollout
     TP block rule of :mod:`mlite.models.quantized` checks it); 0: not block-quantized; None: the model config's
     ``quantization_config``, else 128 for DeepSeek-V4 (the fork's block-FP8 rollout checkpoint), else 0."""
+    verl_version: str = DEFAULT_VERL_VERSION
+    """The verl release whose ``perf/*`` memory metrics the prediction is of (:mod:`mlite.memory.rl_metrics`)."""
+    engine_placement: str | None = None
+    """Where the engine's memory shows in the actor process (``ENGINE_PLACEMENTS``); None: derived
+    (:func:`mlite.memory.rl_metrics.placement_for`)."""
 
     def __post_init__(self):
         self.validate()
@@ -166,6 +173,14 @@ class RolloutOptions:
             raise MliteError(f"weight_block_size (--rollout-weight-block) must be an integer >= 0, got {b!r}")
         if self.host_mem_gib is not None and not 0.0 < float(self.host_mem_gib) < float("inf"):
             raise MliteError(f"host_mem_gib (--host-mem) must be a finite positive number, got {self.host_mem_gib}")
+        from .rl_metrics import verl_release
+
+        verl_release(self.verl_version)
+        if self.engine_placement is not None and self.engine_placement not in ENGINE_PLACEMENTS:
+            raise MliteError(
+                f"engine_placement (--engine-placement) must be one of {', '.join(ENGINE_PLACEMENTS)}, "
+                f"got {self.engine_placement!r}"
+            )
         self._validate_budget()
 
     def _validate_budget(self) -> None:

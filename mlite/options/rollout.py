@@ -30,6 +30,15 @@ CHECKPOINT_BACKENDS = ("naive", "nccl", "hccl", "nixl", "kimi_ckpt_engine", "moo
 ``docs/advance/delta_weight_sync.md`` @ fb5624af)."""
 TRAINER_MODES = ("sync", "colocate_async", "separate_async")
 """``trainer.v1.trainer_mode`` values (verl ``docs/advance/v1_async_trainer.md`` @ b89c3b34)."""
+VERL_VERSIONS = ("0.3", "0.4", "0.5", "0.6", "0.7.0", "0.7.1", "0.8", "0.9", "main")
+"""verl releases whose memory-metric rules the kit knows (:mod:`mlite.memory.rl_metrics`; a patch release reads as
+its minor, except 0.7.0 / 0.7.1, which differ); ``main``: verl-project/verl ``1dda039b`` (August 2026)."""
+DEFAULT_VERL_VERSION = "0.9.0"
+"""The newest verl release the kit knows (tag ``v0.9.0``, ``483b8a00``): ``--verl-version``'s default."""
+ENGINE_PLACEMENTS = ("in_process_cumem", "in_process_freed", "separate")
+"""Where the rollout engine's memory shows in the actor process's PyTorch statistics: its model runner in that
+process with vLLM's CuMem sleep pool (kept counted asleep), in that process freeing through PyTorch (verl's vLLM
+0.5.4 / 0.6.3 fork), or in processes of its own (:mod:`mlite.memory.rl_metrics`)."""
 
 GROUP = "rollout (verl actor_rollout_ref.rollout.*)"
 """Argparse group of the rollout flags."""
@@ -308,6 +317,27 @@ ROLLOUT: tuple[Option, ...] = (
         flag="--rollout-weight-block",
         metavar="N",
     ),
+    _row(
+        "verl_version",
+        str,
+        DEFAULT_VERL_VERSION,
+        None,
+        f"the verl release the logged perf/* memory metrics come from ({', '.join(VERL_VERSIONS)}; default "
+        f"{DEFAULT_VERL_VERSION}, the newest the kit knows): what predicted_metrics covers",
+        flag="--verl-version",
+        mapping=NotExpressible("verl has no key for it: the installed verl package is the release"),
+    ),
+    _row(
+        "engine_placement",
+        str,
+        None,
+        None,
+        "where the engine's memory shows in the actor process (default: from --verl-version, --rollout and the "
+        "mode; in_process_freed: verl <= 0.4 with its vLLM 0.5.4/0.6.3 fork)",
+        flag="--engine-placement",
+        choices=ENGINE_PLACEMENTS,
+        mapping=NotExpressible("where verl runs the engine follows from its release, engine and mode, not a key"),
+    ),
 )
 """The rollout options, in :class:`~mlite.memory.rl_options.RolloutOptions` field order."""
 
@@ -340,6 +370,8 @@ SPELLINGS: tuple[Option, ...] = (MEM_FRACTION_STATIC, FREE_CACHE_ENGINE)
 __all__ = [
     "CACHE",
     "CHECKPOINT_BACKENDS",
+    "DEFAULT_VERL_VERSION",
+    "ENGINE_PLACEMENTS",
     "EXPERT_GATHERS",
     "FREE_CACHE_ENGINE",
     "GROUP",
@@ -354,4 +386,5 @@ __all__ = [
     "SHARE",
     "SPELLINGS",
     "TRAINER_MODES",
+    "VERL_VERSIONS",
 ]

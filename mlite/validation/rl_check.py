@@ -108,6 +108,9 @@ def predict(run: dict, root: Path):
     for k in ("sleep_level", "max_model_len"):
         if k in run:
             kw[k] = run[k]
+    for k in ("verl_version", "engine_placement"):  # the release / placement the run had (runs.json, sourced)
+        if k in run:
+            kw[k] = run[k]
     r = RolloutOptions(**kw)
     spec = from_hf_config(str(root / run["model"]))
     ngpu = int(cfg["trainer"]["nnodes"]) * int(cfg["trainer"]["n_gpus_per_node"])
@@ -169,9 +172,47 @@ def compare_runs(root) -> list[dict]:
                 },
                 "gpu_memory_gib": run["gpu_memory_gib"],
                 "not_modelled": run["not_modelled"],
+                "metrics": metrics_row(est, critic),
             }
         )
     return rows
+
+
+def metrics_row(est, critic: float = 0.0) -> dict:
+    """The run's :func:`~mlite.memory.rl_metrics.predicted_metrics` under the verl release and engine placement it
+    had (GiB), ``critic`` (a fused critic's resident bytes, not modelled by rl_estimate) added to the two GPU
+    metrics, with the release and placement."""
+    from ..memory.rl_metrics import ALLOCATED, RESERVED, assumed, predicted_metrics
+
+    a = assumed(est)
+    pm = {k: v + (critic if k in (ALLOCATED, RESERVED) else 0.0) for k, v in predicted_metrics(est).items()}
+    return {
+        "verl_version": a["verl_version"],
+        "placement": a["placement"],
+        "predicted": {k.split("/")[1]: v / GIB for k, v in pm.items()},
+    }
+
+
+def metrics_table(rows: list[dict]) -> str:
+    """The README table of logged ``perf/*`` metrics next to ``predicted_metrics`` (GiB) under each run's release and
+    placement (:func:`compare_runs` rows)."""
+    out = [
+        (
+            "| run | verl | engine placement | logged max_allocated | predicted_metrics max_allocated | error | "
+            "logged max_reserved | predicted max_reserved | logged cpu_used (node) | predicted cpu_used |"
+        ),
+        "|" + "---|" * 10,
+    ]
+    for row in rows:
+        lg, m = row["logged"], row["metrics"]
+        pr = m["predicted"]
+        err = (pr["max_memory_allocated_gb"] - lg["max_memory_allocated_gb"]) / lg["max_memory_allocated_gb"]
+        out.append(
+            f"| {row['run']} | {m['verl_version']} | {m['placement']} | {lg['max_memory_allocated_gb']:.1f} | "
+            f"{pr['max_memory_allocated_gb']:.1f} | {err:+.0%} | {lg['max_memory_reserved_gb']:.1f} | "
+            f"{pr['max_memory_reserved_gb']:.1f} | {lg['cpu_memory_used_gb']:.1f} | {pr['cpu_memory_used_gb']:.1f} |"
+        )
+    return "\n".join(out)
 
 
 def markdown_table(rows: list[dict]) -> str:
