@@ -212,6 +212,7 @@ LAYERS: dict[str, frozenset[str]] = {
     | {"mesh", "models", "options", "memory", "runtime", "rundir", "logs", "export", "shell", "time"},
     "verl_engine": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "launch"},
     "time": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "launch"},
+    "check": _BASE | {"mesh", "models", "options", "memory", "runtime", "rundir", "launch", "export", "shell", "time"},
 }
 """README, Architecture: each package of ``mlite/`` -> the packages it may load (directly or through others).
 ``mlite.cli`` (the views) may load all of them; ``options`` sits just above ``mesh`` and ``models``; ``memory`` (the

@@ -11,13 +11,12 @@ launcher that names no strategy is FSDP1.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MliteError
 
 if TYPE_CHECKING:
     from ..memory.rl_fsdp import FsdpOptions
-    from .importer import ImportedLauncher
 
 FSDP_RL_TARGET = "verl-fsdp-grpo"
 """The import target of a GRPO/PPO launcher with an FSDP actor."""
@@ -33,7 +32,7 @@ def fsdp_keys() -> set[str]:
     return {k for r in FSDP_ROWS if isinstance(r.mlite, Key) for k in (r.mlite.key, *r.mlite.aliases)}
 
 
-def fsdp_options(imp: ImportedLauncher) -> FsdpOptions | None:
+def fsdp_options(imp: Any) -> FsdpOptions | None:
     """The launcher's :class:`~mlite.memory.rl_fsdp.FsdpOptions` (None unless it is an FSDP GRPO/PPO launcher);
     a value of the wrong kind (an unresolved ``$VAR``) is left at verl's default and said in ``imp.warnings``;
     a strategy other than fsdp / fsdp2 raises :class:`MliteError` naming the key."""
@@ -76,7 +75,7 @@ def _actor_doc(act, usable: float) -> dict:
     }
 
 
-def fsdp_estimate(imp: ImportedLauncher, config: str | None = None, *, gpu_memory_gib: float | None = None) -> dict:
+def fsdp_estimate(imp: Any, config: str | None = None, *, gpu_memory_gib: float | None = None) -> dict:
     """``{"strategy", "fsdp", "actor", "rl"}``: the FSDP options read, the FSDP actor's update on one GPU
     (:func:`mlite.memory.rl_fsdp.fsdp_actor`) and the RL phases (``mlite rl-memory --json``'s document).
     Refused (:class:`MliteError`) without a model config, as :meth:`ImportedLauncher.estimate` is."""
