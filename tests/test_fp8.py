@@ -369,3 +369,26 @@ def test_a_model_without_tensor_shapes_is_refused_fp8_weights():
     res = run_cli("memory", "Hy3", "--ngpu", "64", "--ep", "8", "--optimizer", "fsdp2", "--precision",
                   "hopper_blockwise_fp8_weight")  # fmt: skip
     assert_one_line_error(res, "precision: hopper_blockwise_fp8_weight needs the tensor shapes", "meta device")
+
+
+def test_the_memory_view_sets_the_precision_profile_and_shows_its_refusal():
+    """The memory view's precision picker reaches the estimate (the same bytes as the estimator's), and a profile the
+    backend refuses shows the rule inline, in one line, with no estimate."""
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+
+    planner = MeshPlanner("Qwen3-8B", ngpu=4)
+    view = MemoryView(planner, optimizer="fsdp2", gpu="H100")
+    view.set(precision="hopper_blockwise_fp8_weight")
+    o = view.options()
+    assert o.precision == "hopper_blockwise_fp8_weight"
+    spec = from_hf_config("Qwen3-8B")
+    want = estimate(spec, resolve(spec, 4, ParallelConfig(), seq_len=o.seq_len), o).to_dict()
+    got = view.estimate.to_dict()
+    assert got["precision"] == want["precision"] and got["params_detail"] == want["params_detail"]
+    assert got["params_detail"]["fp8_data"] > 0
+    assert "--precision hopper_blockwise_fp8_weight" in view.command()
+    view.controls["optimizer"].value = "dist_opt"  # FP8 weights: fsdp2 only
+    msg = view.errors.message
+    assert view.estimate is None or view._results.layout.display == "none"
+    assert "fsdp2" in msg and "\n" not in msg and "Traceback" not in msg

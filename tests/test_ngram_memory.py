@@ -130,3 +130,23 @@ def test_memory_chart_draws_the_engram_segment():
     e = _est(8, dict(ep=8))
     shown = re.findall(r'class="mlite-memory-seg-ngram_tables"[^>]* data-bytes="(\d+)"', memory_svg(e))
     assert [int(b) for b in shown] == [round(sum(e.worst.ngram.values()))]
+
+
+def test_the_memory_view_engram_switch_is_only_for_models_with_tables():
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+
+    view = MemoryView(MeshPlanner("Qwen3-8B", ngpu=1))
+    assert view.controls["engram_trainable"].disabled  # no n-gram tables
+    view = MemoryView(MeshPlanner(V41, ngpu=8, ep=8))
+    c = view.controls["engram_trainable"]
+    assert not c.disabled and not view.estimate.to_dict()["ngram_detail"]["trainable"]
+    frozen = view.estimate.worst.static
+    c.value = True
+    doc = view.estimate.to_dict()
+    assert doc["ngram_detail"]["trainable"] and view.estimate.worst.static > frozen
+    assert (
+        doc["per_gpu"]["ngram_tables"]
+        == _est(8, dict(ep=8), engram_trainable=True).to_dict()["per_gpu"]["ngram_tables"]
+    )
+    assert "--engram-trainable" in view.command()

@@ -212,6 +212,21 @@ class MemoryView(W.VBox):
                 indent=False,
                 layout=lay("230px"),
             ),
+            "precision": W.Dropdown(  # Megatron Lite's precision profiles (mlite.options.precision.PRECISIONS)
+                options=list(_ROWS["precision"].choices),
+                value=o.precision,
+                description=_ROWS["precision"].label,
+                tooltip=_ROWS["precision"].help,
+                layout=lay("300px"),
+                style=narrow,
+            ),
+            "engram_trainable": W.Checkbox(
+                value=o.engram_trainable,
+                description=_ROWS["engram_trainable"].label,
+                tooltip=_ROWS["engram_trainable"].help,
+                indent=False,
+                layout=lay("190px"),
+            ),
             "recompute": W.Dropdown(
                 options=list(_ROWS["recompute"].choices),
                 value=o.recompute,
@@ -337,6 +352,7 @@ class MemoryView(W.VBox):
                 ],
                 layout=_row_layout(),
             ),
+            W.HBox([c["precision"], c["engram_trainable"]], layout=_row_layout()),
             self.errors,
             self._invalid,
             self._results,
@@ -375,6 +391,8 @@ class MemoryView(W.VBox):
             optimizer_state_offload_chunk_size_mb=int(c["optimizer_state_offload_chunk_size_mb"].value),
             optimizer_state_offload_fraction=round(float(c["optimizer_state_offload_fraction"].value), 4),
             offload_master_for_forward=c["offload_master_for_forward"].value,
+            precision=c["precision"].value,
+            engram_trainable=c["engram_trainable"].value,
             seq_len=self.planner.seq_len,
             micro_batch_size=c["micro_batch_size"].value,
             num_microbatches=c["num_microbatches"].value,
@@ -450,6 +468,11 @@ class MemoryView(W.VBox):
             for name in ("optimizer_state_offload_chunk_size_mb", "optimizer_state_offload_fraction",
                          "offload_master_for_forward"):  # fmt: skip
                 c[name].disabled = not on
+            # the Engram switch only for a model with n-gram tables (DeepSeek-V4.1: ModelSpec.ngram_tables)
+            spec = self.planner.spec
+            c["engram_trainable"].disabled = not (spec is not None and spec.ngram_tables)
+            if c["engram_trainable"].disabled:
+                c["engram_trainable"].value = False
         finally:
             self._busy = False
 
