@@ -1,18 +1,20 @@
 """Every published verl run of ``tests/data/rl`` (``runs.json``, the first round, and ``runs_second_round.json``)
 estimated with the kit and put next to its logged ``perf/max_memory_allocated_gb``: the table "run | strategy | verl
-| engine | logged | predicted | ratio | comparable? why" (:func:`comparison_rows`, :func:`comparison_table`;
+| engine | logged | predicted | ratio | ... | comparable? why" (:func:`comparison_rows`, :func:`comparison_table`;
 ``python3 -m mlite.validation.rl_runs --table`` prints it).
 
-The settings are read the way the kit reads them elsewhere: a run whose excerpt holds verl's start-up config dump goes
-through :func:`~mlite.validation.rl_check.predict` (the dump read back, :func:`~.rl_check.training_from_verl`); a run
+The settings are read the way the kit reads them elsewhere: a run whose excerpt holds verl's start-up config dump is
+read back (:func:`~.rl_check.verl_config_from_log`); a run
 whose excerpt holds its launch command (``"launcher"`` in the entry) is read by ``mlite import-launcher``'s reader
 (:func:`mlite.export.importer.import_launcher`), its Hydra overrides laid over the verl defaults the entry names
 (``"config_defaults"``: another run's dump of the same verl era, or keys with their source), then the same
 ``training_from_verl`` for an FSDP actor, or the importer's Megatron mesh and options for a Megatron actor.
 
-What is compared today is the quantity :func:`~.rl_check.torch_peaks` computes under the entry's
-``engine_accounting``; :func:`predicted_allocated` is the one place to switch to
-``mlite.memory.rl_metrics.predicted_metrics`` once it is on ``main``.
+What is compared: :func:`mlite.memory.rl_metrics.predicted_metrics` (:func:`predicted`) under the entry's verl
+release and engine placement, for every memory metric the log carries (allocated; reserved and the node's used host
+RAM where logged). An FSDP actor is estimated as verl's FSDP worker (:mod:`mlite.memory.rl_fsdp`, options from the
+config by :func:`fsdp_of`); the vLLM KV budget follows the entry's ``vllm_version`` (:mod:`mlite.memory.rl_vllm`),
+each with its evidence in the entry (``vllm_version_source``).
 
 The logged metric: ``perf/max_memory_allocated_gb`` (verl <= 0.7, ``update_actor`` in
 ``verl/workers/fsdp_workers.py`` / ``megatron_workers.py``) or, from the engine workers on
@@ -232,7 +234,7 @@ def predict_run(run: dict, root):
         ngpu = int(cfg["trainer"]["nnodes"]) * int(cfg["trainer"]["n_gpus_per_node"])
     if strategy_of(cfg) == "megatron":
         if imp is None:
-            raise MliteError(f"{run['id']}: a Megatron actor is read from its launcher (add \"launcher\")")
+            raise MliteError(f'{run["id"]}: a Megatron actor is read from its launcher (add "launcher")')
         o = megatron_training(imp, cfg, run["gpu_memory_gib"])
         par = imp.parallel
     else:
@@ -290,7 +292,7 @@ def comparison_rows(root) -> list[dict]:
     the comparison may say; ``ratio`` is predicted / logged ``max_memory_allocated_gb``."""
     rows = []
     for run in load_runs(root):
-        est, o, r, spec, plan, cfg = predict_run(run, root)
+        est, o, _r, spec, plan, cfg = predict_run(run, root)
         logged = logged_memory(Path(root) / run["log"])
         pred = predicted(est, critic_bytes(run, est, spec, plan, o))
         rows.append(
