@@ -1,18 +1,20 @@
 """Every published verl run of ``tests/data/rl`` (``runs.json``, the first round, and ``runs_second_round.json``)
 estimated with the kit and put next to its logged ``perf/max_memory_allocated_gb``: the table "run | strategy | verl
-| engine | logged | predicted | ratio | comparable? why" (:func:`comparison_rows`, :func:`comparison_table`;
+| engine | logged | predicted | ratio | ... | comparable? why" (:func:`comparison_rows`, :func:`comparison_table`;
 ``python3 -m mlite.validation.rl_runs --table`` prints it).
 
-The settings are read the way the kit reads them elsewhere: a run whose excerpt holds verl's start-up config dump goes
-through :func:`~mlite.validation.rl_check.predict` (the dump read back, :func:`~.rl_check.training_from_verl`); a run
+The settings are read the way the kit reads them elsewhere: a run whose excerpt holds verl's start-up config dump is
+read back (:func:`~.rl_check.verl_config_from_log`); a run
 whose excerpt holds its launch command (``"launcher"`` in the entry) is read by ``mlite import-launcher``'s reader
 (:func:`mlite.export.importer.import_launcher`), its Hydra overrides laid over the verl defaults the entry names
 (``"config_defaults"``: another run's dump of the same verl era, or keys with their source), then the same
 ``training_from_verl`` for an FSDP actor, or the importer's Megatron mesh and options for a Megatron actor.
 
-What is compared today is the quantity :func:`~.rl_check.torch_peaks` computes under the entry's
-``engine_accounting``; :func:`predicted_allocated` is the one place to switch to
-``mlite.memory.rl_metrics.predicted_metrics`` once it is on ``main``.
+What is compared: :func:`mlite.memory.rl_metrics.predicted_metrics` (:func:`predicted`) under the entry's verl
+release and engine placement, for every memory metric the log carries (allocated; reserved and the node's used host
+RAM where logged). An FSDP actor is estimated as verl's FSDP worker (:mod:`mlite.memory.rl_fsdp`, options from the
+config by :func:`fsdp_of`); the vLLM KV budget follows the entry's ``vllm_version`` (:mod:`mlite.memory.rl_vllm`),
+each with its evidence in the entry (``vllm_version_source``).
 
 The logged metric: ``perf/max_memory_allocated_gb`` (verl <= 0.7, ``update_actor`` in
 ``verl/workers/fsdp_workers.py`` / ``megatron_workers.py``) or, from the engine workers on
@@ -98,11 +100,18 @@ def inner_script(text: str) -> str:
 
 def launcher_text(run: dict, root) -> str:
     """The launch command of a ``"launcher"`` entry: lines ``[first, last]`` (1-based) of its excerpt, unwrapped
-    from ``bash -lc '...'`` when the entry says ``"inner_bash_c": true``."""
+    from ``bash -lc '...'`` when the entry says ``"inner_bash_c": true``, with the entry's ``"placeholders"``
+    (``{"<snap>": "snap"}``: a placeholder the source's author wrote for a value they elided, which a shell would
+    read as a redirection) replaced as the entry says."""
     first, last = run["launcher"]["lines"]
     lines = (Path(root) / run["log"]).read_text().splitlines(keepends=True)[first - 1 : last]
     text = "".join(lines)
-    return inner_script(text) if run["launcher"].get("inner_bash_c") else text
+    text = inner_script(text) if run["launcher"].get("inner_bash_c") else text
+    for placeholder, value in run["launcher"].get("placeholders", {}).items():
+        if placeholder not in text:
+            raise MliteError(f"{run['id']}: placeholder {placeholder!r} is not in its launcher; drop it from the entry")
+        text = text.replace(placeholder, value)
+    return text
 
 
 def unflatten(flat: dict) -> dict:
@@ -166,71 +175,126 @@ def strategy_of(cfg: dict) -> str:
     return str(cfg.get("actor_rollout_ref", {}).get("actor", {}).get("strategy", "fsdp"))
 
 
+def run_config(run: dict, root):
+    """``(nested verl config, ImportedLauncher or None)`` of any entry: its config dump read back, or its launcher's
+    overrides over :func:`config_defaults` (the strategy from the launcher's config file when it names none)."""
+    from .rl_check import verl_config_from_log
+
+    if "launcher" not in run:
+        return verl_config_from_log(Path(root) / run["log"]), None
+    cfg, imp = verl_config_from_launcher(run, root)
+    if "strategy" not in cfg.setdefault("actor_rollout_ref", {}).setdefault("actor", {}):
+        # the launcher's config file decides (ppo_megatron_trainer -> megatron): the importer's reading of it
+        cfg["actor_rollout_ref"]["actor"]["strategy"] = "megatron" if "megatron" in imp.target else "fsdp"
+    return cfg, imp
+
+
+ENTRY_ROLLOUT = (
+    "sleep_level",
+    "max_model_len",
+    "verl_version",
+    "engine_placement",
+    "vllm_version",
+    "sibling_contexts",
+    "sibling_context_gib",
+)
+"""RolloutOptions fields an entry may set from its log's evidence (each with a ``*_source`` beside it where it is
+not the log's own setting)."""
+
+
+def fsdp_of(cfg: dict):
+    """:class:`~mlite.memory.rl_fsdp.FsdpOptions` of an FSDP actor's verl config (``mlite.memory.rl_keys``'s reader,
+    verl's ``fsdp`` default strategy); a Megatron actor's config gives the Megatron default."""
+    from ..memory.rl_fsdp import FsdpOptions
+    from ..memory.rl_keys import fsdp_kwargs
+
+    if strategy_of(cfg) == "megatron":
+        return FsdpOptions()
+    return FsdpOptions(**fsdp_kwargs(cfg, default_strategy="fsdp"))
+
+
 def predict_run(run: dict, root):
-    """``(RLEstimate, TrainingOptions, RolloutOptions, spec, plan, cfg)`` of any entry (config dump or launcher)."""
+    """``(RLEstimate, TrainingOptions, RolloutOptions, spec, plan, cfg)`` of any entry (config dump or launcher): a
+    Megatron actor on the importer's mesh and options, an FSDP actor as verl's FSDP worker
+    (:mod:`mlite.memory.rl_fsdp`, its options read from the config by :func:`fsdp_of`), the rollout under the
+    entry's verl release, engine placement and vLLM version (:data:`ENTRY_ROLLOUT`)."""
     from ..memory.rl import rl_estimate
     from ..memory.rl_keys import rollout_kwargs
     from ..memory.rl_options import RolloutOptions
     from ..mesh import ParallelConfig, resolve
     from ..models import from_hf_config
-    from .rl_check import predict, training_from_verl, verl_config_from_log
+    from .rl_check import training_from_verl
 
     root = Path(root)
-    if "launcher" not in run:
-        est, o, r, spec, plan = predict(run, root)
-        return est, o, r, spec, plan, verl_config_from_log(root / run["log"])
-    cfg, imp = verl_config_from_launcher(run, root)
-    if "strategy" not in cfg.setdefault("actor_rollout_ref", {}).setdefault("actor", {}):
-        # the launcher's config file decides (ppo_megatron_trainer -> megatron): the importer's reading of it
-        cfg["actor_rollout_ref"]["actor"]["strategy"] = "megatron" if "megatron" in imp.target else "fsdp"
+    cfg, imp = run_config(run, root)
     spec = from_hf_config(str(root / run["model"]))
-    ngpu = imp.nnodes * imp.gpus_per_node
+    if imp is not None:
+        ngpu = imp.nnodes * imp.gpus_per_node
+    else:
+        ngpu = int(cfg["trainer"]["nnodes"]) * int(cfg["trainer"]["n_gpus_per_node"])
     if strategy_of(cfg) == "megatron":
+        if imp is None:
+            raise MliteError(f'{run["id"]}: a Megatron actor is read from its launcher (add "launcher")')
         o = megatron_training(imp, cfg, run["gpu_memory_gib"])
         par = imp.parallel
     else:
         o = training_from_verl(cfg, run["gpu_memory_gib"])
         par = ParallelConfig()
     kw = rollout_kwargs(cfg)
-    for k in ("sleep_level", "max_model_len"):
-        if k in run:
-            kw[k] = run[k]
-    for k in ("verl_version", "engine_placement"):  # RolloutOptions rows of the measured_as work, once merged
-        if k in run and k in RolloutOptions.__dataclass_fields__:
-            kw[k] = run[k]
+    kw.update({k: run[k] for k in ENTRY_ROLLOUT if k in run})
     r = RolloutOptions(**kw)
     plan = resolve(spec, ngpu, par, seq_len=o.seq_len, gpus_per_node=o.gpus_per_node)
-    return rl_estimate(spec, plan, o, r), o, r, spec, plan, cfg
+    return rl_estimate(spec, plan, o, r, fsdp_of(cfg)), o, r, spec, plan, cfg
 
 
-def critic_bytes(run: dict, spec, plan, o) -> float:
+def critic_bytes(run: dict, est, spec, plan, o) -> float:
     """Resident bytes of a PPO critic fused into the actor's process, when the entry says ``"critic":
-    "same_as_actor"`` (rl_estimate has no critic yet: stood in for by the actor's idle state), else 0."""
+    "same_as_actor"`` (rl_estimate has no critic yet: stood in for by the actor's idle state: the FSDP actor's
+    sharded fp32 state for an FSDP run, the Megatron estimate's otherwise), else 0."""
     if run.get("critic") != "same_as_actor":
         return 0.0
+    if est.fsdp is not None and est.fsdp.is_fsdp:
+        from ..memory.rl_fsdp import fsdp_actor
+
+        r = est.rollout
+        return fsdp_actor(spec, plan.ngpu, o, est.fsdp, r.seq_tokens, r.response_length / r.seq_tokens).idle_gpu
     from ..memory.estimate import estimate
 
     return estimate(spec, plan, o, explain=False).worst.idle_gpu
 
 
-def predicted_allocated(est, run: dict, critic: float) -> float:
-    """The kit's figure for the run's logged ``perf/max_memory_allocated_gb`` (GiB). Today: the existing check's
-    quantity, :func:`~.rl_check.torch_peaks` under the entry's ``engine_accounting``. Once
-    ``mlite.memory.rl_metrics`` is on main, switch this one line to
-    ``(predicted_metrics(est)["perf/max_memory_allocated_gb"] + critic) / GIB``."""
-    from .rl_check import torch_peaks
+def predicted(est, critic: float) -> dict:
+    """The kit's figures for the run's logged memory metrics (GiB), keyed as :data:`MEMORY_KEYS`:
+    :func:`mlite.memory.rl_metrics.predicted_metrics` under the estimate's verl release and engine placement, a
+    fused critic's resident bytes added to the two GPU metrics (as ``rl_check.metrics_row`` does)."""
+    from ..memory.rl_metrics import ALLOCATED, CPU_USED, RESERVED, predicted_metrics
 
-    return torch_peaks(est, critic)[run["engine_accounting"]] / GIB
+    pm = predicted_metrics(est)
+    return {
+        "max_memory_allocated_gb": (pm[ALLOCATED] + critic) / GIB,
+        "max_memory_reserved_gb": (pm[RESERVED] + critic) / GIB,
+        "cpu_memory_used_gb": pm[CPU_USED] / GIB,
+    }
+
+
+def engine_text(est) -> str:
+    """The engine column: name, where it ran (``rl_metrics.placement_for``) and, for vLLM, its KV-budget rule."""
+    from ..memory.rl_metrics import placement_for
+    from ..memory.rl_vllm import kv_rule
+
+    r = est.rollout
+    rule = f", KV rule {kv_rule(r.vllm_version).name}" if r.name == "vllm" else ""
+    return f"{r.name} ({placement_for(r)}{rule})"
 
 
 def comparison_rows(root) -> list[dict]:
-    """One row per run of :func:`load_runs`: logged next to predicted (GiB), with what the comparison may say."""
+    """One row per run of :func:`load_runs`: every logged memory metric next to its prediction (GiB), with what
+    the comparison may say; ``ratio`` is predicted / logged ``max_memory_allocated_gb``."""
     rows = []
     for run in load_runs(root):
-        est, o, r, spec, plan, cfg = predict_run(run, root)
-        critic = critic_bytes(run, spec, plan, o)
+        est, o, _r, spec, plan, cfg = predict_run(run, root)
         logged = logged_memory(Path(root) / run["log"])
-        pred = predicted_allocated(est, run, critic)
+        pred = predicted(est, critic_bytes(run, est, spec, plan, o))
         rows.append(
             {
                 "run": run["id"],
@@ -238,10 +302,10 @@ def comparison_rows(root) -> list[dict]:
                 "strategy": strategy_of(cfg),
                 "algorithm": "PPO" if cfg.get("algorithm", {}).get("adv_estimator") == "gae" else "GRPO",
                 "verl": run.get("verl_version") or run["verl_era"].split(",")[0],
-                "engine": f"{r.name} ({run['engine_accounting']})",
+                "engine": engine_text(est),
                 "logged": logged,
                 "predicted": pred,
-                "ratio": pred / logged["max_memory_allocated_gb"],
+                "ratio": pred["max_memory_allocated_gb"] / logged["max_memory_allocated_gb"],
                 **_comparable(run),
             }
         )
@@ -253,22 +317,31 @@ def _comparable(run: dict) -> dict:
     if "comparable" in run:
         return {"comparable": bool(run["comparable"]), "why": run["comparable_why"], "miss": run.get("miss_why")}
     ok, why = FIRST_ROUND.get(run["id"], (True, f"first round, engine accounting {run['engine_accounting']}"))
-    return {"comparable": ok, "why": why, "miss": None}
+    return {"comparable": ok, "why": why, "miss": run.get("miss_why")}
+
+
+def _pair(row: dict, key: str) -> str:
+    """``logged | predicted`` cells of one metric (a dash for a metric the log does not carry)."""
+    got = row["logged"][key]
+    if got is None:
+        return "- | -"
+    return f"{got:.1f} | {row['predicted'][key]:.1f}"
 
 
 def comparison_table(rows: list[dict]) -> str:
     """The README table of :func:`comparison_rows` (GiB; verl's "gb" are GiB)."""
     out = [
-        "| run | strategy | verl | engine | logged | predicted | ratio | comparable? why |",
-        "|" + "---|" * 8,
+        "| run | strategy | verl | engine (placement, vLLM KV rule) | logged max_allocated | predicted | ratio | "
+        "logged max_reserved | predicted | logged cpu_used (node) | predicted (floor) | comparable? why |",
+        "|" + "---|" * 12,
     ]
     for row in rows:
         yes = "yes" if row["comparable"] else "no"
         off = f"; off by {row['ratio'] - 1:+.0%}: {row['miss']}" if row["comparable"] and row["miss"] else ""
         out.append(
             f"| {row['run']} | {row['strategy']} {row['algorithm']} | {row['verl']} | {row['engine']} | "
-            f"{row['logged']['max_memory_allocated_gb']:.1f} | {row['predicted']:.1f} | {row['ratio']:.2f} | "
-            f"{yes}: {row['why']}{off} |"
+            f"{_pair(row, 'max_memory_allocated_gb')} | {row['ratio']:.2f} | {_pair(row, 'max_memory_reserved_gb')} | "
+            f"{_pair(row, 'cpu_memory_used_gb')} | {yes}: {row['why']}{off} |"
         )
     return "\n".join(out)
 
@@ -281,7 +354,7 @@ __all__ = [
     "load_runs",
     "logged_memory",
     "predict_run",
-    "predicted_allocated",
+    "predicted",
     "verl_config_from_launcher",
 ]
 
