@@ -165,3 +165,28 @@ def test_cli_critic_flags_and_bad_input_exit_2(capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "critic.ppo_micro_batch_size_per_gpu" in err and len(err.strip().splitlines()) == 1
+
+
+def test_rl_view_shows_the_critic_rows_and_its_command_reproduces_them():
+    from mlite.cli.rl_memory import estimate_command
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+    from widgets.rl_view import RLView
+
+    memory = MemoryView(MeshPlanner("Qwen3-8B", ngpu=8, tp=2), gpu="H200")
+    view = RLView(
+        memory,
+        critic=CriticOptions(adv_estimator="gae", tp=2),
+        tensor_model_parallel_size=2,
+        prompt_length=512,
+        response_length=1024,
+        n=8,
+        train_batch_size=128,
+        gpu_memory_utilization=0.3,
+    )
+    assert view.ppo_critic.value and set(CRITIC_PHASES) <= set(view.estimate.phases)
+    assert all(f'data-phase="{p}"' in view.chart.value for p in CRITIC_PHASES)
+    again = estimate_command(view.command())
+    assert again.to_dict()["phases"] == view.estimate.to_dict()["phases"]
+    view.ppo_critic.value = False
+    assert not set(CRITIC_PHASES) & set(view.estimate.phases) and "--adv-estimator" not in view.command()
