@@ -31,11 +31,13 @@ import traitlets
 
 from mlite.memory import GIB
 from mlite.memory.rl import rl_estimate
+from mlite.memory.rl_critic import CriticOptions
 from mlite.memory.rl_metrics import verl_release
 from mlite.memory.rl_options import RolloutOptions
 from mlite.memory.rl_phases import PHASE_REGISTRY
 from mlite.mesh.axes import AXES
 from mlite.options import TRAINING, command_args
+from mlite.options.rl_critic import CRITIC_ROWS
 from mlite.options.rollout import DEFAULT_VERL_VERSION, MEM_FRACTION_STATIC, ROLLOUT, VERL_VERSIONS
 
 from ._common import ErrorBanner, esc
@@ -59,6 +61,10 @@ PART_COLORS = {
     "gather_copies": "#EFE6BF",
     "sibling_contexts": "#A05195",
     "engine_sleep_residue": "#C9CDD6",
+    "critic_params": "#C44E52",
+    "critic_resident": "#E39A9C",
+    "critic_forward_activations": "#A8383B",
+    "critic_training_peak": "#8C2D30",
 }
 OOM = "#b00020"
 HOST_COLOR = "#9E9E9E"
@@ -272,7 +278,7 @@ class RLView(W.VBox):
     estimate = traitlets.Any(None, allow_none=True)
     """The :class:`mlite.memory.rl.RLEstimate` shown (None while the mesh is invalid or the input is bad)."""
 
-    def __init__(self, memory, **rollout):
+    def __init__(self, memory, critic: CriticOptions | None = None, **rollout):
         super().__init__()
         self.add_class("mlite-rl")
         self.memory = memory
@@ -290,6 +296,15 @@ class RLView(W.VBox):
         )
         """The verl release the predicted metrics assume (``RolloutOptions.verl_version``; ``--verl-version``)."""
         self.verl_version.add_class("mlite-rl-verl-version")
+        self._critic = critic or CriticOptions(adv_estimator="gae", tp=1)
+        self.ppo_critic = W.Checkbox(
+            value=critic is not None and critic.active,
+            description="PPO critic (algorithm.adv_estimator=gae)",
+            indent=False,
+        )
+        """Adds verl's critic (:mod:`mlite.memory.rl_critic`, options as given): the critic_values / critic_update
+        rows and its idle state in the others."""
+        self.ppo_critic.add_class("mlite-rl-critic")
         self.metrics = W.HTML()
         self.metrics.add_class("mlite-rl-metrics")
         self.chart = W.HTML()
@@ -312,7 +327,7 @@ class RLView(W.VBox):
             self.errors.guard(lambda _b: self.memory.set(param_offload=True, optimizer_offload=True))
         )
         controls = W.HBox(
-            [*c.values(), self.verl_version],
+            [*c.values(), self.verl_version, self.ppo_critic],
             layout=W.Layout(flex_flow="row wrap", align_items="center", grid_gap="4px 12px"),
         )
         self.children = [
@@ -326,7 +341,7 @@ class RLView(W.VBox):
             self.offload_actor,
             self.cmd,
         ]
-        for w in [*c.values(), self.verl_version]:
+        for w in [*c.values(), self.verl_version, self.ppo_critic]:
             w.observe(self.errors.guard(lambda _c: self.refresh()), names="value")
         memory.observe(self.errors.guard(lambda _c: self.refresh()), names="estimate")
         self.errors.run(self.refresh)
@@ -336,6 +351,10 @@ class RLView(W.VBox):
         """RolloutOptions of the controls (fields without a control as given to the constructor)."""
         values = {f: control_value(r, self.controls[f].value) for f, r in self._rows.items()}
         return replace(self._base, **values, verl_version=self.verl_version.value)
+
+    def critic_options(self) -> CriticOptions | None:
+        """The critic shown (None with the checkbox off: GRPO)."""
+        return replace(self._critic, adv_estimator="gae", enable=None) if self.ppo_critic.value else None
 
     @staticmethod
     def _version_value(version: str) -> str:
@@ -378,6 +397,9 @@ class RLView(W.VBox):
         share = MEM_FRACTION_STATIC if r.name == "sglang" else None
         rows = [share if share and row.field == share.field else row for row in ROLLOUT]
         words += command_args(r, rows)
+        c = self.critic_options()
+        if c is not None:
+            words += command_args(c, CRITIC_ROWS)
         return shlex.join(words)
 
     # ------------------------------------------------------------------ compute + render
@@ -391,7 +413,13 @@ class RLView(W.VBox):
             return
         self.invalid.value = ""
         self.estimate = None
-        est = rl_estimate(self.memory.planner.spec, plan, self.training_options(), self.rollout_options())
+        est = rl_estimate(
+            self.memory.planner.spec,
+            plan,
+            self.training_options(),
+            self.rollout_options(),
+            critic=self.critic_options(),
+        )
         self.estimate = est
         self._render(est)
 

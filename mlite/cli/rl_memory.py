@@ -40,6 +40,7 @@ def add_parser(sub):
     _add_training_flags(p)
     add_rollout_flags(p)
     add_fsdp_flags(p)
+    add_critic_flags(p)
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
 
@@ -51,6 +52,28 @@ def add_fsdp_flags(p) -> None:
     from ..options.rl_fsdp import FSDP_ROWS
 
     add_flags(p, FSDP_ROWS)
+
+
+def add_critic_flags(p) -> None:
+    """The flags of PPO's critic, from the rows of :data:`mlite.options.rl_critic.CRITIC_ROWS`."""
+    from ..options import add_flags
+    from ..options.rl_critic import CRITIC_ROWS
+
+    add_flags(p, CRITIC_ROWS)
+
+
+def critic_from_args(args):
+    """:class:`~mlite.memory.rl_critic.CriticOptions` from the parsed flags (defaults for a parser without them)."""
+    from ..memory.rl_critic import CriticOptions
+    from ..options import values_from_args
+    from ..options.rl_critic import CRITIC_ROWS
+
+    if not hasattr(args, "adv_estimator"):
+        return CriticOptions()
+    kw = values_from_args(args, CRITIC_ROWS)
+    if not kw.get("enable"):
+        kw["enable"] = None  # the switch unset: verl's need_critic decides from the estimator
+    return CriticOptions(**kw)
 
 
 MEGATRON_ONLY_FLAGS = (
@@ -169,7 +192,7 @@ def estimate_command(line: str):
         raise MliteError(f"not an 'mlite rl-memory' command: {line!r}")
     args = build_parser().parse_args(words[1:])
     spec, plan, o, r = _inputs(args)
-    return rl_estimate(spec, plan, o, r, fsdp_from_args(args, o))
+    return rl_estimate(spec, plan, o, r, fsdp_from_args(args, o), critic_from_args(args))
 
 
 def run(args) -> int:
@@ -184,9 +207,10 @@ def run(args) -> int:
             raise MliteError(f"--{flag.replace('_', '-')} must be a positive integer, got {v}")
     spec, plan, o, r = _inputs(args)
     f = fsdp_from_args(args, o)
+    c = critic_from_args(args)
     if not plan.valid:
         return print_invalid_mesh(plan, args.json)
-    est = rl_estimate(spec, plan, o, r, f)
+    est = rl_estimate(spec, plan, o, r, f, c)
     doc = est.to_dict()
     if args.json:
         print_json(doc)
@@ -197,6 +221,7 @@ def run(args) -> int:
         f"{spec.name} on {args.ngpu} GPUs, {r.name} TP {r.tensor_model_parallel_size} "
         f"(gpu_memory_utilization {r.gpu_memory_utilization}, {lvl}), usable {g(est.usable)} per GPU"
         + (f", actor {f.strategy}" if f.is_fsdp else "")
+        + (f", critic {est.critic.model} TP {c.tp} PP {c.pp}" if est.critic is not None else "")
     )
     print(f"  {'phase':13s} {'GPU':>11s} {'host/GPU':>11s}  verdict")
     for name, ph in doc["phases"].items():

@@ -34,12 +34,14 @@ from ..models.quantized import check_rollout_tp
 from ..options import TrainingOptions
 from .estimate import GIB, estimate
 from .optimizer import state_bytes
+from .rl_critic import CriticOptions, CriticState, critic_state
 from .rl_engine import EngineMemory, start_engine
 from .rl_fsdp import FsdpOptions
 from .rl_fsdp_step import fsdp_step
 from .rl_kv import FULL_KINDS
+from .rl_offload import verl_offloaded
 from .rl_options import RolloutOptions
-from .rl_phases import PHASE_REGISTRY, PHASES, Step, forward_bytes
+from .rl_phases import PHASE_REGISTRY, PHASES, Step, megatron_forward
 from .rl_resync import ExportPeak, export_peak, resync_verdict, sync_host, sync_refusals
 from .rl_vllm import kv_rule
 
@@ -92,6 +94,8 @@ class RLEstimate:
     """verl's FSDP actor / reference options (None or ``strategy`` megatron: the Megatron estimate)."""
     resync: ExportPeak | None = None
     """The weight resync's export peak (:class:`mlite.memory.rl_resync.ExportPeak`)."""
+    critic: CriticState | None = None
+    """PPO's critic (:mod:`mlite.memory.rl_critic`); None: no critic (GRPO)."""
 
     @property
     def peak_phase(self) -> str:
@@ -141,6 +145,16 @@ class RLEstimate:
             **({"vllm_kv_rule": kv_rule(self.rollout.vllm_version).name} if self.rollout.name == "vllm" else {}),
             **self.metrics_dict(),
         }
+        if self.critic is not None:  # PPO's critic: its options, model and state on one GPU
+            k = self.critic
+            doc["critic"] = {
+                "options": k.options.to_dict(),
+                "model": k.model,
+                "params": round(k.rank.params),
+                "idle_gpu": round(k.rank.idle_gpu),
+                "peak": round(k.rank.peak),
+                "forward": round(k.forward),
+            }
         if self.fsdp is not None and self.fsdp.is_fsdp:  # verl's FSDP actor: which one, and its inputs
             doc["actor_strategy"] = self.fsdp.strategy
             doc["fsdp"] = self.fsdp.to_dict()
@@ -180,9 +194,9 @@ def _check_mesh(spec, plan, r: RolloutOptions) -> None:
         )
 
 
-def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
+def _step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions, critic_idle: float = 0.0) -> Step:
     """What the phases share: the actor's estimate, the reference, the engine's start-up and what it keeps asleep."""
-    act = estimate(spec, plan, o, explain=False).worst
+    act = verl_offloaded(estimate(spec, plan, o, explain=False).worst, o)  # grad buffer freed with the params
     device = o.gpu_memory_gib * GIB
     framework = sum(act.other.values())
     # the reference: the actor's weights in its layout, in bf16 (verl builds it in bf16 even when the FSDP actor
@@ -192,7 +206,7 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
     ref_gpu = ref_w if not r.ref_param_offload else 0.0
     ref_host = ref_w if r.ref_param_offload else 0.0
     siblings = r.sibling_contexts * r.sibling_context_gib * GIB  # other processes' contexts on the first GPU
-    eng = start_engine(spec, r, device, act.idle_gpu + ref_gpu + framework + siblings)
+    eng = start_engine(spec, r, device, act.idle_gpu + ref_gpu + framework + siblings + critic_idle)
     notes = []
     # what the sleeping engine keeps between generation and the next weight sync
     awake = {
@@ -250,7 +264,8 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions) -> Step:
         kept=kept,
         base_host=base_host,
         sleeping_host={"engine_weights_offloaded": engine_host} if engine_host else {},
-        forward=forward_bytes(spec, plan, o),
+        forward=megatron_forward(spec, plan, o, f, r.seq_tokens, "old_log_prob"),
+        ref_forward=megatron_forward(spec, plan, o, f, r.seq_tokens, "ref") if r.ref == "colocated" else None,
         notes=notes,
         resident_masters=stuck,
         always={"sibling_contexts": siblings} if siblings else {},
@@ -299,6 +314,7 @@ def rl_estimate(
     training: TrainingOptions | None = None,
     rollout: RolloutOptions | None = None,
     fsdp: FsdpOptions | None = None,
+    critic: CriticOptions | None = None,
 ) -> RLEstimate:
     """Phase-by-phase memory of one colocated verl step for ``spec`` on ``plan`` (the actor's mesh), its phases
     those of :data:`~mlite.memory.rl_phases.PHASE_REGISTRY`; the verdicts hold over every phase. ``fsdp`` with
@@ -310,7 +326,14 @@ def rl_estimate(
         raise MliteError("invalid mesh: " + plan.errors[0].message)
     _check_mesh(spec, plan, r)
     f = fsdp or FsdpOptions()
-    step = fsdp_step(spec, plan, o, r, f) if f.is_fsdp else _step(spec, plan, o, r)
+    c = critic or CriticOptions()
+    cs = critic_state(spec, plan.ngpu, o, c, use_dynamic_bsz=f.use_dynamic_bsz, seq_tokens=r.seq_tokens)
+    held = cs.rank.idle_gpu if cs is not None else 0.0  # built before the actor and the engine (init_workers)
+    step = fsdp_step(spec, plan, o, r, f, held) if f.is_fsdp else _step(spec, plan, o, r, f, held)
+    if cs is not None:
+        step.critic = cs
+        step.base_host.update({f"critic_{k}": v for k, v in cs.rank.host.items()})
+    step.notes.extend(c.notes())
     ph = _phases(step)
     eng = step.engine
     errors, warnings = [*eng.errors, *sync_refusals(step.training, r)], [*eng.warnings, *step.notes]
@@ -338,6 +361,7 @@ def rl_estimate(
         warnings=warnings,
         fsdp=f,
         resync=step.resync,
+        critic=step.critic,
     )
     if "weight_sync" in ph:
         short = resync_verdict(ph["weight_sync"].gpu_total, usable, step.resync)

@@ -288,21 +288,35 @@ class FsdpPass:
     """Tokens of one reference micro-batch."""
 
 
+def log_prob_sizing(f: FsdpOptions, o: TrainingOptions, which: str) -> tuple[int, int]:
+    """``(rows, max tokens)`` of one forward-only micro-batch of ``which`` (``old_log_prob`` or ``ref``), both
+    strategies: ``rollout.log_prob_micro_batch_size_per_gpu`` / ``ref.log_prob_micro_batch_size_per_gpu`` rows
+    (unset: the update's, ``ppo_micro_batch_size_per_gpu`` or ``--micro-batch``) and, with ``use_dynamic_bsz``,
+    ``rollout.`` / ``ref.log_prob_max_token_len_per_gpu`` tokens (unset: ``ppo_max_token_len_per_gpu``, verl's
+    ``${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu}``). verl main (1dda039b) hands them to the
+    forward: ``ActorRolloutRefWorker.init_model`` in ``verl/workers/engine_workers.py`` sets
+    ``infer_micro_batch_size_per_gpu`` / ``infer_max_token_len_per_gpu`` from them (the reference's through
+    ``ref.ppo_micro_batch_size_per_gpu``); v0.7.0 (f9c855f7) sets ``meta_info["micro_batch_size"]`` /
+    ``["max_token_len"]`` in ``compute_log_prob`` / ``compute_ref_log_prob`` (``verl/workers/megatron_workers.py``,
+    ``fsdp_workers.py``)."""
+    update = f.ppo_micro_batch_size_per_gpu or o.micro_batch_size
+    if which == "old_log_prob":
+        rows, tokens = f.log_prob_micro_batch_size_per_gpu, f.log_prob_max_token_len_per_gpu
+    elif which == "ref":
+        rows, tokens = f.ref_log_prob_micro_batch_size_per_gpu, f.ref_log_prob_max_token_len_per_gpu
+    else:
+        raise MliteError(f"log_prob_sizing: which must be old_log_prob or ref, got {which!r}")
+    return rows or update, tokens or f.ppo_max_token_len_per_gpu
+
+
 def passes(f: FsdpOptions, o: TrainingOptions, seq_tokens: int) -> FsdpPass:
-    """The micro-batch tokens of the update, old_log_prob and the reference (:func:`micro_tokens`)."""
+    """The micro-batch tokens of the update, old_log_prob and the reference (:func:`micro_tokens`,
+    :func:`log_prob_sizing`)."""
     rows = f.ppo_micro_batch_size_per_gpu or o.micro_batch_size
-    ppo = f.ppo_max_token_len_per_gpu
     return FsdpPass(
-        update=micro_tokens(f, seq_tokens, rows, ppo),
-        old_log_prob=micro_tokens(
-            f, seq_tokens, f.log_prob_micro_batch_size_per_gpu or rows, f.log_prob_max_token_len_per_gpu or ppo
-        ),
-        ref=micro_tokens(
-            f,
-            seq_tokens,
-            f.ref_log_prob_micro_batch_size_per_gpu or rows,
-            f.ref_log_prob_max_token_len_per_gpu or ppo,
-        ),
+        update=micro_tokens(f, seq_tokens, rows, f.ppo_max_token_len_per_gpu),
+        old_log_prob=micro_tokens(f, seq_tokens, *log_prob_sizing(f, o, "old_log_prob")),
+        ref=micro_tokens(f, seq_tokens, *log_prob_sizing(f, o, "ref")),
     )
 
 
@@ -395,6 +409,7 @@ __all__ = [
     "fsdp_group",
     "fsdp_ref",
     "gathered_units",
+    "log_prob_sizing",
     "micro_tokens",
     "passes",
     "root_params",

@@ -79,7 +79,7 @@ def check_fsdp_plan(plan, f: FsdpOptions) -> None:
             )
 
 
-def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions) -> Step:
+def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions, critic_idle: float = 0.0) -> Step:
     """What the phases share, for an FSDP actor and reference (see the module docstring)."""
     check_fsdp_plan(plan, f)
     world = plan.ngpu
@@ -89,7 +89,7 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions)
     framework = sum(act.other.values())
     ref_gpu_fwd, ref_host = fsdp_ref(spec, world, f) if r.ref == "colocated" else (0.0, 0.0)
     siblings = r.sibling_contexts * r.sibling_context_gib * GIB  # other processes' contexts on the first GPU
-    eng = start_engine(spec, r, device, act.idle_gpu + framework + siblings)
+    eng = start_engine(spec, r, device, act.idle_gpu + framework + siblings + critic_idle)
     awake = {
         "engine_weights": eng.weights,
         "kv_cache": max(0.0, eng.kv),

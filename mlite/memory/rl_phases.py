@@ -75,6 +75,8 @@ class Step:
     extra_host: dict = field(default_factory=dict)
     """Phase name -> host bytes by part added to that phase (``separate_async``'s copy of the current weights
     during ``old_log_prob``)."""
+    critic: Any = None
+    """PPO's critic (:class:`mlite.memory.rl_critic.CriticState`); None: no critic (GRPO)."""
     resync: Any = None
     """The weight resync's export peak (:class:`mlite.memory.rl_resync.ExportPeak`); None: the model's largest
     tensor once (the kit before the mesh rule)."""
@@ -139,12 +141,35 @@ def phase(name: str, *, help: str, when: Callable[[Step], bool] | None = None, h
     return add
 
 
-def forward_bytes(spec, plan, o: TrainingOptions) -> float:
+def forward_bytes(spec, plan, o: TrainingOptions, *, rows: int | None = None, seq_len: int | None = None) -> float:
     """One forward-only micro-batch (``compute_log_prob``): no autograd state is kept, so one layer's working set
     (the estimate's full-recompute rebuild of one layer), the layer inputs it keeps with full recompute (an upper
-    bound) and the logits."""
-    fwd = estimate(spec, plan, replace(o, recompute="full", num_microbatches=1), explain=False).worst
+    bound) and the logits; ``rows`` x ``seq_len`` tokens (default the update's micro-batch: ``--micro-batch`` x
+    ``--seq-len``)."""
+    fo = replace(
+        o,
+        recompute="full",
+        num_microbatches=1,
+        micro_batch_size=rows or o.micro_batch_size,
+        seq_len=seq_len or o.seq_len,
+    )
+    fwd = estimate(spec, plan, fo, explain=False).worst
     return fwd.activation_total + fwd.transients.get("recompute_layer", 0.0)
+
+
+def megatron_forward(spec, plan, o: TrainingOptions, f, seq_tokens: int, which: str) -> float:
+    """The Megatron actor's / reference's forward micro-batch of ``which`` (``old_log_prob`` or ``ref``) sized as
+    verl sizes it (:func:`mlite.memory.rl_fsdp.log_prob_sizing`): ``rows`` x ``--seq-len`` tokens, or with
+    ``use_dynamic_bsz`` one packed micro-batch of ``max_token_len x CP`` tokens (at least one sequence of P + R)
+    split over CP (``max_token_len * context_parallel_size`` in ``MegatronPPOActor.compute_log_prob``,
+    ``verl/workers/actor/megatron_actor.py`` @ v0.7.0 f9c855f7)."""
+    from .rl_fsdp import log_prob_sizing
+
+    rows, tokens = log_prob_sizing(f, o, which)
+    if not f.use_dynamic_bsz:
+        return forward_bytes(spec, plan, o, rows=rows)
+    cp = plan.parallel.cp
+    return forward_bytes(spec, plan, o, rows=1, seq_len=max(tokens * cp, seq_tokens))
 
 
 def largest_tensor(spec, bytes_per: int) -> float:
@@ -155,6 +180,11 @@ def largest_tensor(spec, bytes_per: int) -> float:
 
 def _sleeping(s: Step) -> dict:
     return s.sleeping_host
+
+
+def critic_idle(s: Step) -> dict:
+    """The critic's idle state on the GPU in the phases outside its own (nothing without a critic)."""
+    return {"critic_resident": s.critic.rank.idle_gpu} if s.critic is not None else {}
 
 
 @phase("rollout", help="generation: the awake engine beside the actor's idle state and the reference")
@@ -168,6 +198,7 @@ def _rollout(s: Step) -> dict:
         "actor_resident_masters": s.resident_masters,
         "ref_params": s.ref_gpu,
         "framework": s.framework,
+        **critic_idle(s),
     }
 
 
@@ -183,6 +214,7 @@ def _old_log_prob(s: Step) -> dict:
         "forward_activations": s.forward,
         "ref_params": s.ref_gpu,
         "framework": s.framework,
+        **critic_idle(s),
     }
 
 
@@ -201,13 +233,20 @@ def _ref(s: Step) -> dict:
         "ref_params": s.ref_weights,
         "forward_activations": s.forward if s.ref_forward is None else s.ref_forward,
         "framework": s.framework,
+        **critic_idle(s),
     }
 
 
 @phase("actor_update", help="the actor's training step (the mlite memory estimate)", host=_sleeping)
 def _actor_update(s: Step) -> dict:
     """Today's training estimate (everything loaded), plus what the sleeping engine keeps."""
-    return {**s.kept, "actor_training_peak": s.actor.peak, "ref_params": s.ref_gpu, "framework": s.framework}
+    return {
+        **s.kept,
+        "actor_training_peak": s.actor.peak,
+        "ref_params": s.ref_gpu,
+        "framework": s.framework,
+        **critic_idle(s),
+    }
 
 
 @phase("weight_sync", help="the actor's weights sent to the woken engine in buckets")
@@ -235,8 +274,67 @@ def _weight_sync(s: Step) -> dict:
         "gather_copies": copies,
         "ref_params": s.ref_gpu,
         "framework": s.framework,
+        **critic_idle(s),
     }
 
 
 PHASES = tuple(PHASE_REGISTRY)
-"""The built-in phases, in order (the registry may hold more while a caller has registered one)."""
+"""The built-in phases every step may have, in order (a GRPO step's; the registry may hold more: the critic's,
+and a caller's own)."""
+
+
+def _has_critic(s: Step) -> bool:
+    return s.critic is not None
+
+
+def _critic_values(s: Step) -> dict:
+    """``compute_values`` (after the reference, before the advantages): the critic's weights loaded (eval mode: no
+    gradients, no optimizer), one values micro-batch; the actor at its idle state, the engine asleep."""
+    c = s.critic
+    return {
+        **s.kept,
+        "actor_resident": s.actor.idle_gpu - s.resident_masters,
+        "actor_resident_masters": s.resident_masters,
+        "ref_params": s.ref_gpu,
+        "critic_params": c.params,
+        "critic_resident": c.idle_other,
+        "critic_forward_activations": c.forward,
+        "framework": s.framework,
+    }
+
+
+def _critic_update(s: Step) -> dict:
+    """``update_critic`` (before the actor's update): the critic's training step, everything loaded (its params,
+    gradient buffer, optimizer state, one update micro-batch through the value head); the actor idle."""
+    return {
+        **s.kept,
+        "actor_resident": s.actor.idle_gpu - s.resident_masters,
+        "actor_resident_masters": s.resident_masters,
+        "ref_params": s.ref_gpu,
+        "critic_training_peak": s.critic.rank.peak,
+        "framework": s.framework,
+    }
+
+
+register_phase(
+    PhaseEntry(
+        name="critic_values",
+        gpu=_critic_values,
+        host=_sleeping,
+        when=_has_critic,
+        help="PPO: the critic's values forward (compute_values)",
+    ),
+    before="actor_update",
+)
+register_phase(
+    PhaseEntry(
+        name="critic_update",
+        gpu=_critic_update,
+        host=_sleeping,
+        when=_has_critic,
+        help="PPO: the critic's training step (update_critic)",
+    ),
+    before="actor_update",
+)
+CRITIC_PHASES = ("critic_values", "critic_update")
+"""The critic's phases (a PPO step with ``adv_estimator=gae``), between the reference and the actor's update."""

@@ -82,7 +82,7 @@ FSDP_ROWS: tuple[Option, ...] = (
         int,
         None,
         f"{_R}.log_prob_max_token_len_per_gpu",
-        "old_log_prob's tokens with --dynamic-bsz (default: --ppo-max-token-len)",
+        "old_log_prob's tokens with --dynamic-bsz, both strategies (default: --ppo-max-token-len)",
         "--log-prob-max-token-len",
     ),
     _row(
@@ -90,7 +90,7 @@ FSDP_ROWS: tuple[Option, ...] = (
         int,
         None,
         f"{_REF}.log_prob_max_token_len_per_gpu",
-        "the reference's tokens with --dynamic-bsz (default: --ppo-max-token-len)",
+        "the reference's tokens with --dynamic-bsz, both strategies (default: --ppo-max-token-len)",
         "--ref-log-prob-max-token-len",
     ),
     _row(
@@ -106,16 +106,16 @@ FSDP_ROWS: tuple[Option, ...] = (
         int,
         None,
         f"{_R}.log_prob_micro_batch_size_per_gpu",
-        "old_log_prob's rows (default: the update's)",
-        None,
+        "old_log_prob's rows, both strategies (default: the update's)",
+        "--log-prob-micro-batch",
     ),
     _row(
         "ref_log_prob_micro_batch_size_per_gpu",
         int,
         None,
         f"{_REF}.log_prob_micro_batch_size_per_gpu",
-        "the reference's rows (default: the update's)",
-        None,
+        "the reference's rows, both strategies (default: the update's)",
+        "--ref-log-prob-micro-batch",
     ),
     _row(
         "enable_gradient_checkpointing",
