@@ -48,7 +48,8 @@ def test_quick_cpu_calibrate_loads_back_and_replaces_the_measured_fields(quick_m
     assert prof.name.endswith("(calibrated)") and prof.name != base.name
     replaced = [k for k in MEASURED_FIELDS if k != "pcie_bytes_per_s"]  # no host <-> device link on CPU
     assert prof.measured["replaced"] == replaced
-    host = ("recompute_selective_host_s", "recompute_full_host_s", "fsdp_layer_host_s")  # may measure 0
+    from mlite.time.hardware import OPTIONAL as host  # the host costs may measure 0
+
     for k in replaced:
         assert getattr(prof, k) != getattr(base, k) or (k in host and getattr(prof, k) >= 0), k
         assert prof.sources[k].startswith("mlite calibrate: "), (k, prof.sources[k])
@@ -64,6 +65,13 @@ def test_quick_cpu_calibrate_loads_back_and_replaces_the_measured_fields(quick_m
     # the derived fields are the raw figures over the peak, as recorded
     assert prof.attention_efficiency == pytest.approx(m["attention"]["fwd_flops_per_s"] / base.peak_bf16_flops)
     assert prof.host_adam_params_per_s == pytest.approx(m["host_adam"]["numel"] / m["host_adam"]["seconds"])
+    # the host AdamW at the model's size (quick cap), the optimizer anchor on both backends at both layer counts
+    from mlite.time.calibrate import FULL, QUICK, host_adam_numel
+
+    assert m["host_adam"]["numel"] == host_adam_numel(from_hf_config("tiny-moe"), QUICK) == QUICK.adam_numel
+    big = from_hf_config("Qwen3-30B-A3B")  # more parameters than the cap: capped (or by this host's memory)
+    assert FULL.adam_numel < host_adam_numel(big, FULL) <= FULL.adam_model_numel < big.total
+    assert [len(m["optimizer_anchor"]["measured_s"][b]) for b in ("dist_opt", "fsdp2")] == [2, 2]
     assert prof.hbm_bytes_per_s == pytest.approx(2 * m["memory"]["bytes"] / m["memory"]["copy_s"])
 
 
@@ -243,3 +251,38 @@ def test_the_layer_anchor_recovers_what_made_its_seconds():
     assert fields["recompute_selective_host_s"] == pytest.approx(0.002, rel=1e-6)
     assert fields["recompute_full_host_s"] == pytest.approx(0.005, rel=1e-6)
     assert fields["fsdp_layer_host_s"] == pytest.approx(0.003, rel=1e-6)
+
+
+def test_the_optimizer_anchor_recovers_the_host_costs_that_made_its_seconds():
+    """optimizer_anchor_fit on seconds made from the time model's optimizer bytes plus known per-layer and per-step
+    host costs gives those costs back; the time model then adds them to the optimizer part of each backend."""
+    from dataclasses import replace
+
+    from mlite.mesh import ParallelConfig, resolve
+    from mlite.options import TrainingOptions
+    from mlite.time import predict
+    from mlite.time.calibrate import _anchor_layers, cut_params, optimizer_anchor_fit
+    from mlite.time.model import optimizer_bytes_per_param
+
+    spec, hw = from_hf_config("Qwen3-30B-A3B"), load_hardware("H200")
+    lo, hi = _anchor_layers(spec)
+    truth = {"dist_opt": (0.0004, 0.003), "fsdp2": (0.0009, 0.005)}
+    seconds = {}
+    for b, (layer, step) in truth.items():
+        per, _ = optimizer_bytes_per_param(TrainingOptions(optimizer=b))
+        seconds[b] = [
+            cut_params(spec, n) * per / hw.hbm_bytes_per_s + 8 * hw.kernel_launch_s + n * layer + step for n in (lo, hi)
+        ]
+    fields, _ = optimizer_anchor_fit(hw, spec, seconds)
+    assert fields["optimizer_layer_host_s"] == pytest.approx(0.0004, rel=1e-6)
+    assert fields["optimizer_step_host_s"] == pytest.approx(0.003, rel=1e-6)
+    assert fields["fsdp_optimizer_layer_host_s"] == pytest.approx(0.0009, rel=1e-6)
+    assert fields["fsdp_optimizer_step_host_s"] == pytest.approx(0.005, rel=1e-6)
+    assert cut_params(spec, spec.num_layers) == spec.total
+    small = from_hf_config("tiny-dense")
+    plan = resolve(small, 1, ParallelConfig(), seq_len=256)
+    for b, (layer, step) in truth.items():
+        o = TrainingOptions(optimizer=b, seq_len=256)
+        before = predict(small, plan, o, hardware=hw).parts["optimizer"]
+        after = predict(small, plan, o, hardware=replace(hw, **fields)).parts["optimizer"]
+        assert after - before == pytest.approx(small.num_layers * layer + step, rel=1e-9), b

@@ -54,6 +54,10 @@ MEASURED_FIELDS = (
     "recompute_selective_host_s",
     "recompute_full_host_s",
     "fsdp_layer_host_s",
+    "optimizer_layer_host_s",
+    "optimizer_step_host_s",
+    "fsdp_optimizer_layer_host_s",
+    "fsdp_optimizer_step_host_s",
 )
 """The profile fields :func:`calibrate` may replace (the others are the base's vendor figures)."""
 
@@ -85,11 +89,14 @@ class Sizes:
     """Timed repeats (the median is kept)."""
     anchor_tokens: int = 4096
     """Tokens of the micro-batch of the layer anchor (:func:`runtime_layer_seconds`)."""
+    adam_model_numel: int = 0
+    """Cap of the elements of the host AdamW measured at the model's size (:func:`_part_host_adam`: the whole
+    model's parameters, what ``offload_fraction=1`` updates on one GPU; 0: only ``adam_numel``)."""
 
 
-FULL = Sizes((1024, 4096, 16384), (4096, 8192), 32768, 4096, 16384, 1 << 30, 5000, 1 << 28, 1 << 26, 5, 4096)
+FULL = Sizes((1024, 4096, 16384), (4096, 8192), 32768, 4096, 16384, 1 << 30, 5000, 1 << 28, 1 << 26, 5, 4096, 1 << 31)
 """Sizes of a full calibrate on a GPU (sized for well under a minute on an H200: an estimate, not yet timed there)."""
-QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 19, 3, 64)
+QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 19, 3, 64, 1 << 21)
 """Sizes of ``--quick`` and of every CPU run (seconds on a 2-core CPU)."""
 
 
@@ -466,12 +473,13 @@ def host_device_bandwidth(device, nbytes: int = 1 << 28, repeats: int = 5) -> di
     }
 
 
-def host_adam_rate(numel: int = 1 << 22, mode: str = "master", repeats: int = 3) -> dict:
+def host_adam_rate(numel: int = 1 << 22, mode: str = "master", repeats: int = 3, pin: bool = False) -> dict:
     """Parameters per second of the host AdamW of ``offload_fraction``: :func:`mlite.runtime.optim.host.update_chunk`
     over an fp32 state shard of ``numel`` elements (bf16 gradient and parameter staging; ``mode`` ``master``: fp32
     master, ``remainder``: the precision-aware int16 remainder) in chunks of :data:`~mlite.runtime.optim.CHUNK` with
     work buffers allocated once, as ``ShardedAdamW._update_staged`` runs it (bench/offload_host_speed.py times the
-    same loop)."""
+    same loop); ``pin``: the gradient and parameter staging buffers in pinned memory, as ``_stage_in`` allocates
+    them on a CUDA machine. The state is filled by copying one random chunk over it (no full-size random draw)."""
     import torch
 
     from ..runtime.optim import host
@@ -480,9 +488,16 @@ def host_adam_rate(numel: int = 1 << 22, mode: str = "master", repeats: int = 3)
     from ..runtime.optim.optimizer import CHUNK
 
     g = torch.Generator().manual_seed(0)
-    master = torch.randn(numel, generator=g) * 0.02
-    grad = (torch.randn(numel, generator=g) * 1e-3).bfloat16()
-    param, rem = split_fp32(master)
+    c = min(CHUNK, numel)
+    seed_m, seed_g = torch.randn(c, generator=g) * 0.02, (torch.randn(c, generator=g) * 1e-3).bfloat16()
+    master = torch.empty(numel)
+    grad = torch.empty(numel, dtype=torch.bfloat16, pin_memory=pin)
+    for a in range(0, numel, c):
+        b = min(a + c, numel)
+        master[a:b].copy_(seed_m[: b - a])
+        grad[a:b].copy_(seed_g[: b - a])
+    hi, rem = split_fp32(master)
+    param = torch.empty(numel, dtype=torch.bfloat16, pin_memory=pin).copy_(hi)
     state = {"exp_avg": torch.zeros(numel), "exp_avg_sq": torch.zeros(numel)}
     state["master" if mode == "master" else "remainder"] = master if mode == "master" else rem
     work = host.work_buffers(min(CHUNK, numel), "cpu")
@@ -502,7 +517,14 @@ def host_adam_rate(numel: int = 1 << 22, mode: str = "master", repeats: int = 3)
         update(step)
         times.append(time.perf_counter() - t0)
     t = statistics.median(times)
-    return {"numel": numel, "mode": mode, "threads": torch.get_num_threads(), "seconds": t, "params_per_s": numel / t}
+    return {
+        "numel": numel,
+        "mode": mode,
+        "threads": torch.get_num_threads(),
+        "pinned_staging": pin,
+        "seconds": t,
+        "params_per_s": numel / t,
+    }
 
 
 # ------------------------------------------------------------------------------------------------------- calibrate
@@ -633,9 +655,28 @@ def _part_pcie(device, spec, sz: Sizes, peak: float) -> Part:
     )
 
 
+def host_adam_numel(spec, sz: Sizes) -> int:
+    """Elements of the host AdamW measurement: the model's parameters (the shard ``offload_fraction=1`` updates on
+    one GPU), capped by ``sz.adam_model_numel`` and by a quarter of the host's available memory at 18 bytes per
+    element (fp32 master and moments, bf16 gradient and parameter staging, the reused work buffers); never below
+    ``sz.adam_numel``."""
+    import os
+
+    n = int(spec.total) if sz.adam_model_numel else 0
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no sysconf on this platform: the cap alone
+        avail = 1 << 62
+    return max(sz.adam_numel, min(n, sz.adam_model_numel, avail // 4 // 18))
+
+
 def _part_host_adam(device, spec, sz: Sizes, peak: float) -> Part:
-    adam = host_adam_rate(sz.adam_numel, "master", sz.repeats)
-    what = f"host AdamW (update_chunk, fp32 master) on {adam['numel']} elements, {adam['threads']} threads"
+    n = host_adam_numel(spec, sz)
+    adam = host_adam_rate(n, "master", min(sz.repeats, 3), pin=_is_cuda(device))
+    what = (
+        f"host AdamW (update_chunk, fp32 master) on {adam['numel']} elements ({spec.name}'s parameters, capped), "
+        f"{'pinned' if adam['pinned_staging'] else 'pageable'} staging, {adam['threads']} threads"
+    )
     return (
         {"host_adam_params_per_s": adam["params_per_s"]},
         {"host_adam_params_per_s": f"{_BY}{what}"},
@@ -666,12 +707,20 @@ def _anchor_layers(spec) -> tuple[int, int]:
 
 
 def runtime_layer_seconds(
-    device, spec, tokens: int, recompute: str = "none", repeats: int = 3, optimizer: str = "dist_opt"
+    device,
+    spec,
+    tokens: int,
+    recompute: str = "none",
+    repeats: int = 3,
+    optimizer: str = "dist_opt",
+    opt_out: list | None = None,
 ) -> float:
     """Wall seconds of one decoder layer's forward + backward as the lite runtime runs it: ``forward_backward`` of
     one packed micro-batch of ``tokens`` tokens on ``spec`` cut to 3 layers, less the same on 1 layer, halved
     (``optimizer``'s backend on one rank, bf16; the median of ``repeats`` synchronised calls after two warm-ups;
-    a process group it starts is destroyed again)."""
+    a process group it starts is destroyed again). ``opt_out``: also time the runtime's ``optimizer_step`` +
+    ``zero_grad`` on each cut model (a whole step less its ``forward_backward``) and append their seconds, fewer
+    layers first (the optimizer anchor, :func:`optimizer_anchor_fit`)."""
     import os
 
     import torch.distributed as dist
@@ -685,7 +734,7 @@ def runtime_layer_seconds(
     if not had_group:  # a one-process group of its own, on a free port (not one an outer process holds)
         os.environ.pop("MASTER_PORT", None)
     try:
-        _anchor_runs(device, dev, spec, tokens, recompute, repeats, optimizer, out)
+        _anchor_runs(device, dev, spec, tokens, recompute, repeats, optimizer, out, opt_out)
     finally:  # leave no process group and no MASTER_PORT behind for the caller's own runs or child processes
         if not had_group and dist.is_available() and dist.is_initialized():
             destroy_distributed()
@@ -698,8 +747,11 @@ def runtime_layer_seconds(
     return max(0.0, (out[1] - out[0]) / (hi - lo))
 
 
-def _anchor_runs(device, dev: str, spec, tokens: int, recompute: str, repeats: int, optimizer: str, out: list) -> None:
-    """``forward_backward`` seconds of ``spec`` cut to each of :data:`ANCHOR_LAYERS`, appended to ``out``."""
+def _anchor_runs(
+    device, dev: str, spec, tokens: int, recompute: str, repeats: int, optimizer: str, out: list, opt_out=None
+) -> None:
+    """``forward_backward`` seconds of ``spec`` cut to each of :data:`ANCHOR_LAYERS`, appended to ``out`` (and the
+    optimizer step + ``zero_grad`` seconds to ``opt_out`` when given)."""
     import json
     import tempfile
     from pathlib import Path
@@ -735,6 +787,14 @@ def _anchor_runs(device, dev: str, spec, tokens: int, recompute: str, repeats: i
                 rt.forward_backward(h, mb, num_microbatches=1)
 
             out.append(time_per_call(fb, device, repeats=repeats, warmup=2))
+            if opt_out is not None:
+
+                def step(rt=rt, h=h, fb=fb):
+                    fb()
+                    rt.optimizer_step(h)
+                    rt.zero_grad(h)
+
+                opt_out.append(max(0.0, time_per_call(step, device, repeats=repeats, warmup=2) - out[-1]))
             del rt, h
             if dev == "cuda":
                 torch.cuda.empty_cache()
@@ -785,15 +845,70 @@ def anchor_fit(hw: HardwareProfile, spec, tokens: int, seconds: dict) -> tuple[d
     return fields, fit
 
 
+OPTIMIZER_FIELDS = {
+    "dist_opt": ("optimizer_layer_host_s", "optimizer_step_host_s"),
+    "fsdp2": ("fsdp_optimizer_layer_host_s", "fsdp_optimizer_step_host_s"),
+}
+"""Backend -> its (per layer, per step) optimizer host fields."""
+
+
+def cut_params(spec, layers: int) -> float:
+    """Parameters of ``spec`` cut to its first ``layers`` decoder layers (embedding, head and MTP kept)."""
+    main = spec.main_layers
+    return float(spec.total - sum(x.params for x in main) + sum(x.params for x in main[:layers]))
+
+
+def optimizer_anchor_fit(hw: HardwareProfile, spec, seconds: dict) -> tuple[dict, dict]:
+    """Optimizer host fields from the optimizer anchor: ``seconds`` = backend -> ``[s at lo layers, s at hi
+    layers]`` of the runtime's ``optimizer_step`` + ``zero_grad`` on the cut models (:data:`ANCHOR_LAYERS`). The
+    part the time model already gives (:func:`mlite.time.model.optimizer_bytes_per_param` of that backend at the
+    HBM rate, 8 launches) is taken off; what is left is split into a per-layer slope and a per-step intercept
+    (:data:`OPTIMIZER_FIELDS`). Returns ``(fields, what was fitted)``."""
+    from ..options import TrainingOptions
+    from .model import optimizer_bytes_per_param
+
+    lo, hi = _anchor_layers(spec)
+    fields: dict = {}
+    fit: dict = {"layers": [lo, hi], "measured_s": {k: list(v) for k, v in seconds.items()}}
+    for backend, (per_layer, per_step) in OPTIMIZER_FIELDS.items():
+        if backend not in seconds or hi <= lo:
+            continue
+        per, _ = optimizer_bytes_per_param(TrainingOptions(optimizer=backend))
+        model = [cut_params(spec, n) * per / hw.hbm_bytes_per_s + 8 * hw.kernel_launch_s for n in (lo, hi)]
+        rest = [s - m for s, m in zip(seconds[backend], model)]
+        slope = max(0.0, (rest[1] - rest[0]) / (hi - lo))
+        fields[per_layer] = slope
+        fields[per_step] = max(0.0, rest[0] - lo * slope)
+        fit[f"{backend}_modelled_s"] = model
+    return fields, fit
+
+
 def _part_layers(device, spec, sz: Sizes, hw: HardwareProfile) -> Part:
     if spec.num_layers < 2:
         return {}, {}, {"layer_anchor": f"not measured: {spec.name} has one layer (the anchor differences two)"}
-    secs = {m: runtime_layer_seconds(device, spec, sz.anchor_tokens, m, sz.repeats) for m in RECOMPUTE_MODES}
-    secs["fsdp2"] = runtime_layer_seconds(device, spec, sz.anchor_tokens, "none", sz.repeats, optimizer="fsdp2")
+    opt: dict[str, list] = {"dist_opt": [], "fsdp2": []}
+    secs = {
+        m: runtime_layer_seconds(
+            device, spec, sz.anchor_tokens, m, sz.repeats, opt_out=opt["dist_opt"] if m == "none" else None
+        )
+        for m in RECOMPUTE_MODES
+    }
+    secs["fsdp2"] = runtime_layer_seconds(
+        device, spec, sz.anchor_tokens, "none", sz.repeats, optimizer="fsdp2", opt_out=opt["fsdp2"]
+    )
     fields, fit = anchor_fit(hw, spec, sz.anchor_tokens, secs)
-    what = f"one {fit['layer']} layer of {spec.name} in the lite runtime, {sz.anchor_tokens} tokens (3 - 1 layers)"
+    o_fields, o_fit = optimizer_anchor_fit(hw, spec, opt)
+    lo, hi = _anchor_layers(spec)
+    what = (
+        f"one {fit['layer']} layer of {spec.name} in the lite runtime, {sz.anchor_tokens} tokens ({hi} - {lo} layers)"
+    )
     sources = {k: f"{_BY}{what}, fitted" for k in fields}
-    return fields, sources, {"layer_anchor": fit}
+    sources |= {
+        k: f"{_BY}the runtime's optimizer_step + zero_grad on {spec.name} cut to {lo} and {hi} layers, less the "
+        "update's HBM bytes"
+        for k in o_fields
+    }
+    return fields | o_fields, sources, {"layer_anchor": fit, "optimizer_anchor": o_fit}
 
 
 def calibrate(device="cuda", spec=None, base=None, quick: bool = False) -> HardwareProfile:

@@ -70,6 +70,15 @@ class HardwareProfile:
     fsdp_layer_host_s: float = 0.0
     """Host seconds per layer and micro-batch of FSDP2's hooks (the unit's gathers and reduce-scatters launched
     tensor by tensor) beyond the copies they make (``mlite calibrate``'s layer anchor; 0: none known)."""
+    optimizer_layer_host_s: float = 0.0
+    """dist_opt: seconds per decoder layer and step that the runtime's optimizer step + ``zero_grad`` take beyond
+    the HBM bytes of the update (host work per tensor, the waits; ``mlite calibrate``'s optimizer anchor)."""
+    optimizer_step_host_s: float = 0.0
+    """dist_opt: the same once per step (the norm, the clip, the syncs, the embedding and head tensors)."""
+    fsdp_optimizer_layer_host_s: float = 0.0
+    """fsdp2: seconds per decoder layer and step of the optimizer step + ``zero_grad`` beyond the update's bytes."""
+    fsdp_optimizer_step_host_s: float = 0.0
+    """fsdp2: the same once per step."""
     sources: dict = field(default_factory=dict)
     """Field -> where its value comes from (datasheet URL, measurement, documented guess)."""
     measured: dict = field(default_factory=dict)
@@ -79,7 +88,15 @@ class HardwareProfile:
         return asdict(self)
 
 
-OPTIONAL = ("recompute_selective_host_s", "recompute_full_host_s", "fsdp_layer_host_s")
+OPTIONAL = (
+    "recompute_selective_host_s",
+    "recompute_full_host_s",
+    "fsdp_layer_host_s",
+    "optimizer_layer_host_s",
+    "optimizer_step_host_s",
+    "fsdp_optimizer_layer_host_s",
+    "fsdp_optimizer_step_host_s",
+)
 """Fields a profile may leave out (their default: nothing known)."""
 REQUIRED = tuple(f.name for f in fields(HardwareProfile) if f.name not in ("sources", "measured", *OPTIONAL))
 """The fields a profile file must give."""

@@ -413,6 +413,17 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, l
     return total, exposed, notes
 
 
+def optimizer_host_s(hw, o, layers: int) -> float:
+    """Seconds the lite runtime's optimizer step + ``zero_grad`` take beyond the update's HBM bytes on a rank with
+    ``layers`` decoder layers: the profile's per-layer and per-step figures of the backend (``mlite calibrate``'s
+    optimizer anchor; fsdp2 for a backend that shards parameters, else dist_opt's; 0 where none was measured)."""
+    from ..options.optimizers import BACKENDS
+
+    if BACKENDS.entry(o.optimizer).shards_params:
+        return layers * hw.fsdp_optimizer_layer_host_s + hw.fsdp_optimizer_step_host_s
+    return layers * hw.optimizer_layer_host_s + hw.optimizer_step_host_s
+
+
 def _update_time(hw, plan, o, st) -> tuple[float, float, str]:
     """(device optimizer seconds, offloaded update seconds, bytes formula) of this pipeline rank's shard."""
     from ..options.optimizers import BACKENDS
@@ -423,7 +434,7 @@ def _update_time(hw, plan, o, st) -> tuple[float, float, str]:
     n = st.dense / (plan.dp * p.cp if sharded else 1) + st.expert / (plan.edp if sharded else 1)
     per, formula = optimizer_bytes_per_param(o)
     f = float(o.offload_fraction)
-    device = (1 - f) * n * per / hw.hbm_bytes_per_s + 8 * hw.kernel_launch_s
+    device = (1 - f) * n * per / hw.hbm_bytes_per_s + 8 * hw.kernel_launch_s + optimizer_host_s(hw, o, st.layers)
     off = 0.0
     if f > 0:
         g = DTYPE_BYTES[o.main_grads_dtype] if be.grad_buffer else 4
@@ -484,7 +495,8 @@ def predict(
         "linear layers' GEMMs in fp8 at the fp8 peak x gemm_efficiency, inputs cast first" if sh.fp8 else None,
         f"1F1B pipeline bubble (pp - 1) / vpp x the mean micro-batch time ({p.pp - 1}/{p.vpp})" if p.pp > 1 else None,
         *notes,
-        f"optimizer step: {formula} bytes per local parameter at the copy rate {hw.hbm_bytes_per_s:.3g} B/s",
+        f"optimizer step: {formula} bytes per local parameter at the copy rate {hw.hbm_bytes_per_s:.3g} B/s, plus "
+        f"{optimizer_host_s(hw, o, st.layers):.3g} s of the runtime's host work (the profile's optimizer anchor)",
         "offloaded update: gradients to the host and parameters back over PCIe, overlapped with the host Adam at "
         f"{hw.host_adam_params_per_s:.3g} params/s (the slower of the two sets the time), after the device part"
         if o.offload_fraction
