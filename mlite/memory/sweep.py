@@ -8,7 +8,7 @@ from dataclasses import replace
 from ..errors import MliteError
 from ..mesh import MeshPlan, enumerate_meshes, resolve
 from ..options import TrainingOptions
-from ..options.rules import precision_mesh
+from ..options.rules import PRECISION_MESH_AXES, precision_mesh
 from .estimate import estimate
 from .table_fast import TableEstimator
 
@@ -73,11 +73,19 @@ def fits_callback(spec, training: TrainingOptions, more=None):
 
     table = TableEstimator(spec, training)  # the estimates' figures, per-table invariants once (table_fast)
 
+    refused: dict[tuple, str | None] = {}  # precision_mesh's verdict per (cp, pp): PRECISION_MESH_AXES
+
     def fits(plan):
-        try:  # a mesh the precision profile has not been validated with (cp, pp) is not a candidate
-            precision_mesh(training, plan.parallel)
-        except MliteError as e:
-            return False, {"refused": e.message}
+        key = tuple(getattr(plan.parallel, a) for a in PRECISION_MESH_AXES)
+        if key not in refused:
+            try:  # a mesh the precision profile has not been validated with (cp, pp) is not a candidate
+                precision_mesh(training, plan.parallel)
+                refused[key] = None
+            except MliteError as e:
+                refused[key] = e.message
+        why = refused[key]
+        if why is not None:
+            return False, {"refused": why}
         ok, total, peak, static, host = table.figures(plan)
         extra = {
             "total_bytes": round(total),
