@@ -22,6 +22,7 @@ part of ``static`` and of the idle phase, never offloaded (no offload option mov
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -54,6 +55,30 @@ _FP32 = SimpleNamespace(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32")
 CUBLAS_WORKSPACE = 64 * MIB
 """cuBLAS + cuBLASLt workspaces PyTorch takes from its caching allocator on Hopper (32 MiB each; measured: every
 Megatron-Core row on the H200 holds 64 MiB more after the step than its state and buffers)."""
+
+
+def transient_peak(t: dict, lite: bool) -> float:
+    """The largest set of transients ``t`` alive at one moment (the lite runtime's three moments, or Megatron's
+    backward buffers against the logits gradient)."""
+    if lite:
+        return t.get("root_params_unsharded", 0) + max(
+            t.get("ce_forward", 0), t.get("loss_backward", 0), t.get("fsdp2_unit", 0) + t.get("recompute_layer", 0)
+        )
+    backward = (
+        t.get("fsdp2_all_gather", 0)
+        + t.get("fsdp2_reduce_scatter", 0)
+        + t.get("mfsdp_all_gather", 0)
+        + t.get("mfsdp_wgrad", 0)
+        + t.get("recompute_layer", 0)
+        + t.get("attention_scores", 0)
+    )
+    return max(backward, t.get("logits_grad", 0))
+
+
+def peak_bytes(static: float, step_grads: float, grads_off: float, acts: float, peak_t: float, t: dict) -> float:
+    """The allocator peak: forward/backward (the step's fp32 grad copies are freed by then, and ``grads_off`` of the
+    gradients may be), or the optimizer step itself (``t["optimizer_step"]``)."""
+    return max(static - step_grads - grads_off + acts + peak_t, static + t.get("optimizer_step", 0))
 
 
 @dataclass(kw_only=True)
@@ -127,26 +152,10 @@ class RankMemory:
         self.static = self.params + self.grads + self.optimizer + sum(self.persistent.values()) + self.step_grads
         self.static += sum(self.ngram.values())
         self.activation_total = sum(self.activations.values())
-        t = self.transients
-        if self.lite:
-            self.transient_peak = t.get("root_params_unsharded", 0) + max(
-                t.get("ce_forward", 0), t.get("loss_backward", 0), t.get("fsdp2_unit", 0) + t.get("recompute_layer", 0)
-            )
-        else:
-            backward = (
-                t.get("fsdp2_all_gather", 0)
-                + t.get("fsdp2_reduce_scatter", 0)
-                + t.get("mfsdp_all_gather", 0)
-                + t.get("mfsdp_wgrad", 0)
-                + t.get("recompute_layer", 0)
-                + t.get("attention_scores", 0)
-            )
-            self.transient_peak = max(backward, t.get("logits_grad", 0))
+        self.transient_peak = transient_peak(self.transients, self.lite)
         grads_off = 0.0 if self.grads_at_peak is None else self.grads - self.grads_at_peak
-        # forward/backward (the step's fp32 grad copies are freed by then), or the optimizer step itself
-        self.peak = max(
-            self.static - self.step_grads - grads_off + self.activation_total + self.transient_peak,
-            self.static + self.transients.get("optimizer_step", 0),
+        self.peak = peak_bytes(
+            self.static, self.step_grads, grads_off, self.activation_total, self.transient_peak, self.transients
         )
         self.total = self.peak + sum(self.other.values())
         self.host_total = sum(self.host.values())
@@ -350,16 +359,22 @@ def _padding(sp: StageParams, spec, plan: MeshPlan, o: TrainingOptions, pb: int,
     bucket (max(40M, 1M x DP) elements) ends at a multiple of lcm(DP, 128) (half of it on average). The exact layout
     of one bucket is :func:`mlite.runtime.ddp.buffer_layout` (the lite runtime's dist_opt); the padding is kept out
     of the parameter, gradient and optimizer figures, which count real elements only, as the runtime's tally does."""
-    import math
-
-    if not BACKENDS.entry(o.optimizer).grad_buffer or not o.use_distributed_optimizer:
+    if not pads(o):
         return 0.0
-    tensors = sp.tensors
-    d = plan.dp * plan.parallel.cp
+    return padding_bytes(sp.tensors, sp.total, plan.dp * plan.parallel.cp, pb + gb)
+
+
+def pads(o: TrainingOptions) -> bool:
+    """Whether :func:`_padding` applies (Megatron-Core's gradient buffer with the distributed optimizer)."""
+    return BACKENDS.entry(o.optimizer).grad_buffer and o.use_distributed_optimizer
+
+
+def padding_bytes(tensors: int, total: float, d: int, per_elem: int) -> float:
+    """:func:`_padding` of a rank with ``tensors`` tensors and ``total`` parameters over ``d`` = DP x CP owners."""
     bucket = max(40_000_000, 1_000_000 * d)
-    buckets = max(1, math.ceil(sp.total / bucket))
+    buckets = max(1, math.ceil(total / bucket))
     pad_elems = 32 * tensors + buckets * math.lcm(d, 128) / 2
-    return pad_elems * (pb + gb)
+    return pad_elems * per_elem
 
 
 def estimate(
@@ -438,18 +453,8 @@ def estimate(
         owners = plan.dp * p.cp if tables else 0
         ngram = ngram_bytes(tables, owners, trainable=o.engram_trainable) if tables else {}
         idle = params + grads + master + m + v + sum(ngram.values())  # the tables stay resident (never offloaded)
-        if o.param_offload:
-            host["offloaded_params"] = params
-            idle -= params
-        if o.optimizer_offload:  # a build without offload_for_forward leaves the chunked masters on the GPU
-            stuck = ck.resident_masters if ck is not None else 0.0
-            host["offloaded_optimizer_state"] = master + m + v - stuck
-            idle -= master + m + v - stuck
-        if o.grad_offload and backend.grad_buffer:
-            host["offloaded_grads"] = grads
-            idle -= grads
-        elif backend.frees_grads:
-            idle -= grads  # zero_grad sets them to None after the step
+        stuck = ck.resident_masters if ck is not None else 0.0
+        idle = runtime_offload(o, backend, host, idle, params, grads, master + m + v, stuck)
         ranks.append(
             RankMemory(
                 pp_rank=sp.pp_rank,
@@ -478,6 +483,24 @@ def estimate(
     if explain:
         est.formulas = _formulas(est, stages, sb, d_dense, d_exp, f, dims)
     return est
+
+
+def runtime_offload(o: TrainingOptions, backend, host: dict, idle: float, params, grads, state, stuck) -> float:
+    """Runtime context offload of one rank: the host entries it adds to ``host`` (params, optimizer ``state`` less
+    the ``stuck`` chunked masters a build without offload_for_forward leaves on the GPU, grads) and ``idle`` less
+    what leaves the GPU between steps."""
+    if o.param_offload:
+        host["offloaded_params"] = params
+        idle -= params
+    if o.optimizer_offload:
+        host["offloaded_optimizer_state"] = state - stuck
+        idle -= state - stuck
+    if o.grad_offload and backend.grad_buffer:
+        host["offloaded_grads"] = grads
+        idle -= grads
+    elif backend.frees_grads:
+        idle -= grads  # zero_grad sets them to None after the step
+    return idle
 
 
 def _optimizer_host(o: TrainingOptions, sb, backend, shard: float, f: float, ck: ChunkedOffload | None) -> dict:

@@ -8,8 +8,9 @@ from dataclasses import replace
 from ..errors import MliteError
 from ..mesh import MeshPlan, enumerate_meshes, resolve
 from ..options import TrainingOptions
-from ..options.rules import precision_mesh
+from ..options.rules import PRECISION_MESH_AXES, precision_mesh
 from .estimate import estimate
+from .table_fast import TableEstimator
 
 
 def _row(est) -> dict:
@@ -67,24 +68,34 @@ def sweep(
 
 def fits_callback(spec, training: TrainingOptions, more=None):
     """A ``fits`` callback for :func:`mlite.mesh.enumerate_meshes` that also returns the per-GPU figures; ``more(plan)``
-    adds fields to each mesh that fits (:func:`mlite.time.table.mesh_table` adds the predicted step)."""
+    adds fields to each mesh that fits (:func:`mlite.time.table.mesh_table` adds the predicted step). The figures are
+    ``estimate(spec, plan, training)``'s, computed by :class:`mlite.memory.table_fast.TableEstimator`."""
+
+    table = TableEstimator(spec, training)  # the estimates' figures, per-table invariants once (table_fast)
+
+    refused: dict[tuple, str | None] = {}  # precision_mesh's verdict per (cp, pp): PRECISION_MESH_AXES
 
     def fits(plan):
-        try:  # a mesh the precision profile has not been validated with (cp, pp) is not a candidate
-            precision_mesh(training, plan.parallel)
-        except MliteError as e:
-            return False, {"refused": e.message}
-        est = estimate(spec, plan, training, explain=False)
-        w = est.worst
+        key = tuple(getattr(plan.parallel, a) for a in PRECISION_MESH_AXES)
+        if key not in refused:
+            try:  # a mesh the precision profile has not been validated with (cp, pp) is not a candidate
+                precision_mesh(training, plan.parallel)
+                refused[key] = None
+            except MliteError as e:
+                refused[key] = e.message
+        why = refused[key]
+        if why is not None:
+            return False, {"refused": why}
+        ok, total, peak, static, host = table.figures(plan)
         extra = {
-            "total_bytes": round(w.total),
-            "peak_bytes": round(w.peak),
-            "static_bytes": round(w.static),
-            "host_bytes": round(w.host_total),
+            "total_bytes": round(total),
+            "peak_bytes": round(peak),
+            "static_bytes": round(static),
+            "host_bytes": round(host),
         }
-        if more is not None and est.fits:
+        if more is not None and ok:
             extra.update(more(plan))
-        return est.fits, extra
+        return ok, extra
 
     return fits
 

@@ -193,7 +193,14 @@ EXPERT_DIMS: tuple[str, ...] = _dims("expert", "edp")
 
 def model_parallel(dims: tuple[str, ...]) -> tuple[str, ...]:
     """The axes of ``dims`` without the derived DP / EDP (``tp, cp, pp`` of :data:`DENSE_DIMS`)."""
-    return tuple(d for d in dims if d in BY_NAME)
+    hit = _MODEL_PARALLEL.get(dims)
+    if hit is None:
+        hit = _MODEL_PARALLEL[dims] = tuple(d for d in dims if d in BY_NAME)
+    return hit
+
+
+_MODEL_PARALLEL: dict[tuple[str, ...], tuple[str, ...]] = {}
+""":func:`model_parallel` per ``dims`` (the whole-mesh table asks it several times per mesh)."""
 
 
 def product_label(dims, sep: str = "*") -> str:

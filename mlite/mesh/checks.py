@@ -16,7 +16,7 @@ A rule reads a :class:`MeshContext` (the mesh, the model, the GPU count) and ret
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from ..errors import MliteError
@@ -74,20 +74,20 @@ class MeshContext:
     def etp(self) -> int:
         return self.parallel.etp_size
 
-    @property
+    @cached_property
     def dense_mp(self) -> int:
         return self.p.dense_model_parallel
 
-    @property
+    @cached_property
     def expert_mp(self) -> int:
         return self.p.expert_model_parallel
 
-    @property
+    @cached_property
     def dp(self) -> int:
         """Dense DP, 0 when the world does not divide."""
         return self.ngpu // self.dense_mp if self.ngpu % self.dense_mp == 0 else 0
 
-    @property
+    @cached_property
     def edp(self) -> int:
         """Expert DP, 0 when the world does not divide."""
         return self.ngpu // self.expert_mp if self.ngpu % self.expert_mp == 0 else 0
@@ -358,7 +358,7 @@ def _split(ctx: MeshContext) -> tuple[list[Stage], str, list[Finding]]:
 
 
 def _layout(ctx: MeshContext) -> tuple[list[Stage], str, list[Finding]]:
-    p, F = ctx.p, []
+    p = ctx.p
     pp, vpp = p.pp, p.vpp
     n_layers, n_mtp, n_stages = ctx.spec.num_layers, ctx.n_mtp, pp * vpp
     if ctx.split:
@@ -383,25 +383,38 @@ def _layout(ctx: MeshContext) -> tuple[list[Stage], str, list[Finding]]:
                 ],
             )
         return stages, "pp_layout", []
+    planned, source, found = _planned_layout(n_layers, n_mtp, pp, vpp, ctx.auto_uneven)
+    return list(planned), source, list(found)
+
+
+@lru_cache(maxsize=4096)
+def _planned_layout(
+    n_layers: int, n_mtp: int, pp: int, vpp: int, auto_uneven: bool
+) -> tuple[tuple[Stage, ...], str, tuple[Finding, ...]]:
+    """The layers rule without ``pp_layout`` or split keys: even stages, the automatic uneven layout (with its
+    warning) or the error; a function of these five values only, so cached (the whole-mesh table asks it for every
+    mesh)."""
+    F: list[Finding] = []
+    n_stages = pp * vpp
     if n_stages > n_layers:
         return (
-            [],
+            (),
             "even",
-            [
+            (
                 finding(
                     "layers",
                     "error",
                     f"{n_layers} layers cannot fill PP*VPP = {n_stages} stages",
                     "pp",
                     nearest(pp, lambda q: q * vpp <= n_layers and n_layers % (q * vpp) == 0),
-                )
-            ],
+                ),
+            ),
         )
     even = even_layout(n_layers, n_mtp, n_stages)
     if even:
-        return even, "even", []
+        return tuple(even), "even", ()
     auto = auto_layout(n_layers, n_mtp, n_stages) or []
-    if ctx.auto_uneven and auto:
+    if auto_uneven and auto:
         F.append(
             finding(
                 "layers",
@@ -411,7 +424,7 @@ def _layout(ctx: MeshContext) -> tuple[list[Stage], str, list[Finding]]:
                 "pp_layout",
             )
         )
-        return auto, "auto", F
+        return tuple(auto), "auto", tuple(F)
     near = nearest(pp, lambda q: n_layers % (q * vpp) == 0)
     fixes = [{"pp": q} for q in near] + ([{"pp_layout": layout_text(auto)}] if auto and vpp == 1 else [])
     hint = f"; an uneven layout would work: --pp-layout '{layout_text(auto)}'" if auto else ""
@@ -423,7 +436,7 @@ def _layout(ctx: MeshContext) -> tuple[list[Stage], str, list[Finding]]:
         near,
         fixes=fixes,
     )
-    return [], "even", [Finding(f.rule, f.level, f.message + hint, f.field, f.nearest, f.fixes)]
+    return (), "even", (Finding(f.rule, f.level, f.message + hint, f.field, f.nearest, f.fixes),)
 
 
 def rule_seq_len(ctx: MeshContext) -> list[Finding]:
@@ -447,31 +460,30 @@ def rule_tp_span(ctx: MeshContext) -> list[Finding]:
     """TP groups that span nodes."""
     tp, g = ctx.p.tp, ctx.gpus_per_node
     if tp > 1 and (tp > g or g % tp):
-        return [
-            finding(
-                "tp_span",
-                "warning",
-                f"TP {tp} groups span nodes ({g} GPUs per node): tensor parallel "
-                "traffic crosses the inter-node network",
-                "tp",
-            )
-        ]
+        return [_tp_span(tp, g)]
     return []
+
+
+@lru_cache(maxsize=1024)
+def _tp_span(tp: int, g: int) -> Finding:
+    """The warning of :func:`rule_tp_span` (cached: a function of its two numbers; findings are frozen)."""
+    msg = f"TP {tp} groups span nodes ({g} GPUs per node): tensor parallel traffic crosses the inter-node network"
+    return finding("tp_span", "warning", msg, "tp")
 
 
 def rule_ep_span(ctx: MeshContext) -> list[Finding]:
     """EP*ETP groups that span nodes (MoE only)."""
     e, g = ctx.p.ep * ctx.etp, ctx.gpus_per_node
     if ctx.spec.num_experts and e > 1 and (e > g or g % e):
-        return [
-            finding(
-                "ep_span",
-                "warning",
-                f"EP*ETP = {e} expert groups span nodes ({g} GPUs per node): all-to-all crosses the inter-node network",
-                "ep",
-            )
-        ]
+        return [_ep_span(e, g)]
     return []
+
+
+@lru_cache(maxsize=1024)
+def _ep_span(e: int, g: int) -> Finding:
+    """The warning of :func:`rule_ep_span` (cached like :func:`_tp_span`)."""
+    msg = f"EP*ETP = {e} expert groups span nodes ({g} GPUs per node): all-to-all crosses the inter-node network"
+    return finding("ep_span", "warning", msg, "ep")
 
 
 def rule_launcher_rule(ctx: MeshContext) -> list[Finding]:
@@ -496,15 +508,17 @@ def rule_launcher_rule(ctx: MeshContext) -> list[Finding]:
 def rule_sequence_parallel(ctx: MeshContext) -> list[Finding]:
     """MoE with TP > 1 needs sequence parallelism (Megatron-Core warns)."""
     if ctx.spec.num_experts and ctx.p.tp > 1:
-        return [
-            finding(
-                "sequence_parallel",
-                "warning",
-                "MoE with TP > 1: Megatron requires sequence parallelism (--sequence-parallel); the plan assumes it on",
-                "tp",
-            )
-        ]
+        return [_SEQUENCE_PARALLEL]
     return []
+
+
+_SEQUENCE_PARALLEL = finding(
+    "sequence_parallel",
+    "warning",
+    "MoE with TP > 1: Megatron requires sequence parallelism (--sequence-parallel); the plan assumes it on",
+    "tp",
+)
+""":func:`rule_sequence_parallel`'s warning (one text; findings are frozen)."""
 
 
 def rule_gdn_cp(ctx: MeshContext) -> list[Finding]:
@@ -523,18 +537,17 @@ def rule_gdn_cp(ctx: MeshContext) -> list[Finding]:
 
 def rule_vocab(ctx: MeshContext) -> list[Finding]:
     """Vocabulary padded to a multiple of 128*TP."""
-    v, tp = ctx.spec.vocab_size, ctx.p.tp
+    return list(_vocab(ctx.spec.vocab_size, ctx.p.tp))
+
+
+@lru_cache(maxsize=1024)
+def _vocab(v: int, tp: int) -> tuple[Finding, ...]:
+    """The finding of :func:`rule_vocab` (cached: a function of the vocabulary and TP)."""
     padded = pad_vocab(v, tp)
     if padded == v:
-        return []
-    return [
-        finding(
-            "vocab",
-            "info",
-            f"vocabulary padded from {v} to {padded} (+{padded - v} rows) to a multiple of 128*TP = {128 * tp}",
-            "tp",
-        )
-    ]
+        return ()
+    msg = f"vocabulary padded from {v} to {padded} (+{padded - v} rows) to a multiple of 128*TP = {128 * tp}"
+    return (finding("vocab", "info", msg, "tp"),)
 
 
 def rule_mtp(ctx: MeshContext) -> list[Finding]:

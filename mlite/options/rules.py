@@ -409,12 +409,16 @@ def precision_gpu(o: Any) -> None:
         )
 
 
+PRECISION_MESH_AXES = ("cp", "pp")
+"""The mesh sizes :func:`precision_mesh` reads (its verdict is a function of these and the options)."""
+
+
 def precision_mesh(o: Any, parallel: Any) -> None:
     """A profile's validated topology: the first Hopper blockwise profiles run with ``cp=1`` and ``pp=1``
     (contract: "``pp>1``, ``cp>1`` ... unsupported-combination error"; feature-composability.md @ 3565ae5c: the
     first Hopper FP8 strategies require ``cp=1``)."""
     p = _profile(o)
-    for axis, limit in (("cp", p.max_cp), ("pp", p.max_pp)):
+    for axis, limit in zip(PRECISION_MESH_AXES, (p.max_cp, p.max_pp)):
         v = getattr(parallel, axis, 1)
         if limit is not None and v > limit:
             raise MliteError(
