@@ -117,9 +117,26 @@ def test_sglang_is_never_in_the_actor_process():
     """SGLang's ``Engine`` runs each TP rank's scheduler in an ``mp.Process`` (sglang
     python/sglang/srt/entrypoints/engine.py ``_launch_subprocesses``)."""
     r = RolloutOptions(name="sglang")
-    assert all(placement_for(r, v) == "separate" for v in ("0.4", "0.6", "0.7.0", "0.9"))
+    assert all(placement_for(r, v) == "separate" for v in ("0.3", "0.4", "0.6", "0.7.0", "0.9"))
     with pytest.raises(MliteError, match="SGLang"):
         measured_as("0.5", "in_process_cumem", "sglang")
+    with pytest.raises(MliteError, match="SGLang"):
+        measured_as("0.3", "in_process_freed", "sglang")
+
+
+def test_sglang_memory_fraction_never_moves_the_actor_metric_in_verl_0_3():
+    """verl 0.3 (sglang_rollout.py @ v0.3.0.post1) passes gpu_memory_utilization as SGLang's mem_fraction_static;
+    the KV pool it sizes lives in the scheduler subprocess that ``VerlEngine`` -> ``Engine`` starts (verl_engine.py @
+    01f14fd3), and torch_memory_saver pauses it there: the actor process's max_memory_allocated is the same for any
+    fraction, while the engine's own KV grows with it."""
+    base = (
+        "mlite rl-memory Qwen3-8B --ngpu 4 --gpu-mem H200 --rollout sglang --rollout-tp 2 --rollout-n 5 "
+        "--rollout-batch 1024 --prompt-len 1024 --response-len 1024 --verl-version 0.3"
+    )
+    lo, hi = (estimate_command(f"{base} --mem-fraction-static {f}") for f in (0.3, 0.7))
+    assert hi.engine.kv > lo.engine.kv > 0
+    assert predicted_metrics(lo)[ALLOCATED] == predicted_metrics(hi)[ALLOCATED]
+    assert predicted_metrics(lo)[ALLOCATED] == round(max(_torch_bytes(p) for p in lo.to_dict()["phases"].values()))
 
 
 def test_the_vllm_fork_exists_only_before_0_5():

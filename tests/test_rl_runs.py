@@ -13,7 +13,10 @@ import sys
 import pytest
 from conftest import REPO
 
+from mlite.errors import MliteError
+from mlite.memory.estimate import GIB
 from mlite.validation.rl_runs import (
+    ASSEMBLED,
     REQUIRED,
     RUNS_FILES,
     comparison_rows,
@@ -34,7 +37,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _raw(run) -> str:
-    return _ANSI.sub("", (RUNS / run["log"]).read_text())
+    """The excerpt's text without ANSI colours and without an assembled excerpt's own ``# =====`` marker lines (they
+    quote the search queries, not the run)."""
+    text = _ANSI.sub("", (RUNS / run["log"]).read_text())
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("# ====="))
 
 
 def _last_override(text: str, key: str):
@@ -47,13 +53,14 @@ def _last_override(text: str, key: str):
 def test_excerpt_parses_and_the_logged_figure_is_the_texts(run):
     got = logged_memory(RUNS / run["log"])
     raw = _raw(run)
-    line = next(ln for ln in raw.splitlines() if re.search(rf"step:{got['step']} - ", ln) and "memory_allocated" in ln)
+    lines = raw.splitlines()
+    line = next(ln for ln in lines if re.search(rf"step:{got['step']} - ", ln) and "memory_allocated" in ln)
     text = re.search(r"perf/max_memory_allocated_gb:(?:np\.float64\()?([0-9.]+)", line).group(1)
     assert got["max_memory_allocated_gb"] == pytest.approx(float(text), abs=0)
     reserved = re.search(r"perf/max_memory_reserved_gb:(?:np\.float64\()?([0-9.]+)", line)
     assert got["max_memory_reserved_gb"] == (float(reserved.group(1)) if reserved else None)
     # the earliest step line of the excerpt that carries the figure is the one read
-    steps = [int(m) for m in re.findall(r"step:(\d+) - [^\n]*max_memory_allocated_gb", raw)]
+    steps = [int(m) for m in re.findall(r"step:(\d+) - [^\n]*max_memory_allocated_gb", "\n".join(lines))]
     assert got["step"] == min(steps)
 
 
@@ -61,6 +68,9 @@ def test_excerpt_parses_and_the_logged_figure_is_the_texts(run):
 def test_settings_read_into_the_kit_options_agree_with_the_excerpt(run):
     est, o, r, _spec, plan, cfg = predict_run(run, RUNS)
     raw = _raw(run)
+    if run.get("excerpt_kind") == ASSEMBLED:
+        _check_assembled(run, r, o, plan, est)
+        return
     if "launcher" in run:
         cmd = launcher_text(run, RUNS)
         text = (RUNS / run["log"]).read_text()
@@ -152,7 +162,11 @@ def test_second_round_entries_carry_their_provenance():
         assert not missing, (run["id"], missing)
         assert run["id"] not in first_round_ids
         src = run["source"]
-        assert re.search(r"github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/", src) or re.search(r"index file id \d+", src)
+        if run.get("excerpt_kind") == ASSEMBLED:  # a thread read as search fragments: its URL, and the excerpt says so
+            assert re.match(r"https://github\.com/[^/]+/[^/]+/issues/\d+ ", src)
+            assert (RUNS / run["log"]).read_text().startswith("# ASSEMBLED FROM FRAGMENTS") and "fragment" in run["cut"]
+        else:
+            assert re.search(r"github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/", src) or re.search(r"index file id \d+", src)
         assert isinstance(run["comparable"], bool) and run["comparable_why"]
         assert run["engine_accounting"] in ("outside", "torch_frees", "cumem")
         model = json.loads((RUNS / run["model"]).read_text())
@@ -170,6 +184,7 @@ def test_the_runs_cover_what_the_issue_asks():
     strategies = {row["strategy"] for row in rows}
     assert "megatron" in strategies and strategies & {"fsdp", "fsdp2"}
     assert {"PPO", "GRPO"} <= {row["algorithm"] for row in rows}
+    assert {"vllm", "sglang"} <= {row["engine"].split()[0] for row in rows}
     accountings = {r["engine_accounting"] for r in ALL}
     assert {"torch_frees", "cumem", "outside"} <= accountings  # old in-process engines and the new separate one
 
@@ -211,7 +226,7 @@ def test_readme_prose_quotes_todays_figures():
     flat = " ".join((REPO / "README.md").read_text().split())
     comparable = [r for r in rows if r["comparable"]]
     within = [r for r in comparable if abs(r["ratio"] - 1) <= 0.15]
-    words = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    words = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven"}
     assert f"Of the {words[len(comparable)]} comparable runs {words[len(within)]} land within 15 %" in flat
     for r in comparable:
         if r not in within:
@@ -220,3 +235,88 @@ def test_readme_prose_quotes_todays_figures():
         f"{words[len({r['log'] for r in ALL})].capitalize()} public verl runs ({words.get(len(rows), len(rows))}"
         in flat
     )
+
+
+# ------------------------------------------------------------------------------------------ assembled from fragments
+_BLOCK = re.compile(
+    r"^# ===== fragment (\d+) BEGIN \(search corpus=(\w+), rank (\d+), query=\"([^\"]+)\"; ([^\n]+)\) =====\n", re.M
+)
+
+
+def _fragment_texts(run) -> dict[int, str]:
+    """Oracle for the kit's ``fragments``: each block's text between its BEGIN line and its END line, by string
+    search."""
+    text = (RUNS / run["log"]).read_text()
+    out = {}
+    for m in _BLOCK.finditer(text):
+        n = int(m[1])
+        end = text.index(f"\n# ===== fragment {n} END =====", m.end())
+        out[n] = text[m.end() : end]
+    return out
+
+
+def _check_assembled(run, r, o, plan, est):
+    """Every found / derived setting stands on the exact text of the fragment it names, and the estimate reads it;
+    every other setting is verl's default of the release with its source line."""
+    frags = _fragment_texts(run)
+    spec = run["assembled"]
+    for group in ("found", "derived"):
+        for key, item in spec[group].items():
+            assert item["text"] in frags[item["fragment"]], (key, item["fragment"])
+            assert key not in spec["not_found"]
+    found = {k: v["value"] for k, v in spec["found"].items()}
+    assert (r.name, r.prompt_length, r.response_length, r.train_batch_size) == (
+        found["actor_rollout_ref.rollout.name"],
+        found["data.max_prompt_length"],
+        found["data.max_response_length"],
+        found["data.train_batch_size"],
+    )
+    assert est.fsdp.ppo_micro_batch_size_per_gpu == found["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
+    assert o.param_offload == found["actor_rollout_ref.actor.fsdp_config.param_offload"]
+    assert r.ref == "colocated"  # use_kl_loss, derived from the step line's actor/kl_loss
+    for key, item in spec["not_found"].items():
+        assert re.search(r"@ v0\.3\.0\.post1 \(070ed6ac\) line \d+$", item["default_source"]), key
+    nf = spec["not_found"]
+    assert plan.ngpu == nf["trainer.nnodes"]["default"] * nf["trainer.n_gpus_per_node"]["default"]
+    assert est.fsdp.use_remove_padding is nf["actor_rollout_ref.model.use_remove_padding"]["default"]
+
+
+ASSEMBLED_RUNS = [r for r in ALL if r.get("excerpt_kind") == ASSEMBLED]
+
+
+def test_an_assembled_excerpt_is_its_search_fragments_verbatim():
+    """Each fragment block names the corpus, rank and query it came from; the kit's reader sees the same blocks;
+    the step line the metric comes from is inside one; a fragment's text whose setting is not there is refused."""
+    from mlite.validation.rl_runs import assembled_config, fragments
+
+    assert ASSEMBLED_RUNS
+    for run in ASSEMBLED_RUNS:
+        text = (RUNS / run["log"]).read_text()
+        heads = _BLOCK.findall(text)
+        assert [int(h[0]) for h in heads] == list(range(1, len(heads) + 1)) and all(h[1] == "issues" for h in heads)
+        assert fragments(text) == _fragment_texts(run)
+        got = logged_memory(RUNS / run["log"])
+        assert any(
+            f"step:{got['step']} - " in body and "max_memory_allocated_gb" in body for body in fragments(text).values()
+        )
+        bad = json.loads(json.dumps(run))
+        key = next(iter(bad["assembled"]["found"]))
+        bad["assembled"]["found"][key]["text"] = "not in any fragment"
+        with pytest.raises(MliteError, match=key):
+            assembled_config(bad, RUNS)
+
+
+def test_sglang_run_allocated_does_not_depend_on_the_card_it_does_not_name():
+    """The GH200's memory is not in the fragments: with SGLang in its own processes the predicted allocated figure
+    is the actor process's own, the same for a 96 GB and a 144 GB part; the GPU count (not found either) moves it
+    by the FSDP state's share only."""
+    from mlite.memory.rl_metrics import ALLOCATED, predicted_metrics
+
+    for run in ASSEMBLED_RUNS:
+        figs = {predicted_metrics(predict_run({**run, "gpu_memory_gib": g}, RUNS)[0])[ALLOCATED] for g in (89.0, 140.0)}
+        assert len(figs) == 1
+        four = json.loads(json.dumps(run))
+        four["assembled"]["not_found"]["trainer.n_gpus_per_node"]["default"] = 4
+        e8, e4 = predict_run(run, RUNS)[0], predict_run(four, RUNS)[0]
+        diff = predicted_metrics(e4)[ALLOCATED] - predicted_metrics(e8)[ALLOCATED]
+        assert 0 < diff < 2 * GIB

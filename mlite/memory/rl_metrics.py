@@ -40,7 +40,16 @@ released in v0.7.1), so the metric covers the actor process only. verl's colocat
 vLLM no hybrid workers (``ExternalZeroMQDistributedExecutor if len(self.workers) > 0 else None``) and so their own
 processes too. SGLang always runs its model in scheduler subprocesses (sgl-project/sglang
 ``python/sglang/srt/entrypoints/engine.py``: ``Engine`` -> ``_launch_subprocesses``, one ``mp.Process`` per TP rank
-running ``run_scheduler_process``), outside the actor process at every verl version.
+running ``run_scheduler_process``), outside the actor process at every verl version. In verl 0.3
+(``verl/workers/rollout/sglang_rollout/sglang_rollout.py`` @ v0.3.0.post1) the rollout builds sglang's ``VerlEngine``
+with ``enable_memory_saver=True`` and ``mem_fraction_static=gpu_memory_utilization``; ``VerlEngine`` starts an
+``Engine`` on the first TP rank of each node only (``python/sglang/srt/entrypoints/verl_engine.py`` @ ``01f14fd3``,
+read at that stored commit: the v0.4.5.post3 tag's snapshot was over the size limit) and the engine's docstring puts
+the scheduler, which holds the weights and KV pool, in a subprocess (``engine.py`` @ ``001067ff``). So
+``release_memory_occupation`` / ``resume_memory_occupation`` (torch_memory_saver pausing the scheduler's regions;
+``fsdp_sglang.py`` calls them around each generation) change another process's memory, never the actor's
+``max_memory_allocated``; what the weight sync adds to the actor process is its state dict and, per parameter, the
+``DTensor.full_tensor()`` that ``update_weights_from_tensor`` serializes for CUDA IPC (``verl_engine.py``).
 
 How an in-process vLLM shows: vLLM >= 0.7 sleep mode allocates its weights and KV cache inside
 ``torch.cuda.memory.use_mem_pool(MemPool(pluggable allocator))`` and ``CuMemAllocator.sleep`` unmaps and releases

@@ -26,6 +26,7 @@ the first step line that carries one (:func:`logged_memory`, read with ``mlite.l
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ..errors import MliteError
@@ -175,11 +176,54 @@ def strategy_of(cfg: dict) -> str:
     return str(cfg.get("actor_rollout_ref", {}).get("actor", {}).get("strategy", "fsdp"))
 
 
+ASSEMBLED = "assembled_from_fragments"
+"""``excerpt_kind`` of an entry whose excerpt is put together from search-corpus fragments of a thread (no whole
+config dump, no whole launcher): its settings are the entry's ``"assembled"`` keys, read by
+:func:`assembled_config`."""
+
+_FRAGMENT = re.compile(r"^# ===== fragment (\d+) BEGIN [^\n]*\n(.*?)\n# ===== fragment \1 END =====$", re.M | re.S)
+
+
+def fragments(text: str) -> dict[int, str]:
+    """Fragment number -> its verbatim text, from an assembled excerpt (``# ===== fragment N BEGIN ... =====`` to
+    ``# ===== fragment N END =====``)."""
+    return {int(m[1]): m[2] for m in _FRAGMENT.finditer(text)}
+
+
+def assembled_config(run: dict, root) -> dict:
+    """The nested verl config of an assembled entry: every ``"found"`` and ``"derived"`` key (each names the fragment
+    and the exact text it stands on, checked here against the excerpt) over the ``"not_found"`` keys (verl's default
+    of the release, each with its source file and line at the tag's commit). A key whose text is not in its
+    fragment, or one both found and defaulted, raises :class:`MliteError`."""
+    spec = run["assembled"]
+    frags = fragments((Path(root) / run["log"]).read_text())
+    flat: dict = {}
+    for group in ("found", "derived"):
+        for key, item in spec.get(group, {}).items():
+            body = frags.get(int(item["fragment"]))
+            if body is None or item["text"] not in body:
+                raise MliteError(
+                    f"{run['id']}: {group} key {key}: its text is not in fragment {item['fragment']} of {run['log']}"
+                )
+            flat[key] = item["value"]
+    defaults = {}
+    for key, item in spec.get("not_found", {}).items():
+        if key in flat:
+            raise MliteError(f"{run['id']}: {key} is both found and not_found; drop it from not_found")
+        if not item.get("default_source"):
+            raise MliteError(f"{run['id']}: not_found key {key} names no default_source (verl file @ commit)")
+        defaults[key] = item["default"]
+    return deep_merge(unflatten(defaults), unflatten(flat))
+
+
 def run_config(run: dict, root):
-    """``(nested verl config, ImportedLauncher or None)`` of any entry: its config dump read back, or its launcher's
-    overrides over :func:`config_defaults` (the strategy from the launcher's config file when it names none)."""
+    """``(nested verl config, ImportedLauncher or None)`` of any entry: its config dump read back, its launcher's
+    overrides over :func:`config_defaults` (the strategy from the launcher's config file when it names none), or an
+    assembled entry's keys (:func:`assembled_config`)."""
     from .rl_check import verl_config_from_log
 
+    if run.get("excerpt_kind") == ASSEMBLED:
+        return assembled_config(run, root), None
     if "launcher" not in run:
         return verl_config_from_log(Path(root) / run["log"]), None
     cfg, imp = verl_config_from_launcher(run, root)
@@ -347,10 +391,13 @@ def comparison_table(rows: list[dict]) -> str:
 
 
 __all__ = [
+    "ASSEMBLED",
     "MEMORY_KEYS",
     "RUNS_FILES",
+    "assembled_config",
     "comparison_rows",
     "comparison_table",
+    "fragments",
     "load_runs",
     "logged_memory",
     "predict_run",
