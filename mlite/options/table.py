@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..mesh.axes import RUN_AXES
 from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 from .optimizers import BACKENDS
+from .rules import MUON_COEFFICIENTS, MUON_MATMUL_PREC, adamw_matching_scale
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option, Via
 from .training import (
     ACTIVATION_MODELS,
@@ -157,6 +158,8 @@ _CHUNK_MB = Key(f"{_OC}.optimizer_state_offload_chunk_size_mb", add=True, requir
 _CHUNK_FRACTION = Key(f"{_OC}.optimizer_state_offload_fraction", add=True, requires="chunked_optimizer_state_offload")
 _BUILD = NotExpressible("a property of the Megatron Lite build (ISEEKYAN/Megatron-LM#232), not a launcher key", KEEP)
 _G = "training / memory"
+MUON_ADAMW_SCALE = adamw_matching_scale(0.9)
+"""The AdamW-matching ``muon_extra_scale_factor`` at AdamW's beta1 0.9 (verl's and Megatron-Core's default)."""
 _ALGORITHM_HELP = "optimizer algorithm (Megatron-Core's optimizer; registered in mlite.options.optimizers)"
 
 # ---------------------------------------------------------------------------------------------- TrainingOptions
@@ -186,7 +189,7 @@ TRAINING: tuple[Option, ...] = (
         label="algorithm",
         choices=OPTIMIZER_ALGORITHMS,
         group=_G,
-        mlite=NotExpressible("verl's mlite engine builds Megatron Lite's AdamW: it has no algorithm key", DEFAULT),
+        mlite=Key("{optim}.optimizer", verl_default="adam"),
         megatron=Key("{optim}.optimizer", verl_default="adam"),
     ),
     Option(
@@ -424,6 +427,94 @@ TRAINING: tuple[Option, ...] = (
         ),
         megatron=NotExpressible(
             "verl's Megatron backend has no DeepSeek-V4.1 model (Engram tables are a Megatron Lite model's)", DEFAULT
+        ),
+    ),
+    # Muon (Megatron Lite reads optim.muon_* into its OptimizerConfig, examples/muon/README.md @ 045fc78a; verl's
+    # Megatron backend hands optim.override_optimizer_config to Megatron-Core's OptimizerConfig, core_v0.16 names)
+    Option(
+        "muon_momentum",
+        float,
+        0.95,
+        "--muon-momentum",
+        "muon: momentum coefficient of the matrices' buffer",
+        label="muon momentum",
+        group=_G,
+        mlite=Key("{optim}.muon_momentum", add=True, verl_default=0.95),
+        megatron=Key(f"{_OC}.muon_momentum", add=True, verl_default=0.95),
+    ),
+    Option(
+        "muon_nesterov",
+        bool,
+        False,
+        "--muon-nesterov",
+        "muon: Nesterov-style momentum",
+        label="muon nesterov",
+        cli="switch",
+        group=_G,
+        mlite=Key("{optim}.muon_nesterov", add=True, verl_default=False),
+        megatron=Key(f"{_OC}.muon_use_nesterov", add=True, verl_default=False),
+    ),
+    Option(
+        "muon_num_ns_steps",
+        int,
+        5,
+        "--muon-ns-steps",
+        "muon: Newton-Schulz iterations per step",
+        label="muon NS steps",
+        group=_G,
+        metavar="N",
+        mlite=Key("{optim}.muon_num_ns_steps", add=True, verl_default=5),
+        megatron=Key(f"{_OC}.muon_num_ns_steps", add=True, verl_default=5),
+    ),
+    Option(
+        "muon_coefficient_type",
+        str,
+        "quintic",
+        "--muon-coefficients",
+        "muon: Newton-Schulz coefficients, quintic (five tuned sets) or simple (3.4445, -4.7750, 2.0315)",
+        choices=MUON_COEFFICIENTS,
+        group=_G,
+        mlite=Key("{optim}.muon_coefficient_type", add=True, verl_default="quintic"),
+        megatron=Key(f"{_OC}.muon_coefficient_type", add=True, verl_default="quintic"),
+    ),
+    Option(
+        "muon_fp32_matmul_prec",
+        str,
+        "medium",
+        "--muon-matmul-prec",
+        "muon: Newton-Schulz matmuls in bf16 (medium) or fp32 (high)",
+        choices=MUON_MATMUL_PREC,
+        group=_G,
+        mlite=Key("{optim}.muon_fp32_matmul_prec", add=True, verl_default="medium"),
+        megatron=Key(f"{_OC}.muon_fp32_matmul_prec", add=True, verl_default="medium"),
+    ),
+    Option(
+        "muon_extra_scale_factor",
+        float,
+        1.0,
+        "--muon-extra-scale",
+        "muon: extra update scale (effective step = lr x it; 1.0 is ~4.4x AdamW's step at beta1 0.9)",
+        label="muon extra scale",
+        group=_G,
+        metavar="S",
+        mlite=Key("{optim}.muon_extra_scale_factor", add=True, verl_default=1.0),
+        megatron=Key(f"{_OC}.muon_extra_scale_factor", add=True, verl_default=1.0),
+    ),
+    Option(
+        "muon_match_adamw_update_rms",
+        bool,
+        False,
+        "--muon-match-adamw",
+        "muon: extra scale = sqrt((1 - beta1) / (1 + beta1)), AdamW's update RMS (Megatron Lite derives it)",
+        label="muon matches AdamW",
+        cli="switch",
+        group=_G,
+        mlite=Key("{optim}.muon_match_adamw_update_rms", add=True, verl_default=False),
+        megatron=NotExpressible(
+            "Megatron-Core has no muon_match_adamw_update_rms: the export writes the factor it derives, "
+            f"muon_extra_scale_factor = sqrt((1 - 0.9) / (1 + 0.9)) at verl's adam beta1 0.9 ({MUON_ADAMW_SCALE:.6f})",
+            DEFAULT,
+            folds=(("muon_extra_scale_factor", MUON_ADAMW_SCALE),),
         ),
     ),
     Option(
