@@ -290,3 +290,17 @@ def test_export_import_round_trip(target):
         assert got.muon_extra_scale_factor == pytest.approx(math.sqrt(0.1 / 1.9), rel=1e-12)
     else:
         assert "optim.muon_match_adamw_update_rms=True" in text and got.muon_match_adamw_update_rms
+
+
+@pytest.mark.parametrize("target,warned", (("verl-mlite-grpo", True), ("verl-mlite-sft", False)))
+def test_the_preflight_warns_that_muon_in_rl_is_research_only(target, warned):
+    from mlite.check.preflight import check, from_launcher
+    from mlite.export import ExportPlan, render
+    from mlite.options import TrainingOptions
+
+    o = TrainingOptions(optimizer_algorithm="muon")
+    res = render(ExportPlan(model="Qwen3-8B", target=target, parallel=ParallelConfig(tp=2), options=o, nodes=1))
+    rep = check(from_launcher("launcher", text=res.files[res.launcher]))
+    found = [f for f in rep.findings if f.rule == "muon_rl_research_only"]
+    assert [f.level for f in found] == (["warning"] if warned else [])
+    assert not warned or "a0ff8077" in found[0].message
