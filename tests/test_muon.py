@@ -304,3 +304,43 @@ def test_the_preflight_warns_that_muon_in_rl_is_research_only(target, warned):
     found = [f for f in rep.findings if f.rule == "muon_rl_research_only"]
     assert [f.level for f in found] == (["warning"] if warned else [])
     assert not warned or "a0ff8077" in found[0].message
+
+
+def test_the_device_bench_parses_and_reports(tmp_path):
+    """bench/muon_device.py: its arguments and the --report CSV from a raw JSON (the estimate column recomputed)."""
+    import csv
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("muon_device", root / "bench" / "muon_device.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = mod.parse_args(["--out", str(tmp_path), "--tiny", "--pairs", "1"])
+    assert (a.pairs, a.seq, a.device) == (3, 64, "cuda")
+    with pytest.raises(SystemExit):
+        mod.parse_args([])  # measuring needs --out
+    est = {arm: mod.estimate_for(arm, 64, True, "cuda") for arm in mod.ARMS}
+    assert est["muon"]["optimizer_state"] < est["adam"]["optimizer_state"] and est["muon"]["newton_schulz"] > 0
+    arms = {
+        arm: {
+            "optimizer_state": est[arm]["optimizer_state"],
+            "state_gpu": est[arm]["state_gpu"],
+            "steady": 10,
+            "full_step_peak": 30,
+            "optimizer_peak": 20,
+            "step_time_median_s": t,
+            "optimizer_time_median_s": t / 4,
+        }
+        for arm, t in (("adam", 1.0), ("muon", 1.5))
+    }
+    raw = {"command": "python3 bench/muon_device.py --out X", "gpu": "H200", "torch_version": "2.11", "device": "cuda"}
+    (tmp_path / "raw.json").write_text(json.dumps({**raw, "tiny": True, "seq": 64, "arms": arms, "pairs": []}))
+    mod.report(tmp_path / "raw.json", tmp_path / "muon.csv")
+    rows = list(csv.DictReader((tmp_path / "muon.csv").open()))
+    by = {(r["arm"], r["measurement"]): r for r in rows}
+    assert by[("muon", "optimizer_state")]["estimate"] == str(est["muon"]["optimizer_state"])
+    assert by[("muon", "optimizer_peak")]["estimate"] == str(est["muon"]["peak_optimizer_only"])
+    assert by[("muon", "step_time_vs_adam")]["value"] == "1.5"
+    assert all(r["gpu"] == "H200" and r["command"].endswith("--csv " + str(tmp_path / "muon.csv")) for r in rows)
