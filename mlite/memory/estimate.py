@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
@@ -423,7 +424,7 @@ def estimate(
             params = sum(detail.values())
         grads = held * sb.grad
         master, m, v = ((1 - f) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
-        mu = None
+        mu: dict[str, Any] | None = None
         if algo.matrix_state is not None:  # Muon: its matrices keep matrix_state, the rest the fallback's (AdamW)
             share = muon_share(sp, plan)
             ms = share.dense / d_dense + share.expert / d_exp

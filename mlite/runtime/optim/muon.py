@@ -118,7 +118,7 @@ class DistributedMuon(DistributedAdamW):
         for b, name, p, _start in self.matrices:
             s = by_name.get(name)
             shape = tuple(_local(p).shape)
-            full = None
+            full: torch.Tensor | None = None
             if s is not None:
                 g = self.grads[name]
                 zeros[s.expert] = zeros[s.expert] + (g.numel() - torch.count_nonzero(g))
@@ -132,10 +132,11 @@ class DistributedMuon(DistributedAdamW):
                 m.lerp_(g, 1.0 - c.muon_momentum)
                 u = g.lerp(m, c.muon_momentum) if c.muon_nesterov else m
                 off = self.offsets[name]
+                assert full is not None
                 full[off : off + u.numel()] = u
             if b.distributed and b.size > 1:
                 dist.all_reduce(full, group=b.group)
-            if s is None:
+            if s is None or full is None:
                 continue
             o = newton_schulz(full.view(shape), c.muon_num_ns_steps, c.muon_coefficient_type, c.muon_fp32_matmul_prec)
             del full
