@@ -309,7 +309,6 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "engram_trainable",
         "mfsdp_bucket_size",
         "precision",
-        "muon_match_adamw_update_rms",  # Megatron-Core has no such key: the export writes the derived factor
     },
 }
 """What each target cannot express (beyond the estimator's own assumptions): the table must say exactly this."""

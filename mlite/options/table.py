@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..mesh.axes import RUN_AXES
 from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 from .optimizers import BACKENDS
-from .rules import MUON_COEFFICIENTS, MUON_MATMUL_PREC, adamw_matching_scale
+from .rules import MUON_COEFFICIENTS, MUON_MATMUL_PREC
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option, Via
 from .training import (
     ACTIVATION_MODELS,
@@ -158,8 +158,13 @@ _CHUNK_MB = Key(f"{_OC}.optimizer_state_offload_chunk_size_mb", add=True, requir
 _CHUNK_FRACTION = Key(f"{_OC}.optimizer_state_offload_fraction", add=True, requires="chunked_optimizer_state_offload")
 _BUILD = NotExpressible("a property of the Megatron Lite build (ISEEKYAN/Megatron-LM#232), not a launcher key", KEEP)
 _G = "training / memory"
-MUON_ADAMW_SCALE = adamw_matching_scale(0.9)
-"""The AdamW-matching ``muon_extra_scale_factor`` at AdamW's beta1 0.9 (verl's and Megatron-Core's default)."""
+
+
+def _MUON(name: str, default: object) -> Key:
+    """The ``{optim}.<name>`` key of a Muon option (in verl's packaged optim config: written without ``+``)."""
+    return Key(f"{{optim}}.{name}", verl_default=default)
+
+
 _ALGORITHM_HELP = "optimizer algorithm (Megatron-Core's optimizer; registered in mlite.options.optimizers)"
 
 # ---------------------------------------------------------------------------------------------- TrainingOptions
@@ -429,8 +434,9 @@ TRAINING: tuple[Option, ...] = (
             "verl's Megatron backend has no DeepSeek-V4.1 model (Engram tables are a Megatron Lite model's)", DEFAULT
         ),
     ),
-    # Muon (Megatron Lite reads optim.muon_* into its OptimizerConfig, examples/muon/README.md @ 045fc78a; verl's
-    # Megatron backend hands optim.override_optimizer_config to Megatron-Core's OptimizerConfig, core_v0.16 names)
+    # Muon: verl's optim group has the muon_* keys (verl 0.9.1 verl/trainer/config/optim/megatron.yaml, also composed
+    # into the mlite SFT config; verl derives muon_extra_scale_factor itself with muon_match_adamw_update_rms); Megatron
+    # Lite maps the same fields from its OptimizerConfig (ISEEKYAN/Megatron-LM examples/muon/README.md @ 045fc78a)
     Option(
         "muon_momentum",
         float,
@@ -439,8 +445,8 @@ TRAINING: tuple[Option, ...] = (
         "muon: momentum coefficient of the matrices' buffer",
         label="muon momentum",
         group=_G,
-        mlite=Key("{optim}.muon_momentum", add=True, verl_default=0.95),
-        megatron=Key(f"{_OC}.muon_momentum", add=True, verl_default=0.95),
+        mlite=_MUON("muon_momentum", 0.95),
+        megatron=_MUON("muon_momentum", 0.95),
     ),
     Option(
         "muon_nesterov",
@@ -451,8 +457,8 @@ TRAINING: tuple[Option, ...] = (
         label="muon nesterov",
         cli="switch",
         group=_G,
-        mlite=Key("{optim}.muon_nesterov", add=True, verl_default=False),
-        megatron=Key(f"{_OC}.muon_use_nesterov", add=True, verl_default=False),
+        mlite=_MUON("muon_nesterov", False),
+        megatron=_MUON("muon_nesterov", False),
     ),
     Option(
         "muon_num_ns_steps",
@@ -463,8 +469,8 @@ TRAINING: tuple[Option, ...] = (
         label="muon NS steps",
         group=_G,
         metavar="N",
-        mlite=Key("{optim}.muon_num_ns_steps", add=True, verl_default=5),
-        megatron=Key(f"{_OC}.muon_num_ns_steps", add=True, verl_default=5),
+        mlite=_MUON("muon_num_ns_steps", 5),
+        megatron=_MUON("muon_num_ns_steps", 5),
     ),
     Option(
         "muon_coefficient_type",
@@ -474,8 +480,8 @@ TRAINING: tuple[Option, ...] = (
         "muon: Newton-Schulz coefficients, quintic (five tuned sets) or simple (3.4445, -4.7750, 2.0315)",
         choices=MUON_COEFFICIENTS,
         group=_G,
-        mlite=Key("{optim}.muon_coefficient_type", add=True, verl_default="quintic"),
-        megatron=Key(f"{_OC}.muon_coefficient_type", add=True, verl_default="quintic"),
+        mlite=_MUON("muon_coefficient_type", "quintic"),
+        megatron=_MUON("muon_coefficient_type", "quintic"),
     ),
     Option(
         "muon_fp32_matmul_prec",
@@ -485,8 +491,8 @@ TRAINING: tuple[Option, ...] = (
         "muon: Newton-Schulz matmuls in bf16 (medium) or fp32 (high)",
         choices=MUON_MATMUL_PREC,
         group=_G,
-        mlite=Key("{optim}.muon_fp32_matmul_prec", add=True, verl_default="medium"),
-        megatron=Key(f"{_OC}.muon_fp32_matmul_prec", add=True, verl_default="medium"),
+        mlite=_MUON("muon_fp32_matmul_prec", "medium"),
+        megatron=_MUON("muon_fp32_matmul_prec", "medium"),
     ),
     Option(
         "muon_extra_scale_factor",
@@ -497,25 +503,20 @@ TRAINING: tuple[Option, ...] = (
         label="muon extra scale",
         group=_G,
         metavar="S",
-        mlite=Key("{optim}.muon_extra_scale_factor", add=True, verl_default=1.0),
-        megatron=Key(f"{_OC}.muon_extra_scale_factor", add=True, verl_default=1.0),
+        mlite=_MUON("muon_extra_scale_factor", 1.0),
+        megatron=_MUON("muon_extra_scale_factor", 1.0),
     ),
     Option(
         "muon_match_adamw_update_rms",
         bool,
         False,
         "--muon-match-adamw",
-        "muon: extra scale = sqrt((1 - beta1) / (1 + beta1)), AdamW's update RMS (Megatron Lite derives it)",
+        "muon: extra scale = sqrt((1 - beta1) / (1 + beta1)), AdamW's update RMS (verl and Megatron Lite derive it)",
         label="muon matches AdamW",
         cli="switch",
         group=_G,
-        mlite=Key("{optim}.muon_match_adamw_update_rms", add=True, verl_default=False),
-        megatron=NotExpressible(
-            "Megatron-Core has no muon_match_adamw_update_rms: the export writes the factor it derives, "
-            f"muon_extra_scale_factor = sqrt((1 - 0.9) / (1 + 0.9)) at verl's adam beta1 0.9 ({MUON_ADAMW_SCALE:.6f})",
-            DEFAULT,
-            folds=(("muon_extra_scale_factor", MUON_ADAMW_SCALE),),
-        ),
+        mlite=_MUON("muon_match_adamw_update_rms", False),
+        megatron=_MUON("muon_match_adamw_update_rms", False),
     ),
     Option(
         "param_dtype",
