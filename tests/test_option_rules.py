@@ -27,6 +27,7 @@ SETTINGS = dict(
     offload_fraction=0.0,
     mfsdp_bucket_size=40_000_000,
     precision="bf16",
+    muon_num_ns_steps=5,
 )
 """Settings no rule refuses (each case changes some)."""
 
@@ -112,6 +113,40 @@ CASES = {
         dict(optimizer="mfsdp", mfsdp_bucket_size=0),
         ["--optimizer", "mfsdp", "--mfsdp-bucket-size", "0"],
         ["--optimizer", "mfsdp", "--mfsdp-bucket-size", "0"],
+    ),
+    # Muon (Megatron Lite's examples/muon/README.md @ 045fc78a): dist_opt only, no PAO, no CPU offload
+    "muon_needs_dist_opt": (
+        rules.muon_needs_dist_opt,
+        dict(optimizer="fsdp2", optimizer_algorithm="muon"),
+        dict(optimizer="fsdp2", optimizer_algorithm="muon"),
+        dict(optimizer="fsdp2", optimizer_algorithm="muon"),
+        ["--optimizer", "fsdp2", "--optimizer-algorithm", "muon"],
+        ["--optimizer", "fsdp2", "--optimizer-algorithm", "muon"],
+    ),
+    "muon_no_pao": (
+        rules.muon_no_pao,
+        dict(optimizer="dist_opt", optimizer_algorithm="muon", use_precision_aware_optimizer=True),
+        dict(optimizer="dist_opt", optimizer_algorithm="muon", pao=True),
+        dict(optimizer="dist_opt", optimizer_algorithm="muon", use_precision_aware_optimizer=True),
+        ["--optimizer", "dist_opt", "--optimizer-algorithm", "muon", "--pao"],
+        ["--optimizer", "dist_opt", "--optimizer-algorithm", "muon", "--pao"],
+    ),
+    "muon_no_cpu_offload": (
+        rules.muon_no_cpu_offload,
+        dict(optimizer="dist_opt", optimizer_algorithm="muon", offload_fraction=0.5),
+        dict(optimizer="dist_opt", optimizer_algorithm="muon", offload_fraction=0.5),
+        dict(optimizer="dist_opt", optimizer_algorithm="muon", offload_fraction=0.5),
+        ["--optimizer", "dist_opt", "--optimizer-algorithm", "muon", "--offload-fraction", "0.5"],
+        ["--optimizer", "dist_opt", "--optimizer-algorithm", "muon", "--offload-fraction", "0.5"],
+    ),
+    # the Muon hyper-parameters are estimator / launcher options (mlite run trains with their defaults)
+    "muon_settings": (
+        rules.muon_settings,
+        dict(optimizer="dist_opt", optimizer_algorithm="muon", muon_num_ns_steps=3),
+        None,
+        None,
+        ["--optimizer", "dist_opt", "--optimizer-algorithm", "muon", "--muon-ns-steps", "3"],
+        None,
     ),
     # the lite runtime has no precision setting (it trains BF16 only): its layers (RunConfig, OptimizerConfig,
     # mlite run) have no spelling of this input, hence None

@@ -277,7 +277,6 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "mfsdp_grad_staging",
     },
     "verl-mlite-sft": {
-        "optimizer_algorithm",
         "use_distributed_optimizer",
         "main_grads_dtype",
         "exp_avg_dtype",
@@ -291,7 +290,6 @@ EXPECTED_NOT_EXPRESSIBLE = {
         "engram_trainable",  # DeepSeek-V4.1's Engram switch: no verl key on any target
     },
     "verl-mlite-grpo": {
-        "optimizer_algorithm",
         "use_distributed_optimizer",
         "main_grads_dtype",
         "exp_avg_dtype",

@@ -94,7 +94,7 @@ def test_the_toy_is_a_choice_of_the_table_the_help_and_the_memory_view(toy):
     assert TOY in rows_by_field(RUN)["optimizer_algorithm"].choices
     for command in ("memory", "run"):
         res = run_cli(command, "--help", env=toy)
-        assert res.rc == 0 and "{adam,sgd,toy_sgd}" in res.out, res.err
+        assert res.rc == 0 and "{adam,sgd,muon,toy_sgd}" in res.out, res.err
     from widgets.memory_view import MemoryView
     from widgets.planner import MeshPlanner
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import MliteError
+from ..options.rules import muon_rl_research_only
 from ..units import GIB
 from .environment import EnvValue, environment_findings
 from .finding import KINDS, LEVELS, Finding
@@ -207,6 +208,12 @@ def check(inp: CheckInput, *, resume_from: str | None = None) -> Report:
     findings += environment_findings(backend, inp.env, inp.source)
     findings += _environment_read(inp, backend)
     findings += _memory(inp, spec, mp, opt)
+    rl = imp is not None and not imp.target.endswith("-sft")
+    warn = muon_rl_research_only(str(inp.options.get("optimizer_algorithm", "adam")), rl)
+    if warn is not None:
+        findings.append(
+            Finding("options", "warning", "muon_rl_research_only", warn, inp.option_source("optimizer_algorithm"))
+        )
     saved = None
     if resume_from is not None:
         from .resume import read_saved, resume_findings

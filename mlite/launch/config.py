@@ -22,7 +22,7 @@ from ..errors import MliteError
 from ..mesh.axes import RUN_AXES
 from ..mesh.config import ParallelConfig
 from ..options.optimizers import check_env
-from ..options.rules import mfsdp_lite_mesh
+from ..options.rules import MUON_FIELDS, mfsdp_lite_mesh
 from ..options.table import RUN, rows_by_field
 from ..options.table import RUN_DEBUG_MODELS as DEBUG_MODELS
 from ..options.table import RUN_DEVICES as DEVICES
@@ -372,6 +372,7 @@ class RunConfig:
             main_grads_dtype=t.main_grads_dtype,
             mfsdp_bucket_size=t.mfsdp_bucket_size,
             mfsdp_grad_staging=t.mfsdp_grad_staging,
+            **{k: getattr(t, k) for k in MUON_FIELDS},
         )
         extra: dict[str, Any] = {}
         if self.compile:

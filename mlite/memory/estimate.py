@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
@@ -45,6 +46,7 @@ from .activations import (
 )
 from .chunked import ChunkedOffload, chunked_offload, largest_shard
 from .fp8 import check_shapes, fp8_param_bytes, fp8_stage
+from .muon import muon_share, ns_workspace_bytes
 from .ngram import ngram_bytes, stage_tables
 from .optimizer import DTYPE_BYTES, mfsdp_bytes, mfsdp_offloaded, state_bytes
 from .params import StageParams, stage_params
@@ -127,6 +129,10 @@ class RankMemory:
     resident in every phase (never offloaded)."""
     ngram_owners: int = 0
     """DP x CP owners the rank's n-gram table rows are sharded over (0: the rank holds no table)."""
+    muon: dict | None = None
+    """Muon's split of this rank's shard (:mod:`mlite.memory.muon`): ``matrix_params`` (one fp32 momentum buffer
+    each, in ``exp_avg``), ``adamw_params`` (AdamW's two moments), ``largest_matrix`` and its ``newton_schulz``
+    workspace bytes (in ``transients["optimizer_step"]``); None: not Muon."""
     params_detail: dict = field(default_factory=dict)
     """``params`` by part with FP8 compute weights (``fp8_data``, ``fp8_scales``, ``fp8_columnwise``,
     ``bf16_params``: :mod:`mlite.memory.fp8`); empty otherwise."""
@@ -276,6 +282,14 @@ class MemoryEstimate:
             "formulas": self.formulas,
             "validated_against": validated_against(self.options),
             "chunked_state_offload": w.chunked.to_dict() if w.chunked is not None else None,
+            "muon": None
+            if w.muon is None
+            else {
+                "matrix_params": round(w.muon["matrix_params"]),
+                "adamw_params": round(w.muon["adamw_params"]),
+                "largest_matrix": list(w.muon["largest_matrix"]),
+                "newton_schulz_bytes": round(w.muon["newton_schulz"]),
+            },
         }
 
 
@@ -402,6 +416,8 @@ def estimate(
         check_shapes(spec, prof.name)
     sb = state_bytes(o)
     backend = BACKENDS.entry(o.optimizer)
+    algo = ALGORITHMS.entry(o.optimizer_algorithm)
+    lite_model = o.activation_model == "lite"
     p = plan.parallel
     d_dense = plan.dp * p.cp if sb.shard_optimizer else 1
     d_exp = plan.edp if sb.shard_optimizer else 1
@@ -423,6 +439,14 @@ def estimate(
             params = sum(detail.values())
         grads = held * sb.grad
         master, m, v = ((1 - f) * shard * x for x in (sb.master, sb.exp_avg, sb.exp_avg_sq))
+        mu: dict[str, Any] | None = None
+        if algo.matrix_state is not None:  # Muon: its matrices keep matrix_state, the rest the fallback's (AdamW)
+            share = muon_share(sp, plan)
+            ms = share.dense / d_dense + share.expert / d_exp
+            m = (1 - f) * (ms * algo.matrix_state[0] + (shard - ms) * sb.exp_avg)
+            v = (1 - f) * (ms * algo.matrix_state[1] + (shard - ms) * sb.exp_avg_sq)
+            ns = ns_workspace_bytes(*share.largest, o.muon_fp32_matmul_prec) if share.largest[0] else 0
+            mu = {"matrix_params": ms, "adamw_params": shard - ms, "largest_matrix": share.largest, "newton_schulz": ns}
         ck = None
         if o.chunked_optimizer_state_offload:
             ck = chunked_offload(o, sb, shard, largest_shard(spec, plan, sp, d_dense, d_exp))
@@ -444,6 +468,9 @@ def estimate(
             transients["optimizer_step"] = ck.master_window + max(
                 step * (1 - ck.fraction) * shard, ck.state_window + step * ck.chunk_params
             )
+        if mu is not None:  # the AdamW part's temporaries, then one matrix's Newton-Schulz at a time
+            rest = algo.step_bytes * mu["adamw_params"] if backend.step_temporaries and not lite_model else 0
+            transients["optimizer_step"] = max(rest, mu["newton_schulz"])
         other = {"framework": o.framework_overhead_gib * GIB}
         pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
         if pad:
@@ -477,6 +504,7 @@ def estimate(
                 grads_at_peak=None if grads_at_peak is None else grads_at_peak * grads,
                 ngram=ngram,
                 ngram_owners=owners,
+                muon=mu,
             )
         )
     est = MemoryEstimate(model=spec.name, plan=plan, options=o, ranks=ranks)

@@ -87,6 +87,13 @@ class ParamGroup:
     """Equal partitions stacked along :attr:`tp_dim` that TP splits each on its own (fused gate and up: 2; vLLM's
     merged column-parallel weights check each partition)."""
 
+    @property
+    def matrix(self) -> bool:
+        """A weight matrix Muon orthogonalises: :attr:`shape` has two dimensions (or three: stacked routed experts,
+        one matrix each) and it is not the embedding or the output layer (Megatron Lite's
+        ``tag_muon_parameter_metadata``; :mod:`mlite.memory.muon`). Tensors without a described shape are not."""
+        return len(self.shape) >= 2 and self.component not in ("embedding", "lm_head")
+
 
 @dataclass(frozen=True, slots=True)
 class LayerSpec:

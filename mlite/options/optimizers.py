@@ -48,6 +48,13 @@ class Algorithm:
     step_bytes: int = 0
     """Transient bytes per shard parameter of the update step outside its state (Megatron-Core's torch AdamW keeps
     ``sqrt(exp_avg_sq)``: 4)."""
+    matrix_state: tuple[int, int] | None = None
+    """Bytes per shard parameter of its two state tensors for the weight matrices it updates itself
+    (:attr:`mlite.models.spec.ParamGroup.matrix`; Muon: one fp32 momentum buffer, ``(4, 0)``), where the rest runs
+    its fallback's :attr:`state_bytes` (Muon's AdamW); None: one state layout for every parameter."""
+    newton_schulz: bool = False
+    """The step orthogonalises each full matrix (Newton-Schulz): the estimator counts its workspace
+    (:func:`mlite.memory.muon.ns_workspace_bytes`) in ``transients["optimizer_step"]``."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,21 @@ ALGORITHMS.register(
         "SGD with momentum (Megatron-Core's sgd, sgd_momentum 0.9: one fp32 momentum buffer; estimator only)",
         lambda o: (4, 0),
         refuses=(rules.no_pao,),
+    )
+)
+# Muon (Megatron Lite: ISEEKYAN/Megatron-LM experimental/lite/examples/muon/README.md @ 045fc78a): Newton-Schulz
+# orthogonalised momentum for the weight matrices, AdamW for embeddings, output layer, norms and biases; DistOpt only.
+# Rules and sources: mlite.options.rules (Muon block); bytes: mlite.memory.muon; runtime: mlite.runtime.optim.muon.
+ALGORITHMS.register(
+    Algorithm(
+        "muon",
+        "Muon (Newton-Schulz orthogonalised momentum on weight matrices, AdamW for the rest; dist_opt only)",
+        lambda o: (4, 4),
+        runtime={"dist_opt": "mlite.runtime.optim.muon:DistributedMuon"},
+        refuses=(rules.muon_needs_dist_opt, rules.muon_no_pao, rules.muon_no_cpu_offload, rules.muon_settings),
+        step_bytes=4,
+        matrix_state=(4, 0),
+        newton_schulz=True,
     )
 )
 BACKENDS.register(

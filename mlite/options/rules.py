@@ -433,3 +433,115 @@ def check_precision(o: Any) -> None:
     _profile(o)
     precision_fp32_state(o)
     precision_gpu(o)
+
+
+# ---------------------------------------------------------------------------------------------- Muon
+# Sources (ISEEKYAN/Megatron-LM, experimental/lite): ``examples/muon/README.md`` @ 045fc78a (Muon runs on the DistOpt
+# path only; not supported: padded LayerWise layout, overlapped grad reduce / param gather, FP8/FP4 param gather,
+# the precision-aware optimizer, optimizer CPU offload; the AdamW-matching ``muon_extra_scale_factor``);
+# ``docs/muon_post_training.md`` @ a0ff8077 (DAPO/GRPO with Muon is "research-only", AdamW for production RL).
+
+MUON_SOURCE = "ISEEKYAN/Megatron-LM experimental/lite/examples/muon/README.md @ 045fc78a"
+"""Where the Muon refusals come from (named in each message)."""
+MUON_RL_SOURCE = "ISEEKYAN/Megatron-LM experimental/lite/docs/muon_post_training.md @ a0ff8077"
+"""Where the research-only label of Muon in RL comes from."""
+MUON_FIELDS = (
+    "muon_momentum",
+    "muon_nesterov",
+    "muon_num_ns_steps",
+    "muon_coefficient_type",
+    "muon_fp32_matmul_prec",
+    "muon_extra_scale_factor",
+    "muon_match_adamw_update_rms",
+)
+"""The Muon settings (the same names on TrainingOptions and the runtime's OptimizerConfig)."""
+MUON_BACKENDS = ("dist_opt",)
+"""Backends Megatron Lite runs Muon on."""
+MUON_COEFFICIENTS = ("quintic", "simple")
+"""Newton-Schulz coefficient sets (Emerging-Optimizers ``muon_utils._COEFFICIENT_SETS``): ``quintic`` (five tuned
+steps, Megatron Lite's default ``muon_coefficient_type``) and ``simple`` (Keller Jordan's (3.4445, -4.7750, 2.0315)
+every step)."""
+MUON_MATMUL_PREC = ("medium", "high")
+"""``muon_fp32_matmul_prec``: ``medium`` runs the Newton-Schulz matmuls in bf16 (Megatron's default), ``high`` in
+fp32."""
+
+
+def muon_needs_dist_opt(o: Any) -> None:
+    """muon: only Megatron Lite's DistOpt path runs it (fsdp2 and mfsdp are refused)."""
+    if o.optimizer not in MUON_BACKENDS:
+        raise MliteError(
+            f"optimizer: muon runs on dist_opt only, not {o.optimizer} (Megatron Lite supports Muon through the "
+            f"DistOpt path only: {MUON_SOURCE}); use --optimizer dist_opt or --optimizer-algorithm adam"
+        )
+
+
+def muon_no_pao(o: Any) -> None:
+    """muon: the precision-aware optimizer is not supported."""
+    if _pao(o):
+        raise MliteError(
+            "use_precision_aware_optimizer: muon does not run with the precision-aware optimizer (a current "
+            f"limitation of Megatron Lite's Muon: {MUON_SOURCE}); drop --pao"
+        )
+
+
+def muon_no_cpu_offload(o: Any) -> None:
+    """muon: no optimizer CPU offload (``offload_fraction`` > 0 or chunked optimizer-state offload)."""
+    if o.offload_fraction:
+        raise MliteError(
+            f"offload_fraction: {o.offload_fraction} offloads the optimizer to the CPU, which Megatron Lite's Muon "
+            f"does not support ({MUON_SOURCE}); set --offload-fraction 0"
+        )
+    if chunked_offload_on(o):
+        raise MliteError(
+            "chunked_optimizer_state_offload: Megatron Lite's Muon does not support optimizer CPU offload "
+            f"({MUON_SOURCE}); drop --chunked-optimizer-state-offload"
+        )
+
+
+def muon_settings(o: Any) -> None:
+    """muon: momentum in [0, 1), at least one Newton-Schulz step (a multiple of the coefficient set's length),
+    a known coefficient set and matmul precision, a positive finite extra scale factor, and the AdamW-matching
+    factor asked for without an explicit one (Megatron Lite raises on both)."""
+    m = getattr(o, "muon_momentum", 0.95)
+    if isinstance(m, bool) or not isinstance(m, (int, float)) or not (math.isfinite(m) and 0.0 <= m < 1.0):
+        raise MliteError(f"muon_momentum: {m!r} must be a number in [0, 1) (default 0.95)")
+    coeff = getattr(o, "muon_coefficient_type", "quintic")
+    if coeff not in MUON_COEFFICIENTS:
+        raise MliteError(f"muon_coefficient_type: {coeff!r} must be one of {', '.join(MUON_COEFFICIENTS)}")
+    steps = getattr(o, "muon_num_ns_steps", 5)
+    per = 5 if coeff == "quintic" else 1
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1 or steps % per:
+        raise MliteError(
+            f"muon_num_ns_steps: {steps!r} must be a positive integer"
+            + (" and a multiple of 5 for the quintic coefficient sets" if per > 1 else "")
+            + " (Emerging-Optimizers newton_schulz; default 5)"
+        )
+    prec = getattr(o, "muon_fp32_matmul_prec", "medium")
+    if prec not in MUON_MATMUL_PREC:
+        raise MliteError(f"muon_fp32_matmul_prec: {prec!r} must be one of {', '.join(MUON_MATMUL_PREC)}")
+    s = getattr(o, "muon_extra_scale_factor", 1.0)
+    if isinstance(s, bool) or not isinstance(s, (int, float)) or not (math.isfinite(s) and s > 0):
+        raise MliteError(f"muon_extra_scale_factor: {s!r} must be a finite number > 0 (Megatron-Core's default 1.0)")
+    if getattr(o, "muon_match_adamw_update_rms", False) and s != 1.0:
+        raise MliteError(
+            "muon_match_adamw_update_rms: it derives muon_extra_scale_factor from adam_beta1, and setting it "
+            f"together with an explicit muon_extra_scale_factor ({s!r}) raises in Megatron Lite ({MUON_SOURCE}); "
+            "drop one of them"
+        )
+
+
+def adamw_matching_scale(beta1: float) -> float:
+    """The ``muon_extra_scale_factor`` that matches AdamW's update RMS: sqrt((1 - beta1) / (1 + beta1)) (0.229416 at
+    beta1 = 0.9; :data:`MUON_SOURCE`)."""
+    return math.sqrt((1.0 - beta1) / (1.0 + beta1))
+
+
+def muon_rl_research_only(algorithm: str, rl: bool) -> str | None:
+    """The warning for Muon in an RL (GRPO / DAPO / PPO) run: research-only upstream (not a refusal); None when it
+    does not apply."""
+    if algorithm != "muon" or not rl:
+        return None
+    return (
+        "optimizer_algorithm: muon in RL post-training is research-only in Megatron Lite (DAPO/GRPO recipe lr 1e-6, "
+        f"10-step warmup; AdamW recommended for production RL: {MUON_RL_SOURCE})"
+    )

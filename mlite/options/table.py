@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..mesh.axes import RUN_AXES
 from ..mesh.config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN
 from .optimizers import BACKENDS
+from .rules import MUON_COEFFICIENTS, MUON_MATMUL_PREC
 from .schema import DEFAULT, KEEP, ByMode, Codec, Key, NotExpressible, Option, Via
 from .training import (
     ACTIVATION_MODELS,
@@ -157,6 +158,13 @@ _CHUNK_MB = Key(f"{_OC}.optimizer_state_offload_chunk_size_mb", add=True, requir
 _CHUNK_FRACTION = Key(f"{_OC}.optimizer_state_offload_fraction", add=True, requires="chunked_optimizer_state_offload")
 _BUILD = NotExpressible("a property of the Megatron Lite build (ISEEKYAN/Megatron-LM#232), not a launcher key", KEEP)
 _G = "training / memory"
+
+
+def _MUON(name: str, default: object) -> Key:
+    """The ``{optim}.<name>`` key of a Muon option (in verl's packaged optim config: written without ``+``)."""
+    return Key(f"{{optim}}.{name}", verl_default=default)
+
+
 _ALGORITHM_HELP = "optimizer algorithm (Megatron-Core's optimizer; registered in mlite.options.optimizers)"
 
 # ---------------------------------------------------------------------------------------------- TrainingOptions
@@ -186,7 +194,7 @@ TRAINING: tuple[Option, ...] = (
         label="algorithm",
         choices=OPTIMIZER_ALGORITHMS,
         group=_G,
-        mlite=NotExpressible("verl's mlite engine builds Megatron Lite's AdamW: it has no algorithm key", DEFAULT),
+        mlite=Key("{optim}.optimizer", verl_default="adam"),
         megatron=Key("{optim}.optimizer", verl_default="adam"),
     ),
     Option(
@@ -425,6 +433,90 @@ TRAINING: tuple[Option, ...] = (
         megatron=NotExpressible(
             "verl's Megatron backend has no DeepSeek-V4.1 model (Engram tables are a Megatron Lite model's)", DEFAULT
         ),
+    ),
+    # Muon: verl's optim group has the muon_* keys (verl 0.9.1 verl/trainer/config/optim/megatron.yaml, also composed
+    # into the mlite SFT config; verl derives muon_extra_scale_factor itself with muon_match_adamw_update_rms); Megatron
+    # Lite maps the same fields from its OptimizerConfig (ISEEKYAN/Megatron-LM examples/muon/README.md @ 045fc78a)
+    Option(
+        "muon_momentum",
+        float,
+        0.95,
+        "--muon-momentum",
+        "muon: momentum coefficient of the matrices' buffer",
+        label="muon momentum",
+        group=_G,
+        mlite=_MUON("muon_momentum", 0.95),
+        megatron=_MUON("muon_momentum", 0.95),
+    ),
+    Option(
+        "muon_nesterov",
+        bool,
+        False,
+        "--muon-nesterov",
+        "muon: Nesterov-style momentum",
+        label="muon nesterov",
+        cli="switch",
+        group=_G,
+        mlite=_MUON("muon_nesterov", False),
+        megatron=_MUON("muon_nesterov", False),
+    ),
+    Option(
+        "muon_num_ns_steps",
+        int,
+        5,
+        "--muon-ns-steps",
+        "muon: Newton-Schulz iterations per step",
+        label="muon NS steps",
+        group=_G,
+        metavar="N",
+        mlite=_MUON("muon_num_ns_steps", 5),
+        megatron=_MUON("muon_num_ns_steps", 5),
+    ),
+    Option(
+        "muon_coefficient_type",
+        str,
+        "quintic",
+        "--muon-coefficients",
+        "muon: Newton-Schulz coefficients, quintic (five tuned sets) or simple (3.4445, -4.7750, 2.0315)",
+        choices=MUON_COEFFICIENTS,
+        group=_G,
+        mlite=_MUON("muon_coefficient_type", "quintic"),
+        megatron=_MUON("muon_coefficient_type", "quintic"),
+    ),
+    Option(
+        "muon_fp32_matmul_prec",
+        str,
+        "medium",
+        "--muon-matmul-prec",
+        "muon: Newton-Schulz matmuls in bf16 (medium) or fp32 (high)",
+        choices=MUON_MATMUL_PREC,
+        group=_G,
+        mlite=_MUON("muon_fp32_matmul_prec", "medium"),
+        megatron=_MUON("muon_fp32_matmul_prec", "medium"),
+    ),
+    Option(
+        "muon_extra_scale_factor",
+        float,
+        1.0,
+        "--muon-extra-scale",
+        "muon: extra update scale (effective step = lr x it; 1.0 is ~4.4x AdamW's step at beta1 0.9)",
+        label="muon extra scale",
+        group=_G,
+        metavar="S",
+        mlite=_MUON("muon_extra_scale_factor", 1.0),
+        megatron=_MUON("muon_extra_scale_factor", 1.0),
+    ),
+    Option(
+        "muon_match_adamw_update_rms",
+        bool,
+        False,
+        "--muon-match-adamw",
+        "muon: extra scale = sqrt((1 - beta1) / (1 + beta1)), AdamW's update RMS (verl and Megatron Lite derive it)",
+        label="muon matches AdamW",
+        cli="switch",
+        group=_G,
+        mlite=_MUON("muon_match_adamw_update_rms", False),
+        megatron=_MUON("muon_match_adamw_update_rms", False),
     ),
     Option(
         "param_dtype",

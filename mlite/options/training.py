@@ -133,6 +133,23 @@ class TrainingOptions:
     """The Megatron Lite build moves the offloaded masters / PAO remainders to the host before forward and rollout
     (``offload_for_forward()``, ISEEKYAN/Megatron-LM#232, merged 2026-09-20); False models an older build, where
     they stay on the GPU through rollout and forward/backward."""
+    muon_momentum: float = 0.95
+    """muon: momentum (EMA) coefficient of the matrices' buffer (Megatron-Core ``muon_momentum``)."""
+    muon_nesterov: bool = False
+    """muon: Nesterov-style momentum (Megatron Lite ``muon_nesterov``, Megatron-Core ``muon_use_nesterov``)."""
+    muon_num_ns_steps: int = 5
+    """muon: Newton-Schulz iterations per step (``muon_num_ns_steps``)."""
+    muon_coefficient_type: str = "quintic"
+    """muon: Newton-Schulz coefficients, ``quintic`` (Megatron Lite's default, five tuned sets) or ``simple``
+    (Keller Jordan's (3.4445, -4.7750, 2.0315) every step)."""
+    muon_fp32_matmul_prec: str = "medium"
+    """muon: ``medium`` runs the Newton-Schulz matmuls in bf16, ``high`` in fp32 (``muon_fp32_matmul_prec``)."""
+    muon_extra_scale_factor: float = 1.0
+    """muon: multiplies the spectral scale sqrt(max(rows, cols)); the effective step is lr x this factor (Megatron-Core's
+    1.0 is ~4.4x AdamW's step: see ``muon_match_adamw_update_rms``)."""
+    muon_match_adamw_update_rms: bool = False
+    """muon: derive ``muon_extra_scale_factor`` = sqrt((1 - beta1) / (1 + beta1)) from AdamW's beta1 (0.229 at 0.9;
+    Megatron Lite ``muon_match_adamw_update_rms``)."""
     engram_trainable: bool = False
     """N-gram memory tables (DeepSeek-V4.1's Engram) trained: FP32 master + main grad + momentum beside the FP8 rows
     (Megatron Lite's ``ImplConfig.trainable_engram``); False keeps them frozen (FP8 + scales only)."""

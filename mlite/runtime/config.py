@@ -104,6 +104,20 @@ class OptimizerConfig:
     """Share of parameters whose master and moments live on CPU and are updated there (by count, whole tensors)."""
     decoupled_weight_decay: bool | None = None
     """AdamW (True, the default when None) or Adam with L2 regularisation (False)."""
+    muon_momentum: float = 0.95
+    """muon: momentum (EMA) coefficient of the matrices' buffer."""
+    muon_nesterov: bool = False
+    """muon: Nesterov-style momentum."""
+    muon_num_ns_steps: int = 5
+    """muon: Newton-Schulz iterations per step."""
+    muon_coefficient_type: str = "quintic"
+    """muon: Newton-Schulz coefficient sets (``quintic`` or ``simple``)."""
+    muon_fp32_matmul_prec: str = "medium"
+    """muon: Newton-Schulz matmuls in bf16 (``medium``) or fp32 (``high``)."""
+    muon_extra_scale_factor: float = 1.0
+    """muon: extra update scale (times the spectral scale sqrt(max(rows, cols)))."""
+    muon_match_adamw_update_rms: bool = False
+    """muon: use sqrt((1 - beta1) / (1 + beta1)) as the extra scale (beta1 = ``betas[0]``)."""
     mfsdp_bucket_size: int = 40_000_000
     """mfsdp: bucket capacity C (elements) of the host gradient ring (``mfsdp_grad_staging="ring"``)."""
     mfsdp_grad_staging: str = "persistent"

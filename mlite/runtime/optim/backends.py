@@ -40,6 +40,15 @@ def dist_opt(rt: Any, model, experts: set[str], cls):
     )
     if rt.applied.tp is not None:
         rt.applied.tp.bind(model)
+    if getattr(cls, "needs_buffers", False):  # Muon: whole matrices are summed over each buffer's group
+        if rt.pstate.tp > 1:
+            from ...errors import MliteError
+
+            raise MliteError(
+                f"tp: the lite runtime's muon orthogonalises whole matrices gathered over data parallelism only (tp "
+                f"{rt.pstate.tp}); use --tp 1, or --optimizer-algorithm adam for a TP run"
+            )
+        return cls(rt.ddp.pieces, oc, device=rt.device, buffers=rt.ddp.buffers)
     return cls(rt.ddp.pieces, oc, device=rt.device)
 
 
