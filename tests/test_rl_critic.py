@@ -130,7 +130,7 @@ def test_critic_options_given_with_grpo_warn_as_verl_does():
 
 
 @pytest.mark.parametrize(
-    "kw", [{"ppo_micro_batch_size_per_gpu": 0}, {"adv_estimator": "ppo"}, {"tp": 0}, {"strategy": "fsdp"}]
+    "kw", [{"ppo_micro_batch_size_per_gpu": 0}, {"adv_estimator": "ppo"}, {"tp": 0}, {"strategy": "deepspeed"}]
 )
 def test_bad_critic_options_are_refused(kw):
     with pytest.raises(MliteError):

@@ -194,7 +194,9 @@ def test_comparable_runs_are_within_15_percent_or_say_why_not():
     for row in rows:
         if row["comparable"] and abs(row["ratio"] - 1) > 0.15:
             assert row["miss"], f"{row['run']}: off by {row['ratio'] - 1:+.0%} and no miss_why"
-    assert sum(1 for row in rows if row["comparable"] and abs(row["ratio"] - 1) <= 0.15) >= 4
+    # three since the critic and the log-prob micro-batches are read (issue #27; four with the critic stand-in): the
+    # README says which moved and why
+    assert sum(1 for row in rows if row["comparable"] and abs(row["ratio"] - 1) <= 0.15) >= 3
 
 
 def test_readme_table_is_what_the_code_computes():
@@ -226,7 +228,7 @@ def test_readme_prose_quotes_todays_figures():
     flat = " ".join((REPO / "README.md").read_text().split())
     comparable = [r for r in rows if r["comparable"]]
     within = [r for r in comparable if abs(r["ratio"] - 1) <= 0.15]
-    words = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven"}
+    words = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven"}
     assert f"Of the {words[len(comparable)]} comparable runs {words[len(within)]} land within 15 %" in flat
     for r in comparable:
         if r not in within:

@@ -43,8 +43,37 @@ def env(spec) -> list[tuple[str, str]]:
     return out
 
 
-def algorithm() -> list[Override]:
-    return [Override.lit("algorithm.adv_estimator", "grpo"), Override.lit("algorithm.use_kl_in_reward", False)]
+def algorithm(plan=None) -> list[Override]:
+    """``algorithm.adv_estimator`` (the plan's critic options: ``gae`` builds PPO's critic) and no KL reward."""
+    est = plan.critic.adv_estimator if plan is not None else "grpo"
+    return [Override.lit("algorithm.adv_estimator", est), Override.lit("algorithm.use_kl_in_reward", False)]
+
+
+def log_prob(plan) -> list[Override]:
+    """The old_log_prob / ref forwards' sizing of ``plan.log_prob_knobs``, written through the rows of
+    :data:`mlite.options.rl_fsdp.FSDP_ROWS` (:func:`mlite.memory.rl_keys.log_prob_overrides`), the table
+    ``import-launcher`` reads them back with; the fields the launcher writes itself are left out."""
+    from ..memory.rl_fsdp import FsdpOptions
+    from ..memory.rl_keys import log_prob_overrides
+
+    f = plan.log_prob_options
+    keep = FsdpOptions(
+        strategy="megatron", **{k: getattr(f, k) for k in ("use_dynamic_bsz", "ppo_max_token_len_per_gpu")}
+    )
+    return [Override.lit(k, v) for k, v in log_prob_overrides(f, defaults=keep).items()]
+
+
+def critic(plan) -> list[Override]:
+    """PPO's critic (``plan.critic`` when verl builds one: ``need_critic``), its keys through the rows of
+    :data:`mlite.options.rl_critic.CRITIC_ROWS` (:func:`mlite.memory.rl_keys.critic_overrides`); the estimator is
+    the ALGORITHM section's. Without one nothing is written: verl builds no critic for ``grpo``."""
+    from ..memory.rl_critic import CriticOptions
+    from ..memory.rl_keys import critic_overrides
+
+    c = plan.critic
+    out = critic_overrides(c, defaults=CriticOptions(adv_estimator=c.adv_estimator))
+    out.pop("algorithm.adv_estimator", None)
+    return [Override.lit(k, v) for k, v in out.items()]
 
 
 def data() -> list[Override]:
@@ -111,7 +140,6 @@ def rollout(plan) -> list[Override]:
 
 def trainer() -> list[Override]:
     return [
-        Override.lit("critic.enable", False),
         Override.lit("trainer.logger", ["console", "file"]),
         Override("trainer.project_name", var("PROJECT_NAME")),
         Override("trainer.experiment_name", var("EXPERIMENT_NAME")),

@@ -176,6 +176,40 @@ class ImportedLauncher:
 
         return rollout_kwargs({o.key: o.value for o in self.overrides}, problems=[])
 
+    @property
+    def log_prob(self) -> dict:
+        """What sizes the old_log_prob / ref forwards (``rollout.`` / ``ref.log_prob_micro_batch_size_per_gpu``,
+        dynamic batch size and its token budgets), as :class:`~mlite.memory.rl_fsdp.FsdpOptions` keyword arguments
+        with strategy megatron (:func:`mlite.memory.rl_keys.log_prob_kwargs`; values that did not resolve are left
+        out and said in :attr:`warnings` at import)."""
+        from ..memory.rl_keys import log_prob_kwargs
+
+        return log_prob_kwargs({o.key: o.value for o in self.overrides}, problems=[])
+
+    @property
+    def critic(self) -> dict:
+        """PPO's critic as the launcher sets it (``algorithm.adv_estimator``, ``critic.*``), as
+        :class:`~mlite.memory.rl_critic.CriticOptions` keyword arguments (:func:`mlite.memory.rl_keys.critic_kwargs`;
+        values that did not resolve are left out and said in :attr:`warnings` at import)."""
+        from ..memory.rl_keys import critic_kwargs
+
+        return critic_kwargs({o.key: o.value for o in self.overrides}, problems=[])
+
+    def critic_options(self):
+        """:class:`~mlite.memory.rl_critic.CriticOptions` of :attr:`critic` (a value verl would refuse raises
+        :class:`MliteError` naming the key)."""
+        from ..memory.rl_critic import CriticOptions
+
+        kw = self.critic
+        if kw.get("model") is not None:  # a checkpoint path: the config it names, as model.path's (model_ref)
+            path = str(kw["model"])
+            same = path == self.model_path
+            kw["model"] = None if same else _critic_model(path)
+        c = CriticOptions(**kw)
+        if "strategy" not in kw and self.target == "verl-fsdp-grpo" and c.active:  # ppo_trainer: critic.strategy fsdp
+            c = CriticOptions(**kw, strategy="fsdp")
+        return c
+
     def to_dict(self, config: str | None = None) -> dict:
         """The ``mlite import-launcher --json`` document: ``ngpu``, the mesh keys as ``mlite mesh`` prints them,
         ``warnings`` (the planner's and the import's), and what was read."""
@@ -384,6 +418,13 @@ class ImportedLauncher:
                 if field in r:
                     kw.setdefault(name, r[field])
         kw.setdefault("train_mtp", self.train_mtp)  # the launcher's MTP training, written back as it was
+        if not self.target.endswith("-sft"):  # the log-prob forwards and PPO's critic, written back as they were
+            from .plan import LOG_PROB_OWNED
+
+            kw.setdefault(
+                "log_prob_knobs", {k: v for k, v in self.log_prob.items() if k not in (*LOG_PROB_OWNED, "strategy")}
+            )
+            kw.setdefault("critic", self.critic_options())
         return ExportPlan(
             model=ref,
             target=target
@@ -401,6 +442,21 @@ class ImportedLauncher:
             source_rule_dp=ldp if self.launcher_rule else None,
             **kw,
         )
+
+
+def _critic_model(path: str) -> str:
+    """The model config ``critic.model.path`` names: a local folder's / file's, else the catalog model of its last
+    component (:func:`catalog_model`); one the kit cannot find raises :class:`MliteError` naming the key."""
+    p = Path(path).expanduser()
+    if (p.is_dir() and (p / "config.json").is_file()) or (p.is_file() and p.suffix == ".json"):
+        return str(p)
+    found = catalog_model(p.name)
+    if found is None:
+        raise MliteError(
+            f"critic.model.path={path}: no config in data/models/ or local folder names it; pass the critic "
+            "model's config (or leave critic.model.path to the actor's)"
+        )
+    return found
 
 
 def catalog_model(name: str) -> str | None:
@@ -580,6 +636,10 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         from .importer_fsdp import fsdp_keys
 
         consumed |= fsdp_keys() & {o.key for o in ovs}
+    if not is_sft:  # the log-prob forwards (every strategy) and PPO's critic: mlite/memory/rl_keys.py reads them
+        consumed_rl, rl_warn = _rl_keys(ovs)
+        consumed |= consumed_rl
+        warnings += rl_warn
     model_path = next((str(o.value) for o in ovs if o.key in ("model.path", "actor_rollout_ref.model.path")), None)
     if model_path is not None:
         consumed.add("model.path" if is_sft else "actor_rollout_ref.model.path")
@@ -625,6 +685,19 @@ def import_launcher(src: str | Path, *, env: dict | None = None, text: str | Non
         },
         verl_version=_verl_version(text, by),
     )
+
+
+def _rl_keys(ovs) -> tuple[set, list[str]]:
+    """``(consumed keys, warnings)`` of the log-prob and critic rows (:func:`mlite.memory.rl_keys.log_prob_kwargs`,
+    :func:`~mlite.memory.rl_keys.critic_kwargs`): a value that did not resolve is left at verl's default, said."""
+    from ..memory.rl_keys import _critic_rows, _log_prob_rows, critic_kwargs, log_prob_kwargs
+
+    flat = {o.key: o.value for o in ovs}
+    problems: list[str] = []
+    log_prob_kwargs(flat, problems=problems)
+    critic_kwargs(flat, problems=problems)
+    keys = {k for r in (*_log_prob_rows(), *_critic_rows()) for k in (r.mlite.key, *r.mlite.aliases)}
+    return keys & set(flat), [f"{p}; verl's default used" for p in problems]
 
 
 def _verl_version(text: str, by: dict) -> dict:
@@ -847,4 +920,13 @@ def rl_estimate(imported: ImportedLauncher, training, config: str | None = None)
     if imported.verl_version.get("version"):
         kw["verl_version"] = imported.verl_version["version"]
     rollout = RolloutOptions(**kw)
-    return phases(from_hf_config(ref), training.plan, training.options, rollout).to_dict()
+    from ..memory.rl_fsdp import FsdpOptions
+
+    return phases(
+        from_hf_config(ref),
+        training.plan,
+        training.options,
+        rollout,
+        FsdpOptions(**imported.log_prob),
+        imported.critic_options(),
+    ).to_dict()

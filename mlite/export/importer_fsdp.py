@@ -105,7 +105,7 @@ def fsdp_estimate(imp: Any, config: str | None = None, *, gpu_memory_gib: float 
         "strategy": f.strategy,
         "fsdp": f.to_dict(),
         "actor": _actor_doc(act, usable),
-        "rl": rl_estimate(spec, mp, o, r, f).to_dict(),
+        "rl": rl_estimate(spec, mp, o, r, f, imp.critic_options()).to_dict(),
     }
 
 

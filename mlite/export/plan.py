@@ -10,9 +10,12 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..errors import MliteError
+from ..memory.rl_critic import CriticOptions
+from ..memory.rl_fsdp import FsdpOptions
 from ..memory.rl_keys import ROLLOUT_KEYS
 from ..memory.rl_options import RolloutOptions
 from ..mesh import DEFAULT_GPUS_PER_NODE, MeshPlan, ParallelConfig, resolve
+from ..options.rl_fsdp import LOG_PROB_FIELDS
 from ..options.training import TrainingOptions
 
 TARGETS = ("verl-mlite-sft", "verl-mlite-grpo", "verl-megatron-grpo")
@@ -31,6 +34,13 @@ ROLLOUT_OWNED = (
     "train_batch_size",
 )
 """RolloutOptions fields an ExportPlan owns through fields of its own (the rest are ``rollout_knobs``)."""
+
+
+LOG_PROB_OWNED = ("use_dynamic_bsz", "ppo_max_token_len_per_gpu")
+"""Log-prob fields the GRPO launchers always write themselves (``actor.use_dynamic_bsz=True`` and the
+``PPO_MAX_TOKEN_LEN_PER_GPU`` knob, :func:`mlite.export.grpo.actor_common`); the rest are ``log_prob_knobs``."""
+CRITIC_TARGETS = ("verl-megatron-grpo",)
+"""The targets that write an active critic (``critic.megatron.*`` exists under ``ppo_megatron_trainer`` only)."""
 
 
 def default_optimizer(target: str) -> str:
@@ -96,6 +106,12 @@ class ExportPlan:
     """GRPO: the rollout engine's other knobs, by :class:`~mlite.memory.rl_options.RolloutOptions` field (``name``,
     ``free_cache_engine``, ``max_model_len``, ``max_num_batched_tokens``, ``max_num_seqs``, ``dtype``,
     ``enforce_eager``, ``update_weights_bucket_megabytes``); the fields above own n, TP, the memory share and lengths."""
+    log_prob_knobs: dict = field(default_factory=dict)
+    """GRPO: the old_log_prob / ref forwards' sizing, by :class:`~mlite.memory.rl_fsdp.FsdpOptions` field
+    (``log_prob_micro_batch_size_per_gpu``, ``ref_log_prob_micro_batch_size_per_gpu``,
+    ``log_prob_max_token_len_per_gpu``, ``ref_log_prob_max_token_len_per_gpu``; unset: the update's)."""
+    critic: CriticOptions = field(default_factory=CriticOptions)
+    """GRPO/PPO: ``algorithm.adv_estimator`` and PPO's critic (active: ``verl-megatron-grpo`` only)."""
     partition: str | None = None
     """``#SBATCH --partition`` (left as a commented line when None)."""
     account: str | None = None
@@ -149,6 +165,23 @@ class ExportPlan:
                     f"rollout_knobs: '{k}' is not a rollout knob of its own that a launcher writes (n, TP, the "
                     f"memory share and the lengths have their own fields; others: {', '.join(writable)})"
                 )
+        knobs = [f for f in LOG_PROB_FIELDS if f not in LOG_PROB_OWNED]
+        for k in self.log_prob_knobs:
+            if k not in knobs:
+                raise MliteError(
+                    f"log_prob_knobs: '{k}' is not a log-prob knob a launcher writes (one of {', '.join(knobs)})"
+                )
+        _ = self.log_prob_options  # FsdpOptions validates the values
+        if self.critic.active and self.target not in CRITIC_TARGETS:
+            raise MliteError(
+                f"--target {self.target}: PPO's critic (algorithm.adv_estimator={self.critic.adv_estimator}) is "
+                f"exported on {', '.join(CRITIC_TARGETS)} only (its critic.megatron.* keys); pick that target"
+            )
+        if self.critic.active and self.critic.strategy != "megatron":
+            raise MliteError(
+                f"critic.strategy {self.critic.strategy}: the export writes a Megatron critic "
+                "(critic.megatron.*, ppo_megatron_trainer); use critic.strategy=megatron"
+            )
         _ = self.rollout_options  # RolloutOptions validates the knob values and the memory share, (0, 1] as vLLM's
         if self.max_prompt_length is not None and self.max_prompt_length >= self.options.seq_len:
             raise MliteError(
@@ -221,6 +254,18 @@ class ExportPlan:
             prompt_length=self.prompt_length,
             response_length=self.response_length,
             **self.rollout_knobs,
+        )
+
+    @property
+    def log_prob_options(self) -> FsdpOptions:
+        """The log-prob forwards' sizing as :func:`mlite.memory.rl.rl_estimate` sees it (strategy megatron): the
+        launcher's packing (``use_dynamic_bsz=True``, ``seq_len x micro_batch`` tokens) and :attr:`log_prob_knobs`."""
+        o = self.options
+        return FsdpOptions(
+            strategy="megatron",
+            use_dynamic_bsz=True,
+            ppo_max_token_len_per_gpu=o.seq_len * o.micro_batch_size,
+            **self.log_prob_knobs,
         )
 
     def batch_size(self, dp: int) -> int:

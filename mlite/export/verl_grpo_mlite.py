@@ -44,11 +44,11 @@ def build_launcher(plan, spec, mp) -> tuple[Launcher, list[str]]:
         env=launch_env(plan.options.optimizer, grpo.env(spec)),
         sections=[
             ("EXTRA", [Override("hydra.searchpath", f"[{K.SEARCHPATH}]")]),
-            ("ALGORITHM", grpo.algorithm()),
+            ("ALGORITHM", grpo.algorithm(plan)),
             ("DATA", grpo.data()),
             ("MODEL", grpo.model(spec, plan.train_mtp)),
             ("ACTOR", actor),
-            ("ROLLOUT", grpo.rollout(plan)),
+            ("ROLLOUT", grpo.rollout(plan) + grpo.log_prob(plan)),
             ("TRAINER", grpo.trainer()),
         ],
         command=list(grpo.ENTRY),

@@ -327,8 +327,8 @@ def rl_estimate(
     _check_mesh(spec, plan, r)
     f = fsdp or FsdpOptions()
     c = critic or CriticOptions()
-    cs = critic_state(spec, plan.ngpu, o, c, use_dynamic_bsz=f.use_dynamic_bsz, seq_tokens=r.seq_tokens)
-    held = cs.rank.idle_gpu if cs is not None else 0.0  # built before the actor and the engine (init_workers)
+    cs = critic_state(spec, plan.ngpu, o, c, use_dynamic_bsz=f.use_dynamic_bsz, seq_tokens=r.seq_tokens, fsdp=f)
+    held = cs.at_engine_start if cs is not None else 0.0  # built before the actor and the engine (init_workers)
     step = fsdp_step(spec, plan, o, r, f, held) if f.is_fsdp else _step(spec, plan, o, r, f, held)
     if cs is not None:
         step.critic = cs

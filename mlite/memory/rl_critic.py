@@ -44,8 +44,8 @@ from .rl_offload import verl_offloaded
 ADV_ESTIMATORS = ("grpo", "gae", "reinforce_plus_plus", "rloo", "remax", "opo", "gpg")
 """``algorithm.adv_estimator`` values the kit reads (``AdvantageEstimator`` in ``verl/trainer/ppo/core_algos.py``);
 only ``gae`` builds a critic by default."""
-CRITIC_STRATEGIES = ("megatron",)
-"""``critic.strategy`` values the kit models (an FSDP critic is not modelled yet)."""
+CRITIC_STRATEGIES = ("megatron", "fsdp", "fsdp2")
+"""``critic.strategy`` values the kit models (an FSDP critic as verl's FSDP worker: :func:`fsdp_critic`)."""
 
 
 @dataclass(kw_only=True)
@@ -59,7 +59,7 @@ class CriticOptions:
     model: str | None = None
     """``critic.model.path``: the critic's model (a config name or path; None: the actor's)."""
     strategy: str = "megatron"
-    """``critic.strategy``: the critic's backend (megatron only in the kit)."""
+    """``critic.strategy``: the critic's backend (megatron; fsdp / fsdp2: verl's FSDP critic)."""
     tp: int = 1
     """``critic.megatron.tensor_model_parallel_size``."""
     pp: int = 1
@@ -91,8 +91,7 @@ class CriticOptions:
             )
         if self.strategy not in CRITIC_STRATEGIES:
             raise MliteError(
-                f"critic.strategy (--critic-strategy) {self.strategy!r}: the kit models a Megatron critic only "
-                "(critic.strategy=megatron)"
+                f"critic.strategy (--critic-strategy) {self.strategy!r}: the kit models {', '.join(CRITIC_STRATEGIES)}"
             )
         for f in ("tp", "pp", "cp", "ep", "ppo_max_token_len_per_gpu"):
             v = getattr(self, f)
@@ -160,7 +159,14 @@ class CriticState:
     forward: float
     """One ``compute_values`` micro-batch (no autograd state)."""
     plan: object
-    """The critic's mesh plan."""
+    """The critic's mesh plan (None: an FSDP critic)."""
+    held: float | None = None
+    """Its bytes on the GPU when the engine starts (None: :attr:`rank`'s idle state, all of it allocated at build)."""
+
+    @property
+    def at_engine_start(self) -> float:
+        """What the critic holds on the GPU when the rollout engine sizes its KV cache (``init_workers``)."""
+        return self.rank.idle_gpu if self.held is None else self.held
 
     @property
     def params(self) -> float:
@@ -172,9 +178,58 @@ class CriticState:
         return self.rank.idle_gpu - (0.0 if self.options.param_offload else self.rank.params)
 
 
-def critic_state(spec, ngpu: int, o: TrainingOptions, c: CriticOptions, *, use_dynamic_bsz: bool, seq_tokens: int):
+_LOGIT_PARTS = ("logits", "log_prob_stats", "logits_response_copy", "entropy_softmax")
+"""The FSDP estimate's log-prob / entropy parts (:func:`mlite.memory.rl_fsdp._logit_parts`): a value model has none."""
+
+
+def fsdp_critic(vs, ngpu: int, o: TrainingOptions, c: CriticOptions, f, seq_tokens: int) -> CriticState:
+    """verl's FSDP critic (``critic.strategy`` fsdp / fsdp2, ``CriticWorker`` in ``verl/workers/fsdp_workers.py`` @
+    v0.7.0 f9c855f7, ``dp_critic.py``): the value model ``vs`` as the FSDP actor's estimate
+    (:func:`mlite.memory.rl_fsdp.fsdp_actor`: fp32 shards of params, grads and AdamW moments over the FSDP group)
+    with the critic's offload flags (``critic.model.fsdp_config.param_offload`` / ``optimizer_offload``), its
+    micro-batch and token budgets; the actor's remove-padding, gradient-checkpointing and Ulysses settings (the
+    critic's own keys for them are not read); no entropy, and the log-prob parts replaced by a 4-byte value per
+    token (``values`` ``[T, 1]`` fp32)."""
+    from .rl_fsdp import forward_only, fsdp_actor, micro_tokens
+
+    fc = replace(
+        f,
+        strategy=c.strategy,
+        param_offload=c.param_offload,
+        optimizer_offload=c.optimizer_offload,
+        offload_policy=False,
+        ppo_micro_batch_size_per_gpu=c.ppo_micro_batch_size_per_gpu or f.ppo_micro_batch_size_per_gpu,
+        ppo_max_token_len_per_gpu=c.ppo_max_token_len_per_gpu,
+        entropy_coeff=0.0,
+    )
+    act = fsdp_actor(vs, ngpu, o, fc, seq_tokens)
+    rows = fc.ppo_micro_batch_size_per_gpu or o.micro_batch_size
+    upd = micro_tokens(fc, seq_tokens, rows, fc.ppo_max_token_len_per_gpu)
+    acts = {k: v for k, v in act.activations.items() if k not in _LOGIT_PARTS}
+    acts["values"] = 4.0 * upd
+    rank = replace(act, activations=acts, transients={k: v for k, v in act.transients.items() if k != "logits_grad"})
+    fwd = micro_tokens(fc, seq_tokens, rows, c.forward_max_token_len_per_gpu or c.ppo_max_token_len_per_gpu)
+    head = forward_only(vs, replace(fc, use_fused_kernels=True), fwd, entropy=False)  # fused: no [T, V] parts
+    # built before the engine starts: its fp32 shards only; torch's AdamW creates exp_avg / exp_avg_sq at the first
+    # step() (``_init_group`` in torch/optim/adamw.py) and the gradients appear at the first backward
+    held = 0.0 if c.param_offload else rank.params
+    return CriticState(options=c, model=vs.name, rank=rank, forward=head + 4.0 * fwd, plan=None, held=held)
+
+
+def critic_state(
+    spec,
+    ngpu: int,
+    o: TrainingOptions,
+    c: CriticOptions,
+    *,
+    use_dynamic_bsz: bool,
+    seq_tokens: int,
+    fsdp=None,
+):
     """The critic's :class:`CriticState` (None when verl builds none): ``c.model`` (else ``spec``) as a value model on
-    its own mesh, the actor's training options with the critic's offload flags and micro-batch."""
+    its own mesh, the actor's training options with the critic's offload flags and micro-batch; an FSDP critic
+    (``c.strategy`` fsdp / fsdp2) as :func:`fsdp_critic`, with the actor's FSDP options ``fsdp`` (verl's defaults
+    when None)."""
     from ..mesh import ParallelConfig, resolve
     from ..models import from_hf_config
 
@@ -182,6 +237,11 @@ def critic_state(spec, ngpu: int, o: TrainingOptions, c: CriticOptions, *, use_d
         return None
     base = from_hf_config(c.model) if c.model else spec
     vs = value_spec(base)
+    if c.strategy != "megatron":
+        from .rl_fsdp import FsdpOptions
+
+        f = fsdp if fsdp is not None and fsdp.is_fsdp else FsdpOptions(strategy=c.strategy)
+        return fsdp_critic(vs, ngpu, o, c, replace(f, use_dynamic_bsz=use_dynamic_bsz), seq_tokens)
     rows = c.ppo_micro_batch_size_per_gpu or o.micro_batch_size
     if use_dynamic_bsz:  # one packed micro-batch of max_token_len x CP tokens, at least one sequence
         upd = replace(o, micro_batch_size=1, seq_len=max(c.ppo_max_token_len_per_gpu * c.cp, seq_tokens))
@@ -205,4 +265,4 @@ def critic_state(spec, ngpu: int, o: TrainingOptions, c: CriticOptions, *, use_d
     return CriticState(options=c, model=base.name, rank=rank, forward=forward, plan=plan)
 
 
-__all__ = ["ADV_ESTIMATORS", "CriticOptions", "CriticState", "critic_state", "value_spec"]
+__all__ = ["ADV_ESTIMATORS", "CriticOptions", "CriticState", "critic_state", "fsdp_critic", "value_spec"]

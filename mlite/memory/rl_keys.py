@@ -111,15 +111,14 @@ def _fsdp_rows():
     return FSDP_ROWS
 
 
-def fsdp_kwargs(cfg: dict, *, default_strategy: str = "megatron", problems: list | None = None) -> dict:
-    """:class:`~mlite.memory.rl_fsdp.FsdpOptions` keyword arguments from a verl config (nested or flat), one per
-    row of :data:`mlite.options.rl_fsdp.FSDP_ROWS` whose key is set; ``strategy`` is ``default_strategy`` when the
-    config does not name one (``fsdp`` for verl's ``ppo_trainer`` config, whose ``actor.strategy`` default is
-    ``fsdp``: ``verl/trainer/config/_generated_ppo_trainer.yaml`` @ 1dda039b). A value not of the row's type
-    raises :class:`MliteError`, or with ``problems`` a list is left out and its message appended there."""
+def rows_kwargs(rows, cfg: dict, *, problems: list | None = None) -> dict:
+    """Keyword arguments of the dataclass ``rows`` describe (one :class:`~mlite.options.schema.Option` per field,
+    its :class:`~mlite.options.schema.Key` naming the verl key and older aliases) from a verl config, nested or flat:
+    one per row whose key (else an alias) is set and not null. A value not of the row's type raises
+    :class:`MliteError`, or with ``problems`` a list is left out and its message appended there."""
     flat = cfg if any("." in k for k in cfg) else flatten(cfg)
-    out: dict = {"strategy": default_strategy}
-    for row in _fsdp_rows():
+    out: dict = {}
+    for row in rows:
         key = next((k for k in (row.mlite.key, *row.mlite.aliases) if flat.get(k) is not None), row.mlite.key)
         v = flat.get(key)
         if v is None or (isinstance(v, str) and v.lower() in ("null", "none", "~")):
@@ -131,6 +130,27 @@ def fsdp_kwargs(cfg: dict, *, default_strategy: str = "megatron", problems: list
                 raise
             problems.append(e.message)
     return out
+
+
+def rows_overrides(rows, obj, *, defaults=None) -> dict:
+    """verl overrides ``{key: value}`` of ``obj``'s fields for ``rows`` (only those that differ from ``defaults``
+    when given; unset ``None`` fields are not written): the writing direction of :func:`rows_kwargs`."""
+    out = {}
+    for row in rows:
+        v = getattr(obj, row.field)
+        if v is None or (defaults is not None and getattr(defaults, row.field) == v):
+            continue
+        out[row.mlite.key] = v
+    return out
+
+
+def fsdp_kwargs(cfg: dict, *, default_strategy: str = "megatron", problems: list | None = None) -> dict:
+    """:class:`~mlite.memory.rl_fsdp.FsdpOptions` keyword arguments from a verl config (nested or flat), one per
+    row of :data:`mlite.options.rl_fsdp.FSDP_ROWS` whose key is set; ``strategy`` is ``default_strategy`` when the
+    config does not name one (``fsdp`` for verl's ``ppo_trainer`` config, whose ``actor.strategy`` default is
+    ``fsdp``: ``verl/trainer/config/_generated_ppo_trainer.yaml`` @ 1dda039b). A value not of the row's type
+    raises :class:`MliteError`, or with ``problems`` a list is left out and its message appended there."""
+    return {"strategy": default_strategy, **rows_kwargs(_fsdp_rows(), cfg, problems=problems)}
 
 
 def _coerce_as(t: type, field: str, value, key: str):
@@ -155,13 +175,47 @@ def _coerce_as(t: type, field: str, value, key: str):
 def fsdp_overrides(f, *, defaults=None) -> dict:
     """verl overrides ``{key: value}`` for the FSDP options ``f`` (only those that differ from ``defaults`` when
     given; unset ``None`` fields are not written)."""
-    out = {}
-    for row in _fsdp_rows():
-        v = getattr(f, row.field)
-        if v is None or (defaults is not None and getattr(defaults, row.field) == v):
-            continue
-        out[row.mlite.key] = v
-    return out
+    return rows_overrides(_fsdp_rows(), f, defaults=defaults)
 
 
-__all__ += ["fsdp_kwargs", "fsdp_overrides"]
+__all__ += ["fsdp_kwargs", "fsdp_overrides", "rows_kwargs", "rows_overrides"]
+
+
+# ------------------------------------------------------ the log-prob forwards of both strategies, and PPO's critic
+def _log_prob_rows():
+    from ..options.rl_fsdp import FSDP_ROWS, LOG_PROB_FIELDS
+
+    return tuple(r for r in FSDP_ROWS if r.field in LOG_PROB_FIELDS)
+
+
+def log_prob_kwargs(cfg: dict, *, problems: list | None = None) -> dict:
+    """The :class:`~mlite.memory.rl_fsdp.FsdpOptions` fields that size the old_log_prob / ref forwards of any
+    strategy (:data:`mlite.options.rl_fsdp.LOG_PROB_FIELDS`, read by :func:`mlite.memory.rl_fsdp.log_prob_sizing`)
+    from a verl config, nested or flat; ``strategy`` megatron (a Megatron actor: the FSDP rows do not apply)."""
+    return {"strategy": "megatron", **rows_kwargs(_log_prob_rows(), cfg, problems=problems)}
+
+
+def log_prob_overrides(f, *, defaults=None) -> dict:
+    """verl overrides of the log-prob fields of ``f`` (:func:`log_prob_kwargs` written back)."""
+    return rows_overrides(_log_prob_rows(), f, defaults=defaults)
+
+
+def _critic_rows():
+    from ..options.rl_critic import CRITIC_ROWS
+
+    return CRITIC_ROWS
+
+
+def critic_kwargs(cfg: dict, *, problems: list | None = None) -> dict:
+    """:class:`~mlite.memory.rl_critic.CriticOptions` keyword arguments from a verl config (nested or flat), one per
+    row of :data:`mlite.options.rl_critic.CRITIC_ROWS` whose key is set (``critic.enable`` null: verl's
+    ``need_critic`` decides from ``algorithm.adv_estimator``)."""
+    return rows_kwargs(_critic_rows(), cfg, problems=problems)
+
+
+def critic_overrides(c, *, defaults=None) -> dict:
+    """verl overrides ``{key: value}`` for the critic options ``c`` (only those that differ from ``defaults``)."""
+    return rows_overrides(_critic_rows(), c, defaults=defaults)
+
+
+__all__ += ["critic_kwargs", "critic_overrides", "log_prob_kwargs", "log_prob_overrides"]

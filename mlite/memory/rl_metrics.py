@@ -32,6 +32,12 @@ critic, ``critic/perf/...`` from the critic's update, earlier in the step, in th
 :attr:`MetricMeaning.key` is the key as logged, the names here stay verl's ``perf/...``.
 
 Which process: the actor worker (a ``WorkerDict`` holding the actor and, fused, a colocated reference or critic).
+``RayPPOTrainer.init_workers`` (``verl/trainer/ppo/ray_trainer.py`` @ 1dda039b; the same loop at v0.3.0.post1 and
+v0.7.0) groups the roles by resource pool and calls ``create_colocated_worker_cls`` once per pool
+(``verl/single_controller/ray/base.py`` @ 1dda039b): its ``WorkerDict.__init__`` instantiates every role's class in
+the one ``ray.remote`` actor, one process per GPU; ``main_ppo.py`` maps ``Role.Critic`` to the ``global_pool`` with
+the actor. So the critic's allocations (its idle state, ``compute_values``, ``update_critic``) share the actor's
+CUDA caching allocator and its ``max_memory_allocated``: every critic part of a phase counts here.
 vLLM's model runner lives in that process up to verl v0.7.0 in hybrid mode (sync rollout:
 ``distributed_executor_backend="external_launcher"`` in ``vllm_rollout_spmd.py``; async:
 ``ExternalZeroMQDistributedExecutor`` driving the hybrid workers, ``vllm_async_server.py`` @ v0.7.0); from v0.7.1

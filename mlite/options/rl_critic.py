@@ -2,7 +2,10 @@
 :class:`~mlite.memory.rl_critic.CriticOptions` (a test holds the two equal), with its ``mlite rl-memory`` flag, help
 and verl key (read back from a launcher by :func:`mlite.memory.rl_keys.critic_kwargs`).
 
-Keys and defaults: ``verl/trainer/config/_generated_ppo_megatron_trainer.yaml`` @ 1dda039b (verl main).
+Keys and defaults: ``verl/trainer/config/_generated_ppo_megatron_trainer.yaml`` @ 1dda039b (verl main); an FSDP
+critic's offload keys (``critic.model.fsdp_config.param_offload`` / ``optimizer_offload``,
+``_generated_ppo_trainer.yaml`` @ 1dda039b) are read as the same two fields (aliases; export writes the Megatron
+keys).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ _C = "critic"
 
 
 def _row(field: str, type_: type, default, key: str, help: str, flag: str | None, **kw) -> Option:
-    m = Key(key)
+    m = Key(key, aliases=kw.pop("aliases", ()))
     return Option(
         field=field,
         type=type_,
@@ -43,7 +46,14 @@ CRITIC_ROWS: tuple[Option, ...] = (
         "enable", bool, None, f"{_C}.enable", "build the critic whatever the estimator", "--critic-enable", cli="switch"
     ),
     _row("model", str, None, f"{_C}.model.path", "the critic's model (default: the actor's)", "--critic-model"),
-    _row("strategy", str, "megatron", f"{_C}.strategy", "the critic's backend (megatron)", "--critic-strategy"),
+    _row(
+        "strategy",
+        str,
+        "megatron",
+        f"{_C}.strategy",
+        "the critic's backend (megatron; fsdp / fsdp2: verl's FSDP critic)",
+        "--critic-strategy",
+    ),
     _row("tp", int, 1, f"{_C}.megatron.tensor_model_parallel_size", "critic TP (default 1)", "--critic-tp"),
     _row("pp", int, 1, f"{_C}.megatron.pipeline_model_parallel_size", "critic PP (default 1)", "--critic-pp"),
     _row("cp", int, 1, f"{_C}.megatron.context_parallel_size", "critic CP (default 1)", "--critic-cp"),
@@ -56,6 +66,7 @@ CRITIC_ROWS: tuple[Option, ...] = (
         "critic params on the host, its grad buffer freed, outside its calls",
         "--critic-param-offload",
         cli="switch",
+        aliases=(f"{_C}.model.fsdp_config.param_offload",),
     ),
     _row(
         "optimizer_offload",
@@ -65,6 +76,7 @@ CRITIC_ROWS: tuple[Option, ...] = (
         "critic optimizer state on the host outside update_critic",
         "--critic-optimizer-offload",
         cli="switch",
+        aliases=(f"{_C}.model.fsdp_config.optimizer_offload",),
     ),
     _row(
         "ppo_micro_batch_size_per_gpu",

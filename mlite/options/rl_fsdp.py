@@ -203,4 +203,15 @@ FSDP_ROWS: tuple[Option, ...] = (
 )
 """The FSDP actor's options, in :class:`~mlite.memory.rl_fsdp.FsdpOptions` field order."""
 
-__all__ = ["FSDP_ROWS", "GROUP", "STRATEGY_KEY"]
+LOG_PROB_FIELDS = (
+    "use_dynamic_bsz",
+    "ppo_max_token_len_per_gpu",
+    "log_prob_max_token_len_per_gpu",
+    "ref_log_prob_max_token_len_per_gpu",
+    "log_prob_micro_batch_size_per_gpu",
+    "ref_log_prob_micro_batch_size_per_gpu",
+)
+"""The rows that size the old_log_prob / ref forwards of both strategies (:func:`mlite.memory.rl_fsdp.log_prob_sizing`):
+read from a Megatron launcher too (:func:`mlite.memory.rl_keys.log_prob_kwargs`) and written by ``mlite export``."""
+
+__all__ = ["FSDP_ROWS", "GROUP", "LOG_PROB_FIELDS", "STRATEGY_KEY"]

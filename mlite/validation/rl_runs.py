@@ -248,13 +248,33 @@ not the log's own setting)."""
 
 def fsdp_of(cfg: dict):
     """:class:`~mlite.memory.rl_fsdp.FsdpOptions` of an FSDP actor's verl config (``mlite.memory.rl_keys``'s reader,
-    verl's ``fsdp`` default strategy); a Megatron actor's config gives the Megatron default."""
+    verl's ``fsdp`` default strategy); a Megatron actor's config gives its log-prob sizing only
+    (:func:`mlite.memory.rl_keys.log_prob_kwargs`: ``rollout.`` / ``ref.log_prob_micro_batch_size_per_gpu``, dynamic
+    batch size and its token budgets), strategy megatron."""
     from ..memory.rl_fsdp import FsdpOptions
-    from ..memory.rl_keys import fsdp_kwargs
+    from ..memory.rl_keys import fsdp_kwargs, log_prob_kwargs
 
     if strategy_of(cfg) == "megatron":
-        return FsdpOptions()
+        return FsdpOptions(**log_prob_kwargs(cfg))
     return FsdpOptions(**fsdp_kwargs(cfg, default_strategy="fsdp"))
+
+
+def critic_of(cfg: dict, run: dict):
+    """:class:`~mlite.memory.rl_critic.CriticOptions` of a run's verl config (:func:`mlite.memory.rl_keys.
+    critic_kwargs`: ``algorithm.adv_estimator``, ``critic.*``); the critic's strategy is the config's
+    ``critic.strategy`` (the actor's when it names none, as verl <= 0.5's ``${actor_rollout_ref.actor.strategy}``),
+    its model the run's own model file when ``critic.model.path`` is the actor's (every PPO run here), else refused."""
+    from ..memory.rl_critic import CriticOptions
+    from ..memory.rl_keys import critic_kwargs
+
+    kw = critic_kwargs(cfg)
+    kw.setdefault("strategy", strategy_of(cfg))
+    actor_path = cfg.get("actor_rollout_ref", {}).get("model", {}).get("path")
+    if kw.get("model") is not None:
+        if CriticOptions(**{**kw, "model": None}).active and str(kw["model"]) != str(actor_path):
+            raise MliteError(f"{run['id']}: critic.model.path {kw['model']} is not the actor's; add its config")
+        kw["model"] = None
+    return CriticOptions(**kw)
 
 
 def predict_run(run: dict, root):
@@ -288,35 +308,19 @@ def predict_run(run: dict, root):
     kw.update({k: run[k] for k in ENTRY_ROLLOUT if k in run})
     r = RolloutOptions(**kw)
     plan = resolve(spec, ngpu, par, seq_len=o.seq_len, gpus_per_node=o.gpus_per_node)
-    return rl_estimate(spec, plan, o, r, fsdp_of(cfg)), o, r, spec, plan, cfg
+    return rl_estimate(spec, plan, o, r, fsdp_of(cfg), critic_of(cfg, run)), o, r, spec, plan, cfg
 
 
-def critic_bytes(run: dict, est, spec, plan, o) -> float:
-    """Resident bytes of a PPO critic fused into the actor's process, when the entry says ``"critic":
-    "same_as_actor"`` (rl_estimate has no critic yet: stood in for by the actor's idle state: the FSDP actor's
-    sharded fp32 state for an FSDP run, the Megatron estimate's otherwise), else 0."""
-    if run.get("critic") != "same_as_actor":
-        return 0.0
-    if est.fsdp is not None and est.fsdp.is_fsdp:
-        from ..memory.rl_fsdp import fsdp_actor
-
-        r = est.rollout
-        return fsdp_actor(spec, plan.ngpu, o, est.fsdp, r.seq_tokens, r.response_length / r.seq_tokens).idle_gpu
-    from ..memory.estimate import estimate
-
-    return estimate(spec, plan, o, explain=False).worst.idle_gpu
-
-
-def predicted(est, critic: float) -> dict:
+def predicted(est) -> dict:
     """The kit's figures for the run's logged memory metrics (GiB), keyed as :data:`MEMORY_KEYS`:
-    :func:`mlite.memory.rl_metrics.predicted_metrics` under the estimate's verl release and engine placement, a
-    fused critic's resident bytes added to the two GPU metrics (as ``rl_check.metrics_row`` does)."""
+    :func:`mlite.memory.rl_metrics.predicted_metrics` under the estimate's verl release and engine placement (a PPO
+    critic's parts are in the estimate's phases, counted in the actor's process: see rl_metrics)."""
     from ..memory.rl_metrics import ALLOCATED, CPU_USED, RESERVED, predicted_metrics
 
     pm = predicted_metrics(est)
     return {
-        "max_memory_allocated_gb": (pm[ALLOCATED] + critic) / GIB,
-        "max_memory_reserved_gb": (pm[RESERVED] + critic) / GIB,
+        "max_memory_allocated_gb": pm[ALLOCATED] / GIB,
+        "max_memory_reserved_gb": pm[RESERVED] / GIB,
         "cpu_memory_used_gb": pm[CPU_USED] / GIB,
     }
 
@@ -336,9 +340,9 @@ def comparison_rows(root) -> list[dict]:
     the comparison may say; ``ratio`` is predicted / logged ``max_memory_allocated_gb``."""
     rows = []
     for run in load_runs(root):
-        est, o, _r, spec, plan, cfg = predict_run(run, root)
+        est, _o, _r, _spec, _plan, cfg = predict_run(run, root)
         logged = logged_memory(Path(root) / run["log"])
-        pred = predicted(est, critic_bytes(run, est, spec, plan, o))
+        pred = predicted(est)
         rows.append(
             {
                 "run": run["id"],
