@@ -54,6 +54,19 @@ def cli():
     return run_cli
 
 
+@pytest.fixture(scope="session")
+def shared_groups() -> dict:
+    """``{world: [rank] -> {worker name: result}}``: the workers registered with ``runtime_workers.shares_group``
+    (the lite-runtime mesh and dist_opt runs), all in one spawned group per world size 1, 2, 4, so the session pays
+    for three groups' start-up and trains their common fsdp2 references once."""
+    from runtime_workers import SHARED_WORKERS, shared_group_worker
+
+    from mlite.runtime.dist import run_local
+
+    fns = tuple(SHARED_WORKERS)
+    return {w: run_local(shared_group_worker, w, args=(fns,), timeout_s=1200) for w in (1, 2, 4)}
+
+
 def pytest_collection_modifyitems(config, items):
     """Real-browser tests run last: Playwright's sync API keeps an event loop running in the main thread for the
     whole session, which would change the ground under tests that drive asyncio themselves."""

@@ -125,3 +125,56 @@ def lockstep(rank: int, device: str, base_opts: dict, variant_opts: dict, steps:
         "state_devices": sorted({str(t.device) for s in b.optimizer.slots for t in s.state.values()}),
         "param_devices": sorted({str(p.device) for p in b.model.parameters()}),
     }
+
+
+# ---------------------------------------------------------------------------------------------- shared groups
+SHARED_WORKERS: list = []
+"""``fn(rank, world) -> result`` of the test modules whose runs share the session's spawned groups of 1, 2 and 4
+processes (the ``shared_groups`` fixture of ``tests/conftest.py``), in registration (collection) order."""
+
+_CURVES: dict = {}
+
+
+def shares_group(fn):
+    """Register a module-level worker to run in the shared groups (decorator); its result is ``shared_groups[world]
+    [rank][worker_name(fn)]``."""
+    if worker_name(fn) not in {worker_name(f) for f in SHARED_WORKERS}:
+        SHARED_WORKERS.append(fn)
+    return fn
+
+
+def worker_name(fn) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def shared_group_worker(rank: int, world: int, fns: tuple) -> dict:
+    """Every registered worker in the same processes (one process group), one after the other."""
+    return {worker_name(fn): fn(rank, world) for fn in fns}
+
+
+def mesh_config(model: str, par: dict, **kw) -> RuntimeConfig:
+    """:func:`runtime_config` on the mesh ``par`` (``ParallelConfig`` fields)."""
+    from mlite.mesh import ParallelConfig
+
+    cfg = runtime_config(model, **kw)
+    cfg.backend_cfg.parallel = ParallelConfig(**par)
+    return cfg
+
+
+def train_curve(model: str, par: dict, steps: int, **opt) -> list[dict]:
+    """``steps`` train steps (2 micro-batches per DP rank) of a fresh fp32 runtime of ``model`` on the mesh ``par``:
+    each step's ``loss``, ``grad_norm``, ``num_zeros``, ``num_tokens``. Memoised per process (a run is deterministic
+    on the CPU), so the workers of one shared group train a reference they have in common once."""
+    from mlite.runtime.runtime import create_runtime
+
+    opt.setdefault("optimizer", "fsdp2")
+    key = (model, tuple(sorted(par.items())), steps, tuple(sorted(opt.items())))
+    if key not in _CURVES:
+        rt = create_runtime(mesh_config(model, par, param_dtype="fp32", **opt))
+        h = rt.build_model()
+        curve = []
+        for k in range(steps):
+            m = rt.train_step(h, synthetic_microbatches(k, rt.pstate.dp_rank, num_microbatches=2))
+            curve.append({n: m[n] for n in ("loss", "grad_norm", "num_zeros", "num_tokens")})
+        _CURVES[key] = curve
+    return _CURVES[key]

@@ -229,15 +229,33 @@ def _one(rank, opts: dict, pd: str, model: str) -> dict:
     return out
 
 
-def _worker(rank, world, configs: list, pd: str, model: str):
-    """Every config in the same two processes (one process group), one after the other."""
-    return [_one(rank, opts, pd, model) for opts in configs]
+def _worker(rank, world, configs: list, model: str):
+    """Every ``(options, param_dtype)`` config in the same two processes (one process group), one after the other."""
+    return [_one(rank, opts, pd, model) for opts, pd in configs]
 
 
-def _run(configs: list, pd="fp32", model="tiny-moe") -> list:
-    """``[config][rank] -> result``."""
-    res = run_local(_worker, 2, args=(configs, pd, model), timeout_s=600)
-    return [[res[r][i] for r in (0, 1)] for i in range(len(configs))]
+FP32_FRACS = (0.0, 0.5, 1.0)
+"""Offload fractions of the fp32 runs (each against the fsdp2 reference, bitwise)."""
+BF16_CASES = [(0.0, "persistent", C)] + [
+    (f, st, b) for f in (0.5, 1.0) for st, b in (("persistent", C), ("ring", 1000))
+]
+"""(offload fraction, grad staging, bucket size) of the bf16 runs."""
+
+
+def _mfsdp(f: float, **kw) -> dict:
+    return {"optimizer": "mfsdp", "offload_fraction": f or None, **kw}
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    """The fp32 and the bf16 runs of tiny-moe in one spawned group: ``{"fp32"|"bf16": [config][rank] -> result}``,
+    the fsdp2 reference first in each list."""
+    fp32 = [({}, "fp32")] + [(_mfsdp(f), "fp32") for f in FP32_FRACS]
+    bf16 = [({}, "bf16")] + [(_mfsdp(f, mfsdp_grad_staging=st, mfsdp_bucket_size=b), "bf16") for f, st, b in BF16_CASES]
+    configs = fp32 + bf16
+    res = run_local(_worker, 2, args=(configs, "tiny-moe"), timeout_s=600)
+    per = [[res[r][i] for r in (0, 1)] for i in range(len(configs))]
+    return {"fp32": per[: len(fp32)], "bf16": per[len(fp32) :]}
 
 
 def _bits(t):
@@ -271,12 +289,10 @@ def _split_oracle(named, f):
     return out
 
 
-def test_mfsdp_fp32_runs_equal_the_fsdp2_reference_bitwise_and_bytes_equal_the_estimate():
-    model = "tiny-moe"
-    fracs = (0.0, 0.5, 1.0)
-    ref, *runs = _run([{}] + [{"optimizer": "mfsdp", "offload_fraction": f or None} for f in fracs], model=model)
-    spec = from_hf_config(model)
-    for f, res in zip(fracs, runs):
+def test_mfsdp_fp32_runs_equal_the_fsdp2_reference_bitwise_and_bytes_equal_the_estimate(runs):
+    ref, *out = runs["fp32"]
+    spec = from_hf_config("tiny-moe")
+    for f, res in zip(FP32_FRACS, out):
         for rank in (0, 1):
             r = res[rank]
             assert r["losses"] == ref[rank]["losses"], (f, rank)  # fp32 storage and update: the same bits
@@ -303,15 +319,10 @@ def test_mfsdp_fp32_runs_equal_the_fsdp2_reference_bitwise_and_bytes_equal_the_e
                 assert est_gpu_static == pytest.approx(mfsdp_bytes(n, f * n, C, "persistent", 4).gpu)
 
 
-def test_mfsdp_bf16_modes_track_fsdp2_and_the_ring_changes_no_bit():
-    cases = [(0.0, "persistent", C)] + [(f, st, b) for f in (0.5, 1.0) for st, b in (("persistent", C), ("ring", 1000))]
-    configs: list[dict] = [{}] + [
-        {"optimizer": "mfsdp", "offload_fraction": f or None, "mfsdp_grad_staging": st, "mfsdp_bucket_size": b}
-        for f, st, b in cases
-    ]
-    ref, *out = _run(configs, pd="bf16")
-    runs = {(f, st): res for (f, st, _), res in zip(cases, out)}
-    for (f, staging, bucket), res in zip(cases, out):
+def test_mfsdp_bf16_modes_track_fsdp2_and_the_ring_changes_no_bit(runs):
+    ref, *out = runs["bf16"]
+    by = {(f, st): res for (f, st, _), res in zip(BF16_CASES, out)}
+    for (f, staging, bucket), res in zip(BF16_CASES, out):
         for rank in (0, 1):
             r = res[rank]
             # fp32 main grads against fsdp2's bf16 grads: close, not the same bits
@@ -323,10 +334,10 @@ def test_mfsdp_bf16_modes_track_fsdp2_and_the_ring_changes_no_bit():
             if staging == "ring":
                 assert m["staging"] == 4 * min(o, 2 * bucket) == 8000  # two slots of C elements
     for f in (0.5, 1.0):
-        a, b = runs[f, "persistent"], runs[f, "ring"]
+        a, b = by[f, "persistent"], by[f, "ring"]
         for rank in (0, 1):
             assert a[rank]["losses"] == b[rank]["losses"] and _same(a[rank]["params"], b[rank]["params"]) == []
-    full = runs[1.0, "persistent"][0]
+    full = by[1.0, "persistent"][0]
     assert {d for v in full["mem"].values() for d in v["by_device"]} == {"cpu"}
     assert full["mem"]["params"]["bytes"] == 2 * full["n"]  # the bf16 shard mirror
 

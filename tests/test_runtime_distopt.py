@@ -18,11 +18,18 @@ import math
 
 import pytest
 from conftest import run_cli
-from runtime_workers import runtime_config, same_bits, snapshot, synthetic_microbatches
+from runtime_workers import (
+    runtime_config,
+    same_bits,
+    shares_group,
+    snapshot,
+    synthetic_microbatches,
+    train_curve,
+    worker_name,
+)
 
 from mlite.mesh import ParallelConfig
 from mlite.runtime.ddp import buffer_layout
-from mlite.runtime.dist import run_local
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +79,7 @@ def _config(model: str, par: dict, **kw):
     return cfg
 
 
+@shares_group
 def _worker(rank, world):
     from mlite.runtime.runtime import create_runtime
 
@@ -79,13 +87,8 @@ def _worker(rank, world):
     for model, par in EQUIV[world]:
         for name, kw in (("fsdp2", {}), ("dist_opt", {}), ("ddp", {"use_distributed_optimizer": False})):
             opt = "fsdp2" if name == "fsdp2" else "dist_opt"
-            rt = create_runtime(_config(model, par, param_dtype="fp32", optimizer=opt, **kw))
-            h = rt.build_model()
-            curve = []
-            for k in range(STEPS):
-                m = rt.train_step(h, synthetic_microbatches(k, rt.pstate.dp_rank, num_microbatches=2))
-                curve.append((m["loss"], m["grad_norm"], m["num_zeros"]))
-            out["train"][(model, str(par), name)] = curve
+            curve = train_curve(model, par, STEPS, optimizer=opt, **kw)  # fsdp2: test_runtime_mesh's DP/mesh run
+            out["train"][(model, str(par), name)] = [(m["loss"], m["grad_norm"], m["num_zeros"]) for m in curve]
     for model, par in MEMORY_MESHES.get(world, []):
         for kind, kw in KINDS.items():
             rt = create_runtime(_config(model, par, param_dtype="bf16", optimizer="dist_opt", **kw))
@@ -132,8 +135,9 @@ def _worker(rank, world):
 
 
 @pytest.fixture(scope="module")
-def results():
-    return {w: run_local(_worker, w, timeout_s=600) for w in (1, 2, 4)}
+def results(shared_groups):
+    """``{world: [rank] -> _worker's result}``, run in the session's shared groups (with test_runtime_mesh's runs)."""
+    return {w: [r[worker_name(_worker)] for r in ranks] for w, ranks in shared_groups.items()}
 
 
 def _rel(a: float, b: float) -> float:

@@ -15,7 +15,15 @@ import importlib.util
 import pytest
 import torch
 from conftest import assert_one_line_error, run_cli
-from runtime_workers import runtime_config, same_bits, snapshot, synthetic_microbatches
+from runtime_workers import (
+    runtime_config,
+    same_bits,
+    shares_group,
+    snapshot,
+    synthetic_microbatches,
+    train_curve,
+    worker_name,
+)
 
 from mlite.mesh import ParallelConfig
 from mlite.runtime.batch import IGNORE_INDEX, PackedBatch
@@ -106,18 +114,14 @@ def _config(model: str, par: dict, **kw):
     return cfg
 
 
+@shares_group
 def _mesh_worker(rank, world):
     from mlite.runtime.runtime import create_runtime
 
     out = {"train": {}, "memory": [], "pao": {}}
     for model, par in MESHES_BY_WORLD[world]:
-        rt = create_runtime(_config(model, par, param_dtype="fp32"))
-        h = rt.build_model()
-        curve = []
-        for k in range(STEPS):
-            m = rt.train_step(h, synthetic_microbatches(k, rt.pstate.dp_rank, num_microbatches=2))
-            curve.append((m["loss"], m["grad_norm"], m["num_tokens"]))
-        out["train"][_key(model, par)] = curve
+        curve = train_curve(model, par, STEPS)  # fsdp2, fp32 params (test_runtime_distopt's reference too)
+        out["train"][_key(model, par)] = [(m["loss"], m["grad_norm"], m["num_tokens"]) for m in curve]
     for model, par in MEMORY_MESHES.get(world, []):
         rt = create_runtime(_config(model, par, param_dtype="bf16"))
         h = rt.build_model()
@@ -163,8 +167,10 @@ def _mesh_worker(rank, world):
 
 
 @pytest.fixture(scope="module")
-def mesh_results():
-    return {w: run_local(_mesh_worker, w, timeout_s=600) for w in (1, 2, 4)}
+def mesh_results(shared_groups):
+    """``{world: [rank] -> _mesh_worker's result}``, run in the session's shared groups (with
+    test_runtime_distopt's runs)."""
+    return {w: [r[worker_name(_mesh_worker)] for r in ranks] for w, ranks in shared_groups.items()}
 
 
 def _rel(a: float, b: float) -> float:

@@ -78,9 +78,21 @@ def _check_update_offload(res, device):
                     assert same_bits(st, d["base_snap"]["state"][name]) == []
 
 
+def _cpu_worker(rank, world):
+    """Both CPU parts in the same two processes (one process group): update-state offload, then context offload."""
+    return {"update": _update_offload_worker(rank, world), "context": _context_offload_worker(rank, world, "cpu")}
+
+
+@pytest.fixture(scope="module")
+def cpu_results() -> dict:
+    """``{"update"|"context": [rank] -> result}`` of the CPU runs, one spawned group for both tests."""
+    res = run_local(_cpu_worker, 2, timeout_s=480)
+    return {part: [r[part] for r in res] for part in ("update", "context")}
+
+
 @pytest.mark.slow
-def test_update_state_offload_is_bitwise_identical_and_on_cpu():
-    _check_update_offload(run_local(_update_offload_worker, 2, timeout_s=240), "cpu")
+def test_update_state_offload_is_bitwise_identical_and_on_cpu(cpu_results):
+    _check_update_offload(cpu_results["update"], "cpu")
     if torch.cuda.is_available():  # GPU part: the CPU update copies back bit for bit what the GPU update computes
         for r in run_local(_cuda_update_offload_worker, 1, device="cuda", timeout_s=240)[0].values():
             assert r["params"] == [] and r["masters"] == [] and r["losses"][0] == r["losses"][1]
@@ -170,8 +182,8 @@ def _check_context(res, device):
 
 
 @pytest.mark.slow
-def test_context_offload_roundtrip_is_bitwise_and_training_continues_identically():
-    _check_context(run_local(_context_offload_worker, 2, ("cpu",), timeout_s=240), "cpu")
+def test_context_offload_roundtrip_is_bitwise_and_training_continues_identically(cpu_results):
+    _check_context(cpu_results["context"], "cpu")
     if torch.cuda.is_available():  # the GPU part: same checks, and the device memory is really released
         res = run_local(_context_offload_worker, 1, ("cuda",), device="cuda", timeout_s=240)
         _check_context(res, "cuda")

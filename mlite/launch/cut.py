@@ -44,8 +44,8 @@ def model_spec(config):
 
 def check_cut(config) -> None:
     """Refuse, with one line, a cut or a checkpoint the run could not use (nothing is read but config files)."""
+    from ..runtime.architectures import SUPPORTED_ARCHITECTURES
     from ..runtime.hf_checkpoint import check_matches
-    from ..runtime.models.lite import SUPPORTED_ARCHITECTURES
 
     name, raw, _cfg, _cut = model_config(config)  # --layers / --experts / --vocab out of range raise here
     spec = model_spec(config)

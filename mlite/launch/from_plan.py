@@ -76,7 +76,7 @@ def _plan_spec(model):
     """The plan's model as a ModelSpec the lite runtime builds (else one line saying why not)."""
     from ..errors import ConfigError
     from ..models import from_hf_config
-    from ..runtime.models.lite import SUPPORTED_ARCHITECTURES
+    from ..runtime.architectures import SUPPORTED_ARCHITECTURES
 
     try:
         spec = from_hf_config(model)

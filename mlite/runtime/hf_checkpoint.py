@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import MliteError
+
+if TYPE_CHECKING:
+    import torch
 
 SHAPE_FIELDS = (
     "hidden_size",
@@ -120,6 +122,8 @@ def _expert_stack(shards: _Shards, base: str, num_experts: int, fused: str) -> t
     for parts in names:
         keys = [[_resolve(shards, f"{base}.{e}.{p}.weight") for p in parts] for e in range(num_experts)]
         if all(k is not None for row in keys for k in row):
+            import torch
+
             return torch.stack([torch.cat([shards.get(k) for k in row], 0) for row in keys])  # type: ignore[arg-type]
     return None
 

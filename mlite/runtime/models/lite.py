@@ -26,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ...errors import MliteError
 from ...models.chunks import ce_chunk_rows
+from ..architectures import SUPPORTED_ARCHITECTURES
 from ..batch import PackedBatch
 from .attention import packed_path
 from .blocks import DecoderBlock, LiteConfig
@@ -34,8 +35,6 @@ from .deltanet import GatedDeltaNet
 from .loss import linear_cross_entropy
 from .moe import Experts, Router, expert_path
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen3_next", "qwen3_5_moe")
-"""Architectures (as :class:`~mlite.models.ModelSpec` names them) the lite runtime builds."""
 RECOMPUTE = ("none", "selective", "full")
 """Accepted ``recompute`` values."""
 
