@@ -20,7 +20,7 @@ from runtime_workers import runtime_config, train
 from mlite.errors import MliteError
 from mlite.memory import TrainingOptions, estimate
 from mlite.memory.optimizer import mfsdp_bytes
-from mlite.mesh import ParallelConfig
+from mlite.mesh import ParallelConfig, resolve
 from mlite.models import from_hf_config
 from mlite.options import rules
 from mlite.options.optimizers import BACKENDS, check_env, check_overrides
@@ -350,3 +350,22 @@ def test_mlite_run_trains_mfsdp(tmp_path):
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     assert [r["step"] for r in rows] == [1, 2] and all(r["data"]["train/loss"] > 0 for r in rows)
     assert json.loads((out / "config.json").read_text())["optimizer"] == "mfsdp"
+
+
+def test_the_memory_view_has_the_mfsdp_knobs_only_under_mfsdp_and_they_reach_the_host_bytes():
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+
+    view = MemoryView(MeshPlanner("Qwen3-8B", ngpu=8))
+    c = view.controls
+    assert c["mfsdp_bucket_size"].disabled and c["mfsdp_grad_staging"].disabled  # dist_opt: no mfsdp knobs
+    view.set(optimizer="mfsdp", offload_fraction=1.0, mfsdp_grad_staging="ring")
+    assert not c["mfsdp_bucket_size"].disabled
+    ring_40m = view.estimate.to_dict()["host"]["per_gpu"]
+    view.set(mfsdp_bucket_size=10_000_000)
+    o = view.options()
+    assert (o.mfsdp_bucket_size, o.mfsdp_grad_staging) == (10_000_000, "ring")
+    spec = from_hf_config("Qwen3-8B")
+    want = estimate(spec, resolve(spec, 8, ParallelConfig(), seq_len=o.seq_len), o).to_dict()["host"]["per_gpu"]
+    assert view.estimate.to_dict()["host"]["per_gpu"] == want < ring_40m  # the ring holds 2 x bucket elements
+    assert "--mfsdp-bucket-size 10000000" in view.command()

@@ -341,3 +341,26 @@ def test_the_device_bench_parses_and_reports(tmp_path):
     assert by[("muon", "optimizer_peak")]["estimate"] == str(est["muon"]["peak_optimizer_only"])
     assert by[("muon", "step_time_vs_adam")]["value"] == "1.5"
     assert all(r["gpu"] == "H200" and r["command"].endswith("--csv " + str(tmp_path / "muon.csv")) for r in rows)
+
+
+def test_the_memory_view_has_the_muon_knobs_only_under_muon_and_they_reach_the_estimate():
+    from mlite.memory import estimate as _estimate
+    from mlite.mesh import ParallelConfig as _PC
+    from mlite.mesh import resolve as _resolve
+    from mlite.models import from_hf_config as _spec
+    from widgets.memory_view import MemoryView
+    from widgets.planner import MeshPlanner
+
+    view = MemoryView(MeshPlanner("Qwen3-8B", ngpu=8))
+    c = view.controls
+    assert c["muon_fp32_matmul_prec"].disabled and c["muon_num_ns_steps"].disabled  # adam: no Muon knobs
+    view.set(optimizer_algorithm="muon")
+    assert not c["muon_fp32_matmul_prec"].disabled
+    bf16 = view.estimate.to_dict()["muon"]["newton_schulz_bytes"]
+    view.set(muon_fp32_matmul_prec="high")
+    o = view.options()
+    assert o.muon_fp32_matmul_prec == "high"
+    sp = _spec("Qwen3-8B")
+    want = _estimate(sp, _resolve(sp, 8, _PC(), seq_len=o.seq_len), o).to_dict()["muon"]["newton_schulz_bytes"]
+    assert view.estimate.to_dict()["muon"]["newton_schulz_bytes"] == want > bf16  # fp32 iterations: a larger workspace
+    assert "--muon-matmul-prec high" in view.command()

@@ -227,6 +227,41 @@ class MemoryView(W.VBox):
                 indent=False,
                 layout=lay("190px"),
             ),
+            # the mode knobs that change bytes: Muon's Newton-Schulz precision, mfsdp's bucket and gradient staging
+            "muon_fp32_matmul_prec": W.Dropdown(
+                options=list(_ROWS["muon_fp32_matmul_prec"].choices),
+                value=o.muon_fp32_matmul_prec,
+                description=_ROWS["muon_fp32_matmul_prec"].label,
+                tooltip=_ROWS["muon_fp32_matmul_prec"].help,
+                layout=lay("210px"),
+                style=narrow,
+            ),
+            "muon_num_ns_steps": W.BoundedIntText(
+                value=o.muon_num_ns_steps,
+                min=1,
+                max=100,
+                description=_ROWS["muon_num_ns_steps"].label,
+                tooltip=_ROWS["muon_num_ns_steps"].help,
+                layout=lay("170px"),
+                style=narrow,
+            ),
+            "mfsdp_bucket_size": W.BoundedIntText(
+                value=o.mfsdp_bucket_size,
+                min=1,
+                max=1 << 40,
+                description=_ROWS["mfsdp_bucket_size"].label,
+                tooltip=_ROWS["mfsdp_bucket_size"].help,
+                layout=lay("220px"),
+                style=narrow,
+            ),
+            "mfsdp_grad_staging": W.Dropdown(
+                options=list(_ROWS["mfsdp_grad_staging"].choices),
+                value=o.mfsdp_grad_staging,
+                description=_ROWS["mfsdp_grad_staging"].label,
+                tooltip=_ROWS["mfsdp_grad_staging"].help,
+                layout=lay("230px"),
+                style=narrow,
+            ),
             "recompute": W.Dropdown(
                 options=list(_ROWS["recompute"].choices),
                 value=o.recompute,
@@ -352,7 +387,17 @@ class MemoryView(W.VBox):
                 ],
                 layout=_row_layout(),
             ),
-            W.HBox([c["precision"], c["engram_trainable"]], layout=_row_layout()),
+            W.HBox(
+                [
+                    c["precision"],
+                    c["engram_trainable"],
+                    c["muon_fp32_matmul_prec"],
+                    c["muon_num_ns_steps"],
+                    c["mfsdp_bucket_size"],
+                    c["mfsdp_grad_staging"],
+                ],
+                layout=_row_layout(),
+            ),
             self.errors,
             self._invalid,
             self._results,
@@ -393,6 +438,10 @@ class MemoryView(W.VBox):
             offload_master_for_forward=c["offload_master_for_forward"].value,
             precision=c["precision"].value,
             engram_trainable=c["engram_trainable"].value,
+            muon_fp32_matmul_prec=c["muon_fp32_matmul_prec"].value,
+            muon_num_ns_steps=int(c["muon_num_ns_steps"].value),
+            mfsdp_bucket_size=int(c["mfsdp_bucket_size"].value),
+            mfsdp_grad_staging=c["mfsdp_grad_staging"].value,
             seq_len=self.planner.seq_len,
             micro_batch_size=c["micro_batch_size"].value,
             num_microbatches=c["num_microbatches"].value,
@@ -468,6 +517,11 @@ class MemoryView(W.VBox):
             for name in ("optimizer_state_offload_chunk_size_mb", "optimizer_state_offload_fraction",
                          "offload_master_for_forward"):  # fmt: skip
                 c[name].disabled = not on
+            # a mode's knobs only under that mode (Muon: the algorithm; mfsdp: the backend)
+            for name in ("muon_fp32_matmul_prec", "muon_num_ns_steps"):
+                c[name].disabled = c["optimizer_algorithm"].value != "muon"
+            for name in ("mfsdp_bucket_size", "mfsdp_grad_staging"):
+                c[name].disabled = c["optimizer"].value != "mfsdp"
             # the Engram switch only for a model with n-gram tables (DeepSeek-V4.1: ModelSpec.ngram_tables)
             spec = self.planner.spec
             c["engram_trainable"].disabled = not (spec is not None and spec.ngram_tables)

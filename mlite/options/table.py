@@ -306,6 +306,7 @@ TRAINING: tuple[Option, ...] = (
         40_000_000,
         "--mfsdp-bucket-size",
         "mfsdp bucket_size C (elements): bounds the all-gather / fp32 wgrad scratch and the host gradient ring",
+        label="mfsdp bucket",
         group=_G,
         metavar="N",
         mlite=Key(f"{_OC}.bucket_size", add=True, verl_default=40_000_000),
@@ -318,6 +319,7 @@ TRAINING: tuple[Option, ...] = (
         "--mfsdp-grad-staging",
         "mfsdp host gradient staging: persistent (today's _cpu_grad_bufs, 4 B per offloaded element) or ring "
         "(the design's two-slot ring, at most 2 x bucket_size elements)",
+        label="mfsdp grad staging",
         choices=("persistent", "ring"),
         group=_G,
         mlite=ESTIMATOR,
@@ -489,6 +491,7 @@ TRAINING: tuple[Option, ...] = (
         "medium",
         "--muon-matmul-prec",
         "muon: Newton-Schulz matmuls in bf16 (medium) or fp32 (high)",
+        label="muon NS matmuls",
         choices=MUON_MATMUL_PREC,
         group=_G,
         mlite=_MUON("muon_fp32_matmul_prec", "medium"),
