@@ -86,7 +86,7 @@ _NP_INT = b"np.int64"
 
 def unwrap_numpy_np(text: bytes) -> bytes | None:
     """:func:`unwrap_numpy_bytes` with numpy, for long texts: the ``(`` and ``.`` positions are found in two
-    vectorised comparisons, and the reprs' bytes, then the closing ``)``, are dropped by two boolean masks
+    vectorised comparisons, and the reprs' bytes and their closing ``)`` are dropped by one boolean mask
     instead of seven bytes passes. Accepts a subset of what :func:`unwrap_numpy_bytes` accepts (every ``(``
     opens a repr and every ``np.`` starts one: unwrap_numpy's own fast-case test, summed over the lines), with the
     same result (``tests/test_logs_fastverl.py`` compares them)."""
@@ -110,24 +110,22 @@ def unwrap_numpy_np(text: bytes) -> bytes | None:
     dots = dots[dots >= 2]
     if int(np.count_nonzero((a[dots - 1] == 112) & (a[dots - 2] == 110))) != len(opens):
         return None  # an 'np.' that opens no repr: the general path's regex case
-    keep = np.ones(len(a), bool)
+    n = len(a)
+    keep = np.ones(n + 3, bool)  # (3 past the end: the bytes after a last ')')
     keep[(pf[:, None] + np.arange(-10, 1)).ravel()] = False
     if len(pi):
         keep[(pi[:, None] + np.arange(-8, 1)).ravel()] = False
-    t = a[keep]
-    m = len(t)
-    closes = np.flatnonzero(t == 41)  # in the unwrapped text: a ')' before ' - ', a newline or the end goes
-    if len(closes):
-        at = np.minimum(closes[:, None] + np.arange(1, 4), m - 1)
-        nxt = t[at]
-        last = closes + 1 >= m
+    closes = np.flatnonzero(a == 41)  # a ')' before ' - ', a newline or the end goes: decided on the text as it
+    if len(closes):  # is, the reprs' bytes still in, so the 3 bytes after each ')' must be none of theirs
+        at = closes[:, None] + np.arange(1, 4)
+        if not bool(keep[at].all()):
+            return None  # a repr right after a ')': unwrap_numpy_bytes's order of replaces decides
+        nxt = a[np.minimum(at, n - 1)]
+        last = closes + 1 >= n
         drop = last | ((nxt[:, 0] == 10) & ~last)
-        drop |= (closes + 3 < m) & (nxt[:, 0] == 32) & (nxt[:, 1] == 45) & (nxt[:, 2] == 32)
-        if drop.any():
-            keep2 = np.ones(m, bool)
-            keep2[closes[drop]] = False
-            t = t[keep2]
-    return t.tobytes()
+        drop |= (closes + 3 < n) & (nxt[:, 0] == 32) & (nxt[:, 1] == 45) & (nxt[:, 2] == 32)
+        keep[closes[drop]] = False
+    return a[keep[:n]].tobytes()  # one mask for the reprs and their ')'s
 
 
 def available() -> bool:
