@@ -103,10 +103,37 @@ def test_tp_across_nodes_costs_the_network():
     inside = predict(spec, resolve(spec, 16, ParallelConfig(tp=8), seq_len=4096, gpus_per_node=8), o, "H100")
     across = predict(spec, resolve(spec, 16, ParallelConfig(tp=8), seq_len=4096, gpus_per_node=4), o, "H100")
     hw = load_hardware("H100")
-    # the same TP 8 collectives, over the network once the node holds 4 GPUs
+    # the same TP 8 collectives, over the network once the node holds 4 GPUs: the ring's channels use the 4 NICs of
+    # the group's ranks in each node side by side
     ratio = across.parts["tp_comm"] / inside.parts["tp_comm"]
-    assert ratio == pytest.approx(hw.nvlink_bytes_per_s / hw.network_bytes_per_s, rel=0.15)  # + fixed latency
+    net = min(hw.nvlink_bytes_per_s, 4 * hw.network_bytes_per_s)
+    assert ratio == pytest.approx(hw.nvlink_bytes_per_s / net, rel=0.15)  # + fixed latency
     assert across.step_s > inside.step_s
+
+
+def test_a_ring_across_nodes_uses_the_nics_of_its_ranks_in_each_node():
+    from mlite.time.comm import ranks_per_node, ring_s
+
+    hw = load_hardware("H100")
+    b = 140e9
+    assert ranks_per_node(64, 1, 8) == 8 and ranks_per_node(8, 8, 8) == 1 and ranks_per_node(4, 2, 8) == 4
+    assert ranks_per_node(2, 1, 8) == 2
+    # 64 ranks over 8 full nodes: 8 NICs per node in parallel (8 x 50 GB/s = 400 GB/s, under NVLink's 450)
+    full = ring_s(hw, b, 64, True, "all_gather", ranks_per_node(64, 1, 8))
+    assert full == pytest.approx(63 / 64 * b / (8 * hw.network_bytes_per_s * hw.comm_efficiency) + hw.comm_latency_s)
+    # one rank per node (a DP group strided over a full TP node): one NIC
+    one = ring_s(hw, b, 8, True, "all_gather", ranks_per_node(8, 8, 8))
+    assert one == pytest.approx(7 / 8 * b / (hw.network_bytes_per_s * hw.comm_efficiency) + hw.comm_latency_s)
+    # never faster than NVLink, however many NICs the node has
+    many = ring_s(hw, b, 64, True, "all_gather", 16)
+    assert many == pytest.approx(63 / 64 * b / (hw.nvlink_bytes_per_s * hw.comm_efficiency) + hw.comm_latency_s)
+    # FSDP2 over 64 GPUs: the step's gathers move at the node's NICs, not one GPU's
+    spec = from_hf_config("Llama-3.1-70B")
+    o = TrainingOptions(seq_len=8192, num_microbatches=4, optimizer="fsdp2", recompute="full")
+    plan = resolve(spec, 64, ParallelConfig(cp=2), seq_len=8192, gpus_per_node=8)
+    strided = resolve(spec, 64, ParallelConfig(cp=2), seq_len=8192, gpus_per_node=1)
+    t, t1 = predict(spec, plan, o, "H100"), predict(spec, strided, o, "H100")
+    assert t1.comm_total["dp_comm"] / t.comm_total["dp_comm"] == pytest.approx(8, rel=0.01)
 
 
 def test_offload_and_recompute_cost_what_they_move():

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..models.flops import flops_per_token
 from ..options.optimizers import DTYPE_BYTES
-from .comm import all_to_all_s, p2p_s, ring_s, spans_nodes
+from .comm import all_to_all_s, p2p_s, ranks_per_node, ring_s, spans_nodes
 from .compute import Cost, Shard, embedding_cost, head_cost, layer_backward, layer_forward
 from .hardware import HardwareProfile, load_hardware
 from .knobs import Knobs
@@ -284,13 +284,13 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard, k: Knobs) -> _Rank:
     passes = 3 if only is None else 2  # forward, backward (+ the recomputed forward)
     if p.tp > 1:
         buf = sh.tokens * h * 2
-        crosses = spans_nodes(p.tp, 1, gpn)
+        crosses, loc = spans_nodes(p.tp, 1, gpn), ranks_per_node(p.tp, 1, gpn)
         if sh.sp:
-            one = 2 * ring_s(hw, buf, p.tp, crosses, "all_gather") + 2 * ring_s(
-                hw, buf, p.tp, crosses, "reduce_scatter"
+            one = 2 * ring_s(hw, buf, p.tp, crosses, "all_gather", loc) + 2 * ring_s(
+                hw, buf, p.tp, crosses, "reduce_scatter", loc
             )
         else:
-            one = 2 * ring_s(hw, buf, p.tp, crosses, "all_reduce")
+            one = 2 * ring_s(hw, buf, p.tp, crosses, "all_reduce", loc)
         comm["tp_comm"] = passes * layers_all * one
     if n_moe and p.ep * p.etp_size > 1:
         buf = sh.sp_tokens * spec.moe_router_topk * h * 2
@@ -300,8 +300,9 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard, k: Knobs) -> _Rank:
             one += all_to_all_s(hw, dispatch, p.ep, p.etp_size, gpn)
             one += all_to_all_s(hw, buf * p.etp_size, p.ep, p.etp_size, gpn)
         if p.etp_size > 1:
-            one += ring_s(hw, buf * p.etp_size, p.etp_size, spans_nodes(p.etp_size, 1, gpn), "all_gather")
-            one += ring_s(hw, buf * p.etp_size, p.etp_size, spans_nodes(p.etp_size, 1, gpn), "reduce_scatter")
+            x, loc = spans_nodes(p.etp_size, 1, gpn), ranks_per_node(p.etp_size, 1, gpn)
+            one += ring_s(hw, buf * p.etp_size, p.etp_size, x, "all_gather", loc)
+            one += ring_s(hw, buf * p.etp_size, p.etp_size, x, "reduce_scatter", loc)
         comm["ep_comm"] = passes * n_moe * one
     if p.pp > 1:
         crosses = spans_nodes(p.pp, p.tp * p.cp * plan.dp, gpn)
@@ -362,9 +363,9 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, l
             if not n:
                 continue
             if size > 1:
-                crosses = spans_nodes(size, stride, gpn)
-                ag += gathers * ring_s(hw, n * 2, size, crosses, "all_gather")
-                rs += ring_s(hw, n * rb, size, crosses, "reduce_scatter")
+                crosses, loc = spans_nodes(size, stride, gpn), ranks_per_node(size, stride, gpn)
+                ag += gathers * ring_s(hw, n * 2, size, crosses, "all_gather", loc)
+                rs += ring_s(hw, n * rb, size, crosses, "reduce_scatter", loc)
             else:  # one rank: the gather and the reduce are copies in HBM, nothing to hide them behind
                 copies += (gathers * FSDP_GATHER_BYTES + FSDP_REDUCE_BYTES) * n / hw.hbm_bytes_per_s
         total = m * (ag + copies) + reduces * rs
@@ -389,12 +390,12 @@ def _dp_time(hw, spec, plan, o, st, r: _Rank, k: Knobs) -> tuple[float, float, l
     for n, size, stride in groups:
         if not n or size <= 1:
             continue
-        crosses = spans_nodes(size, stride, gpn)
+        crosses, loc = spans_nodes(size, stride, gpn), ranks_per_node(size, stride, gpn)
         if o.use_distributed_optimizer:
-            rs = ring_s(hw, n * gb, size, crosses, "reduce_scatter")
-            ag = ring_s(hw, n * 2, size, crosses, "all_gather")
+            rs = ring_s(hw, n * gb, size, crosses, "reduce_scatter", loc)
+            ag = ring_s(hw, n * 2, size, crosses, "all_gather", loc)
         else:
-            rs, ag = ring_s(hw, n * gb, size, crosses, "all_reduce"), 0.0
+            rs, ag = ring_s(hw, n * gb, size, crosses, "all_reduce", loc), 0.0
         last = min(1.0, GRAD_BUCKET / n)
         total += rs + ag
         exposed += max(0.0, rs - bwd_mb) + last * rs if k.overlap_grad_reduce else rs

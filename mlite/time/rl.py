@@ -84,10 +84,11 @@ def _decode_step_s(hw, spec, r, batch: float, context: float, kv_bytes_per_token
     layers = spec.num_layers
     comm = 0.0
     if tp > 1:
-        from .comm import ring_s
+        from .comm import ranks_per_node, ring_s
 
         crosses = tp > hw.gpus_per_node
-        comm = 2 * layers * ring_s(hw, batch * spec.hidden_size * 2, tp, crosses, "all_reduce")
+        loc = ranks_per_node(tp, 1, hw.gpus_per_node)
+        comm = 2 * layers * ring_s(hw, batch * spec.hidden_size * 2, tp, crosses, "all_reduce", loc)
     launches = (layers * 20 if r.enforce_eager else 4) * hw.kernel_launch_s
     return max(mem_s, comp_s) + comm + launches
 
