@@ -151,6 +151,9 @@ def _bad(**change):
         ),
         (_bad(knobs_sources={**BASE["knobs_sources"], "dispatch_dtype": "somewhere"}), "'dispatch_dtype'"),
         (_bad(knobs_sources={**BASE["knobs_sources"], "gemm_dtype": " "}), "'knobs_sources'"),
+        (_bad(recompute_modules=["moe"]), "'recompute_modules'"),
+        (_bad(recompute="selective", recompute_modules=["experts"]), "'recompute_modules'"),
+        (_bad(recompute="selective", recompute_modules="moe"), "'recompute_modules'"),
     ],
     ids=lambda x: x if isinstance(x, str) else None,
 )
@@ -229,3 +232,19 @@ def test_an_unknown_knob_is_refused_naming_run_and_knob(tmp_path):
     assert "\n" not in msg
     assert "'bridge-qwen3-235b-a22b-h100-fp8-256'" in msg and "unknown knob 'overlap_tp'" in msg
     assert all(n in msg for n in KNOB_NAMES)
+
+
+def test_a_recipes_moe_recompute_reruns_the_moe_layers_all_to_alls():
+    from mlite.time import predict
+
+    run = next(r for r in load_published() if r.id == "bridge-nemotron3-nano-h100-fp8-16")
+    assert run.recompute_modules == ("moe", "layernorm", "core_attn", "moe_act")
+    o = run.training()
+    assert o.recompute == "selective" and o.recompute_modules == run.recompute_modules
+    spec, plan, k = run.spec(), run.plan(), run.time_knobs()
+    with_moe = predict(spec, plan, o, run.hardware, k)
+    without = predict(spec, plan, replace(o, recompute_modules=()), run.hardware, k)
+    # forward, backward and the recomputed forward of every MoE layer each dispatch and combine once
+    assert with_moe.comm_total["ep_comm"] == pytest.approx(1.5 * without.comm_total["ep_comm"])
+    assert with_moe.parts["recompute"] > without.parts["recompute"]
+    assert all(not r.recompute_modules for r in load_published() if r.id != run.id)

@@ -282,6 +282,10 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard, k: Knobs) -> _Rank:
     h = spec.hidden_size
     layers_all = n_layers + st.mtp_layers
     passes = 3 if only is None else 2  # forward, backward (+ the recomputed forward)
+    # Megatron-Core's "moe" recompute checkpoints the MoE layer's whole forward (router, dispatch, experts, combine:
+    # MoELayer.forward's custom_forward under tensor_parallel.checkpoint / te_checkpoint, NVIDIA/Megatron-LM
+    # megatron/core/transformer/moe/moe_layer.py @ 001199898), so its all-to-alls run a third time
+    ep_passes = 3 if only is None or "moe" in (o.recompute_modules or ()) else 2
     if p.tp > 1:
         buf = sh.tokens * h * 2
         crosses, loc = spans_nodes(p.tp, 1, gpn), ranks_per_node(p.tp, 1, gpn)
@@ -303,7 +307,7 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard, k: Knobs) -> _Rank:
             x, loc = spans_nodes(p.etp_size, 1, gpn), ranks_per_node(p.etp_size, 1, gpn)
             one += ring_s(hw, buf * p.etp_size, p.etp_size, x, "all_gather", loc)
             one += ring_s(hw, buf * p.etp_size, p.etp_size, x, "reduce_scatter", loc)
-        comm["ep_comm"] = passes * n_moe * one
+        comm["ep_comm"] = ep_passes * n_moe * one
     if p.pp > 1:
         crosses = spans_nodes(p.pp, p.tp * p.cp * plan.dp, gpn)
         comm["pp_p2p"] = 2 * p.vpp * p2p_s(hw, sh.sp_tokens * h * 2, crosses)

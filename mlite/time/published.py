@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..errors import MliteError
 from ..mesh.layout import SPLIT_KEYS, PipelineSplit, layer_list
-from ..options.training import OPTIMIZERS, RECOMPUTE
+from ..options.training import OPTIMIZERS, RECOMPUTE, RECOMPUTE_MODULES
 from ..paths import REPO_ROOT
 from .hardware import hardware_names
 from .knobs import Knobs, knobs_from_dict
@@ -45,9 +45,10 @@ TRAINING_FIELDS = (
     "optimizer", "seq_len", "micro_batch_size", "num_microbatches", "recompute", "sequence_parallel", "gpus_per_node",
 )  # fmt: skip
 """The record's fields that :meth:`PublishedRun.training` passes to ``TrainingOptions`` under the same names."""
-OPTIONAL_KEYS = ("pp_layout", *SPLIT_KEYS.values())
-"""Extra mesh keys a record may carry: the recipe's ``pipeline_model_parallel_layout`` or Megatron-Core's pipeline
-split keys (:data:`mlite.mesh.SPLIT_KEYS`), for meshes whose layers do not split evenly."""
+OPTIONAL_KEYS = ("pp_layout", "recompute_modules", *SPLIT_KEYS.values())
+"""Extra keys a record may carry: the recipe's ``pipeline_model_parallel_layout`` or Megatron-Core's pipeline split
+keys (:data:`mlite.mesh.SPLIT_KEYS`), for meshes whose layers do not split evenly; the recipe's
+``recompute_modules`` (Megatron-Core's names), with ``recompute`` selective."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +111,8 @@ class PublishedRun:
     """Anything else that matters for the comparison (GPU variant, overlap settings, range of logged values)."""
     pp_layout: str | None = None
     """The recipe's ``pipeline_model_parallel_layout`` (mlite's ``pp_layout`` language), when it sets one."""
+    recompute_modules: tuple[str, ...] = ()
+    """The recipe's selective ``recompute_modules`` (Megatron-Core's names: ``moe`` re-runs the whole MoE layer)."""
     split: PipelineSplit = field(default_factory=PipelineSplit)
     """Megatron-Core's pipeline split keys the recipe sets (first/last-stage counts, ``account_for_*``)."""
     knobs: dict = field(default_factory=dict)
@@ -168,7 +171,11 @@ class PublishedRun:
         """The run's :class:`~mlite.options.TrainingOptions` (distributed optimizer on)."""
         from ..options import TrainingOptions
 
-        return TrainingOptions(use_distributed_optimizer=True, **{k: getattr(self, k) for k in TRAINING_FIELDS})
+        return TrainingOptions(
+            use_distributed_optimizer=True,
+            recompute_modules=self.recompute_modules,
+            **{k: getattr(self, k) for k in TRAINING_FIELDS},
+        )
 
 
 _POSITIVE_INTS = (
@@ -177,7 +184,7 @@ _POSITIVE_INTS = (
 )  # fmt: skip
 _STRINGS = ("id", "framework", "source", "quote", "model", "model_note", "flops_formula", "notes")
 _SPLIT_FIELD = {key: name for name, key in SPLIT_KEYS.items()}
-REQUIRED_KEYS = tuple(f.name for f in fields(PublishedRun) if f.name not in ("pp_layout", "split"))
+REQUIRED_KEYS = tuple(f.name for f in fields(PublishedRun) if f.name not in ("pp_layout", "recompute_modules", "split"))
 """The keys every record gives."""
 
 
@@ -232,6 +239,18 @@ def _knobs(doc: dict, where: str) -> tuple[dict, dict]:
         raise MliteError(f"{where}: knob 'gemm_dtype' = {knobs['gemm_dtype']!r} contradicts field 'precision' = "
                          f"{doc['precision']!r}; make them agree")  # fmt: skip
     return dict(knobs), dict(sources)
+
+
+def _recompute_modules(doc: dict, where: str) -> list:
+    """The record's optional ``recompute_modules``: Megatron-Core module names, only with ``recompute`` selective."""
+    mods = doc.get("recompute_modules", [])
+    if not isinstance(mods, list) or not all(m in RECOMPUTE_MODULES for m in mods):
+        raise MliteError(
+            f"{where}: field 'recompute_modules' = {mods!r} must be a list of {', '.join(RECOMPUTE_MODULES)}"
+        )
+    if mods and doc["recompute"] != "selective":
+        raise MliteError(f"{where}: field 'recompute_modules' needs recompute 'selective' (got {doc['recompute']!r})")
+    return mods
 
 
 def run_from_dict(doc, where: str) -> PublishedRun:
@@ -291,12 +310,14 @@ def run_from_dict(doc, where: str) -> PublishedRun:
     layout = doc.get("pp_layout")
     if layout is not None and (not isinstance(layout, str) or not layout.strip()):
         raise MliteError(f"{where}: field 'pp_layout' must be a non-empty layout string (e.g. 'Et|(tt|)*30mL')")
+    mods = _recompute_modules(doc, where)
     values = {k: doc[k] for k in REQUIRED_KEYS}
     knobs, sources = _knobs(doc, where)
     values.update(
         assumed=tuple(assumed),
         measured=dict(measured),
         pp_layout=layout,
+        recompute_modules=tuple(mods),
         split=_split(doc, where),
         knobs=knobs,
         knobs_sources=sources,
