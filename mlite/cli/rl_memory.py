@@ -41,6 +41,14 @@ def add_parser(sub):
     add_rollout_flags(p)
     add_fsdp_flags(p)
     add_critic_flags(p)
+    p.add_argument(
+        "--logged-step",
+        type=int,
+        default=None,
+        metavar="K",
+        help="also give the phases and predicted metrics as a log line of step K shows them (step 1: no optimizer "
+        "moments before each owner's first update; the default figures are the steady state)",
+    )
     p.add_argument("--json", action="store_true", help="print the JSON document")
     return p
 
@@ -199,6 +207,7 @@ def run(args) -> int:
     from ..errors import MliteError
     from ..memory import GIB
     from ..memory.rl import rl_estimate
+    from ..memory.rl_lazy import check_logged_step
     from . import print_invalid_mesh, print_json
 
     for flag in positive_flags():
@@ -211,7 +220,7 @@ def run(args) -> int:
     if not plan.valid:
         return print_invalid_mesh(plan, args.json)
     est = rl_estimate(spec, plan, o, r, f, c)
-    doc = est.to_dict()
+    doc = est.to_dict(logged_step=check_logged_step(args.logged_step))
     if args.json:
         print_json(doc)
         return 0 if est.fits else 1
@@ -249,6 +258,14 @@ def run(args) -> int:
         + (f" of --host-mem {args.host_mem:g} GiB" if args.host_mem else "")
     )
     print_predicted_metrics(doc)
+    if "logged_step" in doc:
+        at = doc["predicted_metrics_at_logged_step"]
+        print(
+            f"  on a log line of step {doc['logged_step']}: "
+            + ", ".join(
+                f"{doc['predicted_metrics_assumed']['logged_keys'][k]} {v / GIB:.1f} GiB" for k, v in at.items()
+            )
+        )
     for w in doc["warnings"]:
         if not any(w.startswith(f"{n} does not fit") for n in est.phases):  # the table already says which phase
             print(f"  warning: {w}")

@@ -27,7 +27,7 @@ Host per node multiplies by the GPU processes of one node.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import MliteError
 from ..models.quantized import check_rollout_tp
@@ -39,6 +39,7 @@ from .rl_engine import EngineMemory, start_engine
 from .rl_fsdp import FsdpOptions
 from .rl_fsdp_step import fsdp_step
 from .rl_kv import FULL_KINDS
+from .rl_lazy import at_engine_start, check_logged_step, moments_idle
 from .rl_offload import verl_offloaded
 from .rl_options import RolloutOptions
 from .rl_phases import PHASE_REGISTRY, PHASES, Step, megatron_forward
@@ -96,6 +97,17 @@ class RLEstimate:
     """The weight resync's export peak (:class:`mlite.memory.rl_resync.ExportPeak`)."""
     critic: CriticState | None = None
     """PPO's critic (:mod:`mlite.memory.rl_critic`); None: no critic (GRPO)."""
+    step: Step | None = field(default=None, repr=False)
+    """What the phases share (:class:`~mlite.memory.rl_phases.Step`), for :meth:`phases_at`."""
+
+    def phases_at(self, logged_step: int | None = None) -> dict:
+        """Phase name -> :class:`Phase` as the phases of step ``logged_step`` have run (:mod:`mlite.memory.rl_lazy`):
+        :attr:`phases` (the steady state) for None or a step >= 2, step 1's own phases (each owner's moments only
+        from its first update on) for 1."""
+        k = check_logged_step(logged_step)
+        if k is None or k >= 2 or self.step is None:
+            return self.phases
+        return _phases(self.step, k)
 
     @property
     def peak_phase(self) -> str:
@@ -122,8 +134,10 @@ class RLEstimate:
             "state_bytes_per_seq": e.layout.state_bytes_per_seq,
         }
 
-    def to_dict(self) -> dict:
-        """The ``mlite rl-memory --json`` document (bytes as integers)."""
+    def to_dict(self, logged_step: int | None = None) -> dict:
+        """The ``mlite rl-memory --json`` document (bytes as integers); ``logged_step`` (``--logged-step``) adds
+        ``logged_step``, ``phases_at_logged_step`` and ``predicted_metrics_at_logged_step`` (the phases and the
+        metrics as a log line of that step shows them: :mod:`mlite.memory.rl_lazy`), every other key as before."""
         phases = {
             n: {
                 "gpu": round(p.gpu_total),
@@ -145,6 +159,15 @@ class RLEstimate:
             **({"vllm_kv_rule": kv_rule(self.rollout.vllm_version).name} if self.rollout.name == "vllm" else {}),
             **self.metrics_dict(),
         }
+        if logged_step is not None:  # the figures a log line of that step shows (rl_lazy)
+            from .rl_metrics import predicted_metrics
+
+            at = self.phases_at(logged_step)
+            doc["logged_step"] = logged_step
+            doc["phases_at_logged_step"] = {
+                n: {"gpu": round(p.gpu_total), "parts": {k: round(v) for k, v in p.gpu.items()}} for n, p in at.items()
+            }
+            doc["predicted_metrics_at_logged_step"] = predicted_metrics(self, logged_step=logged_step)
         if self.critic is not None:  # PPO's critic: its options, model and state on one GPU
             k = self.critic
             doc["critic"] = {
@@ -206,7 +229,9 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions, cri
     ref_gpu = ref_w if not r.ref_param_offload else 0.0
     ref_host = ref_w if r.ref_param_offload else 0.0
     siblings = r.sibling_contexts * r.sibling_context_gib * GIB  # other processes' contexts on the first GPU
-    eng = start_engine(spec, r, device, act.idle_gpu + ref_gpu + framework + siblings + critic_idle)
+    moments = moments_idle(act, o.optimizer_offload)  # Adam's state: at the first step (rl_lazy)
+    resident = at_engine_start(act.idle_gpu, moments) + ref_gpu + framework + siblings + critic_idle
+    eng = start_engine(spec, r, device, resident)
     notes = []
     # what the sleeping engine keeps between generation and the next weight sync
     awake = {
@@ -271,11 +296,14 @@ def _step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions, cri
         always={"sibling_contexts": siblings} if siblings else {},
         extra_host=sync_phase,
         resync=export_peak(spec, plan, o, r),
+        actor_moments=moments,
     )
 
 
-def _phases(step: Step) -> dict:
-    """Phase name -> :class:`Phase`: every registered phase the step has, in order (one entry each)."""
+def _phases(step: Step, logged_step: int | None = None) -> dict:
+    """Phase name -> :class:`Phase`: every registered phase the step has, in order (one entry each), with the state
+    present at step ``logged_step`` (None: the steady state; :mod:`mlite.memory.rl_lazy`)."""
+    step = replace(step, logged_step=check_logged_step(logged_step))
     ph = {}
     for name, entry in PHASE_REGISTRY.items():
         if entry.when(step):
@@ -362,6 +390,7 @@ def rl_estimate(
         fsdp=f,
         resync=step.resync,
         critic=step.critic,
+        step=step,
     )
     if "weight_sync" in ph:
         short = resync_verdict(ph["weight_sync"].gpu_total, usable, step.resync)

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, replace
 from ..errors import MliteError
 from ..options import TrainingOptions
 from .estimate import RankMemory, estimate
+from .rl_lazy import at_engine_start, moments_idle
 from .rl_offload import verl_offloaded
 
 ADV_ESTIMATORS = ("grpo", "gae", "reinforce_plus_plus", "rloo", "remax", "opo", "gpg")
@@ -160,13 +161,15 @@ class CriticState:
     """One ``compute_values`` micro-batch (no autograd state)."""
     plan: object
     """The critic's mesh plan (None: an FSDP critic)."""
-    held: float | None = None
-    """Its bytes on the GPU when the engine starts (None: :attr:`rank`'s idle state, all of it allocated at build)."""
+    moments: float = 0.0
+    """The optimizer moments its idle state counts on the GPU (:func:`mlite.memory.rl_lazy.moments_idle`): created
+    at its first ``step()``, so absent before its first update and at the engine's start-up."""
 
     @property
     def at_engine_start(self) -> float:
-        """What the critic holds on the GPU when the rollout engine sizes its KV cache (``init_workers``)."""
-        return self.rank.idle_gpu if self.held is None else self.held
+        """What the critic holds on the GPU when the rollout engine sizes its KV cache (``init_workers`` builds it
+        first): its idle state without the moments (:func:`mlite.memory.rl_lazy.at_engine_start`)."""
+        return at_engine_start(self.rank.idle_gpu, self.moments)
 
     @property
     def params(self) -> float:
@@ -210,10 +213,9 @@ def fsdp_critic(vs, ngpu: int, o: TrainingOptions, c: CriticOptions, f, seq_toke
     rank = replace(act, activations=acts, transients={k: v for k, v in act.transients.items() if k != "logits_grad"})
     fwd = micro_tokens(fc, seq_tokens, rows, c.forward_max_token_len_per_gpu or c.ppo_max_token_len_per_gpu)
     head = forward_only(vs, replace(fc, use_fused_kernels=True), fwd, entropy=False)  # fused: no [T, V] parts
-    # built before the engine starts: its fp32 shards only; torch's AdamW creates exp_avg / exp_avg_sq at the first
-    # step() (``_init_group`` in torch/optim/adamw.py) and the gradients appear at the first backward
-    held = 0.0 if c.param_offload else rank.params
-    return CriticState(options=c, model=vs.name, rank=rank, forward=head + 4.0 * fwd, plan=None, held=held)
+    # its gradients exist only inside update_critic (zero_grad at its end), its AdamW moments from its first step()
+    moments = moments_idle(rank, c.optimizer_offload)
+    return CriticState(options=c, model=vs.name, rank=rank, forward=head + 4.0 * fwd, plan=None, moments=moments)
 
 
 def critic_state(
@@ -262,7 +264,8 @@ def critic_state(
         estimate(vs, plan, replace(fo, recompute="full", num_microbatches=1), explain=False).worst, plan, fo
     )
     forward = head.activation_total + head.transients.get("recompute_layer", 0.0)
-    return CriticState(options=c, model=base.name, rank=rank, forward=forward, plan=plan)
+    moments = moments_idle(rank, c.optimizer_offload)  # the DDP grad buffer and main params exist from the build
+    return CriticState(options=c, model=base.name, rank=rank, forward=forward, plan=plan, moments=moments)
 
 
 __all__ = ["ADV_ESTIMATORS", "CriticOptions", "CriticState", "critic_state", "fsdp_critic", "value_spec"]

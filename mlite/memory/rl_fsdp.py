@@ -26,8 +26,10 @@ workers; main = 1dda039b9c6311889a9c9a26040677e1254814f9, 2026-08-22, whose FSDP
   the gradient shards to host RAM outside the actor's own calls, ``optimizer_offload`` the AdamW moments
   (``offload_fsdp_model_to_cpu``, ``offload_fsdp_optimizer`` in ``verl/utils/fsdp_utils.py``); FSDP2's
   ``offload_policy=True`` (``CPUOffloadPolicy(pin_memory=True)``) keeps all three on the host always and turns the
-  two flags off. Without ``param_offload`` the gradients stay allocated between steps (``zero_grad`` runs at the
-  start of each mini-batch in ``update_policy``, ``verl/workers/actor/dp_actor.py`` @ v0.7.0).
+  two flags off. The gradients exist only inside the update: ``update_policy`` ends with ``zero_grad()``
+  (``set_to_none=True``; ``verl/workers/actor/dp_actor.py`` line 555 @ v0.7.0), so the idle state and the host's
+  offloaded state hold none (:data:`mlite.memory.rl_lazy.FSDP_GRADS_BETWEEN_UPDATES`); the AdamW moments appear at
+  the first ``step()`` (:mod:`mlite.memory.rl_lazy`).
 - The reference is forward-only and verl forces its CPU offload: ``CPUOffload(offload_params=True)`` (FSDP1) or
   ``CPUOffloadPolicy(pin_memory=True)`` (FSDP2) ("We force reference policy to use CPUOffload to save memory",
   ``_build_model_optimizer`` @ v0.7.0, ``_build_fsdp_module`` @ main). Its shards (``ref.fsdp_config.model_dtype``,
@@ -67,6 +69,7 @@ from ..errors import MliteError
 from ..options import TrainingOptions
 from .activations import ActDims, layer_bytes, layer_bytes_no_recompute
 from .estimate import GIB, RankMemory
+from .rl_lazy import FSDP_GRADS_BETWEEN_UPDATES
 
 STRATEGIES = ("megatron", "fsdp", "fsdp2")
 """``actor_rollout_ref.actor.strategy`` values the kit models (verl's ``ppo_trainer`` default is ``fsdp``)."""
@@ -344,7 +347,7 @@ def fsdp_actor(
         params = grads = m1 = m2 = 0.0
     else:
         if on_host_p:
-            host.update({"params": params, "grads": grads})
+            host.update({"params": params, **({"grads": grads} if FSDP_GRADS_BETWEEN_UPDATES else {})})
         if on_host_o:
             host.update({"exp_avg": m1, "exp_avg_sq": m2})
     tokens = passes(f, o, seq_tokens).update
@@ -371,7 +374,8 @@ def fsdp_actor(
     step = ALGORITHMS.entry(o.optimizer_algorithm).step_bytes * n / g
     if not f.offload_policy:
         transients["optimizer_step"] = step
-    idle = (0.0 if on_host_p else params + grads) + (0.0 if on_host_o else m1 + m2)
+    kept_grads = grads if FSDP_GRADS_BETWEEN_UPDATES else 0.0  # zero_grad(set_to_none) ends update_policy
+    idle = (0.0 if on_host_p else params + kept_grads) + (0.0 if on_host_o else m1 + m2)
     return RankMemory(
         pp_rank=0,
         local_params=n * pb,

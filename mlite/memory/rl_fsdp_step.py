@@ -36,6 +36,7 @@ from .rl_fsdp import (
     passes,
     trained_params,
 )
+from .rl_lazy import at_engine_start, moments_idle
 from .rl_options import RolloutOptions
 from .rl_phases import Step
 from .rl_resync import export_peak, sync_host
@@ -89,7 +90,8 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions,
     framework = sum(act.other.values())
     ref_gpu_fwd, ref_host = fsdp_ref(spec, world, f) if r.ref == "colocated" else (0.0, 0.0)
     siblings = r.sibling_contexts * r.sibling_context_gib * GIB  # other processes' contexts on the first GPU
-    eng = start_engine(spec, r, device, act.idle_gpu + framework + siblings + critic_idle)
+    moments = moments_idle(act, f.offload_policy or f.optimizer_offload)  # AdamW's, from the first step()
+    eng = start_engine(spec, r, device, at_engine_start(act.idle_gpu, moments) + framework + siblings + critic_idle)
     awake = {
         "engine_weights": eng.weights,
         "kv_cache": max(0.0, eng.kv),
@@ -151,6 +153,7 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions,
         always={"sibling_contexts": siblings} if siblings else {},
         extra_host=sync_phase,
         resync=export_peak(spec, plan, view, r),
+        actor_moments=moments,
     )
 
 

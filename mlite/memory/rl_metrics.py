@@ -299,10 +299,15 @@ def peak_allocated(phases: list[dict], placement: str, pool: float = 0.0) -> flo
     return max(torch_bytes(p, placement) for p in phases) + (pool if placement == "in_process_cumem" else 0.0)
 
 
-def predicted_metrics(estimate, verl_version: str | None = None, placement: str | None = None) -> dict[str, int]:
+def predicted_metrics(
+    estimate, verl_version: str | None = None, placement: str | None = None, logged_step: int | None = None
+) -> dict[str, int]:
     """Metric name -> the bytes the kit predicts the log shows (the metric x 1024**3) for ``estimate``
     (:class:`~mlite.memory.rl.RLEstimate`) under ``verl_version`` and ``placement`` (default: the estimate's rollout
-    options, :func:`placement_for`)."""
+    options, :func:`placement_for`), on the log line of step ``logged_step``: the peak over the phases as they have
+    run up to that step's update (:meth:`~mlite.memory.rl.RLEstimate.phases_at`, :mod:`mlite.memory.rl_lazy`; at
+    step 1 no owner's optimizer moments exist before its first update). None: the steady state (every phase with
+    its whole state), a planner's worst case; a log line of step >= 2 shows the same."""
     r = estimate.rollout
     version = verl_version or r.verl_version
     placement = placement or placement_for(r, version)
@@ -310,7 +315,8 @@ def predicted_metrics(estimate, verl_version: str | None = None, placement: str 
     pool = 0.0
     if placement == "in_process_cumem" and estimate.engine.kv > 0:
         pool = estimate.engine.weights + estimate.engine.kv
-    allocated = peak_allocated([p.gpu for p in estimate.phases.values()], placement, pool)
+    phases = estimate.phases_at(logged_step)
+    allocated = peak_allocated([p.gpu for p in phases.values()], placement, pool)
     peak = allocated - pool
     device = estimate.training.gpu_memory_gib * GIB
     reserved = min(peak * (1 + ALLOCATOR_RESERVE), max(peak, device - pool)) + pool

@@ -17,6 +17,7 @@ from ..errors import MliteError
 from ..options import TrainingOptions
 from .estimate import RankMemory, estimate
 from .rl_engine import EngineMemory
+from .rl_lazy import absent
 
 if TYPE_CHECKING:
     from .rl_options import RolloutOptions
@@ -80,6 +81,12 @@ class Step:
     resync: Any = None
     """The weight resync's export peak (:class:`mlite.memory.rl_resync.ExportPeak`); None: the model's largest
     tensor once (the kit before the mesh rule)."""
+    actor_moments: float = 0.0
+    """The optimizer moments the actor's idle state counts on the GPU (:func:`mlite.memory.rl_lazy.moments_idle`):
+    absent before its first update (:mod:`mlite.memory.rl_lazy`)."""
+    logged_step: int | None = None
+    """The step whose phases these are (:mod:`mlite.memory.rl_lazy`): None, the steady state (every state present);
+    1, before each owner's first update its moments do not exist yet."""
 
 
 @dataclass(frozen=True)
@@ -182,9 +189,28 @@ def _sleeping(s: Step) -> dict:
     return s.sleeping_host
 
 
-def critic_idle(s: Step) -> dict:
-    """The critic's idle state on the GPU in the phases outside its own (nothing without a critic)."""
-    return {"critic_resident": s.critic.rank.idle_gpu} if s.critic is not None else {}
+def actor_idle(s: Step, phase: str) -> float:
+    """The actor's idle state on the GPU at ``phase`` of step ``s.logged_step`` (its moments only once created:
+    :func:`mlite.memory.rl_lazy.absent`)."""
+    return s.actor.idle_gpu - absent(s.actor_moments, "actor", phase, s.logged_step)
+
+
+def actor_other(s: Step, phase: str) -> float:
+    """The actor's idle state other than its weights at ``phase`` (:func:`actor_idle` less the weights)."""
+    return s.idle_other - absent(s.actor_moments, "actor", phase, s.logged_step)
+
+
+def critic_other(s: Step, phase: str) -> float:
+    """The critic's idle state other than its weights at ``phase`` (its moments only once created)."""
+    return s.critic.idle_other - absent(s.critic.moments, "critic", phase, s.logged_step)
+
+
+def critic_idle(s: Step, phase: str) -> dict:
+    """The critic's idle state on the GPU in the phases outside its own at ``phase`` of step ``s.logged_step``
+    (nothing without a critic)."""
+    if s.critic is None:
+        return {}
+    return {"critic_resident": s.critic.rank.idle_gpu - absent(s.critic.moments, "critic", phase, s.logged_step)}
 
 
 @phase("rollout", help="generation: the awake engine beside the actor's idle state and the reference")
@@ -194,11 +220,11 @@ def _rollout(s: Step) -> dict:
     (``init_model``), so "free at rollout start" is the device less that resident state."""
     return {
         **s.awake,
-        "actor_resident": s.actor.idle_gpu - s.resident_masters,
+        "actor_resident": actor_idle(s, "rollout") - s.resident_masters,
         "actor_resident_masters": s.resident_masters,
         "ref_params": s.ref_gpu,
         "framework": s.framework,
-        **critic_idle(s),
+        **critic_idle(s, "rollout"),
     }
 
 
@@ -209,12 +235,12 @@ def _old_log_prob(s: Step) -> dict:
     return {
         **s.kept,
         "actor_params": s.actor.params,
-        "actor_resident": s.idle_other - s.resident_masters,
+        "actor_resident": actor_other(s, "old_log_prob") - s.resident_masters,
         "actor_resident_masters": s.resident_masters,
         "forward_activations": s.forward,
         "ref_params": s.ref_gpu,
         "framework": s.framework,
-        **critic_idle(s),
+        **critic_idle(s, "old_log_prob"),
     }
 
 
@@ -228,12 +254,12 @@ def _ref(s: Step) -> dict:
     """The reference's weights on the GPU, the actor back to its idle state, one forward micro-batch."""
     return {
         **s.kept,
-        "actor_resident": s.actor.idle_gpu - s.resident_masters,
+        "actor_resident": actor_idle(s, "ref") - s.resident_masters,
         "actor_resident_masters": s.resident_masters,
         "ref_params": s.ref_weights,
         "forward_activations": s.forward if s.ref_forward is None else s.ref_forward,
         "framework": s.framework,
-        **critic_idle(s),
+        **critic_idle(s, "ref"),
     }
 
 
@@ -245,7 +271,7 @@ def _actor_update(s: Step) -> dict:
         "actor_training_peak": s.actor.peak,
         "ref_params": s.ref_gpu,
         "framework": s.framework,
-        **critic_idle(s),
+        **critic_idle(s, "actor_update"),
     }
 
 
@@ -267,14 +293,14 @@ def _weight_sync(s: Step) -> dict:
     return {
         **sync_engine,
         "actor_params": s.actor.params,
-        "actor_resident": s.idle_other - s.resident_masters,
+        "actor_resident": actor_other(s, "weight_sync") - s.resident_masters,
         "actor_resident_masters": s.resident_masters,
         "sync_bucket": bucket,
         "gathered_tensor": gathered,
         "gather_copies": copies,
         "ref_params": s.ref_gpu,
         "framework": s.framework,
-        **critic_idle(s),
+        **critic_idle(s, "weight_sync"),
     }
 
 
@@ -293,11 +319,11 @@ def _critic_values(s: Step) -> dict:
     c = s.critic
     return {
         **s.kept,
-        "actor_resident": s.actor.idle_gpu - s.resident_masters,
+        "actor_resident": actor_idle(s, "critic_values") - s.resident_masters,
         "actor_resident_masters": s.resident_masters,
         "ref_params": s.ref_gpu,
         "critic_params": c.params,
-        "critic_resident": c.idle_other,
+        "critic_resident": critic_other(s, "critic_values"),
         "critic_forward_activations": c.forward,
         "framework": s.framework,
     }
@@ -308,7 +334,7 @@ def _critic_update(s: Step) -> dict:
     gradient buffer, optimizer state, one update micro-batch through the value head); the actor idle."""
     return {
         **s.kept,
-        "actor_resident": s.actor.idle_gpu - s.resident_masters,
+        "actor_resident": actor_idle(s, "critic_update") - s.resident_masters,
         "actor_resident_masters": s.resident_masters,
         "ref_params": s.ref_gpu,
         "critic_training_peak": s.critic.rank.peak,

@@ -20,7 +20,8 @@ The logged metric: ``perf/max_memory_allocated_gb`` (verl <= 0.7, ``update_actor
 ``verl/workers/fsdp_workers.py`` / ``megatron_workers.py``) or, from the engine workers on
 (``TrainingWorker._postprocess_output`` in ``verl/workers/engine_workers.py``), the same figure under
 ``actor/perf/max_memory_allocated_gb`` (as the verl 0.9 run here and the console line in verl-project/verl#7412 show);
-the first step line that carries one (:func:`logged_memory`, read with ``mlite.logs``).
+the first step line that carries one (:func:`logged_memory`, read with ``mlite.logs``); the prediction is for that
+step line (the "step" column: :mod:`mlite.memory.rl_lazy`, a step-1 line before any optimizer moment exists).
 """
 
 from __future__ import annotations
@@ -311,13 +312,15 @@ def predict_run(run: dict, root):
     return rl_estimate(spec, plan, o, r, fsdp_of(cfg), critic_of(cfg, run)), o, r, spec, plan, cfg
 
 
-def predicted(est) -> dict:
+def predicted(est, logged_step: int | None = None) -> dict:
     """The kit's figures for the run's logged memory metrics (GiB), keyed as :data:`MEMORY_KEYS`:
-    :func:`mlite.memory.rl_metrics.predicted_metrics` under the estimate's verl release and engine placement (a PPO
-    critic's parts are in the estimate's phases, counted in the actor's process: see rl_metrics)."""
+    :func:`mlite.memory.rl_metrics.predicted_metrics` under the estimate's verl release and engine placement, on the
+    log line of step ``logged_step`` (:mod:`mlite.memory.rl_lazy`: at step 1 no optimizer moments exist before the
+    first update; None: the steady state) (a PPO critic's parts are in the estimate's phases, counted in the actor's
+    process: see rl_metrics)."""
     from ..memory.rl_metrics import ALLOCATED, CPU_USED, RESERVED, predicted_metrics
 
-    pm = predicted_metrics(est)
+    pm = predicted_metrics(est, logged_step=logged_step)
     return {
         "max_memory_allocated_gb": pm[ALLOCATED] / GIB,
         "max_memory_reserved_gb": pm[RESERVED] / GIB,
@@ -342,7 +345,7 @@ def comparison_rows(root) -> list[dict]:
     for run in load_runs(root):
         est, _o, _r, _spec, _plan, cfg = predict_run(run, root)
         logged = logged_memory(Path(root) / run["log"])
-        pred = predicted(est)
+        pred = predicted(est, logged["step"])  # the step line the excerpt's figure is read from
         rows.append(
             {
                 "run": run["id"],
@@ -379,16 +382,16 @@ def _pair(row: dict, key: str) -> str:
 def comparison_table(rows: list[dict]) -> str:
     """The README table of :func:`comparison_rows` (GiB; verl's "gb" are GiB)."""
     out = [
-        "| run | strategy | verl | engine (placement, vLLM KV rule) | logged max_allocated | predicted | ratio | "
-        "logged max_reserved | predicted | logged cpu_used (node) | predicted (floor) | comparable? why |",
-        "|" + "---|" * 12,
+        "| run | strategy | verl | engine (placement, vLLM KV rule) | step | logged max_allocated | predicted | "
+        "ratio | logged max_reserved | predicted | logged cpu_used (node) | predicted (floor) | comparable? why |",
+        "|" + "---|" * 13,
     ]
     for row in rows:
         yes = "yes" if row["comparable"] else "no"
         off = f"; off by {row['ratio'] - 1:+.0%}: {row['miss']}" if row["comparable"] and row["miss"] else ""
         out.append(
             f"| {row['run']} | {row['strategy']} {row['algorithm']} | {row['verl']} | {row['engine']} | "
-            f"{_pair(row, 'max_memory_allocated_gb')} | {row['ratio']:.2f} | {_pair(row, 'max_memory_reserved_gb')} | "
+            f"{row['logged']['step']} | {_pair(row, 'max_memory_allocated_gb')} | {row['ratio']:.2f} | {_pair(row, 'max_memory_reserved_gb')} | "
             f"{_pair(row, 'cpu_memory_used_gb')} | {yes}: {row['why']}{off} |"
         )
     return "\n".join(out)
