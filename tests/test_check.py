@@ -304,7 +304,9 @@ def test_memory_fixes_are_single_changes_that_fit(capsys, here):
 GRPO = REPO / "tests/data/launchers/verl/main/examples/grpo_trainer/run_qwen3_5_35b_megatron.sh"
 
 
-@pytest.mark.parametrize("gpu", ["H100", "48"])
+@pytest.mark.parametrize(
+    "gpu", ["H100", "32"]
+)  # 32 GiB: below the 38.8 GiB actor update (param offload frees the grads)
 def test_a_grpo_launchers_rl_phases_are_import_launchers(capsys, here, gpu):
     rc, out, _ = _mlite(capsys, "import-launcher", GRPO, "--estimate", "--gpu-mem", gpu, "--json")
     rl = json.loads(out)["rl_estimate"]
