@@ -631,14 +631,15 @@ def rows(r: dict) -> list[dict]:
                 add(f"ratio {key} {mb}", round(d[f"ratio_{mb}"], 3), "lite tokens/s / transformers+FSDP2 tokens/s", key)
             if len(d.get("pairs", ())) > 1:  # the spread over alternating pairs (the ratio row: their median)
                 n = len(d["pairs"])
-                for end, v in zip(("min", "max"), d[f"ratio_spread_{mb}"]):
+                spread = sorted(p[f"ratio_{mb}"] for p in d["pairs"])
+                for end, v in zip(("min", "max"), (spread[0], spread[-1])):
                     add(
                         f"ratio {key} {mb} {end}",
                         round(v, 3),
                         f"{end} of {n} alternating pairs, lite / transformers",
                         key,
                     )
-        if key == "moe" and len(d.get("pairs", ())) > 1:
+        if key == "moe" and len(d.get("pairs", ())) > 1 and "mb4" in d.get("hf_fsdp2", {}):
             for side, name in (("lite", "mfu moe mb4"), ("hf_fsdp2", "mfu moe mb4 transformers")):
                 add(name, round(_mfu_of(r, "moe", d[side]["mb4"]), 4), "fraction of 989 TFLOP/s (median pair)", key)
         tf = d.get("torch_fused", {}).get("with_clip_s")
