@@ -15,7 +15,8 @@ next one runs):
   pao_bitwise  tiny-moe in bf16 on CUDA, PAO vs fp32 master, 50 steps in lockstep (same gradient bits): weights equal.
   recompute    tiny-moe bf16, packed SFT data (sequences of unequal lengths): 4 steps with recompute none / selective /
                full; 1 = completed; first losses compared.
-  dense, moe   the ~1.1 B dense (bench/gpu_configs.py DENSE_1B) and the ~0.7 B MoE (MOE_SMALL, 32 experts top-4), bf16,
+  dense, moe   in --pairs alternating pairs (default 3; lite then transformers, each built afresh; the CSV ratio: the
+               median pair's, with its min and max rows): the ~1.1 B dense (bench/gpu_configs.py DENSE_1B) and the ~0.7 B MoE (MOE_SMALL, 32 experts top-4), bf16,
                4096-token micro-batches, 1 and 4 per step: lite runtime (fsdp2, fp32 master) vs transformers
                (sdpa; the MoE with its default grouped_mm experts) under fully_shard per decoder layer + root
                (MixedPrecisionPolicy bf16 compute, fp32 reduce; fp32 parameters; torch AdamW fused): tokens/s of whole
@@ -37,6 +38,7 @@ import csv
 import gc
 import json
 import math
+import statistics
 import sys
 import time
 import traceback
@@ -68,6 +70,8 @@ class Env:
         self.warm, self.iters = (1, 2) if tiny else (2, 4)
         self.copy_rate = None
         """Device copy rate (bytes/s), measured once (the optimizer floor's denominator)."""
+        self.pairs = 3
+        """Alternating lite / transformers pairs of the dense and moe sections."""
         self.kernel = "auto"
         """ShardedAdamW update path of the lite runs (``triton`` on CPU under TRITON_INTERPRET=1: the smoke)."""
 
@@ -280,21 +284,51 @@ def hf_run(env, cfg, mbs_list):
     return out
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """The run of median tokens/s (the lower middle one of an even count)."""
+    return sorted(runs, key=lambda m: m["tokens_per_s"])[(len(runs) - 1) // 2]
+
+
 def _model_section(env, res, key, cfg):
+    """Lite vs transformers in ``env.pairs`` alternating pairs (lite, then transformers, each built afresh): the
+    ratios are per pair, ``ratio_mbN`` their median and ``ratio_spread_mbN`` [min, max]; ``lite`` / ``hf_fsdp2``
+    hold the median-tokens/s run of each side. The optimizer phases run once, after the first lite run."""
     out = res.setdefault(key, {})
     if env.device == "cuda" and not env.copy_rate:
         env.copy_rate = copy_bandwidth(env)
     out["copy_bytes_per_s"] = env.copy_rate
-    lite, rt, h = lite_run(env, cfg, (1, 4))
-    out["lite"] = lite
-    out["lite_optimizer"] = lite_optimizer_phase(env, rt, h)
-    shapes = [
-        tuple(s.param.to_local().shape) if hasattr(s.param, "to_local") else tuple(s.param.shape)
-        for s in h.optimizer.slots
-    ]
-    out["paths"] = _paths(h)
-    del rt, h
-    env.free()
+    pairs: list[dict] = []
+    out["pairs"] = pairs
+    shapes = []
+    for i in range(env.pairs):
+        lite, rt, h = lite_run(env, cfg, (1, 4))
+        if i == 0:
+            out["lite_optimizer"] = lite_optimizer_phase(env, rt, h)
+            shapes = [
+                tuple(s.param.to_local().shape) if hasattr(s.param, "to_local") else tuple(s.param.shape)
+                for s in h.optimizer.slots
+            ]
+            out["paths"] = _paths(h)
+        del rt, h
+        env.free()
+        hf = hf_run(env, cfg, (1, 4))
+        env.free()
+        pair = {"lite": lite, "hf_fsdp2": hf}
+        for mb in ("mb1", "mb4"):
+            pair[f"ratio_{mb}"] = lite[mb]["tokens_per_s"] / hf[mb]["tokens_per_s"]
+        pairs.append(pair)
+        print(
+            f"   {key} pair {i + 1}: " + ", ".join(f"{mb} {pair[f'ratio_{mb}']:.3f}" for mb in ("mb1", "mb4")),
+            flush=True,
+        )
+        _save(env, res)
+    for side in ("lite", "hf_fsdp2"):
+        out[side] = {mb: _median_run([p[side][mb] for p in pairs]) for mb in ("mb1", "mb4")}
+    out["hf_fsdp2"].update({k: v for k, v in pairs[0]["hf_fsdp2"].items() if not k.startswith("mb")})
+    for mb in ("mb1", "mb4"):
+        ratios = sorted(p[f"ratio_{mb}"] for p in pairs)
+        out[f"ratio_{mb}"] = statistics.median(ratios)
+        out[f"ratio_spread_{mb}"] = [ratios[0], ratios[-1]]
     _save(env, res)
     out["torch_fused"] = torch_fused_phase(env, shapes)
     env.free()
@@ -304,11 +338,6 @@ def _model_section(env, res, key, cfg):
     out["lite_pao_optimizer"] = lite_optimizer_phase(env, rt, h)
     del rt, h
     env.free()
-    _save(env, res)
-    out["hf_fsdp2"] = hf_run(env, cfg, (1, 4))
-    env.free()
-    for mb in ("mb1", "mb4"):
-        out[f"ratio_{mb}"] = out["lite"][mb]["tokens_per_s"] / out["hf_fsdp2"][mb]["tokens_per_s"]
     _print_optimizer(key, out)
 
 
@@ -600,6 +629,19 @@ def rows(r: dict) -> list[dict]:
         for mb in ("mb1", "mb4"):
             if f"ratio_{mb}" in d:
                 add(f"ratio {key} {mb}", round(d[f"ratio_{mb}"], 3), "lite tokens/s / transformers+FSDP2 tokens/s", key)
+            if len(d.get("pairs", ())) > 1:  # the spread over alternating pairs (the ratio row: their median)
+                n = len(d["pairs"])
+                spread = sorted(p[f"ratio_{mb}"] for p in d["pairs"])
+                for end, v in zip(("min", "max"), (spread[0], spread[-1])):
+                    add(
+                        f"ratio {key} {mb} {end}",
+                        round(v, 3),
+                        f"{end} of {n} alternating pairs, lite / transformers",
+                        key,
+                    )
+        if key == "moe" and len(d.get("pairs", ())) > 1 and "mb4" in d.get("hf_fsdp2", {}):
+            for side, name in (("lite", "mfu moe mb4"), ("hf_fsdp2", "mfu moe mb4 transformers")):
+                add(name, round(_mfu_of(r, "moe", d[side]["mb4"]), 4), "fraction of 989 TFLOP/s (median pair)", key)
         tf = d.get("torch_fused", {}).get("with_clip_s")
         if tf and "lite_optimizer" in d:
             add(
@@ -662,6 +704,7 @@ def measure(a) -> int:
     env = Env(a.device, a.tiny)
     env.out = a.out
     env.kernel = a.kernel
+    env.pairs = a.pairs
     res = {
         "gpu": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
         "torch_version": torch.__version__,
@@ -728,6 +771,7 @@ def main() -> int:
         choices=("auto", "triton", "torch"),
         help="update path of the lite runs (triton on CPU: with TRITON_INTERPRET=1)",
     )
+    ap.add_argument("--pairs", type=int, default=3, help="alternating lite / transformers pairs (dense, moe)")
     ap.add_argument("--deadline-s", type=float, default=420.0, help="skip sections that would start after this")
     ap.add_argument("--only", default="", help="comma-separated sections, in this order")
     ap.add_argument("--merge", default=None, help="start from an earlier raw JSON (sections run now replace its)")

@@ -358,7 +358,7 @@ def test_cp_split_of_a_packed_batch_is_load_balanced_and_reassembles():
 
 def test_expert_major_permutation():
     rows = [[2, 0, 1], [1, 3, 0]]  # [source][local expert] counts, rows source-major
-    perm = _expert_major(rows, "cpu").tolist()
+    perm = _expert_major(torch.tensor(rows), 7).tolist()
     # source-major layout: s0e0 0-1, s0e2 2, s1e0 3, s1e1 4-6  -> expert-major: e0 (s0, s1), e1 (s1), e2 (s0)
     assert perm == [0, 1, 3, 4, 5, 6, 2]
 

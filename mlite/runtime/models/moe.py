@@ -3,17 +3,25 @@ expert (Qwen3-MoE, Mixtral, Qwen3-Next / Qwen3.5). HF names: ``gate.weight``, ``
 ``[E, 2I, H]`` (gate rows first, then up), ``experts.down_proj`` ``[E, H, I]``, ``shared_expert.*``,
 ``shared_expert_gate.weight``.
 
-Dispatch sorts the ``T*k`` (token, slot) pairs by expert (a stable argsort), runs all experts on their contiguous
-slices at once and un-sorts with a permutation (no atomics in the forward, so results are deterministic). The expert
-GEMM path is chosen once, when the model is built (:func:`expert_path`), from what this PyTorch build supports:
+Dispatch (:func:`sort_by_expert`) sorts the ``T*k`` (token, slot) pairs by expert (a stable sort), runs all experts
+on their contiguous slices at once and un-sorts with a permutation (no atomics in the forward, so results are
+deterministic). Nothing in the local dispatch waits for the device: the tokens per expert come from the sorted ids
+by ``searchsorted`` (not ``bincount``, which reads its input's maximum back to the host on CUDA), stay on the device
+and feed ``torch._grouped_mm``'s int32 offsets directly; the gather of the token rows (:class:`_GatherSlots`) has a
+backward that applies the inverse permutation and sums the ``k`` slots of each token (not the sort and accumulate of
+an indexing backward). tests/test_moe_sync.py fails if a host sync comes back. Learnt from torchtitan's MoE
+(pytorch/torchtitan@08dc75a torchtitan/models/moe/moe.py: counts kept on the device with ``histc``, stable argsort)
+and Megatron-Core's dispatcher (NVIDIA/Megatron-LM@bed33f8 megatron/core/transformer/moe/token_dispatcher.py: all
+host reads of one layer gathered at one sync point). The expert GEMM path is chosen once, when the model is built
+(:func:`expert_path`), from what this PyTorch build supports:
 
 * ``grouped`` (CUDA, bf16, compute capability >= 9.0): ``torch._grouped_mm`` -- one grouped GEMM for gate/up and one
-  for down over all experts;
+  for down over all experts, group ends as an int32 device tensor (no host sync);
 * ``padded`` (other CUDA cases): tokens scattered into a zero-padded ``[E, C, H]`` buffer (``C`` = the largest
-  expert's token count, one host sync) and two batched matmuls; no per-expert Python loop on a GPU;
-* ``loop`` (CPU): one GEMM pair per expert that received tokens, on its contiguous slice -- the reference the other
-  two are tested against, and what the memory estimator's saved-tensor count models exactly on CPU (the grouped
-  op also saves its int32 group offsets, 4 bytes per expert and layer).
+  expert's token count, one host sync per layer) and two batched matmuls; no per-expert Python loop on a GPU;
+* ``loop`` (CPU): one GEMM pair per expert that received tokens, on its contiguous slice (one read of the counts)
+  -- the reference the other two are tested against, and what the memory estimator's saved-tensor count models
+  exactly on CPU (the grouped op also saves its int32 group offsets, 4 bytes per expert and layer).
 
 Load-balancing loss (Switch Transformer form, per MoE layer): ``E * sum_e f_e * P_e`` with ``f_e`` the fraction
 of (token, slot) pairs routed to expert ``e`` and ``P_e`` the mean router probability of ``e`` (Megatron's
@@ -62,7 +70,7 @@ def expert_path(device, dtype: torch.dtype) -> str:
 def grouped_swiglu(xs: torch.Tensor, counts: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     """All experts through ``torch._grouped_mm``: ``xs[M, H]`` sorted by expert, ``counts[E]``,
     ``w1[E, 2I, H]`` (gate rows, then up), ``w2[E, H, I]`` -> ``[M, H]``."""
-    offs = counts.cumsum(0).to(torch.int32)
+    offs = counts.cumsum(0, dtype=torch.int32)  # group ends, on the device: _grouped_mm reads them there
     h = torch._grouped_mm(xs, w1.transpose(-2, -1), offs=offs)
     gate, up = h.chunk(2, dim=-1)
     return torch._grouped_mm(F.silu(gate) * up, w2.transpose(-2, -1), offs=offs)
@@ -85,13 +93,40 @@ def padded_swiglu(xs: torch.Tensor, counts: torch.Tensor, w1: torch.Tensor, w2: 
 
 
 def loop_swiglu(xs: torch.Tensor, counts: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    """Same as :func:`grouped_swiglu`, one expert at a time (one host sync for the counts)."""
+    """Same as :func:`grouped_swiglu`, one expert at a time (one host read of the counts: the CPU reference)."""
     outs = []
-    for e, (xe, n) in enumerate(zip(xs.split(counts.tolist()), counts.tolist())):
+    sizes = counts.tolist()
+    for e, (xe, n) in enumerate(zip(xs.split(sizes), sizes)):
         if n:
             gate, up = F.linear(xe, w1[e]).chunk(2, dim=-1)
             outs.append(F.linear(F.silu(gate) * up, w2[e]))
     return torch.cat(outs) if outs else xs.new_zeros(0, w2.shape[1])
+
+
+def sort_by_expert(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ids[T, k]`` expert ids -> ``(order[T*k]``: the (token, slot) pairs sorted by expert, stable; ``counts[E]``
+    int64: pairs per expert) without a host sync: the counts are where each expert's run starts in the sorted ids."""
+    sorted_ids, order = torch.sort(ids.reshape(-1), stable=True)
+    edges = torch.arange(num_experts + 1, device=ids.device, dtype=sorted_ids.dtype)
+    return order, torch.searchsorted(sorted_ids, edges).diff()
+
+
+class _GatherSlots(torch.autograd.Function):
+    """``x[order // k]`` (the token row of every sorted pair) whose backward applies the inverse permutation and sums
+    the ``k`` slots of each token: no sort, no atomics, no host sync (an indexing backward would sort the indices
+    and accumulate). Saves the inverse permutation (int64 per pair), as many bytes as indexing's saved index."""
+
+    @staticmethod
+    def forward(ctx, x, order, k):
+        inv = torch.empty_like(order).index_copy_(0, order, torch.arange(order.numel(), device=order.device))
+        ctx.save_for_backward(inv)
+        ctx.k = k
+        return x.index_select(0, order // k)
+
+    @staticmethod
+    def backward(ctx, g):
+        (inv,) = ctx.saved_tensors
+        return g.index_select(0, inv).view(-1, ctx.k, g.shape[-1]).sum(dim=1), None, None
 
 
 _PATH_FN = {"grouped": grouped_swiglu, "padded": padded_swiglu, "loop": loop_swiglu}
@@ -176,10 +211,8 @@ class MoE(nn.Module):
         T, H = x.shape
         k, E = self.top_k, self.num_experts
         probs, weights, ids = self.route(x)
-        flat = ids.reshape(-1)
-        order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=E)
-        xs = x[order // k]
+        order, counts = sort_by_expert(ids, E)
+        xs = _GatherSlots.apply(x, order, k)
         ys = (
             self.experts(xs, counts)
             if self.expert_dispatcher is None

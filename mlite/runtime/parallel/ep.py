@@ -11,7 +11,11 @@ block. (1) exchange counts: an all-to-all of the ``[P, E/P]`` count matrix tells
 from each source for each of its experts; (2) exchange tokens: an all-to-all of the rows with those split sizes;
 (3) the received rows (source-major) are permuted to expert-major order and the local experts run on them; (4) the
 inverse permutation and the reverse all-to-all bring every output row back to the rank and position it came from
-(combine). Both all-to-alls are differentiable (the backward pass is the reverse exchange), so gradients of the
+(combine). ``all_to_all_single`` needs its split sizes on the host, so each MoE layer's forward reads the send and
+receive counts back in one transfer -- exactly one host sync per layer (Megatron-Core's single ``cuda_sync_point``,
+NVIDIA/Megatron-LM@bed33f8 megatron/core/transformer/moe/token_dispatcher.py); everything else (the expert-major
+permutation, the local counts) is computed on the device, and the backward reuses the forward's split sizes (no
+sync). Both all-to-alls are differentiable (the backward pass is the reverse exchange), so gradients of the
 expert weights hold every token routed to them, from every rank of the EP group.
 
 Every rank runs the same collectives in the same order whatever the routing: when no token reaches any local
@@ -64,11 +68,11 @@ class ExpertDispatcher:
         """``xs[M, H]`` sorted by global expert, ``counts[E]`` -> expert outputs ``[M, H]`` in the same order."""
         send = counts.reshape(self.ep, self.local).to(torch.int64)
         recv = exchange_counts(send, self.group)  # recv[src, local expert]
-        send_splits = send.sum(1).tolist()
-        recv_rows = recv.tolist()
-        recv_splits = [sum(r) for r in recv_rows]
+        both = torch.stack((send, recv)).tolist()  # the layer's one host sync: split sizes for all_to_all_single
+        send_splits = [sum(r) for r in both[0]]
+        recv_splits = [sum(r) for r in both[1]]
         got = all_to_all(xs, recv_splits, send_splits, self.group)  # source-major, then local expert
-        perm = _expert_major(recv_rows, xs.device)
+        perm = _expert_major(recv, sum(recv_splits))
         local_counts = recv.sum(0).to(counts.device)
         rows = got.index_select(0, perm)
         empty = rows.shape[0] == 0
@@ -83,21 +87,12 @@ class ExpertDispatcher:
         return all_to_all(back, send_splits, recv_splits, self.group)
 
 
-def _expert_major(rows: list[list[int]], device) -> torch.Tensor:
-    """Row order that turns a source-major ``[src][expert]`` block layout into expert-major (source order kept)."""
-    starts, off = [], 0
-    for r in rows:
-        s = []
-        for n in r:
-            s.append(off)
-            off += n
-        starts.append(s)
-    idx = [
-        torch.arange(starts[src][e], starts[src][e] + rows[src][e])
-        for e in range(len(rows[0]))
-        for src in range(len(rows))
-        if rows[src][e]
-    ]
-    if not idx:
-        return torch.zeros(0, dtype=torch.long, device=device)
-    return torch.cat(idx).to(device)
+def _expert_major(recv: torch.Tensor, total: int) -> torch.Tensor:
+    """Row order that turns a source-major ``[src][expert]`` block layout (``recv[P, L]`` rows per block, ``total``
+    rows in all) into expert-major, source order kept within each expert -- on ``recv``'s device, no host sync:
+    every row is labelled with its block's expert-major rank ``expert * P + src`` and the labels sorted stably."""
+    P, L = recv.shape
+    blocks = torch.arange(P * L, device=recv.device)
+    label = (blocks % L) * P + blocks // L  # block (src, e) in row-major order -> e * P + src
+    rows = torch.repeat_interleave(label, recv.reshape(-1), output_size=total)
+    return torch.argsort(rows, stable=True)
