@@ -20,6 +20,7 @@ from mlite.memory.activations import layer_bytes
 from mlite.memory.estimate import GIB
 from mlite.memory.rl import rl_estimate
 from mlite.memory.rl_fsdp import (
+    CE_STATS_BYTES,
     FsdpOptions,
     forward_only,
     fsdp_actor,
@@ -167,6 +168,10 @@ def test_micro_batch_tokens_dynamic_padded_and_ulysses():
     assert (p.update, p.old_log_prob, p.ref) == (2048, 8192, 2048)
 
 
+V07 = "0.7.0"
+"""dp_actor.py @ v0.7.0, the path these working-set tests read (verl >= 0.8: the engine worker)."""
+
+
 def test_log_prob_and_entropy_working_set():
     """_forward_micro_batch: bf16 logits [T, V]; flash-attn's in-place cross-entropy adds none; the compiled
     entropy none, the eager one three [T, V] bf16 temporaries, the chunked one four fp32 [chunk, V]; fused kernels no
@@ -174,22 +179,31 @@ def test_log_prob_and_entropy_working_set():
     spec, o, w = _spec(), TrainingOptions(), 8
     T, V = 8192, spec.vocab_size
     f = FsdpOptions(strategy="fsdp2", ppo_micro_batch_size_per_gpu=2)
-    a = fsdp_actor(spec, w, o, f, 4096)
+    a = fsdp_actor(spec, w, o, f, 4096, verl_version=V07)
     assert a.activations["logits"] == T * V * 2 and "entropy_softmax" not in a.activations
     assert a.transients["logits_grad"] == 0  # entropy_coeff 0: only the in-place cross-entropy gradient
-    e = fsdp_actor(spec, w, o, replace(f, entropy_coeff=0.01, use_torch_compile=False), 4096)
+    e = fsdp_actor(spec, w, o, replace(f, entropy_coeff=0.01, use_torch_compile=False), 4096, verl_version=V07)
     assert e.activations["entropy_softmax"] == T * V * 2
     assert e.transients["logits_grad"] == T * V * 2 + 3 * T * V * 2
     ck = fsdp_actor(
-        spec, w, o, replace(f, entropy_coeff=0.01, use_torch_compile=False, entropy_checkpointing=True), 4096
+        spec,
+        w,
+        o,
+        replace(f, entropy_coeff=0.01, use_torch_compile=False, entropy_checkpointing=True),
+        4096,
+        verl_version=V07,
     )
     assert "entropy_softmax" not in ck.activations
-    fused = fsdp_actor(spec, w, o, replace(f, use_fused_kernels=True), 4096)
+    fused = fsdp_actor(spec, w, o, replace(f, use_fused_kernels=True), 4096, verl_version=V07)
     assert "logits" not in fused.activations
-    eager = forward_only(spec, replace(f, use_torch_compile=False), T, entropy=True)
-    compiled = forward_only(spec, f, T, entropy=True)
+    eager = forward_only(spec, replace(f, use_torch_compile=False), T, entropy=True, verl_version=V07)
+    compiled = forward_only(spec, f, T, entropy=True, verl_version=V07)
     chunked = forward_only(
-        spec, replace(f, use_torch_compile=False, entropy_from_logits_with_chunking=True), T, entropy=True
+        spec,
+        replace(f, use_torch_compile=False, entropy_from_logits_with_chunking=True),
+        T,
+        entropy=True,
+        verl_version=V07,
     )
     assert eager - compiled == 3 * T * V * 2
     assert chunked - compiled == 4 * 2048 * V * 4
@@ -501,12 +515,12 @@ def test_padded_path_copies_the_response_logits_and_allocates_the_full_gradient(
     spec, o = _spec(), TrainingOptions()
     P, R, rows = 1024, 3072, 2
     f = FsdpOptions(strategy="fsdp", use_remove_padding=False, ppo_micro_batch_size_per_gpu=rows)
-    a = fsdp_actor(spec, 8, o, f, P + R, R / (P + R))
+    a = fsdp_actor(spec, 8, o, f, P + R, R / (P + R), verl_version=V07)
     T, V = rows * (P + R), spec.vocab_size
     assert a.activations["logits"] == T * V * 2
     assert a.activations["logits_response_copy"] == rows * R * V * 2
     assert a.transients["logits_grad"] == T * V * 2
-    rm = fsdp_actor(spec, 8, o, replace(f, use_remove_padding=True), P + R, R / (P + R))
+    rm = fsdp_actor(spec, 8, o, replace(f, use_remove_padding=True), P + R, R / (P + R), verl_version=V07)
     assert "logits_response_copy" not in rm.activations and rm.transients["logits_grad"] == 0
     assert a.peak - rm.peak == pytest.approx(rows * R * V * 2, rel=1e-4)  # the gradient is not at the peak here
 
@@ -523,3 +537,33 @@ def test_fsdp_step_keeps_the_colocated_budget_terms():
     assert est.resync is not None and est.resync.gather == "fsdp" and est.resync.copies == 1
     biggest = max(g.numel for g in (*spec.pre, *spec.post, *(g for x in spec.main_layers for g in x.groups)))
     assert est.resync.to_dict()["tensor_bytes"] == biggest * 4
+
+
+def test_engine_worker_padded_path_counts_the_fp32_entropy_and_the_unchanged_raw_logits():
+    """verl >= 0.8 (engine_workers.py over transformer_impl.py @ 859c7129), use_remove_padding=False: forward_step
+    keeps the model's bf16 logits while prepare_model_outputs divides them out of place; old_log_prob's eager
+    entropy under autocast holds pd (fp32) and, inside logsumexp, an fp32 cast and an fp32 temporary: 8 bf16 [T, V]
+    copies; the branch ignores use_torch_compile and the chunking flag. The reference (no entropy): raw, divided,
+    the valid-position cat copy. The update (no entropy): the cat copy kept, then raw + divided or the two backward
+    gradients. rmpad adds only the raw copy beside the out-of-place division."""
+    from mlite.memory.rl_fsdp import engine_worker
+
+    assert [engine_worker(v) for v in ("0.7.0", "0.7.1", "0.8", "0.9", "main")] == [False, False, True, True, True]
+    spec, o = _spec(), TrainingOptions()
+    T, V = 8192, spec.vocab_size
+    b = T * V * 2
+    f = FsdpOptions(strategy="fsdp2", use_remove_padding=False, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=T)
+    base = forward_only(spec, replace(f, use_fused_kernels=True), T, entropy=False, verl_version="0.9")
+    stats = T * CE_STATS_BYTES
+    ent = forward_only(spec, f, T, entropy=True, verl_version="0.9")
+    assert ent - base == 8 * b
+    for flags in ({"use_torch_compile": False}, {"entropy_from_logits_with_chunking": True}):
+        assert forward_only(spec, replace(f, **flags), T, entropy=True, verl_version="0.9") == ent
+    assert forward_only(spec, f, T, entropy=False, verl_version="0.9") - base == 3 * b
+    assert ent > forward_only(spec, f, T, entropy=True, verl_version="0.7.0")
+    up = fsdp_actor(spec, 8, o, f, 4096, verl_version="0.9")
+    assert up.activations["logits_valid_copy"] == b and "logits" not in up.activations
+    assert up.transients["logits_grad"] == 2 * b and up.activations["log_prob_stats"] == stats
+    rm = replace(f, use_remove_padding=True)
+    assert fsdp_actor(spec, 8, o, rm, 4096, verl_version="0.9").transients["logits_grad"] == b
+    assert fsdp_actor(spec, 8, o, rm, 4096, verl_version="0.7.0").transients["logits_grad"] == 0

@@ -99,7 +99,7 @@ def fsdp_estimate(imp: Any, config: str | None = None, *, gpu_memory_gib: float 
     if gpu_memory_gib is not None:
         o = replace(o, gpu_memory_gib=gpu_memory_gib)
     r = RolloutOptions(**imp.rollout)
-    act = fsdp_actor(spec, imp.ngpu, o, f, r.seq_tokens, r.response_length / r.seq_tokens)
+    act = fsdp_actor(spec, imp.ngpu, o, f, r.seq_tokens, r.response_length / r.seq_tokens, r.verl_version)
     usable = o.gpu_memory_gib * GIB * (1 - o.headroom)
     return {
         "strategy": f.strategy,

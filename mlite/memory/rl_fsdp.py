@@ -57,6 +57,21 @@ workers; main = 1dda039b9c6311889a9c9a26040677e1254814f9, 2026-08-22, whose FSDP
   log-prob and entropy from the hidden states in chunks: no ``[T, V]`` tensor. old_log_prob computes the entropy
   (``compute_log_prob(calculate_entropy=not is_lora)``), the reference does not, the update does when
   ``entropy_coeff != 0`` (or ``calculate_entropy``).
+- verl >= 0.8 (:func:`engine_worker`): the FSDP actor is the engine worker (``ActorRolloutRefWorker`` of
+  ``verl/workers/engine_workers.py`` over ``FSDPEngineWithLMHead``, ``verl/workers/engine/fsdp/transformer_impl.py``
+  @ 859c7129, the last 0.9.0.dev commit; the legacy workers left at v0.8.0: #5604 ``63e8a0d1``, #6067 ``044bbba2``).
+  ``forward_step`` keeps the model output (``raw_output``, bf16 ``[T, V]`` logits under ``torch.autocast(bf16)``)
+  until it returns, and ``prepare_model_outputs`` divides by the temperature out of place: a second bf16 ``[T, V]``
+  (both paths). Padded (``use_remove_padding=False``): the entropy is ``verl_F.entropy_from_logits`` called eagerly
+  over the full ``[B, S, V]`` (neither ``use_torch_compile`` nor the chunking apply to that branch); under autocast
+  ``softmax`` returns fp32 (``pd``, 2 x bf16 bytes) and ``logsumexp`` (autocast's fp32 list) runs on an fp32 cast
+  of the logits and makes one fp32 ``(x - max).exp_()`` temporary (``logsumexp_out_impl``, ATen
+  ``ReduceOps.cpp``): 8 bf16 ``[T, V]`` copies at once inside ``logsumexp``. The log-prob reads
+  ``torch.cat`` of the valid positions (a bf16 copy the in-place cross-entropy keeps); its backward makes the dense
+  gradient of the divided logits and the division's own (two bf16 ``[T, V]``). The update computes the entropy only
+  with ``calculate_entropy`` or ``entropy_coeff != 0`` (``_update_actor``, ``verl/trainer/ppo/ray_trainer.py``),
+  old_log_prob always (``_compute_old_log_prob``: ``calculate_entropy=True``), the reference never. The padded
+  tensor is ``B x`` the micro-batch's longest row; the kit sizes it as the micro-batch's token budget (no lengths).
 - The optimizer step: torch AdamW's foreach temporaries (``sqrt(exp_avg_sq)``, 4 bytes per sharded parameter:
   :attr:`mlite.options.optimizers.Algorithm.step_bytes`, the same rule the Megatron estimate uses).
 """
@@ -67,6 +82,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import MliteError
 from ..options import TrainingOptions
+from ..options.rollout import DEFAULT_VERL_VERSION
 from .activations import ActDims, layer_bytes, layer_bytes_no_recompute
 from .estimate import GIB, RankMemory
 from .rl_lazy import FSDP_GRADS_BETWEEN_UPDATES
@@ -234,8 +250,46 @@ def _dims(tokens: int, recompute: str) -> ActDims:
     return ActDims(tokens, 1, 1, 1, False, True, False, recompute, frozenset())
 
 
+ENGINE_WORKER_FROM = "0.8"
+"""The first verl release whose FSDP actor is the engine worker (``verl/workers/engine_workers.py``)."""
+
+
+def engine_worker(verl_version: str) -> bool:
+    """Whether verl ``verl_version`` runs the FSDP actor through the engine worker (>= 0.8, see the module
+    docstring) rather than ``dp_actor.py`` (v0.7.x and before)."""
+    from .rl_metrics import verl_release
+
+    return verl_release(verl_version) >= verl_release(ENGINE_WORKER_FROM)
+
+
+def _engine_padded_parts(spec, tokens: int, *, entropy: bool, grad: bool) -> tuple[dict, dict]:
+    """(kept, transient) bytes of the engine worker's padded path (``prepare_model_outputs``, not rmpad) over
+    ``tokens`` positions, in bf16 ``[T, V]`` copies ``b``: the model's logits and the divided copy (b each), the
+    eager fp32 entropy (``pd`` 2b; inside ``logsumexp`` its fp32 input 2b and temporary 2b), the valid-position
+    ``torch.cat`` copy (b); with gradients the backward's dense gradient and the division's (2b), and the entropy's
+    saved ``pd`` and fp32 ``logsumexp`` input (the tensors ``softmax`` and ``logsumexp`` save) with two fp32
+    gradients of its branches."""
+    b = tokens * spec.vocab_size * 2
+    stats = {"log_prob_stats": tokens * CE_STATS_BYTES}
+    if not grad:  # forward_step's raw_output and the divided copy, then entropy or the valid copy
+        kept = {"logits": b, "logits_divided": b, **stats}
+        return kept, ({"entropy_temporaries": 6 * b} if entropy else {"logits_valid_copy": b})
+    kept = {"logits_valid_copy": b, **stats}  # the cross-entropy's input, its gradient written in place
+    if not entropy:  # forward end: raw + divided; backward: dense gradient + the division's
+        return kept, {"logits_grad": 2 * b}
+    kept.update({"logits_divided": b, "entropy_softmax": 2 * b, "entropy_logsumexp_input": 2 * b})
+    return kept, {"logits_grad": max(b + 2 * b, 2 * b + 2 * b + b)}  # raw + the exp temporary; backward grads
+
+
 def _logit_parts(
-    spec, f: FsdpOptions, tokens: int, *, entropy: bool, grad: bool, response_share: float = 1.0
+    spec,
+    f: FsdpOptions,
+    tokens: int,
+    *,
+    entropy: bool,
+    grad: bool,
+    response_share: float = 1.0,
+    verl_version: str = DEFAULT_VERL_VERSION,
 ) -> tuple[dict, dict]:
     """(kept, transient) bytes of the log-prob / entropy working set over ``tokens`` local tokens. Padded
     (``use_remove_padding=False``): the loss reads ``logits[:, -R-1:-1, :]``, a strided view that
@@ -247,6 +301,9 @@ def _logit_parts(
         return {"log_prob_stats": tokens * CE_STATS_BYTES}, {}
     logits = tokens * v * 2
     padded = not f.use_remove_padding
+    engine = engine_worker(verl_version)
+    if engine and padded:
+        return _engine_padded_parts(spec, tokens, entropy=entropy, grad=grad)
     seen = int(tokens * response_share) if padded else tokens  # positions the log-prob and entropy read
     kept = {"logits": logits, "log_prob_stats": seen * CE_STATS_BYTES}
     if padded:
@@ -262,15 +319,27 @@ def _logit_parts(
     if grad and (entropy or padded):
         # rmpad: the entropy's gradient beside the cross-entropy's in-place one; padded: the slice's full gradient
         trans["logits_grad"] = logits
+    if engine:  # forward_step's raw_output beside the out-of-place division, until it returns
+        trans["logits_grad"] = max(trans.get("logits_grad", 0.0), logits)
     return kept, trans
 
 
-def forward_only(spec, f: FsdpOptions, tokens: int, *, entropy: bool, response_share: float = 1.0) -> float:
+def forward_only(
+    spec,
+    f: FsdpOptions,
+    tokens: int,
+    *,
+    entropy: bool,
+    response_share: float = 1.0,
+    verl_version: str = DEFAULT_VERL_VERSION,
+) -> float:
     """One forward-only micro-batch (``compute_log_prob`` under ``no_grad``): one layer's working set over
     ``tokens`` tokens, its input and the log-prob / entropy working set (``response_share``: R / (P + R), what the
     padded path's loss reads)."""
     layer = max(layer_bytes_no_recompute(spec, lay, _dims(tokens, "none")) for lay in spec.main_layers)
-    kept, trans = _logit_parts(spec, f, tokens, entropy=entropy, grad=False, response_share=response_share)
+    kept, trans = _logit_parts(
+        spec, f, tokens, entropy=entropy, grad=False, response_share=response_share, verl_version=verl_version
+    )
     return layer + 2 * tokens * spec.hidden_size + sum(kept.values()) + max(trans.values(), default=0.0)
 
 
@@ -324,7 +393,13 @@ def passes(f: FsdpOptions, o: TrainingOptions, seq_tokens: int) -> FsdpPass:
 
 
 def fsdp_actor(
-    spec, world: int, o: TrainingOptions, f: FsdpOptions, seq_tokens: int, response_share: float = 1.0
+    spec,
+    world: int,
+    o: TrainingOptions,
+    f: FsdpOptions,
+    seq_tokens: int,
+    response_share: float = 1.0,
+    verl_version: str = DEFAULT_VERL_VERSION,
 ) -> RankMemory:
     """The FSDP actor on one GPU as a :class:`RankMemory`: sharded params / grads / AdamW moments on the GPU
     (``idle_gpu``: what the offload flags leave there between its calls), the update's peak (activations of one
@@ -358,7 +433,9 @@ def fsdp_actor(
         for k, v in layer_bytes(spec, lay, d).items():
             acts[k] = acts.get(k, 0.0) + v
     entropy = f.entropy_coeff != 0
-    kept, trans = _logit_parts(spec, f, tokens, entropy=entropy, grad=True, response_share=response_share)
+    kept, trans = _logit_parts(
+        spec, f, tokens, entropy=entropy, grad=True, response_share=response_share, verl_version=verl_version
+    )
     acts.update(kept)
     acts["root_unit_unsharded"] = 2 * root_params(spec, f)
     biggest = max(_layer_params(spec))
@@ -403,11 +480,13 @@ def fsdp_ref(spec, world: int, f: FsdpOptions) -> tuple[float, float]:
 
 __all__ = [
     "DTYPE_BYTES",
+    "ENGINE_WORKER_FROM",
     "FSDP_STRATEGIES",
     "STRATEGIES",
     "FsdpOptions",
     "FsdpPass",
     "check_fsdp",
+    "engine_worker",
     "forward_only",
     "fsdp_actor",
     "fsdp_group",

@@ -85,7 +85,7 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions,
     check_fsdp_plan(plan, f)
     world = plan.ngpu
     share = r.response_length / r.seq_tokens
-    act = fsdp_actor(spec, world, o, f, r.seq_tokens, share)
+    act = fsdp_actor(spec, world, o, f, r.seq_tokens, share, r.verl_version)
     device = o.gpu_memory_gib * GIB
     framework = sum(act.other.values())
     ref_gpu_fwd, ref_host = fsdp_ref(spec, world, f) if r.ref == "colocated" else (0.0, 0.0)
@@ -146,9 +146,10 @@ def fsdp_step(spec, plan, o: TrainingOptions, r: RolloutOptions, f: FsdpOptions,
         kept=kept,
         base_host=base_host,
         sleeping_host={"engine_weights_offloaded": engine_host} if engine_host else {},
-        forward=units + forward_only(spec, f, tok.old_log_prob, entropy=True, response_share=share),
+        forward=units
+        + forward_only(spec, f, tok.old_log_prob, entropy=True, response_share=share, verl_version=r.verl_version),
         notes=notes,
-        ref_forward=forward_only(spec, f, tok.ref, entropy=False, response_share=share),
+        ref_forward=forward_only(spec, f, tok.ref, entropy=False, response_share=share, verl_version=r.verl_version),
         strategy=f.strategy,
         always={"sibling_contexts": siblings} if siblings else {},
         extra_host=sync_phase,

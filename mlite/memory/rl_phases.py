@@ -149,10 +149,12 @@ def phase(name: str, *, help: str, when: Callable[[Step], bool] | None = None, h
 
 
 def forward_bytes(spec, plan, o: TrainingOptions, *, rows: int | None = None, seq_len: int | None = None) -> float:
-    """One forward-only micro-batch (``compute_log_prob``): no autograd state is kept, so one layer's working set
-    (the estimate's full-recompute rebuild of one layer), the layer inputs it keeps with full recompute (an upper
-    bound) and the logits; ``rows`` x ``seq_len`` tokens (default the update's micro-batch: ``--micro-batch`` x
-    ``--seq-len``)."""
+    """One forward-only micro-batch (``compute_log_prob``): verl runs it under ``torch.no_grad()``
+    (``MegatronPPOActor.compute_log_prob``, ``verl/workers/actor/megatron_actor.py`` line 237 @ v0.7.0 f9c855f7,
+    around ``forward_backward_batch(forward_only=True)``), so no autograd state is kept and each layer's output
+    replaces its input: one layer's working set (the estimate's full-recompute rebuild of one layer), one layer's
+    input (the full-recompute rule's per-layer share; the other layers' inputs are not held) and the logits;
+    ``rows`` x ``seq_len`` tokens (default the update's micro-batch: ``--micro-batch`` x ``--seq-len``)."""
     fo = replace(
         o,
         recompute="full",
@@ -161,7 +163,9 @@ def forward_bytes(spec, plan, o: TrainingOptions, *, rows: int | None = None, se
         seq_len=seq_len or o.seq_len,
     )
     fwd = estimate(spec, plan, fo, explain=False).worst
-    return fwd.activation_total + fwd.transients.get("recompute_layer", 0.0)
+    local_layers = max(1, -(-len(spec.main_layers) // plan.parallel.pp))
+    held_inputs = fwd.activations.get("layer_inputs", 0.0) * (1 - 1 / local_layers)  # freed under no_grad
+    return fwd.activation_total - held_inputs + fwd.transients.get("recompute_layer", 0.0)
 
 
 def megatron_forward(spec, plan, o: TrainingOptions, f, seq_tokens: int, which: str) -> float:
