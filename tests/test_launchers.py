@@ -298,12 +298,24 @@ def test_estimate_for_every_launcher_that_imports(key, capsys):
     # GRPO/PPO: the per-phase RL estimate with the launcher's own rollout knobs, the same as mlite.memory.rl gives
     assert set(rl) >= {"phases", "peak_phase", "fits", "kv_cache", "host_per_node", "warnings", "errors"}
     ref = {"ref"} if RolloutOptions(**imp.rollout).ref == "colocated" else set()
-    assert set(rl["phases"]) == {"rollout", "old_log_prob", "actor_update", "weight_sync"} | ref
+    critic = {"critic_values", "critic_update"} if imp.critic_options().active else set()  # PPO with GAE
+    assert set(rl["phases"]) == {"rollout", "old_log_prob", "actor_update", "weight_sync"} | ref | critic
     assert rl["peak_phase"] == max(rl["phases"], key=lambda n: rl["phases"][n]["gpu"])
     from mlite.memory.rl import rl_estimate
 
+    from mlite.memory.rl_fsdp import FsdpOptions
+
     mp, training = imp.estimate(gpu_memory_gib=80.0)
-    again = rl_estimate(from_hf_config(imp.model_ref()), mp, training.options, RolloutOptions(**imp.rollout))
+    # the launcher's rollout knobs, its verl release, its log-prob micro-batches and its critic, as the CLI reads them
+    kw = dict(imp.rollout, **({"verl_version": imp.verl_version["version"]} if imp.verl_version.get("version") else {}))
+    again = rl_estimate(
+        from_hf_config(imp.model_ref()),
+        mp,
+        training.options,
+        RolloutOptions(**kw),
+        FsdpOptions(**imp.log_prob),
+        imp.critic_options(),
+    )
     assert again.to_dict()["phases"] == rl["phases"]
     knobs = doc["rollout"]
     if "gpu_memory_utilization" in knobs:  # the launcher's share, not verl's default, sized the engine

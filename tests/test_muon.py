@@ -340,7 +340,7 @@ def test_the_device_bench_parses_and_reports(tmp_path):
     assert by[("muon", "optimizer_state")]["estimate"] == str(est["muon"]["optimizer_state"])
     assert by[("muon", "optimizer_peak")]["estimate"] == str(est["muon"]["peak_optimizer_only"])
     assert by[("muon", "step_time_vs_adam")]["value"] == "1.5"
-    assert all(r["gpu"] == "H200" and r["command"].endswith("--csv " + str(tmp_path / "muon.csv")) for r in rows)
+    assert all(r["gpu"] == "H200" and r["command"].endswith(mod.REPORT_CMD) for r in rows)
 
 
 def test_the_memory_view_has_the_muon_knobs_only_under_muon_and_they_reach_the_estimate():
