@@ -302,7 +302,6 @@ def test_estimate_for_every_launcher_that_imports(key, capsys):
     assert set(rl["phases"]) == {"rollout", "old_log_prob", "actor_update", "weight_sync"} | ref | critic
     assert rl["peak_phase"] == max(rl["phases"], key=lambda n: rl["phases"][n]["gpu"])
     from mlite.memory.rl import rl_estimate
-
     from mlite.memory.rl_fsdp import FsdpOptions
 
     mp, training = imp.estimate(gpu_memory_gib=80.0)
