@@ -160,14 +160,13 @@ def _tally(rt, h) -> dict:
     return {"state_device_role": dev, "host_role": sum(s[k]["bytes"] for k in host_keys if k in s)}
 
 
-def measure(out: Path, device: str, tiny: bool, seq: int, pairs: int, deadline_s: float) -> dict:
+def new_raw(script: str, device: str, tiny: bool, seq: int) -> dict[str, Any]:
+    """The raw JSON's head: the command that ran, the device, torch's version, the sizes; empty arms and pairs."""
     import torch
 
-    cuda = device == "cuda"
-    t_start = time.perf_counter()
-    raw: dict[str, Any] = {
-        "command": " ".join(["python3", "bench/mfsdp_device.py", *sys.argv[1:]]),
-        "gpu": torch.cuda.get_device_name() if cuda else "cpu",
+    return {
+        "command": " ".join(["python3", script, *sys.argv[1:]]),
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "torch_version": torch.__version__,
         "device": device,
         "tiny": tiny,
@@ -175,6 +174,14 @@ def measure(out: Path, device: str, tiny: bool, seq: int, pairs: int, deadline_s
         "arms": {},
         "pairs": [],
     }
+
+
+def measure(out: Path, device: str, tiny: bool, seq: int, pairs: int, deadline_s: float) -> dict:
+    import torch
+
+    cuda = device == "cuda"
+    t_start = time.perf_counter()
+    raw: dict[str, Any] = new_raw("bench/mfsdp_device.py", device, tiny, seq)
     path = out / "mfsdp_raw.json"
 
     def save():

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from mfsdp_device import SMALL, _batch  # noqa: E402  (the same model and batches as the mfsdp row)
+from mfsdp_device import SMALL, _step, new_raw  # noqa: E402  (the same model, batches and step as the mfsdp row)
 
 ARMS = ("adam", "muon")
 """The optimizer algorithms compared (both on ``dist_opt``)."""
@@ -53,33 +53,6 @@ def _runtime(algorithm: str, device: str, tiny: bool):
         hf_path=_model(tiny), device=device, param_dtype="bf16", backend_cfg=MegatronLiteConfig(optimizer=oc)
     )
     return create_runtime(cfg)
-
-
-def _step(rt, h, seq: int, seed: int, cuda: bool) -> dict:
-    """One step: its time, the optimizer's time and (CUDA) the full-step and optimizer-only peaks."""
-    import torch
-
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    rt.forward_backward(h, [_batch(seq, h.spec.vocab_size, seed)])
-    if cuda:
-        torch.cuda.synchronize()
-        fb_peak = torch.cuda.max_memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-    t1 = time.perf_counter()
-    ok, _, _ = rt.optimizer_step(h)
-    if cuda:
-        torch.cuda.synchronize()
-    t2 = time.perf_counter()
-    out: dict[str, Any] = {"time_s": t2 - t0, "optimizer_s": t2 - t1, "ok": ok}
-    if cuda:
-        opt_peak = torch.cuda.max_memory_allocated()
-        out.update(full_step_peak=max(fb_peak, opt_peak), optimizer_peak=opt_peak, steady=torch.cuda.memory_allocated())
-    rt.zero_grad(h)
-    rt.lr_scheduler_step(h)
-    return out
 
 
 def estimate_for(algorithm: str, seq: int, tiny: bool, device: str) -> dict:
@@ -115,16 +88,7 @@ def measure(out: Path, device: str, tiny: bool, seq: int, pairs: int, deadline_s
 
     cuda = device == "cuda"
     t_start = time.perf_counter()
-    raw: dict[str, Any] = {
-        "command": " ".join(["python3", "bench/muon_device.py", *sys.argv[1:]]),
-        "gpu": torch.cuda.get_device_name() if cuda else "cpu",
-        "torch_version": torch.__version__,
-        "device": device,
-        "tiny": tiny,
-        "seq": seq,
-        "arms": {},
-        "pairs": [],
-    }
+    raw: dict[str, Any] = new_raw("bench/muon_device.py", device, tiny, seq)
     path = out / "muon_raw.json"
 
     def save():

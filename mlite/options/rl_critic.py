@@ -10,7 +10,7 @@ keys).
 
 from __future__ import annotations
 
-from .schema import Key, Option
+from .schema import Option, verl_key_row
 
 GROUP = "PPO critic (algorithm.adv_estimator=gae)"
 """Argparse group of the critic flags."""
@@ -19,18 +19,7 @@ _C = "critic"
 
 
 def _row(field: str, type_: type, default, key: str, help: str, flag: str | None, **kw) -> Option:
-    m = Key(key, aliases=kw.pop("aliases", ()))
-    return Option(
-        field=field,
-        type=type_,
-        default=default,
-        flag=flag,
-        help=f"{key}: {help}",
-        mlite=m,
-        megatron=m,
-        group=GROUP,
-        **kw,
-    )
+    return verl_key_row(GROUP, field, type_, default, key, help, flag, **kw)
 
 
 CRITIC_ROWS: tuple[Option, ...] = (

@@ -10,7 +10,7 @@ nothing on the GPU.
 
 from __future__ import annotations
 
-from .schema import Key, Option
+from .schema import Option, verl_key_row
 
 GROUP = "verl FSDP actor (actor_rollout_ref.actor.strategy=fsdp|fsdp2)"
 """Argparse group of the FSDP flags."""
@@ -25,18 +25,7 @@ _REF = "actor_rollout_ref.ref"
 
 
 def _row(field: str, type_: type, default, key: str, help: str, flag: str | None, **kw) -> Option:
-    m = Key(key, aliases=kw.pop("aliases", ()))
-    return Option(
-        field=field,
-        type=type_,
-        default=default,
-        flag=flag,
-        help=f"{key}: {help}",
-        mlite=m,
-        megatron=m,
-        group=GROUP,
-        **kw,
-    )
+    return verl_key_row(GROUP, field, type_, default, key, help, flag, **kw)
 
 
 FSDP_ROWS: tuple[Option, ...] = (

@@ -136,3 +136,13 @@ class Option:
     def dest(self) -> str:
         """The argparse destination of :attr:`flag` (``--micro-batch`` -> ``micro_batch``)."""
         return (self.flag or self.field).lstrip("-").replace("-", "_")
+
+
+def verl_key_row(group: str, field: str, type_: type, default, key: str, help: str, flag: str | None, **kw) -> Option:
+    """An option that is one verl Hydra key for every target (the RL rows of :mod:`mlite.options.rl_fsdp` and
+    :mod:`mlite.options.rl_critic`): its help starts with the key; ``aliases`` are older spellings of the key."""
+    m = Key(key, aliases=kw.pop("aliases", ()))
+    return Option(
+        field=field, type=type_, default=default, flag=flag, help=f"{key}: {help}", mlite=m, megatron=m, group=group,
+        **kw,
+    )  # fmt: skip
