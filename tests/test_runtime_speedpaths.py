@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 import torch.nn.functional as F
-from runtime_workers import bits, runtime_config, same_bits
+from runtime_workers import bits, runtime_config, same_bits, shared_group_worker, worker_name
 
 from mlite.errors import MliteError
 from mlite.runtime.batch import PackedBatch
@@ -31,16 +31,32 @@ from mlite.runtime.optim.adamw import AdamWHyper, adamw_inplace, scratch, step_s
 from mlite.runtime.optim.master import split_fp32
 from mlite.runtime.optim.optimizer import ShardedAdamW
 
+GROUP_WORKERS: list = []
+"""The module's workers, run one after the other in one spawned process (the :func:`group` fixture)."""
 
-def _interpreted(monkeypatch, worker, *args):
-    """Run ``worker`` in a fresh process with ``TRITON_INTERPRET=1`` (Triton reads it at import: its kernels then run
-    on CPU tensors through numpy)."""
+
+def _in_group(fn):
+    GROUP_WORKERS.append(fn)
+    return fn
+
+
+@pytest.fixture(scope="module")
+def group() -> dict:
+    """``{worker name: result}`` of every worker of :data:`GROUP_WORKERS`, all in one fresh process with
+    ``TRITON_INTERPRET=1`` (Triton reads it when ``triton.language`` is imported and a kernel is defined: its kernels
+    then run on CPU tensors through numpy; the recompute run's CPU path has no Triton kernel)."""
     assert importlib.util.find_spec("triton"), "triton (the fla extra) is part of the test environment"
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    return run_local(worker, 1, args, timeout_s=300)[0]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_INTERPRET", "1")
+        return run_local(shared_group_worker, 1, args=(tuple(GROUP_WORKERS),), timeout_s=900)[0]
+
+
+def _interpreted(group: dict, worker):
+    return group[worker_name(worker)]
 
 
 # ---------------------------------------------------------------------------------------------- fused AdamW kernel
+@_in_group
 def _kernel_vs_torch_worker(rank, world):
     """Every storage mode of the kernel against :func:`adamw_inplace` (fp32 moments: the interpreter's bf16
     conversion is not round-to-nearest-even, the GPU's is), over several blocks with a ragged tail, zero count too."""
@@ -81,11 +97,12 @@ def _kernel_vs_torch_worker(rank, world):
     return out
 
 
-def test_fused_kernel_equals_torch_update_bitwise(monkeypatch):
-    for case, ok in _interpreted(monkeypatch, _kernel_vs_torch_worker):
+def test_fused_kernel_equals_torch_update_bitwise(group):
+    for case, ok in _interpreted(group, _kernel_vs_torch_worker):
         assert all(ok), (case, ok)
 
 
+@_in_group
 def _tie_worker(rank, world):
     import sys
     from pathlib import Path
@@ -96,15 +113,16 @@ def _tie_worker(rank, world):
     return ties("cpu")
 
 
-def test_fused_kernel_rounds_exact_ties_away_from_zero_not_to_nearest_even(monkeypatch):
+def test_fused_kernel_rounds_exact_ties_away_from_zero_not_to_nearest_even(group):
     """The tie (low half 0x8000) occurs with probability 2^-16 per random master, so the bitwise tests above never hit
     it: here every element is one, in every storage mode (a kernel switched to round-to-nearest-even fails)."""
-    r = _interpreted(monkeypatch, _tie_worker)
+    r = _interpreted(group, _tie_worker)
     assert set(r) == {fused.MODE_MASTER, fused.MODE_REMAINDER, fused.MODE_PARAM}
     for mode, ok in r.items():
         assert all(ok.values()), (mode, ok)
 
 
+@_in_group
 def _multi_tensor_worker(rank, world):
     import sys
     from pathlib import Path
@@ -115,10 +133,10 @@ def _multi_tensor_worker(rank, world):
     return check("cpu")
 
 
-def test_multi_tensor_kernel_equals_torch_update_bitwise_on_many_awkward_shards(monkeypatch):
+def test_multi_tensor_kernel_equals_torch_update_bitwise_on_many_awkward_shards(group):
     """One launch over shards of sizes 0, 1, < a block, a block +- 1, ragged multi-block, a shard without a gradient,
     mixed gradient dtypes, bf16 moments, a skipped step; two steps, the second with new gradient addresses."""
-    r = _interpreted(monkeypatch, _multi_tensor_worker)
+    r = _interpreted(group, _multi_tensor_worker)
     assert r["all_equal"], r["cases"]
     assert len(r["cases"]) == 8 and r["shards"] >= 10
 
@@ -143,6 +161,7 @@ def _train_plain(cfg: OptimizerConfig, kernel: str, steps: int):
     return opt, {n: p.detach().clone() for n, p in params}, zeros
 
 
+@_in_group
 def _fused_50_steps_worker(rank, world):
     fp32, w32, z32 = _train_plain(OptimizerConfig(), "triton", 50)
     pao, wpao, zpao = _train_plain(OptimizerConfig(use_precision_aware_optimizer=True), "triton", 50)
@@ -160,8 +179,8 @@ def _fused_50_steps_worker(rank, world):
     }
 
 
-def test_pao_equals_fp32_master_bitwise_over_50_steps_through_the_fused_kernel(monkeypatch):
-    r = _interpreted(monkeypatch, _fused_50_steps_worker)
+def test_pao_equals_fp32_master_bitwise_over_50_steps_through_the_fused_kernel(group):
+    r = _interpreted(group, _fused_50_steps_worker)
     assert r["params"] == [] and all(r["masters"]) and r["remainders_used"]
     assert r["zeros"][0] == r["zeros"][1] == [(t % 7, 0) for t in range(50)]
     assert len(r["moved"]) == 4  # every parameter changed
@@ -169,6 +188,7 @@ def test_pao_equals_fp32_master_bitwise_over_50_steps_through_the_fused_kernel(m
     assert r["vs_torch"] == []
 
 
+@_in_group
 def _dist_opt_kernel_worker(rank, world):
     """A dist_opt run (PAO + bf16 main grads: the optimizer reads the DDP gradient buffer, not ``param.grad``)
     through the multi-tensor kernel and through the torch-op path, 3 steps each."""
@@ -195,8 +215,8 @@ def _dist_opt_kernel_worker(rank, world):
     }
 
 
-def test_dist_opt_updates_through_the_fused_kernel_as_through_torch_ops(monkeypatch):
-    r = _interpreted(monkeypatch, _dist_opt_kernel_worker)
+def test_dist_opt_updates_through_the_fused_kernel_as_through_torch_ops(group):
+    r = _interpreted(group, _dist_opt_kernel_worker)
     assert r["losses"][0] == r["losses"][1]
     assert r["params"] == [] and r["moved"] == r["n"]  # every parameter moved, to the same bits
 
@@ -211,6 +231,7 @@ class _PaddedAdamW(ShardedAdamW):
         return STATE_ALIGN
 
 
+@_in_group
 def _padded_worker(rank, world):
     out = {}
     for name, cls in (("plain", ShardedAdamW), ("padded", _PaddedAdamW)):
@@ -232,10 +253,10 @@ def _padded_worker(rank, world):
     return {"params": same_bits(pw, qw), "pad": (pad0, pad1), "mem_equal": mem0 == mem1, "offsets": offs}
 
 
-def test_padded_state_layout_updates_the_same_bits(monkeypatch):
+def test_padded_state_layout_updates_the_same_bits(group):
     """The GPU's state layout (shard starts aligned for vector accesses) through the kernel equals the packed one;
     memory() counts the shards' state only (the padding is reported by padding_numel)."""
-    r = _interpreted(monkeypatch, _padded_worker)
+    r = _interpreted(group, _padded_worker)
     assert r["params"] == [] and r["mem_equal"]
     assert r["pad"][0] == 0 and r["pad"][1] > 0 and all(a % 8 == 0 for a in r["offsets"])
 
@@ -321,6 +342,7 @@ def test_recompute_on_packed_unequal_batches_gives_the_same_numbers(monkeypatch,
         assert same_bits(out[mode][1], out["none"][1]) == []
 
 
+@_in_group
 def _recompute_worker(rank, world):
     from mlite.runtime.config import MegatronLiteConfig
     from mlite.runtime.runtime import create_runtime
@@ -345,8 +367,8 @@ def _recompute_worker(rank, world):
 
 
 @pytest.mark.slow
-def test_runtime_trains_with_selective_and_full_recompute_on_packed_batches():
-    res = run_local(_recompute_worker, 1, timeout_s=240)[0]
+def test_runtime_trains_with_selective_and_full_recompute_on_packed_batches(group):
+    res = _interpreted(group, _recompute_worker)
     assert res["selective"] == res["none"] and res["full"] == res["none"]
     assert res["none"][-1] < res["none"][0]
 
