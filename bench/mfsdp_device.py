@@ -124,15 +124,14 @@ def _step(rt, h, seq: int, seed: int, cuda: bool) -> dict:
     return out
 
 
-def _estimate(arm: tuple, seq: int, tiny: bool, device: str) -> dict:
+def estimate_doc(tiny: bool, seq: int, device: str, **options) -> dict:
+    """``mlite memory``'s JSON for one bench arm: the bench model on one GPU, one micro-batch of ``seq`` tokens, bf16
+    compute, the lite activation model, no framework allowance; ``options`` are the arm's optimizer fields."""
     from mlite.memory import TrainingOptions, estimate
     from mlite.mesh import ParallelConfig
     from mlite.models import from_hf_config
 
-    _, backend, f = arm
     o = TrainingOptions(
-        optimizer=backend,
-        offload_fraction=f,
         param_dtype="bf16",
         activation_model="lite",
         lite_device="cpu" if device == "cpu" else "cuda",
@@ -141,8 +140,14 @@ def _estimate(arm: tuple, seq: int, tiny: bool, device: str) -> dict:
         num_microbatches=1,
         fused_cross_entropy=True,
         framework_overhead_gib=0.0,
+        **options,
     )
-    d = estimate(from_hf_config(_model(tiny)), ParallelConfig(), o, ngpu=1).to_dict()
+    return estimate(from_hf_config(_model(tiny)), ParallelConfig(), o, ngpu=1).to_dict()
+
+
+def _estimate(arm: tuple, seq: int, tiny: bool, device: str) -> dict:
+    _, backend, f = arm
+    d = estimate_doc(tiny, seq, device, optimizer=backend, offload_fraction=f)
     pg = d["per_gpu"]
     return {
         "state_gpu": pg["params"] + pg["grads"] + pg["optimizer"],
@@ -303,6 +308,10 @@ def main() -> int:
     ap.add_argument("--report", type=Path, help="raw JSON to turn into --csv")
     ap.add_argument("--csv", type=Path, default=ROOT / "bench" / "results" / "mfsdp.csv")
     a = ap.parse_args()
+    if a.report and not a.report.is_file():
+        ap.error(
+            f"--report {a.report}: no such file (the raw JSON a measuring run wrote, e.g. bench/results/mfsdp_raw.json)"
+        )
     if a.report:
         report(a.report, a.csv)
         return 0

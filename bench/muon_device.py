@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from mfsdp_device import SMALL, _step, new_raw  # noqa: E402  (the same model, batches and step as the mfsdp row)
+from mfsdp_device import SMALL, _step, estimate_doc, new_raw  # noqa: E402  (the same model, batches and step as the mfsdp row)
 
 ARMS = ("adam", "muon")
 """The optimizer algorithms compared (both on ``dist_opt``)."""
@@ -57,23 +57,7 @@ def _runtime(algorithm: str, device: str, tiny: bool):
 
 def estimate_for(algorithm: str, seq: int, tiny: bool, device: str) -> dict:
     """The estimate of the arm: optimizer state, parameters + grads + state, the three CUDA peaks, NS workspace."""
-    from mlite.memory import TrainingOptions, estimate
-    from mlite.mesh import ParallelConfig
-    from mlite.models import from_hf_config
-
-    o = TrainingOptions(
-        optimizer="dist_opt",
-        optimizer_algorithm=algorithm,
-        param_dtype="bf16",
-        activation_model="lite",
-        lite_device="cpu" if device == "cpu" else "cuda",
-        seq_len=seq,
-        micro_batch_size=1,
-        num_microbatches=1,
-        fused_cross_entropy=True,
-        framework_overhead_gib=0.0,
-    )
-    d = estimate(from_hf_config(_model(tiny)), ParallelConfig(), o, ngpu=1).to_dict()
+    d = estimate_doc(tiny, seq, device, optimizer="dist_opt", optimizer_algorithm=algorithm)
     pg = d["per_gpu"]
     return {
         "optimizer_state": pg["optimizer"],
@@ -191,6 +175,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--report", type=Path, help="raw JSON to turn into --csv")
     ap.add_argument("--csv", type=Path, default=ROOT / "bench" / "results" / "muon.csv")
     a = ap.parse_args(argv)
+    if a.report and not a.report.is_file():
+        ap.error(
+            f"--report {a.report}: no such file (the raw JSON a measuring run wrote, e.g. bench/results/muon_raw.json)"
+        )
     if not a.report and a.out is None:
         ap.error("--out is required to measure")
     a.pairs = max(3, a.pairs)
