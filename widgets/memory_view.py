@@ -344,6 +344,7 @@ class MemoryView(W.VBox):
         )
         """Every valid mesh with its estimate (fits first)."""
         self._table_title = W.HTML()
+        self._table_title.add_class("mlite-memory-table-title")
         self.children = (
             W.HBox(
                 [

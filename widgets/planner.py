@@ -111,6 +111,8 @@ class MeshPlanner(W.VBox):
         self._busy = True
         self._table_key: tuple | None = None
         self._extra: list[W.Widget] = []
+        self._findings_key: list | None = None
+        """The findings the lines below show (re-rendered only when they change)."""
         self._inherited: dict = {}
         self._train_mtp: bool | None = None
         c = self.controls = {
@@ -399,6 +401,10 @@ class MeshPlanner(W.VBox):
         )
 
     def _render_findings(self, plan) -> None:
+        key = [(f.level, f.rule, f.message, repr(f.fixes)) for f in plan.findings]
+        if key == self._findings_key:  # the same lines: keep the widgets (new ones cost a comm round trip each)
+            return
+        self._findings_key = key
         for w in self._extra:
             w.close()
         self._extra = []
