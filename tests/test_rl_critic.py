@@ -37,14 +37,16 @@ def _gpu(est, ph, part=None):
     return p.gpu_total if part is None else p.gpu.get(part, 0.0)
 
 
-def _no_grad_forward(w) -> float:
-    """The oracle of a forward-only pass under torch.no_grad (megatron_actor.py @ v0.7.0): the full-recompute
-    estimate less the layer inputs of all but one layer (nothing is kept for a backward)."""
-    return (
-        w.activation_total
-        - w.activations["layer_inputs"] * (1 - 1 / len(Q8.main_layers))
-        + w.transients.get("recompute_layer", 0.0)
-    )
+def _no_grad_forward(w, tokens: int, entropy: bool) -> float:
+    """The oracle of a forward-only pass under torch.no_grad (megatron_actor.py @ v0.7.0): one layer's input and
+    the token ids held, then the larger of one layer's rebuild and the head: the final norm, the gathered bf16 hidden
+    states and verl's fp32 logits over [tokens, V/TP] (Float16Module's fp32 output: 1 fp32 copy + its bf16 source;
+    with the entropy the logits, their clone and vocab_parallel_entropy's shifted copy: 3 fp32)."""
+    held = w.activations["layer_inputs"] / len(Q8.main_layers) + w.activations["embedding"]
+    v_local = PLAN.padded_vocab / PLAN.parallel.tp
+    logits = (3 * 4 if entropy else 4 + 2) * tokens * v_local
+    head = w.activations["final_norm"] + 2 * tokens * Q8.hidden_size + logits
+    return held + max(w.transients["recompute_layer"], head)
 
 
 # ------------------------------------------------------------------------- log_prob_micro_batch_size_per_gpu
@@ -64,7 +66,9 @@ def test_megatron_forward_sized_by_its_own_micro_batch(field, phase):
     # the oracle: the kit's forward estimate at those rows (the update's micro-batch is 1)
     fwd = estimate(Q8, PLAN, replace(OPTS, recompute="full", num_microbatches=1, micro_batch_size=4), explain=False)
     w = fwd.worst
-    assert _gpu(four, phase, "forward_activations") == pytest.approx(_no_grad_forward(w))
+    assert _gpu(four, phase, "forward_activations") == pytest.approx(
+        _no_grad_forward(w, 4 * 1536, phase == "old_log_prob")
+    )
 
 
 def test_megatron_dynamic_forward_sized_by_log_prob_max_token_len():
@@ -73,8 +77,25 @@ def test_megatron_dynamic_forward_sized_by_log_prob_max_token_len():
     r = replace(R, ref="colocated")
     est = rl_estimate(Q8, PLAN, OPTS, r, FsdpOptions(use_dynamic_bsz=True, log_prob_max_token_len_per_gpu=3072))
     fwd = estimate(Q8, PLAN, replace(OPTS, recompute="full", num_microbatches=1, seq_len=3072), explain=False).worst
-    assert _gpu(est, "old_log_prob", "forward_activations") == pytest.approx(_no_grad_forward(fwd))
+    assert _gpu(est, "old_log_prob", "forward_activations") == pytest.approx(_no_grad_forward(fwd, 3072, True))
     assert _gpu(est, "ref", "forward_activations") > _gpu(est, "old_log_prob", "forward_activations")  # 16384
+
+
+def test_megatron_log_prob_head_entropy_and_fused_kernels():
+    """old_log_prob computes the entropy (megatron_workers.py line 857 @ v0.7.0), the reference not (line 828): at the
+    same rows the difference is 1.5 fp32 [tokens, V/TP] copies (the clone and the entropy's shifted copy against the
+    cast's bf16 source); use_fused_kernels computes both from the hidden states, no logits."""
+    r = replace(R, ref="colocated")
+    f = FsdpOptions(log_prob_micro_batch_size_per_gpu=4, ref_log_prob_micro_batch_size_per_gpu=4)
+    est = rl_estimate(Q8, PLAN, OPTS, r, f)
+    tokens, v_local = 4 * 1536, PLAN.padded_vocab / PLAN.parallel.tp
+    gap = _gpu(est, "old_log_prob", "forward_activations") - _gpu(est, "ref", "forward_activations")
+    assert gap == pytest.approx(1.5 * 4 * tokens * v_local)
+    fused = rl_estimate(Q8, PLAN, OPTS, r, replace(f, use_fused_kernels=True))
+    assert _gpu(fused, "old_log_prob", "forward_activations") == pytest.approx(
+        _gpu(fused, "ref", "forward_activations")
+    )
+    assert _gpu(fused, "ref", "forward_activations") < _gpu(est, "ref", "forward_activations") - 4 * tokens * v_local
 
 
 # ----------------------------------------------------------------------------------------------- the critic

@@ -174,8 +174,9 @@ V07 = "0.7.0"
 
 def test_log_prob_and_entropy_working_set():
     """_forward_micro_batch: bf16 logits [T, V]; flash-attn's in-place cross-entropy adds none; the compiled
-    entropy none, the eager one three [T, V] bf16 temporaries, the chunked one four fp32 [chunk, V]; fused kernels no
-    logits. The update keeps the eager entropy's softmax unless entropy_checkpointing."""
+    entropy none, the eager one under bf16 autocast six bf16 [T, V] copies (fp32 softmax; logsumexp's fp32 input and
+    temporary: autocast's fp32 list), the chunked one four fp32 [chunk, V]; fused kernels no logits. The update keeps
+    the eager entropy's fp32 softmax and logsumexp input unless entropy_checkpointing."""
     spec, o, w = _spec(), TrainingOptions(), 8
     T, V = 8192, spec.vocab_size
     f = FsdpOptions(strategy="fsdp2", ppo_micro_batch_size_per_gpu=2)
@@ -183,8 +184,8 @@ def test_log_prob_and_entropy_working_set():
     assert a.activations["logits"] == T * V * 2 and "entropy_softmax" not in a.activations
     assert a.transients["logits_grad"] == 0  # entropy_coeff 0: only the in-place cross-entropy gradient
     e = fsdp_actor(spec, w, o, replace(f, entropy_coeff=0.01, use_torch_compile=False), 4096, verl_version=V07)
-    assert e.activations["entropy_softmax"] == T * V * 2
-    assert e.transients["logits_grad"] == T * V * 2 + 3 * T * V * 2
+    assert e.activations["entropy_softmax"] == e.activations["entropy_logsumexp_input"] == 2 * T * V * 2  # fp32
+    assert e.transients["logits_grad"] == T * V * 2 + 6 * T * V * 2
     ck = fsdp_actor(
         spec,
         w,
@@ -205,8 +206,31 @@ def test_log_prob_and_entropy_working_set():
         entropy=True,
         verl_version=V07,
     )
-    assert eager - compiled == 3 * T * V * 2
+    assert eager - compiled == 6 * T * V * 2
     assert chunked - compiled == 4 * 2048 * V * 4
+
+
+@pytest.mark.parametrize("version", ["0.3", "0.4", "0.5", "0.6", "0.7.0"])
+def test_padded_entropy_is_eager_whatever_use_torch_compile(version):
+    """dp_actor.py's padded branch calls verl_F.entropy_from_logits itself at every legacy release (not the compiled
+    self.compute_entropy_from_logits, not the chunked one): six bf16 [R, V] copies under autocast whatever
+    use_torch_compile or the chunking flag say. Without gradients the response copy logprobs_from_logits reshapes is
+    freed before the entropy: the two are not held together."""
+    spec, T = _spec(), 8192
+    V = spec.vocab_size
+    f = FsdpOptions(strategy="fsdp2", use_remove_padding=False)
+    compiled = forward_only(spec, f, T, entropy=True, verl_version=version)
+    eager = forward_only(spec, replace(f, use_torch_compile=False), T, entropy=True, verl_version=version)
+    chunked = forward_only(
+        spec, replace(f, entropy_from_logits_with_chunking=True), T, entropy=True, verl_version=version
+    )
+    assert compiled == eager == chunked
+    no_entropy = forward_only(spec, f, T, entropy=False, verl_version=version)
+    assert compiled - no_entropy == 6 * T * V * 2 - T * V * 2
+    rmpad = FsdpOptions(strategy="fsdp2")  # unpadded: the compiled entropy fuses its temporaries away
+    assert forward_only(spec, rmpad, T, entropy=True, verl_version=version) == forward_only(
+        spec, rmpad, T, entropy=False, verl_version=version
+    )
 
 
 def test_gradient_checkpointing_keeps_layer_inputs_only():

@@ -49,11 +49,17 @@ workers; main = 1dda039b9c6311889a9c9a26040677e1254814f9, 2026-08-22, whose FSDP
   bf16 logits ``[T, V]`` (T the micro-batch's local tokens), divided in place by the temperature;
   ``logprobs_from_logits`` uses flash-attn's Triton cross-entropy (``inplace_backward=True``: its gradient is
   written into the logits' storage), so the log-prob adds no ``[T, V]`` tensor. ``entropy_from_logits`` (softmax,
-  logsumexp, ``pd * logits``) makes three bf16 ``[T, V]`` temporaries eager; verl compiles it by default
-  (``use_torch_compile``), which fuses them away (counted 0); ``entropy_from_logits_with_chunking`` works on fp32
-  chunks of ``entropy_from_logits_chunk_size`` rows (four fp32 ``[chunk, V]``). With gradients the eager entropy
-  keeps ``pd`` (bf16 ``[T, V]``) for the backward unless ``entropy_checkpointing``; the logits gradient is one bf16
-  ``[T, V]`` when the entropy term adds to the cross-entropy's in-place one. ``use_fused_kernels`` computes
+  logsumexp, ``pd * logits``) run eagerly under the bf16 autocast holds :data:`EAGER_ENTROPY_COPIES` bf16 ``[T, V]``
+  copies at once (fp32 ``softmax``; ``logsumexp``'s fp32 input and temporary). Unpadded, verl compiles it by default
+  (``use_torch_compile``: ``self.compute_entropy_from_logits = torch.compile(entropy_from_logits)``), which fuses
+  them away (counted 0), and ``entropy_from_logits_with_chunking`` works on fp32 chunks of
+  ``entropy_from_logits_chunk_size`` rows (four fp32 ``[chunk, V]``). Padded (``use_remove_padding=False``), the
+  branch calls ``verl_F.entropy_from_logits(logits)`` itself over the response view, not
+  ``self.compute_entropy_from_logits``: eager whatever ``use_torch_compile`` and the chunking flag say
+  (``dp_actor.py`` ``_forward_micro_batch`` @ v0.3.0.post1 070ed6ac line 157, v0.4.1 8d9e350e line 268, v0.5.0
+  8fdc4d3f line 266, v0.6.0 ddd86f52 line 269, v0.7.0 f9c855f7 line 303). With gradients the eager entropy keeps
+  its fp32 ``softmax`` output and ``logsumexp``'s fp32 input for the backward unless ``entropy_checkpointing``; the
+  logits gradient is one bf16 ``[T, V]`` when the entropy term adds to the cross-entropy's in-place one. ``use_fused_kernels`` computes
   log-prob and entropy from the hidden states in chunks: no ``[T, V]`` tensor. old_log_prob computes the entropy
   (``compute_log_prob(calculate_entropy=not is_lora)``), the reference does not, the update does when
   ``entropy_coeff != 0`` (or ``calculate_entropy``).
@@ -95,6 +101,12 @@ DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "fl
 """``fsdp_config.model_dtype`` spellings (verl's ``PrecisionType``) -> bytes per element."""
 CE_STATS_BYTES = 8
 """flash-attn's cross-entropy per token: fp32 loss and fp32 log-sum-exp (``cross_entropy_loss``)."""
+EAGER_ENTROPY_COPIES = 6
+"""bf16 ``[T, V]`` copies the eager ``verl_F.entropy_from_logits`` holds at once under verl's bf16 autocast: the fp32
+``softmax`` (2), and inside ``logsumexp`` its fp32 input and fp32 temporary (2 + 2); ``softmax`` and ``logsumexp``
+are on autocast's fp32 list (``KERNEL_CUDA(softmax, fp32)``, ``KERNEL_CUDA(logsumexp, fp32)`` in pytorch
+``aten/src/ATen/autocast_mode.cpp``; ``_forward_micro_batch`` runs under ``torch.autocast`` at every legacy
+release, ``prepare_model_outputs`` under the engine's)."""
 
 
 @dataclass(kw_only=True)
@@ -273,7 +285,7 @@ def _engine_padded_parts(spec, tokens: int, *, entropy: bool, grad: bool) -> tup
     stats = {"log_prob_stats": tokens * CE_STATS_BYTES}
     if not grad:  # forward_step's raw_output and the divided copy, then entropy or the valid copy
         kept = {"logits": b, "logits_divided": b, **stats}
-        return kept, ({"entropy_temporaries": 6 * b} if entropy else {"logits_valid_copy": b})
+        return kept, ({"entropy_temporaries": EAGER_ENTROPY_COPIES * b} if entropy else {"logits_valid_copy": b})
     kept = {"logits_valid_copy": b, **stats}  # the cross-entropy's input, its gradient written in place
     if not entropy:  # forward end: raw + divided; backward: dense gradient + the division's
         return kept, {"logits_grad": 2 * b}
@@ -294,7 +306,9 @@ def _logit_parts(
     """(kept, transient) bytes of the log-prob / entropy working set over ``tokens`` local tokens. Padded
     (``use_remove_padding=False``): the loss reads ``logits[:, -R-1:-1, :]``, a strided view that
     ``logprobs_from_logits`` reshapes into a contiguous bf16 copy of the response positions (``response_share`` of
-    the tokens), and whose backward allocates a zero gradient of the full logits; unpadded: ``logits_rmpad`` is
+    the tokens), and whose backward allocates a zero gradient of the full logits; without gradients that copy is a
+    local of ``logprobs_from_logits`` (``logits.reshape(-1, last_dim)``, ``verl/utils/torch_functional.py`` @
+    v0.6.0 ddd86f52) freed when it returns, before the entropy (a transient); unpadded: ``logits_rmpad`` is
     contiguous (no copy) and the cross-entropy's gradient is written into it."""
     v = spec.vocab_size
     if f.use_fused_kernels:
@@ -306,16 +320,21 @@ def _logit_parts(
         return _engine_padded_parts(spec, tokens, entropy=entropy, grad=grad)
     seen = int(tokens * response_share) if padded else tokens  # positions the log-prob and entropy read
     kept = {"logits": logits, "log_prob_stats": seen * CE_STATS_BYTES}
-    if padded:
-        kept["logits_response_copy"] = seen * v * 2
     trans = {}
+    if padded and grad:
+        kept["logits_response_copy"] = seen * v * 2
+    elif padded:  # no_grad: the reshape's copy dies with logprobs_from_logits, before the entropy starts
+        trans["logits_response_copy"] = seen * v * 2
     if entropy:
-        if f.entropy_from_logits_with_chunking:
+        # padded: verl_F.entropy_from_logits called as is (dp_actor.py's padded branch at every legacy release):
+        # neither use_torch_compile nor the chunking apply there
+        if not padded and f.entropy_from_logits_with_chunking:
             trans["entropy_chunk"] = 4 * min(seen, f.entropy_from_logits_chunk_size) * v * 4
-        elif not f.use_torch_compile:
-            trans["entropy_temporaries"] = 3 * seen * v * 2
-            if grad and not f.entropy_checkpointing:
-                kept["entropy_softmax"] = seen * v * 2
+        elif padded or not f.use_torch_compile:
+            trans["entropy_temporaries"] = EAGER_ENTROPY_COPIES * seen * v * 2
+            if grad and not f.entropy_checkpointing:  # softmax's fp32 output, logsumexp's fp32 input
+                kept["entropy_softmax"] = 2 * seen * v * 2
+                kept["entropy_logsumexp_input"] = 2 * seen * v * 2
     if grad and (entropy or padded):
         # rmpad: the entropy's gradient beside the cross-entropy's in-place one; padded: the slice's full gradient
         trans["logits_grad"] = logits

@@ -148,13 +148,27 @@ def phase(name: str, *, help: str, when: Callable[[Step], bool] | None = None, h
     return add
 
 
-def forward_bytes(spec, plan, o: TrainingOptions, *, rows: int | None = None, seq_len: int | None = None) -> float:
+def forward_bytes(
+    spec,
+    plan,
+    o: TrainingOptions,
+    *,
+    rows: int | None = None,
+    seq_len: int | None = None,
+    entropy: bool = False,
+    fused: bool = False,
+) -> float:
     """One forward-only micro-batch (``compute_log_prob``): verl runs it under ``torch.no_grad()``
     (``MegatronPPOActor.compute_log_prob``, ``verl/workers/actor/megatron_actor.py`` line 237 @ v0.7.0 f9c855f7,
     around ``forward_backward_batch(forward_only=True)``), so no autograd state is kept and each layer's output
-    replaces its input: one layer's working set (the estimate's full-recompute rebuild of one layer), one layer's
-    input (the full-recompute rule's per-layer share; the other layers' inputs are not held) and the logits;
-    ``rows`` x ``seq_len`` tokens (default the update's micro-batch: ``--micro-batch`` x ``--seq-len``)."""
+    replaces its input: one layer's input (the full-recompute rule's per-layer share; the other layers' inputs are
+    not held) and the embedding's ids, then the larger of one layer's working set (the estimate's full-recompute
+    rebuild of one layer) and, on a rank with the output layer, the final norm and verl's log-prob head
+    (:func:`mlite.memory.rl_megatron_head.head_bytes`: fp32 logits, with ``entropy`` old_log_prob's three copies,
+    without the reference's cast; ``fused``: ``use_fused_kernels``); ``rows`` x ``seq_len`` tokens (default the
+    update's micro-batch: ``--micro-batch`` x ``--seq-len``), split over CP."""
+    from .rl_megatron_head import head_bytes
+
     fo = replace(
         o,
         recompute="full",
@@ -164,8 +178,14 @@ def forward_bytes(spec, plan, o: TrainingOptions, *, rows: int | None = None, se
     )
     fwd = estimate(spec, plan, fo, explain=False).worst
     local_layers = max(1, -(-len(spec.main_layers) // plan.parallel.pp))
-    held_inputs = fwd.activations.get("layer_inputs", 0.0) * (1 - 1 / local_layers)  # freed under no_grad
-    return fwd.activation_total - held_inputs + fwd.transients.get("recompute_layer", 0.0)
+    acts = fwd.activations
+    held = acts.get("layer_inputs", 0.0) / local_layers + acts.get("embedding", 0.0)
+    layer = fwd.transients.get("recompute_layer", 0.0)
+    if "logits" not in acts:  # no output layer on this rank
+        return held + layer
+    tokens = fo.micro_batch_size * fo.seq_len / plan.parallel.cp
+    head = acts.get("final_norm", 0.0) + sum(head_bytes(spec, plan, tokens, entropy=entropy, fused=fused).values())
+    return held + max(layer, head)
 
 
 def megatron_forward(spec, plan, o: TrainingOptions, f, seq_tokens: int, which: str) -> float:
@@ -173,14 +193,16 @@ def megatron_forward(spec, plan, o: TrainingOptions, f, seq_tokens: int, which: 
     verl sizes it (:func:`mlite.memory.rl_fsdp.log_prob_sizing`): ``rows`` x ``--seq-len`` tokens, or with
     ``use_dynamic_bsz`` one packed micro-batch of ``max_token_len x CP`` tokens (at least one sequence of P + R)
     split over CP (``max_token_len * context_parallel_size`` in ``MegatronPPOActor.compute_log_prob``,
-    ``verl/workers/actor/megatron_actor.py`` @ v0.7.0 f9c855f7)."""
+    ``verl/workers/actor/megatron_actor.py`` @ v0.7.0 f9c855f7); old_log_prob computes the entropy, the reference
+    does not (:mod:`mlite.memory.rl_megatron_head`)."""
     from .rl_fsdp import log_prob_sizing
 
     rows, tokens = log_prob_sizing(f, o, which)
+    kw = {"entropy": which == "old_log_prob", "fused": f.use_fused_kernels}
     if not f.use_dynamic_bsz:
-        return forward_bytes(spec, plan, o, rows=rows)
+        return forward_bytes(spec, plan, o, rows=rows, **kw)
     cp = plan.parallel.cp
-    return forward_bytes(spec, plan, o, rows=1, seq_len=max(tokens * cp, seq_tokens))
+    return forward_bytes(spec, plan, o, rows=1, seq_len=max(tokens * cp, seq_tokens), **kw)
 
 
 def largest_tensor(spec, bytes_per: int) -> float:
