@@ -2,20 +2,25 @@
 
     python3 bench/offload_host_speed.py --numel 33554432 --threads 1
     python3 bench/offload_host_speed.py --numel 150000000          # ~DENSE_SMALL, every core (gpu_speed's offload)
+    python3 bench/offload_host_speed.py --numel 33554432 --reps 5 --modes master   # alternating, 5 reps
 
-Both walk one state group's flat buffers (bf16 gradient and parameter staging, fp32 master or int16 remainder, fp32
-moments) in chunks of :data:`mlite.runtime.optim.optimizer.CHUNK`, count the zero gradients and update in place.
-``previous``: the code before the multi-tensor change (a zero count over the whole staging buffer, work buffers
-allocated every step, int32 high-half and PAO forms of :mod:`mlite.runtime.optim.master`), kept here verbatim as the
-baseline. ``current``: :func:`mlite.runtime.optim.host.update_chunk` with cached work buffers (the zero count now
-runs on the device, before the copy: not timed here). The results must be bitwise equal; the script prints seconds per step, ns per element and the
-ratio.
+All walk one state group's flat buffers (bf16 gradient and parameter staging, fp32 master or int16 remainder, fp32
+moments) and update in place. ``previous``: the code before the multi-tensor change (a zero count over the whole
+staging buffer, work buffers allocated every step, int32 high-half and PAO forms of :mod:`mlite.runtime.optim.master`),
+kept here verbatim as the baseline, in chunks of :data:`mlite.runtime.optim.optimizer.CHUNK`. ``current``: the eager
+torch-op update :func:`mlite.runtime.optim.host.update_chunk` with cached work buffers, same chunks (the runtime's
+path where the C kernel does not build; the zero count runs on the device: not timed here). ``fused``: the one-pass C
+kernel of :mod:`mlite.runtime.optim.host_fused` in spans of ``CHUNK`` elements (the runtime's path on a host with a
+C compiler). The three run in turn each rep (alternating, so that a change in machine load hits all alike; the
+figures are the medians of ``--reps``, with min and max); the results must be bitwise equal. The script prints
+seconds per step, ns per element and the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -75,12 +80,26 @@ def current_update(mode, ps, gs, bufs, sc, chunk, work) -> None:
         host.update_chunk(mode, ps[a:b], gs[a:b], bufs, a, b, sc, work)
 
 
+def fused_update(mode, ps, gs, bufs, sc, chunk) -> None:
+    """The runtime's host update with the C kernel (:meth:`ShardedAdamW._update_staged_c`'s spans, one shard)."""
+    from mlite.runtime.optim import host_fused
+
+    n = gs.numel()
+    for a in range(0, n, chunk):
+        b = min(a + chunk, n)
+        host_fused.update_range(mode, ps[a:b], gs[a:b], bufs, a, b, sc)
+
+
+IMPLS = ("previous", "current", "fused")
+"""The implementations, in the order each rep runs them."""
+
+
 def measure(numel: int, reps: int = 3, modes=("master", "remainder"), threads=(1, 4, 8)) -> dict:
-    """Seconds per host update (best of ``reps``) of both implementations on ``numel`` elements, per mode, and the
-    current one at several thread counts."""
+    """Seconds per host update (median of ``reps`` alternating reps, with ``min`` / ``max``) of the implementations
+    on ``numel`` elements, per mode, and the eager and fused ones at several thread counts."""
     import torch
 
-    from mlite.runtime.optim import host
+    from mlite.runtime.optim import host, host_fused
     from mlite.runtime.optim.adamw import AdamWHyper, step_scalars
     from mlite.runtime.optim.master import split_fp32
     from mlite.runtime.optim.optimizer import CHUNK
@@ -91,9 +110,11 @@ def measure(numel: int, reps: int = 3, modes=("master", "remainder"), threads=(1
     grad[::97] = 0
     p0, r0 = split_fp32(master0)
     out = {"numel": numel, "threads": torch.get_num_threads(), "chunk": CHUNK, "modes": {}}
+    out["host_kernel"] = host_fused.status()
+    impls = IMPLS if out["host_kernel"] == "ok" else IMPLS[:2]
     for mode in modes:
         res, finals, times, zs = {}, {}, {}, {}
-        for name in ("previous", "current"):
+        for name in impls:
             bufs = {"exp_avg": torch.zeros(numel), "exp_avg_sq": torch.zeros(numel)}
             bufs["master" if mode == "master" else "remainder"] = master0.clone() if mode == "master" else r0.clone()
             finals[name] = (p0.clone(), bufs)
@@ -103,33 +124,48 @@ def measure(numel: int, reps: int = 3, modes=("master", "remainder"), threads=(1
             sc = step_scalars(
                 AdamWHyper(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=t, clip_coef=0.7)
             )
-            for name in ("previous", "current"):
+            for name in impls:
                 ps, bufs = finals[name]
                 t0 = time.perf_counter()
                 if name == "previous":
                     zs[name].append(previous_update(mode, ps, grad, bufs, sc, CHUNK))
-                else:
+                elif name == "current":
                     current_update(mode, ps, grad, bufs, sc, CHUNK, work)
+                else:
+                    fused_update(mode, ps, grad, bufs, sc, CHUNK)
                 times[name].append(time.perf_counter() - t0)
-                if name == "current":  # counted on the device in the runtime (before the gradients are copied)
+                if name != "previous":  # counted on the device in the runtime (before the gradients are copied)
                     zs[name].append(numel - int(torch.count_nonzero(grad)))
-        for name in ("previous", "current"):
-            best = min(times[name])
-            res[name] = {"s": best, "ns_per_elem": best / numel * 1e9, "zeros": zs[name], "all_s": times[name]}
-        (pa, ba), (pb, bb) = finals["previous"], finals["current"]
-        res["bitwise_equal"] = bool(
+        for name in impls:
+            med = statistics.median(times[name])
+            res[name] = {
+                "s": med,
+                "min_s": min(times[name]),
+                "max_s": max(times[name]),
+                "ns_per_elem": med / numel * 1e9,
+            }
+            res[name].update(zeros=zs[name], all_s=times[name])
+        pa, ba = finals["previous"]
+        res["bitwise_equal"] = all(
             torch.equal(pa.view(torch.int16), pb.view(torch.int16))
             and all(torch.equal(ba[k].view(-1).view(torch.int8), bb[k].view(-1).view(torch.int8)) for k in ba)
-            and res["previous"]["zeros"] == res["current"]["zeros"]
+            and res["previous"]["zeros"] == res[name]["zeros"]
+            for name, (pb, bb) in finals.items()
         )
         res["previous/current"] = res["previous"]["s"] / res["current"]["s"]
+        if "fused" in res:
+            res["current/fused"] = res["current"]["s"] / res["fused"]["s"]
         out["modes"][mode] = res
-    out["current_master_by_threads"] = _thread_sweep(numel, master0, grad, p0, threads)
+    fused: dict | None = {} if "fused" in impls else None
+    out["current_master_by_threads"] = _thread_sweep(numel, master0, grad, p0, threads, fused)
+    if fused is not None:
+        out["fused_master_by_threads"] = fused
     return out
 
 
-def _thread_sweep(numel, master0, grad, p0, threads) -> dict:
-    """Seconds of one current master-mode update at several torch intra-op thread counts (diagnostic)."""
+def _thread_sweep(numel, master0, grad, p0, threads, fused=None) -> dict:
+    """Seconds of one current master-mode update at several torch intra-op thread counts (diagnostic); the fused
+    one's go into ``fused`` when given."""
     import torch
 
     from mlite.runtime.optim import host
@@ -149,6 +185,11 @@ def _thread_sweep(numel, master0, grad, p0, threads) -> dict:
             t0 = time.perf_counter()
             current_update("master", ps, grad, bufs, sc, CHUNK, work)
             out[str(t)] = time.perf_counter() - t0
+            if fused is not None:
+                fused_update("master", ps, grad, bufs, sc, CHUNK)
+                t0 = time.perf_counter()
+                fused_update("master", ps, grad, bufs, sc, CHUNK)
+                fused[str(t)] = time.perf_counter() - t0
     finally:
         torch.set_num_threads(default)
     return out
@@ -161,10 +202,12 @@ def main() -> int:
     ap.add_argument("--numel", type=int, default=1 << 25)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--modes", default="master,remainder", help="comma-separated: master, remainder")
+    ap.add_argument("--sweep", default="1,4,8", help="thread counts of the master-mode sweep")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    r = measure(a.numel, a.reps)
+    r = measure(a.numel, a.reps, tuple(a.modes.split(",")), tuple(int(x) for x in a.sweep.split(",")))
     print(json.dumps(r, indent=1))
     return 0 if all(m["bitwise_equal"] for m in r["modes"].values()) else 1
 

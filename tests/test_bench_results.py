@@ -133,3 +133,23 @@ def test_speed_mfu_recomputed_from_tokens_per_s():
     today = from_hf_config(DENSE_1B).flops_per_token(4096)
     same = round(stored["mfu"], 4) == float(rows["mfu dense mb4"]["value"])
     assert same == (stored["flops_per_token"] == today), (stored["flops_per_token"], today)
+
+
+def test_offload_rows_are_the_median_of_alternating_pairs_with_their_spread():
+    """gpu_speed's offload rows from a raw section of three pairs: the ratio row is the median of the per-pair step
+    time ratios (not the stored ``ratio``), the min / max rows their ends; a single unpaired run keeps its row."""
+    import statistics
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import gpu_speed
+
+    steps = [(0.050, 0.140), (0.060, 0.120), (0.055, 0.165)]
+    pairs = [{"resident": {"step_s": r}, "offload_1.0": {"step_s": o}} for r, o in steps]
+    raw = {"offload": {"ratio": 99.0, "pairs": pairs, "eager_host_ratio": 3.5}}
+    rows = {r["measurement"]: r["value"] for r in gpu_speed.rows(raw)}
+    ratios = [o / r for r, o in steps]
+    assert rows["offload1.0/resident dense-small"] == round(statistics.median(ratios), 3) == 2.8
+    assert (rows["offload1.0/resident dense-small min"], rows["offload1.0/resident dense-small max"]) == (2.0, 3.0)
+    assert rows["offload1.0 eager host/resident dense-small"] == 3.5
+    one = {r["measurement"]: r["value"] for r in gpu_speed.rows({"offload": {"ratio": 3.754}})}
+    assert one == {"offload1.0/resident dense-small": 3.754}

@@ -1,4 +1,5 @@
-"""The torch-op AdamW update of one flat chunk: CPU runs, ``offload_fraction``'s host update, CUDA without Triton.
+"""The torch-op AdamW update of one flat chunk: CUDA without Triton, and the host update (CPU runs,
+``offload_fraction``) where the one-pass C kernel of :mod:`.host_fused` does not build (it is that kernel's oracle).
 
 It evaluates :func:`.adamw.adamw_inplace` (the one order of operations of every path) on the fp32 master and then
 writes the bf16 parameter (and the PAO remainder) with 16-bit integer operations on the master's two halves, so a chunk

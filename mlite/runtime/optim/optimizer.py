@@ -30,10 +30,12 @@ How a group is updated (chosen from where its state and parameters live):
   (:meth:`ShardedAdamW.step_async`), so the step never waits for the grad norm;
 * CPU state with the parameters on another device (``offload_fraction``): the group's gradients (and, for PAO, the bf16
   params) are copied into a pinned host buffer of the group, the update runs over the flat group buffers on the host
-  in chunks of :data:`CHUNK` elements (:mod:`.host`) as the gradients land, and each shard's new parameters are
-  copied back asynchronously as soon as its last chunk is done. Extra host memory: one gradient and one parameter
-  copy of the offloaded parameters;
-* otherwise (CPU runs, CUDA without Triton): the same torch-op update per shard, chunked.
+  in spans of whole shards of at least :data:`CHUNK` elements as the gradients land, one pass per span with the C
+  kernel of :mod:`.host_fused` (or the eager chunks of :mod:`.host` where it does not build), and each span's new
+  parameters are copied back asynchronously while the next span is updated. Extra host memory: one gradient and one
+  parameter copy of the offloaded parameters;
+* otherwise (CPU runs, CUDA without Triton): the same update per shard (the C kernel on CPU, else eager torch ops
+  chunk by chunk); :meth:`ShardedAdamW._host_c` is the one rule for the host path.
 
 All three evaluate the same operation sequence (:mod:`.adamw`), so the storage modes, the offload split and the
 device that runs the update do not change a bit of the result. The bf16 parameter is always written as
@@ -50,7 +52,7 @@ import torch
 
 from ...errors import MliteError
 from ..config import OptimizerConfig
-from . import fused, host
+from . import fused, host, host_fused
 from .adamw import AdamWHyper, StepScalars, step_scalars
 from .master import merge_fp32
 from .offload import offload_split
@@ -135,6 +137,9 @@ class ShardedAdamW:
         self.kernel = kernel
         """Update path of device-resident groups: ``auto`` (Triton on CUDA when installed), ``triton`` (always; on
         CPU tensors only under ``TRITON_INTERPRET=1``, for tests) or ``torch``."""
+        self.host_kernel = "auto"
+        """Update path of host tensors (CPU runs, ``offload_fraction``): ``auto`` (the one-pass C kernel of
+        :mod:`.host_fused` when it builds, else eager torch ops), ``c`` or ``torch``."""
         self.home = torch.device(device)
         """Device of the state of parameters that are not update-offloaded."""
         self.step_count = 0
@@ -326,6 +331,9 @@ class ShardedAdamW:
                 zeros = zeros + (n - torch.count_nonzero(grad))
             if not apply:
                 continue
+            if self._host_c(lp, grad, s.state):
+                host_fused.update_range(g.mode, lp, grad, s.state, 0, n, sc)
+                continue
             if work is None:
                 work = self._work_for(g, min(CHUNK, max(local(x.param).numel() for x in g.slots)), lp.device)
             for a in range(0, n, CHUNK):
@@ -368,7 +376,9 @@ class ShardedAdamW:
         shard's new parameters are copied back as soon as its last chunk is done. Returns the zero count."""
         zeros, events = staged
         pending = list(events or [])
-        if apply:
+        if apply and self._host_c(g.staging["param"], g.staging["grad"], g.bufs):
+            self._update_staged_c(g, sc, pending)
+        elif apply:
             gs, ps = g.staging["grad"], g.staging["param"]
             work = self._work_for(g, min(CHUNK, g.numel), "cpu")
             ends = [a + local(s.param).numel() for s, a in zip(g.slots, g.offsets)]
@@ -384,6 +394,29 @@ class ShardedAdamW:
         for _, ev in pending:
             ev.synchronize()
         return zeros
+
+    def _update_staged_c(self, g: StateGroup, sc: StepScalars, pending: list) -> None:
+        """The one-pass kernel over spans of whole shards of at least :data:`CHUNK` elements: a span starts once
+        its shards' gradients have landed, and its shards are copied back (asynchronously) when it ends, so the
+        copies of one span overlap the update of the next."""
+        gs, ps = g.staging["grad"], g.staging["param"]
+        ends = [a + local(s.param).numel() for s, a in zip(g.slots, g.offsets)]
+        start, first = 0, 0
+        for i, end in enumerate(ends):
+            if end - start < CHUNK and i + 1 < len(ends):
+                continue
+            while pending and pending[0][0] < end:
+                pending.pop(0)[1].synchronize()
+            if end > start:
+                host_fused.update_range(g.mode, ps[start:end], gs[start:end], g.bufs, start, end, sc)
+            for j in range(first, i + 1):
+                self._copy_back(g, j)
+            start, first = end, i + 1
+
+    def _host_c(self, p: torch.Tensor, grad: torch.Tensor | None, state: dict) -> bool:
+        """The one rule for the host update's path: the C kernel when :attr:`host_kernel` selects it and it takes
+        these tensors (:func:`.host_fused.usable`), else the eager torch ops of :mod:`.host`."""
+        return host_fused.choose(self.host_kernel) == "c" and host_fused.usable(p, grad, state)
 
     def _copy_back(self, g: StateGroup, i: int) -> None:
         s, a = g.slots[i], g.offsets[i]
