@@ -10,7 +10,8 @@ verl's ``SFTTrainer.fit`` runs as it is (``python -m verl.trainer.sft_trainer``'
   the next one (the whole body of verl's loop: batching, ``train_batch``, metrics, logging, tqdm);
 * between two verl steps, where the schedule says so, a *bare* trial: ``LiteRuntime.train_step`` (forward/backward,
   optimizer step, zero_grad, lr step) on the CPU ``PackedBatch`` micro-batches the engine built in the last verl
-  steps: the same tokens, micro-batch count and token count per micro-batch;
+  steps (fresh copies, none of the caches the verl step filled): the same tokens, micro-batch count and token count
+  per micro-batch;
 * the phases of a verl step: ``data`` (``next(dataloader)``: dataset ``__getitem__`` + collate), ``batch``
   (``train_batch``'s start minus the data's end: tensordict, seqlens), ``pack`` (``LiteEngine.forward_backward_batch``
   minus the runtime's ``forward_backward``: ``prepare_micro_batches`` + packing), ``fwd_bwd``
@@ -27,6 +28,7 @@ raw JSON (``SPEC['raw']``) is rewritten after every trial with the CSV (gpu_verl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -166,7 +168,7 @@ class Recorder:
         self.bare = True
         try:
             for i in range(n):
-                mbs = src[i % len(src)]
+                mbs = [dataclasses.replace(m) for m in src[i % len(src)]]  # fresh: no caches of the verl step
                 t0 = time.perf_counter()
                 out = self.runtime.train_step(self.handle, mbs)
                 t1 = time.perf_counter()

@@ -6,6 +6,7 @@ schedule (bench/verl_sft_pairs.py's Recorder driven by a stand-in loader and run
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import statistics
 import sys
@@ -111,9 +112,10 @@ class _Runtime:
         return {"loss": 1.0, "grad_norm": 2.0}
 
 
+@dataclasses.dataclass
 class _MB:
-    def __init__(self, step, n):
-        self.step, self.num_tokens = step, n
+    step: int
+    num_tokens: int
 
 
 def test_recorder_alternates_trials_and_replays_the_latest_micro_batches(tmp_path):
