@@ -51,6 +51,10 @@ REPORT_CMD = (
     "python3 bench/gpu_verl_sft.py --report bench/results/gpu_verl_sft_raw.json --csv bench/results/gpu_verl_sft.csv"
 )
 """The step that turns the raw JSON into the CSV (tests/test_bench_results.py re-runs it)."""
+PAIRS_REPORT_CMD = "python3 bench/gpu_verl_sft.py --report bench/results/{stem}_raw.json --csv bench/results/{stem}.csv"
+"""The report step of a ``--pairs`` CSV (``stem``: :func:`pairs_stem`)."""
+PHASES = ("data", "batch", "pack", "fwd_bwd", "optim", "metrics", "other")
+"""The phases of a verl step (bench/verl_sft_pairs.py says what each one times)."""
 TINY = cpu_sized(DENSE_1B, intermediate_size=256)
 """The ``--tiny`` model: DENSE_1B's layout (Qwen3, tied embeddings), CPU-sized."""
 MODEL_FILES = {"tiny": "model_tiny_from_gpu_configs.json", "dense1b": "model_dense1b_from_gpu_configs.json"}
@@ -71,7 +75,23 @@ def parse_args(argv=None):
     )
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--tiny", action="store_true", help="a CPU-sized model of the same layout")
-    p.add_argument("--steps", type=int, default=8, help="optimizer steps of the run")
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="0: the `mlite run --trainer verl-sft` row; N >= 1: N alternating pairs of bare lite runtime / verl "
+        "SFT trials in one process on the same micro-batches (bench/verl_sft_pairs.py; writes gpu_verl_sft_pairs.*)",
+    )
+    p.add_argument("--trial-steps", type=int, default=2, help="--pairs: optimizer steps a trial")
+    p.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help="--pairs: verl's data.num_workers (default: the kit's, mlite.launch.verl_sft.DATA_WORKERS); given, the "
+        "files are gpu_verl_sft_pairs_wN.*",
+    )
+    p.add_argument("--profile", default=None, metavar="PSTATS", help="--pairs: cProfile the worker into this file")
+    p.add_argument("--steps", type=int, default=8, help="optimizer steps of the run (--pairs: derived)")
     p.add_argument("--warmup", type=int, default=2, help="first steps left out of the timing")
     p.add_argument("--tokens-per-microbatch", type=int, default=4096)
     p.add_argument(
@@ -94,6 +114,10 @@ def parse_args(argv=None):
         return a
     if a.out is None:
         p.error("--out is required (or --report RAW --csv CSV)")
+    if a.pairs < 0 or a.trial_steps < 1:
+        p.error(f"--pairs ({a.pairs}) must be >= 0 and --trial-steps ({a.trial_steps}) >= 1")
+    if a.pairs:
+        a.steps = a.warmup + a.pairs * a.trial_steps + 1  # bench/verl_sft_pairs.py: total_steps
     if a.warmup < 1 or a.steps <= a.warmup:
         p.error(f"--steps ({a.steps}) must be greater than --warmup ({a.warmup}) and --warmup at least 1")
     return a
@@ -203,6 +227,73 @@ def estimated_peak(raw: dict) -> float:
 
 def write_csv(raw: dict, path: Path) -> None:
     write_measurements(raw, rows(raw), path, REPORT_CMD)
+
+
+def pair_ratios(raw: dict) -> list[dict]:
+    """The complete pairs, in order: each one bare and one verl trial, tokens/s of both and their ratio."""
+    out, trials = [], raw.get("trials", [])
+    for i in range(0, len(trials) - 1, 2):
+        t = {d["kind"]: d for d in trials[i : i + 2]}
+        if set(t) != {"bare", "verl"}:
+            continue
+        bare, verl = (t[k]["tokens"] / t[k]["span_s"] for k in ("bare", "verl"))
+        out.append({"bare_tokens_per_s": bare, "verl_tokens_per_s": verl, "ratio": verl / bare})
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def pairs_rows(raw: dict) -> list[dict]:
+    """The ``--pairs`` rows: median verl / bare ratio of the pairs, its spread, tokens/s of each, the step's shape
+    and the median per-phase seconds of the timed verl steps."""
+    p, n = raw["params"], raw["params"]["name"]
+    pairs = pair_ratios(raw)
+    out = []
+    if pairs:
+        r = [d["ratio"] for d in pairs]
+        how = (f"{len(pairs)} alternating pairs, {p['trial_steps']} steps a trial, one process, the same micro-batches, "
+               f"verl data.num_workers={p['num_workers']}")  # fmt: skip
+        out += [
+            _row(f"verl_sft pairs {n} verl/bare median", round(_median(r), 4), f"verl SFT tokens/s / bare lite runtime tokens/s, median of {how}"),
+            _row(f"verl_sft pairs {n} verl/bare min", round(min(r), 4), "the lowest pair's ratio"),
+            _row(f"verl_sft pairs {n} verl/bare max", round(max(r), 4), "the highest pair's ratio"),
+            _row(f"verl_sft pairs {n} verl tokens/s", round(_median([d["verl_tokens_per_s"] for d in pairs]), 1), "tokens/s, median over the verl trials (whole verl steps)"),
+            _row(f"verl_sft pairs {n} bare tokens/s", round(_median([d["bare_tokens_per_s"] for d in pairs]), 1), "tokens/s, median over the bare trials (LiteRuntime.train_step)"),
+        ]  # fmt: skip
+    timed_steps = {s for t in raw.get("trials", []) if t["kind"] == "verl" for s in t["steps"]}
+    steps = [d for d in raw.get("verl_steps", []) if d["step"] in timed_steps]
+    bare = [d for d in raw.get("bare_steps", []) if d["label"] != "warmup"]
+    if bare:
+        out += [
+            _row(f"verl_sft pairs {n} tokens/step", round(_median([d["tokens"] for d in bare]), 1),
+                 f"tokens per step, median (train_batch_size {p['train_batch_size']}; both kinds run these)"),
+            _row(f"verl_sft pairs {n} micro-batches/step", _median([d["micro_batches"] for d in bare]),
+                 f"micro-batches per step, median (<= {p['tokens_per_microbatch']} tokens each)"),
+            _row(f"verl_sft pairs {n} bare step", round(_median([d["total_s"] for d in bare]), 4),
+                 "s per bare step, median"),
+        ]  # fmt: skip
+    if steps:
+        total = _median([d["total_s"] for d in steps])
+        out.append(_row(f"verl_sft pairs {n} verl step", round(total, 4), "s per verl step, median"))
+        for ph in PHASES:
+            v = _median([d.get(ph, 0.0) for d in steps])
+            out.append(_row(f"verl_sft pairs {n} verl phase {ph}", round(v, 4),
+                            f"s per verl step, median ({100 * v / total:.1f} % of the median step)"))  # fmt: skip
+    return out
+
+
+def pairs_stem(num_workers: int | None) -> str:
+    """``gpu_verl_sft_pairs`` (the kit's data workers) or ``gpu_verl_sft_pairs_wN`` (``--num-workers N``)."""
+    return "gpu_verl_sft_pairs" + ("" if num_workers is None else f"_w{num_workers}")
+
+
+def write_pairs_csv(raw: dict, path: Path) -> None:
+    stem = pairs_stem(raw["params"]["num_workers_given"])
+    write_measurements(raw, pairs_rows(raw), path, PAIRS_REPORT_CMD.format(stem=stem))
 
 
 def _row(measurement: str, value, unit: str) -> dict:
@@ -371,6 +462,120 @@ class Bench:
         sys.exit(1)
 
 
+class PairsBench(Bench):
+    """``--pairs N``: torchrun with bench/verl_sft_pairs.py, which runs verl's SFT trainer and the bare trials in one
+    process and writes the raw JSON and the CSV after every trial; this process adds the run's exit and labels."""
+
+    def __init__(self, a, argv: list[str]):
+        super().__init__(a, argv)
+        self.raw.pop("lite_dense_mb4_tokens_per_s", None)
+        self.raw.pop("steps")
+        self.raw["mode"] = "pairs"
+        from mlite.launch.verl_sft import DATA_WORKERS
+
+        workers = DATA_WORKERS.get(a.device, 0) if a.num_workers is None else a.num_workers
+        self.raw["params"].update(pairs=a.pairs, trial_steps=a.trial_steps, num_workers=workers,
+                                  num_workers_given=a.num_workers)  # fmt: skip
+        stem = pairs_stem(a.num_workers)
+        self.csv_path = Path(a.csv).resolve() if a.csv else self.out / f"{stem}.csv"
+        self.raw_path = self.out / f"{stem}_raw.json"
+
+    def write(self) -> None:
+        tmp = self.raw_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.raw, indent=1, default=str) + "\n")
+        tmp.replace(self.raw_path)
+        write_pairs_csv(self.raw, self.csv_path)
+
+    def worker_argv(self, model: Path) -> tuple[list[str], dict]:
+        """torchrun of the worker with the Hydra overrides and environment of ``mlite run --trainer verl-sft``."""
+        from mlite.launch.rundir import RunDir
+        from mlite.launch.verl_sft import hydra_overrides, verl_env, write_model_dir
+
+        cfg = run_config(self.raw, model, self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_model_dir(cfg, self.run_dir)
+        spec = self.work / "pairs_spec.json"
+        p = self.raw["params"]
+        spec.write_text(json.dumps({"raw": str(self.raw_path), "csv": str(self.csv_path), "warmup": p["warmup"],
+                                    "pairs": p["pairs"], "trial_steps": p["trial_steps"],
+                                    "profile": self.a.profile and str(Path(self.a.profile).resolve())}))  # fmt: skip
+        env = {**self.env(), **verl_env(cfg, RunDir(self.run_dir))}
+        env["PYTHONPATH"] = os.pathsep.join(q for q in (str(REPO), env.get("PYTHONPATH", "")) if q)
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node",
+                "1", "--max-restarts", "0", str(REPO / "bench" / "verl_sft_pairs.py"), str(spec),
+                *hydra_overrides(cfg, self.run_dir)]  # fmt: skip
+        if self.a.num_workers is not None:
+            argv.append(f"data.num_workers={self.a.num_workers}")  # Hydra: the last value of a key wins
+        return argv, env
+
+    def run(self) -> int:
+        a = self.a
+        if self.run_dir.exists():
+            shutil.rmtree(self.run_dir)
+        argv, env = self.worker_argv(self.model_file())
+        self.raw["worker_command"] = shlex.join(argv[1:])
+        log_path = self.work / "verl_sft_pairs_output.log"
+        self.t0 = time.perf_counter()
+        self.write()
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO),
+                                         start_new_session=True)  # fmt: skip
+            signal.signal(signal.SIGTERM, self.on_sigterm)
+            timed_out = False
+            while self.proc.poll() is None:
+                if time.perf_counter() - self.t0 > a.deadline_s:
+                    timed_out = True
+                    self.stop_run()
+                    break
+                time.sleep(0.5)
+        self.raw = json.loads(self.raw_path.read_text())  # the worker's trials
+        self.raw["wall_s"] = time.perf_counter() - self.t0
+        self.raw["exit_code"] = self.proc.returncode
+        self.raw["worker_output_tail"] = _tail(log_path, 40)
+        self.raw.update(environment(a.device, with_gpu=True))
+        if timed_out:
+            self.raw["errors"].append(f"deadline: stopped after {a.deadline_s:.0f} s")
+        elif self.proc.returncode != 0:
+            self.raw["errors"].append(f"run: exit code {self.proc.returncode}")
+        want = 2 * a.pairs
+        if len(self.raw.get("trials", [])) < want:
+            self.raw["errors"].append(f"trials: {len(self.raw.get('trials', []))} of {want} measured")
+        self.raw["status"] = "failed" if self.raw["errors"] else COMPLETED
+        self.write()
+        if self.raw["errors"]:
+            self.say_failed("; ".join(self.raw["errors"]))
+            return 1
+        print(f"gpu_verl_sft: wrote {self.csv_path} and {self.raw_path}", flush=True)
+        for r in pairs_rows(self.raw):
+            print(f"  {r['measurement']}: {r['value']} ({r['unit']})", flush=True)
+        return 0
+
+    def say_failed(self, why: str) -> None:
+        print(f"gpu_verl_sft: FAILED: {why}", flush=True)
+        for line in self.raw.get("worker_output_tail", [])[-30:]:
+            print(f"  | {line}", flush=True)
+
+    def stop_run(self) -> None:
+        """SIGTERM to torchrun's process group (it ends its worker), SIGKILL after 15 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def on_sigterm(self, signum, frame) -> None:
+        self.stop_run()
+        self.raw = json.loads(self.raw_path.read_text())
+        self.raw["errors"].append("terminated (SIGTERM) before the run ended")
+        self.raw.update(environment(self.a.device, with_gpu=True))
+        self.write()
+        self.say_failed("terminated (SIGTERM); the trials measured so far are written")
+        sys.exit(1)
+
+
 def environment(device: str, with_gpu: bool) -> dict:
     """Labels of the rows: GPU name (asked only at the end, not while the run holds the GPU), versions."""
     from importlib.metadata import PackageNotFoundError, version
@@ -420,9 +625,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse_args(argv)
     if a.report is not None:
-        write_csv(json.loads(Path(a.report).read_text()), Path(a.csv))
+        raw = json.loads(Path(a.report).read_text())
+        (write_pairs_csv if raw.get("mode") == "pairs" else write_csv)(raw, Path(a.csv))
         return 0
-    return Bench(a, argv).run()
+    return (PairsBench if a.pairs else Bench)(a, argv).run()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 # The verl SFT GPU row on the device machine (wheel folders: bench/gpu_verl_wheels.py; the row: gpu_verl_sft.py).
 #
 #   bash KIT/bench/gpu_verl_sft_device.sh run WHEELS [OUTDIR]   install WHEELS/*.whl into /tmp/verl_site, run the row
+#   bash KIT/bench/gpu_verl_sft_device.sh pairs WHEELS [OUTDIR] install once, then the like-for-like rows:
+#        gpu_verl_sft.py --pairs 3 (the kit's data workers) and --pairs 3 --num-workers 0, each under VERL_DEADLINE_S
 #   bash KIT/bench/gpu_verl_sft_device.sh stage A               two-call plan, call A: keep A's ray part on the machine
 #
 # Run from the repository root (the device's working directory): .gl/verlgpu_stage is taken from there. KIT is the
@@ -45,9 +47,9 @@ assemble() {  # b/*.part-ab + the staged *.part-aa -> b/ray-...whl (checked by b
     done
 }
 
-run() {
-    local w=$1 outdir=${2:-${OUT:-/tmp/out}/verl_sft} t0=$SECONDS
-    mkdir -p "$outdir" "$WORK"
+install() {
+    local w=$1 t0=$SECONDS
+    mkdir -p "$WORK"
     assemble "$w"
     (cd "$w" && sha256sum -c --quiet SHA256SUMS) || fail "checksums of $w"
     rm -rf "$SITE"
@@ -58,17 +60,37 @@ run() {
     echo "gpu_verl_sft_device: installed $n wheels in $((SECONDS - t0)) s; $(df -h /tmp | tail -1)"
     export PYTHONPATH=$SITE NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
     export PYTHONUNBUFFERED=1
-    local rc=0 extra=()
-    read -r -a extra <<<"${VERL_BENCH_ARGS:-}"  # e.g. "--device cpu --tiny" to try the script on a CPU
-    python3 "$KIT/bench/gpu_verl_sft.py" --out "$outdir" --run-dir "$WORK/run" --deadline-s "${VERL_DEADLINE_S:-200}" \
+}
+
+bench() {  # OUTDIR DEADLINE_S ARGS...: one gpu_verl_sft.py row (VERL_BENCH_ARGS appended, e.g. "--device cpu --tiny")
+    local outdir=$1 deadline=$2 rc=0 extra=() t0=$SECONDS
+    shift 2
+    mkdir -p "$outdir"
+    read -r -a extra <<<"${VERL_BENCH_ARGS:-}"
+    python3 "$KIT/bench/gpu_verl_sft.py" --out "$outdir" --run-dir "$WORK/run" --deadline-s "$deadline" "$@" \
         "${extra[@]}" || rc=$?
     rm -rf "$WORK/run/checkpoints"
-    echo "gpu_verl_sft_device: rc=$rc after $((SECONDS - t0)) s"
+    echo "gpu_verl_sft_device: $* rc=$rc after $((SECONDS - t0)) s"
+    return $rc
+}
+
+run() {
+    local outdir=${2:-${OUT:-/tmp/out}/verl_sft}
+    install "$1"
+    bench "$outdir" "${VERL_DEADLINE_S:-200}"
+}
+
+pairs() {
+    local outdir=${2:-${OUT:-/tmp/out}/verl_sft} rc=0
+    install "$1"
+    bench "$outdir" "${VERL_DEADLINE_S:-150}" --pairs 3 || rc=$?
+    bench "$outdir" "${VERL_DEADLINE_S:-150}" --pairs 3 --num-workers 0 || rc=$?
     return $rc
 }
 
 case "${1:-}" in
 stage) stage "${2:?A folder}" ;;
 run) run "${2:?wheel folder}" "${3:-}" ;;
-*) echo "usage: $0 stage A_DIR | run WHEELS_DIR [OUTDIR]" >&2; exit 2 ;;
+pairs) pairs "${2:?wheel folder}" "${3:-}" ;;
+*) echo "usage: $0 stage A_DIR | run WHEELS_DIR [OUTDIR] | pairs WHEELS_DIR [OUTDIR]" >&2; exit 2 ;;
 esac

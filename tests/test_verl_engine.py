@@ -188,3 +188,15 @@ def test_verl_sft_lr_schedule_is_the_kit_trainers(tmp_path, steps, style, decay_
     assert f"optim.lr_decay_steps={'null' if decay_steps is None else decay_steps}" in over
     opt = cfg.runtime_config().optimizer
     assert (opt.lr_decay_style, opt.lr_decay_steps) == (style, decay_steps)
+
+
+def test_verl_sft_data_workers_follow_the_device(tmp_path):
+    """verl's dataloader tokenizes ahead in worker processes on a GPU run, in the trainer's process on a CPU run."""
+    from mlite.launch.config import RunConfig
+    from mlite.launch.verl_sft import DATA_WORKERS, hydra_overrides
+
+    for device in ("cpu", "cuda"):
+        cfg = RunConfig(model="tiny-dense", steps=3, trainer="verl-sft", nproc=1, device=device)
+        over = [o for o in hydra_overrides(cfg, tmp_path) if o.startswith("data.num_workers=")]
+        assert over == [f"data.num_workers={DATA_WORKERS[device]}"]
+    assert DATA_WORKERS["cpu"] == 0 < DATA_WORKERS["cuda"]

@@ -29,6 +29,12 @@ from .supervisor import main_usage, supervise_subprocess, worker_env
 MODEL_DIR = "hf_model_from_tiny_config"
 """Folder of the run directory holding the HF-style model (config.json + tokenizer, no weights)."""
 
+DATA_WORKERS = {"cpu": 0, "cuda": 4}
+"""``data.num_workers`` of verl's dataloader by device: on a GPU, 4 processes tokenize the next batches while the
+step runs (with none, the whole batch is tokenized between two steps: about half of a 1 B model's H200 step at 500
+conversations, bench/gpu_verl_sft.py --pairs; verl's own default is 8); on a CPU they would take the compute's
+cores."""
+
 ENTRY = ("-m", "mlite.verl_engine.launch", "verl.trainer.sft_trainer")
 """The torchrun entry: the plugin's launcher (shim + engine registration) running verl's SFT trainer."""
 
@@ -74,7 +80,7 @@ def hydra_overrides(cfg, run_dir) -> list[str]:
         "data.truncation=error",
         "data.messages_key=messages",
         f"data.max_length={cfg.tokens_per_microbatch}",
-        "data.num_workers=0",
+        f"data.num_workers={DATA_WORKERS.get(cfg.device, 0)}",
         f"optim.lr_decay_style={decay}",
         f"optim.min_lr={cfg.lr / 10!r}",
         f"optim.lr_decay_steps={'null' if decay_steps is None else decay_steps}",

@@ -1,9 +1,9 @@
 """``LiteEngine``: verl's ``BaseEngine`` on the lite runtime (``engine=lite``; registered on import).
 
 verl's engine config and optimizer config map onto :class:`mlite.runtime.RuntimeConfig` (:func:`runtime_config`;
-keys: :data:`mlite.options.table.LITE_ENGINE_KEYS`). A step: verl packs its batch into micro-batches by token budget
-(``prepare_micro_batches``, the same count on every DP rank); each becomes a :class:`~mlite.runtime.PackedBatch`
-(labels = the next token where verl's rolled ``loss_mask`` is 1, none across a sequence end) and the runtime's
+keys: :data:`mlite.options.table.LITE_ENGINE_KEYS`). A step: verl's batch is split into micro-batches by token budget
+(verl's partition, the same count on every DP rank), each gathered straight into a :class:`~mlite.runtime.PackedBatch`
+by :mod:`.packing` (labels = the next token where verl's rolled ``loss_mask`` is 1, none across a sequence end) and the runtime's
 ``forward_backward`` scales every micro-batch's summed token loss by ``DP / G``, ``G`` = loss tokens of the global
 batch: verl's ``sft_loss`` normalisation (``-sum(log_prob * loss_mask) / batch_num_tokens * dp_size``, summed over
 micro-batches, averaged over DP). Offload follows verl's mode switches (``BaseEngineCtx`` calls :meth:`to`).
@@ -17,11 +17,11 @@ from contextlib import nullcontext
 import torch
 from verl.utils.device import get_device_name
 from verl.workers.engine.base import BaseEngine, BaseEngineCtx, EngineRegistry
-from verl.workers.engine.utils import prepare_micro_batches
 
 from ..errors import MliteError
 from ..options.optimizers import check_verl_lite_engine
 from ..options.table import LITE_ENGINE, LITE_OPTIM_OVERRIDES
+from .packing import micro_batches
 
 _DTYPES = {"auto": "auto", "bfloat16": "bf16", "bf16": "bf16", "float32": "fp32", "fp32": "fp32"}
 
@@ -88,19 +88,6 @@ def runtime_config(model_config, engine_config, optimizer_config):
         param_dtype=_DTYPES[e.dtype],
         seed=int(e.seed),
     )
-
-
-def packed_batch(micro_batch):
-    """verl's no-padding micro-batch (nested ``input_ids`` / ``loss_mask``) -> PackedBatch."""
-    from ..runtime.batch import IGNORE_INDEX, PackedBatch
-
-    ids = micro_batch["input_ids"]
-    offsets = ids.offsets().cpu()
-    flat = ids.values().cpu().long()
-    mask = micro_batch["loss_mask"].values().cpu().bool()
-    labels = torch.where(torch.roll(mask, -1), torch.roll(flat, -1), torch.full_like(flat, IGNORE_INDEX))
-    labels[offsets[1:] - 1] = IGNORE_INDEX  # nothing is learned across a sequence end
-    return PackedBatch(input_ids=flat, labels=labels, seq_lens=offsets.diff().to(torch.int32))
 
 
 class LiteEngineCtx(BaseEngineCtx):
@@ -173,10 +160,7 @@ class LiteEngine(BaseEngine):
 
     def forward_backward_batch(self, data, loss_function, forward_only=False):
         """Pack verl's micro-batches and run the runtime's forward/backward (verl's SFT normalisation)."""
-        micro_batches, _ = prepare_micro_batches(
-            data=data, dp_group=self.get_data_parallel_group(), same_micro_num_in_dp=True
-        )
-        mbs = [packed_batch(mb) for mb in micro_batches]
+        mbs = micro_batches(data, self.get_data_parallel_group())
         _maybe_dump(mbs, self.pstate)
         with torch.no_grad() if forward_only else nullcontext():
             out = self.runtime.forward_backward(self.handle, mbs, forward_only=forward_only)
