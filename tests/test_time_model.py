@@ -31,6 +31,7 @@ def _ideal():
         grouped_gemm_efficiency=1.0,
         attention_efficiency=1.0,
         attention_bwd_efficiency=1.0,
+        gdn_efficiency=1.0,
         gemm_overhead_s=0.0,
         kernel_launch_s=0.0,
     )

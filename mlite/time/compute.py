@@ -9,7 +9,8 @@ Every term is a roofline on the hardware profile (:class:`~mlite.time.hardware.H
 * routed experts: one grouped GEMM per expert tensor over the local experts, each expert with ``tokens x topk x EP /
   experts`` rows (balanced routing), at ``grouped_gemm_efficiency``; small groups become weight-read bound;
 * the attention core at the flash kernel's rates (forward FLOPs of :func:`mlite.models.flops.attention_flops`,
-  backward 2.5 x the forward's: the flash backward recomputes the scores);
+  backward 2.5 x the forward's: the flash backward recomputes the scores); a Gated DeltaNet layer at the chunk
+  kernel's own rate where the profile gives ``gdn_efficiency`` (backward 2 x the forward's FLOPs);
 * a layer's norms, rotary, activation, residual adds and the token permutation of MoE layers as bytes moved at
   ``hbm_bytes_per_s x elementwise_efficiency`` (the byte counts are in :func:`layer_bytes`; ``mlite calibrate`` fits
   the efficiency to one layer of the runtime, so it also carries what the layer's rooflines leave out); the
@@ -36,6 +37,9 @@ MATRIX = (
 """Components whose weight tensors are GEMM operands (vectors among them are left out by size)."""
 BWD_ATTENTION = 2.5
 """Flash-attention backward FLOPs over its forward's (five matmuls of the score size against two)."""
+BWD_GDN = 2.0
+"""Chunked Gated DeltaNet backward FLOPs over its forward's (the chunk recurrence run back for dq, dk, dv, dg, dbeta
+against one forward pass; the rate :attr:`~mlite.time.hardware.HardwareProfile.gdn_efficiency` was fitted with it)."""
 CE_BYTES = {False: 16, True: 18}
 """Bytes moved per logit by the cross-entropy, forward + backward: unfused (bf16 logits read, fp32 softmax written and
 read, bf16 gradient written); fused and chunked as the lite runtime runs it (fp32 logits written, read for the
@@ -86,6 +90,11 @@ def gemm_s(
     else:
         peak, traffic = hw.peak_bf16_flops, bytes_per_el * (m * k + k * n + m * n)
     return max(flops / (peak * eff), traffic / hw.hbm_bytes_per_s) + hw.gemm_overhead_s
+
+
+def _gdn_rate(hw, layer) -> bool:
+    """A Gated DeltaNet layer on a profile that knows the chunk kernel's own rate (else flash attention's)."""
+    return layer.attention == "gdn" and hw.gdn_efficiency > 0
 
 
 def _bw(hw) -> float:
@@ -189,7 +198,8 @@ def layer_forward(hw, spec, layer, sh: Shard, *, only: tuple[str, ...] | None = 
     if want("attention"):
         flops = attention_flops(spec, layer, sh.seq_len, True) * t / sh.tp
         if flops:
-            c.add("attention", flops / (hw.peak_bf16_flops * hw.attention_efficiency))
+            eff = hw.gdn_efficiency if _gdn_rate(hw, layer) else hw.attention_efficiency
+            c.add("attention", flops / (hw.peak_bf16_flops * eff))
     if want("elementwise"):
         c.add("elementwise", layer_bytes(spec, layer, sh) / _bw(hw), KERNELS_FWD["dense"])
     return c
@@ -202,7 +212,10 @@ def layer_backward(hw, spec, layer, sh: Shard) -> Cost:
     for k, v in f.parts.items():
         if k == "attention":
             flops = attention_flops(spec, layer, sh.seq_len, True) * sh.tokens / sh.tp
-            c.add(k, BWD_ATTENTION * flops / (hw.peak_bf16_flops * hw.attention_bwd_efficiency), 2)
+            if _gdn_rate(hw, layer):
+                c.add(k, BWD_GDN * flops / (hw.peak_bf16_flops * hw.gdn_efficiency), 2)
+            else:
+                c.add(k, BWD_ATTENTION * flops / (hw.peak_bf16_flops * hw.attention_bwd_efficiency), 2)
         else:
             c.add(k, 2 * v, 0)
     c.kernels = 2 * f.kernels

@@ -79,6 +79,10 @@ class HardwareProfile:
     """fsdp2: seconds per decoder layer and step of the optimizer step + ``zero_grad`` beyond the update's bytes."""
     fsdp_optimizer_step_host_s: float = 0.0
     """fsdp2: the same once per step."""
+    gdn_efficiency: float = 0.0
+    """Share of the bf16 peak the chunked Gated DeltaNet kernel (fla ``chunk_gated_delta_rule``) reaches, its forward
+    FLOPs :func:`mlite.models.flops.attention_flops`'s and its backward twice those (0: not known, the flash-attention
+    efficiencies apply)."""
     sources: dict = field(default_factory=dict)
     """Field -> where its value comes from (datasheet URL, measurement, documented guess)."""
     measured: dict = field(default_factory=dict)
@@ -96,6 +100,7 @@ OPTIONAL = (
     "optimizer_step_host_s",
     "fsdp_optimizer_layer_host_s",
     "fsdp_optimizer_step_host_s",
+    "gdn_efficiency",
 )
 """Fields a profile may leave out (their default: nothing known)."""
 REQUIRED = tuple(f.name for f in fields(HardwareProfile) if f.name not in ("sources", "measured", *OPTIONAL))
@@ -107,6 +112,7 @@ _FRACTIONS = (
     "attention_bwd_efficiency",
     "elementwise_efficiency",
     "comm_efficiency",
+    "gdn_efficiency",
 )
 _MAY_BE_ZERO = (
     "peak_fp8_flops",

@@ -37,6 +37,12 @@ class Knobs:
     """dist_opt: the weight-gradient GEMM accumulates straight into the fp32 grad buffer (Megatron-Core's
     ``gradient_accumulation_fusion`` with Transformer Engine); False: a separate add per micro-batch, as the lite
     runtime does."""
+    ep_dispatcher: str = "alltoall"
+    """EP dispatcher: ``alltoall`` sends a token once per expert it is routed to; ``deepep`` (DeepEP / HybridEP, the
+    ``flex`` dispatcher) once per rank holding one of its experts (:mod:`mlite.time.routing`)."""
+    routing: str = "balanced"
+    """How tokens pick experts, for the ``deepep`` row count: ``balanced`` (uniformly at random, Megatron-Core's
+    ``moe_router_force_load_balancing``) or ``round_robin`` (NeMo AutoModel's ``FakeBalancedGate``)."""
     fsdp_reshard_after_forward: bool = True
     """fsdp2: each layer is gathered again for its backward (``reshard_after_forward=True``)."""
     fsdp_reduce_dtype: str = "fp32"
@@ -50,6 +56,11 @@ class Knobs:
         for k in ("gemm_dtype", "dispatch_dtype"):
             if getattr(self, k) not in ("bf16", "fp8"):
                 raise MliteError(f"{k} {getattr(self, k)!r}: give bf16 or fp8")
+        from .routing import DISPATCHERS, ROUTINGS
+
+        for k, values in (("ep_dispatcher", DISPATCHERS), ("routing", ROUTINGS)):
+            if getattr(self, k) not in values:
+                raise MliteError(f"{k} {getattr(self, k)!r}: give {' or '.join(values)}")
         if self.fsdp_reduce_dtype not in ("bf16", "fp32"):
             raise MliteError(f"fsdp_reduce_dtype {self.fsdp_reduce_dtype!r}: give bf16 or fp32")
         for k in ("tp_comm_overlap", "ep_comm_overlap"):
@@ -78,7 +89,8 @@ def knobs_from_dict(d: dict, where: str) -> Knobs:
 
 def add_knob_flags(p) -> None:
     """``--gemm-dtype``, ``--dispatch-dtype``, ``--no-overlap-grad-reduce``, ``--no-overlap-param-gather``,
-    ``--tp-comm-overlap F``, ``--ep-comm-overlap F``, ``--gradient-accumulation-fusion``, ``--fsdp-no-reshard``, ``--fsdp-reduce-dtype``,
+    ``--tp-comm-overlap F``, ``--ep-comm-overlap F``, ``--gradient-accumulation-fusion``, ``--ep-dispatcher``,
+    ``--routing``, ``--fsdp-no-reshard``, ``--fsdp-reduce-dtype``,
     ``--fsdp-reduce-once``: one flag per :class:`Knobs` field, its help the field's docstring's first clause."""
     g = p.add_argument_group("time-model knobs (what the framework does; memory is unaffected)")
     d = Knobs()
@@ -94,6 +106,18 @@ def add_knob_flags(p) -> None:
     )
     g.add_argument(
         "--gradient-accumulation-fusion", action="store_true", help="dist_opt: wgrad accumulated inside the GEMM"
+    )
+    g.add_argument(
+        "--ep-dispatcher",
+        choices=("alltoall", "deepep"),
+        default=d.ep_dispatcher,
+        help="EP dispatcher (deepep: per rank)",
+    )
+    g.add_argument(
+        "--routing",
+        choices=("balanced", "round_robin"),
+        default=d.routing,
+        help="expert choice, for deepep's row count",
     )
     g.add_argument("--fsdp-no-reshard", action="store_true", help="fsdp2: reshard_after_forward=False")
     g.add_argument(
@@ -114,6 +138,8 @@ def knobs_from_args(args) -> Knobs:
         tp_comm_overlap=args.tp_comm_overlap,
         ep_comm_overlap=args.ep_comm_overlap,
         gradient_accumulation_fusion=args.gradient_accumulation_fusion,
+        ep_dispatcher=args.ep_dispatcher,
+        routing=args.routing,
         fsdp_reshard_after_forward=not args.fsdp_no_reshard,
         fsdp_reduce_dtype=args.fsdp_reduce_dtype,
         fsdp_reduce_every_microbatch=not args.fsdp_reduce_once,

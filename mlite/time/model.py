@@ -29,6 +29,7 @@ from .comm import all_to_all_s, p2p_s, ranks_per_node, ring_s, spans_nodes
 from .compute import Cost, Shard, embedding_cost, head_cost, layer_backward, layer_forward
 from .hardware import HardwareProfile, load_hardware
 from .knobs import Knobs
+from .routing import dispatch_rows_per_token
 
 PARTS = (
     "forward",
@@ -297,7 +298,8 @@ def _rank_costs(hw, spec, plan, o, st, sh: Shard, k: Knobs) -> _Rank:
             one = 2 * ring_s(hw, buf, p.tp, crosses, "all_reduce", loc)
         comm["tp_comm"] = passes * layers_all * one
     if n_moe and p.ep * p.etp_size > 1:
-        buf = sh.sp_tokens * spec.moe_router_topk * h * 2
+        rows = dispatch_rows_per_token(spec.num_experts, spec.moe_router_topk, p.ep, k.ep_dispatcher, k.routing)
+        buf = sh.sp_tokens * rows * h * 2
         one = 0.0
         if p.ep > 1:
             dispatch = buf * p.etp_size * (0.5 if k.dispatch_dtype == "fp8" else 1.0)
@@ -495,6 +497,11 @@ def predict(
     mfu = _flops(spec, o.seq_len) * tps / hw.peak_bf16_flops
     assumptions = [
         "balanced routing: every expert gets tokens x topk / experts rows" if spec.is_moe else None,
+        f"EP dispatch + combine move "
+        f"{dispatch_rows_per_token(spec.num_experts, spec.moe_router_topk, p.ep, k.ep_dispatcher, k.routing):.3g} "
+        f"rows per token ({k.ep_dispatcher} dispatcher, {k.routing} routing)"
+        if spec.is_moe and p.ep > 1
+        else None,
         f"TP / SP collectives {k.tp_comm_overlap:.0%} and EP dispatch + combine {k.ep_comm_overlap:.0%} hidden "
         "behind compute; pipeline sends exposed",
         "linear layers' GEMMs in fp8 at the fp8 peak x gemm_efficiency, inputs cast first" if sh.fp8 else None,
