@@ -124,7 +124,11 @@ class TableEstimator:
         if hit is None:
             dims = _act_dims(self.spec, plan, self.o)
             hit = self._dims[dkey] = (dims, _layer_cache(self.spec, dims), {})
-        dims, cache, memo = hit[0], hit[1], hit[2]  # memo: the Megatron activation parts of a rank per parts key, for these dims
+        dims, cache, memo = (
+            hit[0],
+            hit[1],
+            hit[2],
+        )  # memo: the Megatron activation parts of a rank per parts key, for these dims
         best = None
         for state, step_grads, step_t, other, host_total, pkey, sp in self._rows(plan):
             parts = memo.get(pkey)
