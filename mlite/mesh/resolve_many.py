@@ -14,7 +14,9 @@ rules stay in one place and run unchanged; ``tests/test_resolve_many.py`` holds 
 
 from __future__ import annotations
 
+from dataclasses import fields
 from operator import attrgetter
+from types import FunctionType
 from typing import Any
 
 from ..errors import MliteError
@@ -24,32 +26,40 @@ from .layout import PipelineSplit
 from .plan import MeshPlan
 from .rules import pad_vocab
 
-_FIELDS = frozenset(("tp", "pp", "vpp", "cp", "ep", "etp", "pp_layout"))
+_FIELDS = tuple(f.name for f in fields(ParallelConfig))
 """The :class:`ParallelConfig` fields a rule may read (every other attribute is derived from them)."""
 
 
-class _Recorder:
-    """A :class:`ParallelConfig` stand-in that logs each field read (``(name, value)``, in order); its properties and
-    methods are ParallelConfig's own, run on the recorder so that their reads are logged too."""
-
+class _RecorderBase:
     __slots__ = ("_cfg", "log")
 
     def __init__(self, cfg: ParallelConfig):
         self._cfg = cfg
         self.log: list[tuple[str, Any]] = []
 
-    def __getattr__(self, name: str):
-        if name in _FIELDS:
-            v = getattr(self._cfg, name)
-            self.log.append((name, v))
-            return v
-        attr = getattr(ParallelConfig, name)
-        if isinstance(attr, property):
-            assert attr.fget is not None
-            return attr.fget(self)
-        if callable(attr):
-            return attr.__get__(self)
-        return attr
+
+def _reader(name: str) -> property:
+    def read(self):
+        v = getattr(self._cfg, name)
+        self.log.append((name, v))
+        return v
+
+    return property(read)
+
+
+def _recorder_class() -> type:
+    """ParallelConfig's properties and methods (run on the recorder, so that their reads are logged too), its
+    fields as properties that log each read."""
+    ns: dict[str, Any] = {"__slots__": ()}
+    for name, attr in vars(ParallelConfig).items():
+        if not name.startswith("__") and name not in _FIELDS and isinstance(attr, property | FunctionType):
+            ns[name] = attr
+    ns.update({name: _reader(name) for name in _FIELDS})
+    return type("_Recorder", (_RecorderBase,), ns)
+
+
+_Recorder = _recorder_class()
+"""A :class:`ParallelConfig` stand-in that logs each field read (``(name, value)``, in order)."""
 
 
 class _Memo:
