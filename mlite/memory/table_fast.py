@@ -8,6 +8,9 @@ once per table (the option set's state bytes, backend, step temporaries, framewo
 activation dimensions per TP x CP x ETP) and the Megatron activation parts of a rank (:func:`~mlite.memory.estimate.
 _megatron_parts`, the costly half) memoised by what they read: the rank's layer kinds, embedding and head, its
 pipeline position and the activation dimensions, so meshes that differ only in EP (or DP) share them.
+What a rank's figures take from its parameters alone (params + grads + optimizer state, the step's gradient copies
+and temporaries, buffer padding, host bytes) is computed once per :func:`~mlite.memory.params.stage_params` list and
+shard divisors (DP x CP, EDP), shared by the meshes of one layout, PP, TP and EP x ETP.
 
 Every number comes from the same functions, in the same order of floating-point operations, as the reference
 (:func:`~mlite.memory.estimate.transient_peak`, :func:`~mlite.memory.estimate.peak_bytes`,

@@ -4,10 +4,12 @@
 A rule of :data:`mlite.mesh.checks.RULES` is a pure function of its :class:`~mlite.mesh.checks.MeshContext`; with
 the model, GPU count, sequence length, GPUs per node and ``auto_uneven`` fixed, it is a function of the mesh sizes it
 reads. Which sizes those are is not declared anywhere: the first time a rule meets a mesh, it runs on a context whose
-``parallel`` is a :class:`_Recorder` that logs each size read, in order; the log becomes a path in that rule's
-decision tree (size -> value -> next size read ... -> the findings). A later mesh walks the tree and reuses the
-findings when it agrees on every size read along the path (a pure function that read the same values takes the same
-branches and returns the same result); where it leaves the tree, the rule runs again and the path is added. So the
+``parallel`` is a :class:`_Recorder` that logs each size read, in order; the result is stored under the values of
+those sizes, in a table per sequence of sizes read. A later mesh with the same values for one such sequence takes the
+stored result: a pure function reads its first size, then (the value being the same) the same next one, and so on,
+and returns the same result. Otherwise the rule runs again (recorded) and its result is stored. The rules (with DP,
+EDP and the layout the plan takes from the context) are memoised in groups, by the sizes each read on the first mesh,
+so that a mesh looks up a few tables instead of one per rule; the grouping decides only the speed. So the
 rules stay in one place and run unchanged; ``tests/test_resolve_many.py`` holds every plan to ``resolve``'s
 (``to_dict()``, stages, DP/EDP) on valid and refused meshes of several models and GPU counts.
 """
