@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from operator import attrgetter
 
 from ..errors import MliteError
 from ..mesh import MeshPlan, enumerate_meshes, resolve
@@ -73,10 +74,11 @@ def fits_callback(spec, training: TrainingOptions, more=None):
 
     table = TableEstimator(spec, training)  # the estimates' figures, per-table invariants once (table_fast)
 
+    precision_axes = attrgetter(*PRECISION_MESH_AXES, "__class__")  # a tuple however many sizes it names
     refused: dict[tuple, str | None] = {}  # precision_mesh's verdict per (cp, pp): PRECISION_MESH_AXES
 
     def fits(plan):
-        key = tuple(getattr(plan.parallel, a) for a in PRECISION_MESH_AXES)
+        key = precision_axes(plan.parallel)
         if key not in refused:
             try:  # a mesh the precision profile has not been validated with (cp, pp) is not a candidate
                 precision_mesh(training, plan.parallel)

@@ -8,6 +8,9 @@ once per table (the option set's state bytes, backend, step temporaries, framewo
 activation dimensions per TP x CP x ETP) and the Megatron activation parts of a rank (:func:`~mlite.memory.estimate.
 _megatron_parts`, the costly half) memoised by what they read: the rank's layer kinds, embedding and head, its
 pipeline position and the activation dimensions, so meshes that differ only in EP (or DP) share them.
+What a rank's figures take from its parameters alone (params + grads + optimizer state, the step's gradient copies
+and temporaries, buffer padding, host bytes) is computed once per :func:`~mlite.memory.params.stage_params` list and
+shard divisors (DP x CP, EDP), shared by the meshes of one layout, PP, TP and EP x ETP.
 
 Every number comes from the same functions, in the same order of floating-point operations, as the reference
 (:func:`~mlite.memory.estimate.transient_peak`, :func:`~mlite.memory.estimate.peak_bytes`,
@@ -62,42 +65,31 @@ class TableEstimator:
         self.usable = o.gpu_memory_gib * GIB * (1 - o.headroom)
         self.unit_read = backend.fp32_main_buffers or backend.unit_gather  # _megatron_parts reads sp.max_layer
         self.runtime = o.param_offload or o.optimizer_offload or o.grad_offload  # runtime_offload adds host bytes
-        self._dims: dict = {}
+        self._dims: dict[tuple, tuple] = {}
         self._stage_info: dict = {}
-        self._parts: dict = {}
+        self._pkeys: dict = {}
 
-    def _stages(self, plan: MeshPlan) -> list[tuple]:
-        """``(StageParams, layer-kinds key, local params)`` per pipeline rank of ``plan`` (memoised per
-        :func:`stage_params` list, which is shared by the meshes that differ only in CP or DP)."""
-        stages = stage_params(self.spec, plan)
-        hit = self._stage_info.get(id(stages))
-        if hit is None or hit[0] is not stages:
-            rows = [(sp, tuple((id(layer), n) for layer, n in sp.layer_kinds), sp.total) for sp in stages]
-            hit = self._stage_info[id(stages)] = (stages, rows)
-        return hit[1]
-
-    def figures(self, plan: MeshPlan) -> tuple[bool, float, float, float, float]:
-        """``(fits, total, peak, static, host_total)`` of the most loaded rank, as ``estimate(spec, plan, o)``
-        gives them (``fits``; ``worst.total``, ``.peak``, ``.static``, ``.host_total``)."""
-        if not self.applies:
-            est = estimate(self.spec, plan, self.o, explain=False)
-            w = est.worst
-            return est.fits, w.total, w.peak, w.static, w.host_total
-        spec, o, sb, backend, f = self.spec, self.o, self.sb, self.backend, self.f
+    def _rows(self, plan: MeshPlan) -> list[tuple]:
+        """Per pipeline rank of ``plan``, what does not depend on CP or ETP apart (only on the :func:`stage_params` list,
+        shared by the meshes of one layout, PP, TP and EP x ETP, and on the shard divisors DP x CP and EDP):
+        ``(params + grads + state, step_grads, {optimizer_step}, other, host_total, parts key, StageParams)``, each
+        computed as :func:`~mlite.memory.estimate.estimate` computes it."""
         p = plan.parallel
+        key = (p.pp, p.vpp, p.tp, p.ep * p.etp_size, plan.dp * p.cp, plan.edp, plan.padded_vocab, *map(id, plan.stages))
+        hit = self._stage_info.get(key)  # the entry holds the stages, so their ids are theirs while it lives
+        if hit is not None:
+            return hit[1]
+        spec, o, sb, backend, f = self.spec, self.o, self.sb, self.backend, self.f
         d_dense = plan.dp * p.cp if sb.shard_optimizer else 1
         d_exp = plan.edp if sb.shard_optimizer else 1
-        dkey = (p.tp, p.cp, p.etp_size)
-        hit = self._dims.get(dkey)
-        if hit is None:
-            dims = _act_dims(spec, plan, o)
-            hit = self._dims[dkey] = (dims, _layer_cache(spec, dims))
-        dims, cache = hit
-        vocab_local = plan.padded_vocab / p.tp
         owners = plan.dp * p.cp
+        stages = stage_params(spec, plan)
+        vocab_local = plan.padded_vocab / p.tp
         step = self.step
-        best = None
-        for sp, kinds, local in self._stages(plan):
+        rows = []
+        for sp in stages:
+            local = sp.total
+            kinds = tuple((id(layer), n) for layer, n in sp.layer_kinds)
             shard = sp.dense / d_dense + sp.expert / d_exp
             held = shard if sb.params_sharded else local
             params = held * sb.param
@@ -105,13 +97,8 @@ class TableEstimator:
             kept = (1 - f) * shard  # estimate's ((1 - f) * shard * x for x in ...), the same products
             master, m, v = kept * sb.master, kept * sb.exp_avg, kept * sb.exp_avg_sq
             unit = sp.max_layer if self.unit_read else None
-            pkey = (dkey, p.pp, p.vpp, sp.pp_rank, kinds, sp.has_embedding, sp.has_head, vocab_local, unit)
-            parts = self._parts.get(pkey)
-            if parts is None:
-                acts, trans, persistent = _megatron_parts(spec, plan, o, sp, cache, dims, vocab_local, sb)
-                parts = (sum(acts.values()), transient_peak(trans, False), sum(persistent.values()))
-                self._parts[pkey] = parts
-            act_total, peak_t, persist = parts
+            pkey = (p.pp, p.vpp, sp.pp_rank, kinds, sp.has_embedding, sp.has_head, vocab_local, unit)
+            pkey = self._pkeys.setdefault(pkey, len(self._pkeys))  # a small int: hashed once
             step_t = {} if step is None else {"optimizer_step": step * (1 - f) * shard}  # never in parts' dict
             other = self.framework
             if self.pad_per_elem:
@@ -123,11 +110,43 @@ class TableEstimator:
             if self.runtime:
                 runtime_offload(o, backend, host, 0.0, params, grads, state, 0.0)
             step_grads = kept * sb.step_grad_copy
-            static = params + grads + state + persist + step_grads
+            rows.append((params + grads + state, step_grads, step_t, other, sum(host.values()), pkey, sp))
+        self._stage_info[key] = (tuple(plan.stages), rows)
+        return rows
+
+    def figures(self, plan: MeshPlan) -> tuple[bool, float, float, float, float]:
+        """``(fits, total, peak, static, host_total)`` of the most loaded rank, as ``estimate(spec, plan, o)``
+        gives them (``fits``; ``worst.total``, ``.peak``, ``.static``, ``.host_total``)."""
+        if not self.applies:
+            est = estimate(self.spec, plan, self.o, explain=False)
+            w = est.worst
+            return est.fits, w.total, w.peak, w.static, w.host_total
+        p = plan.parallel
+        dkey = (p.tp, p.cp, p.etp_size)
+        hit = self._dims.get(dkey)
+        if hit is None:
+            dims = _act_dims(self.spec, plan, self.o)
+            hit = self._dims[dkey] = (dims, _layer_cache(self.spec, dims), {})
+        dims, cache, memo = (
+            hit[0],
+            hit[1],
+            hit[2],
+        )  # memo: the Megatron activation parts of a rank per parts key, for these dims
+        best = None
+        for state, step_grads, step_t, other, host_total, pkey, sp in self._rows(plan):
+            parts = memo.get(pkey)
+            if parts is None:
+                vocab_local = plan.padded_vocab / p.tp
+                acts, trans, persistent = _megatron_parts(
+                    self.spec, plan, self.o, sp, cache, dims, vocab_local, self.sb
+                )
+                parts = memo[pkey] = (sum(acts.values()), transient_peak(trans, False), sum(persistent.values()))
+            act_total, peak_t, persist = parts
+            static = state + persist + step_grads  # params + grads + state + persist + step_grads, left to right
             peak = peak_bytes(static, step_grads, 0.0, act_total, peak_t, step_t)
             total = peak + other
             if best is None or total > best[0]:
-                best = (total, peak, static, sum(host.values()))
+                best = (total, peak, static, host_total)
         assert best is not None, "a valid mesh has at least one pipeline rank"
         total, peak, static, host_total = best
         return total <= self.usable, total, peak, static, host_total

@@ -300,9 +300,12 @@ def rule_model(ctx: MeshContext) -> list[Finding]:
     """The model's own mesh rules, read as data from :mod:`mlite.models.mesh_rules` (``mesh_rules.json``: DeepSeek-V4
     TP = ETP = 1; DeepSeek-V4.1 no CP with EP, no TP/VPP/ETP, PP 1 or 2, PP2 split at layer 20 and without EP or
     CP), each refusal naming the rule's reason, code and source, with the next valid values as fixes."""
+    rules = rules_for(ctx.spec.architecture)
+    if not rules:  # read no size (the whole-mesh table's memo: mlite.mesh.resolve_many)
+        return []
     sizes = ctx.p.sizes()
     out: list[Finding] = []
-    for rule in rules_for(ctx.spec.architecture):
+    for rule in rules:
         if rule.kind == "split":
             out += _model_split(ctx, rule)
             continue
