@@ -162,3 +162,24 @@ def test_gather_slots_backward_equals_indexing_backward():
     (ga,) = torch.autograd.grad(got, x, dy)
     (gb,) = torch.autograd.grad(want, x, dy)
     torch.testing.assert_close(ga, gb, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_routing_weight_gather_equals_indexing_to_the_bit(dtype):
+    """The MoE layer's ``weights.reshape(-1).index_select(0, order)`` (a scatter in backward) against the indexing
+    it replaced (``weights.reshape(-1)[order, None]``, a sort and accumulate in backward): forward and both
+    gradients bitwise equal for the layer's sorted-pair permutation."""
+    g = torch.Generator().manual_seed(3)
+    T, k, E, H = 29, 4, 8, 6
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)])
+    order, _ = sort_by_expert(ids, E)
+    ys0 = torch.randn(T * k, H, generator=g).to(dtype)
+    w0 = torch.rand(T, k, generator=g).to(dtype)
+    dy = torch.randn(T * k, H, generator=g).to(dtype)
+    outs = []
+    for pick in (lambda w: w.reshape(-1).index_select(0, order).unsqueeze(1), lambda w: w.reshape(-1)[order, None]):
+        ys, w = ys0.clone().requires_grad_(), w0.clone().requires_grad_()
+        out = ys * pick(w)
+        outs.append((out, *torch.autograd.grad(out, (ys, w), dy)))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)

@@ -137,7 +137,7 @@ def test_params_are_sharded_over_dense_and_expert_meshes(fsdp_results):
     from mlite.models import from_hf_config
 
     assert f0["dtensor"] and f0["shard0"]
-    assert f0["mesh_names"] == [(False, ("dp_cp",)), (True, ("edp",))]
+    assert f0["mesh_names"] == [(False, ("dp_cp",)), (True, ("dp_cp",))]  # EP = 1: the experts in their block's unit
     assert f0["n_expert_params"] == 2 * 4  # gate_up_proj + down_proj per MoE layer
     assert f0["global_numel"] == from_hf_config("tiny-moe").training_params
     assert f0["local_numel"] + f1["local_numel"] == f0["global_numel"]

@@ -30,6 +30,7 @@ from typing import Any
 from ..errors import MliteError
 from ..mesh import MeshPlan, ParallelConfig, resolve
 from ..mesh.axes import MESH_NAMES
+from ..mesh.fsdp_units import experts_share_block_unit, largest_block_unit
 from ..models.chunks import ce_chunk_rows
 from ..options import TrainingOptions
 from ..options.optimizers import ALGORITHMS, BACKENDS
@@ -678,7 +679,9 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
     backend = BACKENDS.entry(o.optimizer)
     if backend.unit_gather:  # the gathered copies are in the compute dtype (mfsdp keeps an fp32 shard under it)
         transients["root_params_unsharded"] = root_numel * DTYPE_BYTES[o.param_dtype]
-        transients["fsdp2_unit"] = lite.unit_transient(sp.max_layer, d_dense)
+        shared = experts_share_block_unit(plan.ranks())  # the runtime's unit rule (mlite.mesh.fsdp_units)
+        unit = largest_block_unit(sp.max_layer, sp.max_layer_dense, sp.max_layer_expert, shared)
+        transients["fsdp2_unit"] = lite.unit_transient(unit, d_dense)
     if full_layer:
         transients["recompute_layer"] = full_layer
     if backend.grad_buffer or backend.fp32_main_buffers:  # the buffers (mfsdp: main_grad) stay allocated

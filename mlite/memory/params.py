@@ -127,6 +127,10 @@ class StageParams:
     """Tensors it holds (for buffer padding)."""
     embedding_copy: bool = False
     """Keeps a copy of the embedding it does not own (tied output layer or MTP on a later stage)."""
+    max_layer_dense: float = 0.0
+    """Largest single layer's local parameters without its routed experts."""
+    max_layer_expert: float = 0.0
+    """Largest single layer's local routed-expert parameters."""
 
     @property
     def total(self) -> float:
@@ -165,7 +169,7 @@ def _stage_params(spec, plan) -> list[StageParams]:
         dense = expert = 0.0
         n_layers = n_mtp = tensors = 0
         emb = head = False
-        max_layer = 0.0
+        max_layer = max_dense = max_expert = 0.0
         kinds: dict = {}
         for st in by_rank.get(r, []):
             if st.layers:
@@ -176,12 +180,14 @@ def _stage_params(spec, plan) -> list[StageParams]:
                         d, e = locals_[k]
                         dense, expert = dense + n * d, expert + n * e
                         max_layer = max(max_layer, d + e)
+                        max_dense, max_expert = max(max_dense, d), max(max_expert, e)
                         kinds[id(layer)] = (layer, kinds.get(id(layer), (layer, 0))[1] + n)
                         tensors += n * c.tensors
             for j in st.mtp:
                 c, layer = mc.mtp[j]
                 d, e = c.local(tp, ep_etp, vocab_scale)
                 dense, expert, max_layer = dense + d, expert + e, max(max_layer, d + e)
+                max_dense, max_expert = max(max_dense, d), max(max_expert, e)
                 kinds[id(layer)] = (layer, kinds.get(id(layer), (layer, 0))[1] + 1)
                 tensors += c.tensors
             n_layers += len(st.layers)
@@ -199,6 +205,20 @@ def _stage_params(spec, plan) -> list[StageParams]:
             dense += emb_local
             tensors += 1
         out.append(
-            StageParams(r, dense, expert, n_layers, n_mtp, emb, head, max_layer, list(kinds.values()), tensors, copy)
+            StageParams(
+                r,
+                dense,
+                expert,
+                n_layers,
+                n_mtp,
+                emb,
+                head,
+                max_layer,
+                list(kinds.values()),
+                tensors,
+                copy,
+                max_dense,
+                max_expert,
+            )
         )
     return out

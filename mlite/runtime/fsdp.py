@@ -7,8 +7,12 @@ etp > 1 with a clear :class:`~mlite.errors.MliteError`.
 
 How (mirrors mlite's fsdp2 backend):
 
-* ``fully_shard`` each ``experts`` module (EDP mesh), then each decoder block of ``model.blocks`` (the FSDP units),
-  then the root (embedding, final norm, lm_head).
+* ``fully_shard`` each decoder block of ``model.blocks`` (the FSDP units), then the root (embedding, final norm,
+  lm_head). The ``experts`` modules are units of their own on the EDP mesh (sharded first, inside their block's
+  unit) only where the EDP groups differ from the DP x CP groups (EP > 1, or TP > 1 with EP = 1); where they are
+  the same groups (EP = TP = 1, and EP = TP) the block's unit holds the experts too: one all-gather and one
+  reduce-scatter per block instead of two, half the FSDP2 hooks and copy-in/copy-out (issue 31). The rule is
+  :func:`mlite.mesh.fsdp_units.experts_share_block_unit`, the one the memory estimator's unit gather calls.
 * ``MixedPrecisionPolicy(param_dtype=<run dtype>, reduce_dtype=float32)``: the sharded parameters keep the dtype the
   model was built in (bf16 on GPU), the all-gathered compute copy is the same dtype, gradients are reduce-scattered in
   fp32 and FSDP2 casts the reduced shard back to the parameter dtype, so the stored sharded gradient is bf16 (2 B).
@@ -58,16 +62,40 @@ def expert_param_names(model: nn.Module) -> set[str]:
     return {n for n, p in model.named_parameters() if id(p) in ids}
 
 
+def experts_own_unit(pstate) -> bool:
+    """The ``experts`` modules are FSDP2 units of their own (the EDP groups are not the DP x CP groups)."""
+    from ..mesh import RankLayout
+    from ..mesh.fsdp_units import experts_share_block_unit
+
+    return not experts_share_block_unit(RankLayout.of(pstate.parallel, dp=pstate.dp, edp=pstate.edp))
+
+
 def shard_model(
-    model: nn.Module, dense_mesh, expert_mesh, param_dtype: torch.dtype, expert_divide_factor: float | None = None
+    model: nn.Module,
+    dense_mesh,
+    expert_mesh,
+    param_dtype: torch.dtype,
+    expert_divide_factor: float | None = None,
+    *,
+    own_expert_units: bool = True,
 ) -> nn.Module:
-    """Apply FSDP2 in place (experts, blocks, root) and return the model. ``expert_divide_factor``: what the expert
-    gradients are divided by after their reduce-scatter over EDP (default EDP, FSDP2's average); under EP it is
-    DP x CP, the dense factor, because every expert gradient already sums the tokens of its whole EP group."""
+    """Apply FSDP2 in place (experts where ``own_expert_units``, blocks, root) and return the model.
+    ``expert_divide_factor``: what the expert gradients are divided by after their reduce-scatter over EDP (default
+    EDP, FSDP2's average); under EP it is DP x CP, the dense factor, because every expert gradient already sums the
+    tokens of its whole EP group. ``own_expert_units=False`` (:func:`experts_own_unit` is False): the blocks'
+    units hold the experts, sharded over ``dense_mesh``, which must then have ``expert_mesh``'s ranks."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32, cast_forward_inputs=False)
-    for e in expert_modules(model):
+    if not own_expert_units and expert_modules(model):
+        if expert_mesh.mesh.tolist() != dense_mesh.mesh.tolist():
+            raise RuntimeError(
+                f"shard_model: the experts share their block's unit only over the same ranks (expert mesh "
+                f"{expert_mesh.mesh.tolist()}, dense mesh {dense_mesh.mesh.tolist()})"
+            )
+        if expert_divide_factor is not None and expert_divide_factor != dense_mesh.size():
+            raise RuntimeError(f"shard_model: expert divide factor {expert_divide_factor} != DP x CP")
+    for e in expert_modules(model) if own_expert_units else []:
         m = fully_shard(e, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=True)  # the same module, now FSDP
         if expert_divide_factor is not None and expert_divide_factor != expert_mesh.size():
             m.set_gradient_divide_factor(float(expert_divide_factor))

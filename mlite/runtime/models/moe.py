@@ -9,7 +9,9 @@ deterministic). Nothing in the local dispatch waits for the device: the tokens p
 by ``searchsorted`` (not ``bincount``, which reads its input's maximum back to the host on CUDA), stay on the device
 and feed ``torch._grouped_mm``'s int32 offsets directly; the gather of the token rows (:class:`_GatherSlots`) has a
 backward that applies the inverse permutation and sums the ``k`` slots of each token (not the sort and accumulate of
-an indexing backward). tests/test_moe_sync.py fails if a host sync comes back. Learnt from torchtitan's MoE
+an indexing backward), and so does the routing weight of each sorted pair (``index_select``: its backward scatters
+into distinct rows, bitwise the indexing backward without its sort). tests/test_moe_sync.py fails if a host sync
+comes back. Learnt from torchtitan's MoE
 (pytorch/torchtitan@08dc75a torchtitan/models/moe/moe.py: counts kept on the device with ``histc``, stable argsort)
 and Megatron-Core's dispatcher (NVIDIA/Megatron-LM@bed33f8 megatron/core/transformer/moe/token_dispatcher.py: all
 host reads of one layer gathered at one sync point). The expert GEMM path is chosen once, when the model is built
@@ -218,7 +220,7 @@ class MoE(nn.Module):
             if self.expert_dispatcher is None
             else self.expert_dispatcher(self.experts, xs, counts)
         )
-        ys = ys * weights.reshape(-1)[order, None]
+        ys = ys * weights.reshape(-1).index_select(0, order).unsqueeze(1)  # backward: a scatter, not a sort
         y = ys.new_empty(T * k, H).index_copy(0, order, ys).view(T, k, H).sum(dim=1)
         if self.shared_name is not None:
             s = getattr(self, self.shared_name)(x)

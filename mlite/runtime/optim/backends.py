@@ -11,14 +11,21 @@ from typing import Any
 
 import torch
 
-from ..fsdp import shard_model
+from ..fsdp import experts_own_unit, shard_model
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def fsdp2(rt: Any, model, experts: set[str], cls):
     """PyTorch ``fully_shard`` over DP x CP (dense) and EDP (experts); the optimizer runs on the local shards."""
-    shard_model(model, rt.dense_mesh, rt.expert_mesh, rt.param_dtype, expert_divide_factor=rt.pstate.dp_cp)
+    shard_model(
+        model,
+        rt.dense_mesh,
+        rt.expert_mesh,
+        rt.param_dtype,
+        expert_divide_factor=rt.pstate.dp_cp,
+        own_expert_units=experts_own_unit(rt.pstate),
+    )
     if rt.applied.tp is not None:
         rt.applied.tp.bind(model)
     return cls(model.named_parameters(), rt.cfg.optimizer, expert_names=experts, device=rt.device)
@@ -63,7 +70,14 @@ def mfsdp(rt: Any, model, experts: set[str], cls):
         with torch.no_grad():
             for p in model.parameters():
                 p.data = p.data.float()  # the fp32 parameter shard (exact: widening)
-    shard_model(model, rt.dense_mesh, rt.expert_mesh, rt.param_dtype, expert_divide_factor=rt.pstate.dp_cp)
+    shard_model(
+        model,
+        rt.dense_mesh,
+        rt.expert_mesh,
+        rt.param_dtype,
+        expert_divide_factor=rt.pstate.dp_cp,
+        own_expert_units=experts_own_unit(rt.pstate),
+    )
     opt = cls(model.named_parameters(), rt.cfg.optimizer, expert_names=experts, device=rt.device)
     opt.install_grad_hooks(model)
     return opt
