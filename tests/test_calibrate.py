@@ -286,3 +286,14 @@ def test_the_optimizer_anchor_recovers_the_host_costs_that_made_its_seconds():
         before = predict(small, plan, o, hardware=hw).parts["optimizer"]
         after = predict(small, plan, o, hardware=replace(hw, **fields)).parts["optimizer"]
         assert after - before == pytest.approx(small.num_layers * layer + step, rel=1e-9), b
+
+
+def test_host_adam_rate_times_the_runtimes_own_host_path():
+    """calibrate's host AdamW rate is the path ShardedAdamW takes (its default ``auto``: the one-pass C kernel where
+    it builds), not the eager ops the runtime no longer runs; ``torch`` forces the eager path."""
+    from mlite.runtime.optim import host_fused
+    from mlite.time.calibrate import host_adam_rate
+
+    auto = host_adam_rate(1 << 16, repeats=1)
+    assert auto["host_kernel"] == host_fused.choose("auto")
+    assert host_adam_rate(1 << 16, repeats=1, host_kernel="torch")["host_kernel"] == "torch"

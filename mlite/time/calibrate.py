@@ -473,16 +473,20 @@ def host_device_bandwidth(device, nbytes: int = 1 << 28, repeats: int = 5) -> di
     }
 
 
-def host_adam_rate(numel: int = 1 << 22, mode: str = "master", repeats: int = 3, pin: bool = False) -> dict:
-    """Parameters per second of the host AdamW of ``offload_fraction``: :func:`mlite.runtime.optim.host.update_chunk`
-    over an fp32 state shard of ``numel`` elements (bf16 gradient and parameter staging; ``mode`` ``master``: fp32
-    master, ``remainder``: the precision-aware int16 remainder) in chunks of :data:`~mlite.runtime.optim.CHUNK` with
-    work buffers allocated once, as ``ShardedAdamW._update_staged`` runs it (bench/offload_host_speed.py times the
-    same loop); ``pin``: the gradient and parameter staging buffers in pinned memory, as ``_stage_in`` allocates
+def host_adam_rate(
+    numel: int = 1 << 22, mode: str = "master", repeats: int = 3, pin: bool = False, host_kernel: str = "auto"
+) -> dict:
+    """Parameters per second of the host AdamW of ``offload_fraction``, on the path the runtime takes for these
+    tensors (:func:`mlite.runtime.optim.host_fused.takes` under ``host_kernel``, ``ShardedAdamW``'s default
+    ``auto``): the one-pass C kernel over the whole shard, as ``ShardedAdamW._update_staged`` calls it for one
+    shard, or else :func:`mlite.runtime.optim.host.update_chunk` in chunks of :data:`~mlite.runtime.optim.CHUNK`
+    with work buffers allocated once (bench/offload_host_speed.py times both). An fp32 state shard of ``numel``
+    elements, bf16 gradient and parameter staging; ``mode`` ``master``: fp32 master, ``remainder``: the
+    precision-aware int16 remainder; ``pin``: the gradient and parameter staging buffers in pinned memory, as ``_stage_in`` allocates
     them on a CUDA machine. The state is filled by copying one random chunk over it (no full-size random draw)."""
     import torch
 
-    from ..runtime.optim import host
+    from ..runtime.optim import host, host_fused
     from ..runtime.optim.adamw import AdamWHyper, step_scalars
     from ..runtime.optim.master import split_fp32
     from ..runtime.optim.optimizer import CHUNK
@@ -500,12 +504,16 @@ def host_adam_rate(numel: int = 1 << 22, mode: str = "master", repeats: int = 3,
     param = torch.empty(numel, dtype=torch.bfloat16, pin_memory=pin).copy_(hi)
     state = {"exp_avg": torch.zeros(numel), "exp_avg_sq": torch.zeros(numel)}
     state["master" if mode == "master" else "remainder"] = master if mode == "master" else rem
-    work = host.work_buffers(min(CHUNK, numel), "cpu")
+    fused = host_fused.takes(host_kernel, param, grad, state)
+    work = {} if fused else host.work_buffers(min(CHUNK, numel), "cpu")
 
     def update(step: int) -> None:
         sc = step_scalars(
             AdamWHyper(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=step, clip_coef=0.7)
         )
+        if fused:
+            host_fused.update_range(mode, param, grad, state, 0, numel, sc)
+            return
         for a in range(0, numel, CHUNK):
             b = min(a + CHUNK, numel)
             host.update_chunk(mode, param[a:b], grad[a:b], state, a, b, sc, work)
@@ -522,6 +530,7 @@ def host_adam_rate(numel: int = 1 << 22, mode: str = "master", repeats: int = 3,
         "mode": mode,
         "threads": torch.get_num_threads(),
         "pinned_staging": pin,
+        "host_kernel": "c" if fused else "torch",
         "seconds": t,
         "params_per_s": numel / t,
     }

@@ -126,6 +126,13 @@ def usable(p: torch.Tensor, grad: torch.Tensor | None, state: dict) -> bool:
     )
 
 
+def takes(host_kernel: str, p: torch.Tensor, grad: torch.Tensor | None, state: dict) -> bool:
+    """The one rule for a host update's path: the C kernel when ``host_kernel`` selects it (:func:`choose`) and it
+    takes these tensors (:func:`usable`), else the eager torch ops of :mod:`.host` (the runtime and
+    :func:`mlite.time.calibrate.host_adam_rate` both ask this)."""
+    return choose(host_kernel) == "c" and usable(p, grad, state)
+
+
 def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 

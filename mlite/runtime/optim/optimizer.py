@@ -414,9 +414,8 @@ class ShardedAdamW:
             start, first = end, i + 1
 
     def _host_c(self, p: torch.Tensor, grad: torch.Tensor | None, state: dict) -> bool:
-        """The one rule for the host update's path: the C kernel when :attr:`host_kernel` selects it and it takes
-        these tensors (:func:`.host_fused.usable`), else the eager torch ops of :mod:`.host`."""
-        return host_fused.choose(self.host_kernel) == "c" and host_fused.usable(p, grad, state)
+        """The host update's path for these tensors under :attr:`host_kernel` (:func:`.host_fused.takes`)."""
+        return host_fused.takes(self.host_kernel, p, grad, state)
 
     def _copy_back(self, g: StateGroup, i: int) -> None:
         s, a = g.slots[i], g.offsets[i]
