@@ -105,6 +105,15 @@ class MeshPlan:
         }
 
 
+def check_sizes(ngpu, seq_len: int, gpus_per_node: int) -> None:
+    """The GPU count, sequence length and GPUs per node are positive integers (one message naming the flag)."""
+    if isinstance(ngpu, bool) or not isinstance(ngpu, int) or ngpu < 1:
+        raise MliteError(f"--ngpu must be a positive integer, got {ngpu!r}")
+    for flag, v in (("--seq-len", seq_len), ("--gpus-per-node", gpus_per_node)):
+        if v < 1:
+            raise MliteError(f"{flag} must be a positive integer, got {v}")
+
+
 def resolve(
     spec,
     ngpu: int,
@@ -128,11 +137,7 @@ def resolve(
     ``split`` is Megatron-Core's first/last-stage counts, ``account_for_*`` or a layer list
     (:func:`mlite.mesh.layout.split_layout`), checked with Megatron-Core's rules."""
     p = parallel or ParallelConfig()
-    if isinstance(ngpu, bool) or not isinstance(ngpu, int) or ngpu < 1:
-        raise MliteError(f"--ngpu must be a positive integer, got {ngpu!r}")
-    for flag, v in (("--seq-len", seq_len), ("--gpus-per-node", gpus_per_node)):
-        if v < 1:
-            raise MliteError(f"{flag} must be a positive integer, got {v}")
+    check_sizes(ngpu, seq_len, gpus_per_node)
     ctx = MeshContext(
         spec=spec,
         ngpu=ngpu,

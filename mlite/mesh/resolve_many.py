@@ -25,7 +25,7 @@ from ..errors import MliteError
 from .checks import RULES, MeshContext, explain_inherited
 from .config import DEFAULT_GPUS_PER_NODE, DEFAULT_SEQ_LEN, ParallelConfig
 from .layout import PipelineSplit
-from .plan import MeshPlan
+from .plan import MeshPlan, check_sizes
 from .rules import pad_vocab
 
 _FIELDS = tuple(f.name for f in fields(ParallelConfig))
@@ -115,11 +115,7 @@ class Resolver:
         auto_uneven: bool = False,
         rules=RULES,
     ):
-        if isinstance(ngpu, bool) or not isinstance(ngpu, int) or ngpu < 1:
-            raise MliteError(f"--ngpu must be a positive integer, got {ngpu!r}")
-        for flag, v in (("--seq-len", seq_len), ("--gpus-per-node", gpus_per_node)):
-            if v < 1:
-                raise MliteError(f"{flag} must be a positive integer, got {v}")
+        check_sizes(ngpu, seq_len, gpus_per_node)
         self.spec, self.ngpu, self.seq_len, self.gpn = spec, ngpu, seq_len, gpus_per_node
 
         def make_ctx(p) -> MeshContext:

@@ -16,8 +16,9 @@ from ..fsdp import experts_own_unit, shard_model
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def fsdp2(rt: Any, model, experts: set[str], cls):
-    """PyTorch ``fully_shard`` over DP x CP (dense) and EDP (experts); the optimizer runs on the local shards."""
+def _shard(rt: Any, model) -> None:
+    """``fully_shard`` of the model over the runtime's dense and expert meshes (the units :mod:`mlite.mesh.fsdp_units`
+    decides), as fsdp2 and mfsdp both shard it."""
     shard_model(
         model,
         rt.dense_mesh,
@@ -26,6 +27,11 @@ def fsdp2(rt: Any, model, experts: set[str], cls):
         expert_divide_factor=rt.pstate.dp_cp,
         own_expert_units=experts_own_unit(rt.pstate),
     )
+
+
+def fsdp2(rt: Any, model, experts: set[str], cls):
+    """PyTorch ``fully_shard`` over DP x CP (dense) and EDP (experts); the optimizer runs on the local shards."""
+    _shard(rt, model)
     if rt.applied.tp is not None:
         rt.applied.tp.bind(model)
     return cls(model.named_parameters(), rt.cfg.optimizer, expert_names=experts, device=rt.device)
@@ -70,14 +76,7 @@ def mfsdp(rt: Any, model, experts: set[str], cls):
         with torch.no_grad():
             for p in model.parameters():
                 p.data = p.data.float()  # the fp32 parameter shard (exact: widening)
-    shard_model(
-        model,
-        rt.dense_mesh,
-        rt.expert_mesh,
-        rt.param_dtype,
-        expert_divide_factor=rt.pstate.dp_cp,
-        own_expert_units=experts_own_unit(rt.pstate),
-    )
+    _shard(rt, model)
     opt = cls(model.named_parameters(), rt.cfg.optimizer, expert_names=experts, device=rt.device)
     opt.install_grad_hooks(model)
     return opt
