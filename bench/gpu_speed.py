@@ -822,6 +822,8 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated sections, in this order")
     ap.add_argument("--merge", default=None, help="start from an earlier raw JSON (sections run now replace its)")
     a = ap.parse_args()
+    if a.pairs < 1:
+        ap.error(f"--pairs must be >= 1, got {a.pairs}")
     return report(a) if a.report else measure(a)
 
 

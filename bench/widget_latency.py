@@ -45,11 +45,17 @@ def browser(repeats: int) -> list[dict]:
         return json.loads(out.read_text())["rows"]
 
 
-def _time(setter, values, repeats: int) -> list[float]:
+def _flip(widget, repeats: int, other=None) -> list[float]:
+    """Milliseconds per change of ``widget.value``, flipped between ``other`` (default: its first option that is
+    not the current value) and the value it had."""
+    first = widget.value
+    if other is None:
+        values = [o[1] if isinstance(o, tuple) else o for o in widget.options]  # (label, value) or value options
+        other = next(v for v in values if v != first)
     out = []
     for i in range(repeats):
         t = time.perf_counter()
-        setter(values[i % 2])
+        widget.value = other if i % 2 == 0 else first
         out.append((time.perf_counter() - t) * 1e3)
     return out
 
@@ -76,39 +82,19 @@ def handlers(repeats: int) -> dict[str, list[float]]:
         export = ExportView(planner.model_ref)
         export.follow(planner, memory)
         c, m = planner.controls, memory.controls
-        tp0 = c["tp"].value
-        tp1 = next(t for t in c["tp"].options if t != tp0)
-        rec0 = m["recompute"].value
-        rec1 = next(r for r in m["recompute"].options if r != rec0)
-        gpu0 = m["gpu"].value
-        gpu1 = next(g for g in m["gpu"].options if (g[1] if isinstance(g, tuple) else g) != gpu0)
-        gpu1 = gpu1[1] if isinstance(gpu1, tuple) else gpu1
-        ver = [v[1] if isinstance(v, tuple) else v for v in rl.verl_version.options]
-        ver0 = rl.verl_version.value
-        ver1 = next(v for v in ver if v != ver0)
-        out = {
-            "planner tp": _time(lambda v: setattr(c["tp"], "value", v), [tp1, tp0], repeats),
-            "memory offload_fraction": _time(
-                lambda v: setattr(m["offload_fraction"], "value", v), [0.05, 0.0], repeats
-            ),
-            "memory recompute": _time(lambda v: setattr(m["recompute"], "value", v), [rec1, rec0], repeats),
-            "memory gpu": _time(lambda v: setattr(m["gpu"], "value", v), [gpu1, gpu0], repeats),
-            "rl verl release": _time(lambda v: setattr(rl.verl_version, "value", v), [ver1, ver0], repeats),
-        }
         curves = CurveExplorer()
-        out["curves smoothing"] = _time(lambda v: setattr(curves._smooth, "value", v), [0.01, 0.0], repeats)
-        logy = [o[1] if isinstance(o, tuple) else o for o in curves._logy.options]
-        ly0 = curves._logy.value
-        out["curves y axis"] = _time(
-            lambda v: setattr(curves._logy, "value", v), [next(o for o in logy if o != ly0), ly0], repeats
-        )
         run = RunView()
-        opt0 = run._optimizer.value
-        opt1 = next(o for o in run._optimizer.options if (o[1] if isinstance(o, tuple) else o) != opt0)
-        opt1 = opt1[1] if isinstance(opt1, tuple) else opt1
-        out["run optimizer"] = _time(lambda v: setattr(run._optimizer, "value", v), [opt1, opt0], repeats)
-        out["run offload_fraction"] = _time(lambda v: setattr(run._offload, "value", v), [0.05, 0.0], repeats)
-        return out
+        return {
+            "planner tp": _flip(c["tp"], repeats),
+            "memory offload_fraction": _flip(m["offload_fraction"], repeats, other=0.05),
+            "memory recompute": _flip(m["recompute"], repeats),
+            "memory gpu": _flip(m["gpu"], repeats),
+            "rl verl release": _flip(rl.verl_version, repeats),
+            "curves smoothing": _flip(curves._smooth, repeats, other=0.01),
+            "curves y axis": _flip(curves._logy, repeats),
+            "run optimizer": _flip(run._optimizer, repeats),
+            "run offload_fraction": _flip(run._offload, repeats, other=0.05),
+        }
     finally:
         os.chdir(cwd)
 

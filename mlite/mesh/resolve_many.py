@@ -73,7 +73,7 @@ class _Memo:
     def __init__(self, fn, make_ctx):
         self.fn, self.make_ctx = fn, make_ctx
         self.tables: list[tuple[tuple[str, ...], attrgetter, dict]] = []
-        """(sizes one run read in the order read, their getter, the sizes one run read, in the order read; values -> result), one per sequence seen."""
+        """Per sequence of sizes seen: (those sizes in the order read, their getter, {their values: result})."""
 
     def __call__(self, cfg: ParallelConfig):
         for _, get, table in self.tables:
