@@ -5,7 +5,7 @@ fp32 master on every mesh, the measured per-rank parameter / gradient / optimize
 (``mlite memory --optimizer fsdp2``) for 18 meshes (fp32 master) and for 3 meshes x {PAO, PAO + bf16 moments}, the
 fused AdamW kernel (Triton, interpreted) updates TP and EP mesh runs as the torch ops do, the run view shows a mesh
 run's measured bytes next to the estimate, the packed-batch CP split, and bad meshes refused before any process
-starts. The equivalence runs are 10 steps of 2 micro-batches of 2 packed sequences
+starts. The equivalence runs are 6 steps of 2 micro-batches of 2 packed sequences
 (12-24 tokens) per DP rank, so CP pads and splits packed sequences and TP pads the stream."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 MODELS = ("tiny-dense", "tiny-moe", "tiny-hybrid")
 MOE = ("tiny-moe", "tiny-hybrid")
-STEPS = 10
+STEPS = 6
 MESHES_BY_WORLD = {
     1: [(m, {}) for m in MODELS],
     2: [(m, {}) for m in MODELS]
@@ -96,7 +96,8 @@ PAO_MESHES = {2: [{"ep": 2}, {"cp": 2}, {"tp": 2}], 4: [{"ep": 2, "cp": 2}]}
 
 LOSS_REL = 1e-5
 """Bound on |mesh - DP| / DP of the loss per step. Measured (2026-12-02, this repository's CPU box, all 13 meshes of
-the equivalence test, 10 steps each): at most 1.4e-7 (tiny-hybrid --tp 2), 1.1e-7 for the CLI run; the bound is 70x
+the equivalence test, 10 steps each, of which the 6 steps run now are the first: a deterministic prefix, so their
+maximum is at most these): at most 1.4e-7 (tiny-hybrid --tp 2), 1.1e-7 for the CLI run; the bound is 70x
 that, and kept at the 1e-5 that also held on the machine of issue 29 (whose loss spread was not recorded)."""
 GRAD_NORM_REL = 5e-5
 """Bound on the relative grad-norm difference per step. Measured: at most 6.0e-6 on this box (tiny-moe --tp 2; the
