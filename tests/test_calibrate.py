@@ -72,6 +72,13 @@ def test_quick_cpu_calibrate_loads_back_and_replaces_the_measured_fields(quick_m
     big = from_hf_config("Qwen3-30B-A3B")  # more parameters than the cap: capped (or by this host's memory)
     assert FULL.adam_numel < host_adam_numel(big, FULL) <= FULL.adam_model_numel < big.total
     assert [len(m["optimizer_anchor"]["measured_s"][b]) for b in ("dist_opt", "fsdp2")] == [2, 2]
+    from mlite.time.calibrate import FLOOR_RUNS
+
+    floor = m["host_floor_anchor"]
+    assert floor["tokens"] == QUICK.floor_tokens < QUICK.anchor_tokens
+    assert sorted(floor["measured_s"]) == sorted(f"{r}/{o}" for r, o in FLOOR_RUNS)
+    assert all(len(v) == 2 and min(v) > 0 for v in floor["measured_s"].values())
+    assert prof.host_floor_layer_s > 0  # three layers take longer to issue than one
     assert prof.hbm_bytes_per_s == pytest.approx(2 * m["memory"]["bytes"] / m["memory"]["copy_s"])
 
 
@@ -297,3 +304,56 @@ def test_host_adam_rate_times_the_runtimes_own_host_path():
     auto = host_adam_rate(1 << 16, repeats=1)
     assert auto["host_kernel"] == host_fused.choose("auto")
     assert host_adam_rate(1 << 16, repeats=1, host_kernel="torch")["host_kernel"] == "torch"
+
+
+def test_the_host_floor_anchor_recovers_what_made_its_seconds_and_floors_the_micro_batch():
+    """host_floor_fit on seconds made from known per-layer host costs and a known intercept gives them back; with
+    them the time model never predicts a micro-batch faster than its host floor, and leaves a GPU-bound one alone."""
+    from dataclasses import replace
+
+    from mlite.mesh import ParallelConfig, resolve
+    from mlite.options import TrainingOptions
+    from mlite.time import predict
+    from mlite.time.calibrate import _anchor_layers, host_floor_fit
+    from mlite.time.model import host_floor_s
+
+    spec = from_hf_config("Qwen3-30B-A3B")
+    lo, hi = _anchor_layers(spec)
+    layer, fixed, extra = 0.004, 0.006, {"selective": 0.0005, "full": 0.002, "fsdp2": 0.0027}
+
+    def run(per):
+        return [fixed + n * per for n in (lo, hi)]
+
+    seconds = {
+        ("none", "dist_opt"): run(layer),
+        ("selective", "dist_opt"): run(layer + extra["selective"]),
+        ("full", "dist_opt"): run(layer + extra["full"]),
+        ("none", "fsdp2"): run(layer + extra["fsdp2"]),
+    }
+    fields, _ = host_floor_fit(spec, seconds)
+    want = {"host_floor_layer_s": layer, "host_floor_microbatch_s": fixed, "host_floor_selective_s": 0.0005}
+    want |= {"host_floor_full_s": 0.002, "host_floor_fsdp_layer_s": 0.0027}
+    assert fields == pytest.approx(want, rel=1e-9)
+    small = from_hf_config("tiny-moe")
+    plan = resolve(small, 1, ParallelConfig(), seq_len=256)
+    hw = load_hardware("H200")
+    for o in (
+        TrainingOptions(optimizer="fsdp2", seq_len=256, num_microbatches=4, recompute="full"),
+        TrainingOptions(optimizer="dist_opt", seq_len=256, num_microbatches=1),
+    ):
+        before, after = predict(small, plan, o, hardware=hw), predict(small, plan, o, hardware=replace(hw, **fields))
+        floor = host_floor_s(replace(hw, **fields), o, small.num_layers)
+        per = fixed + small.num_layers * (
+            layer + (0.002 if o.recompute == "full" else 0) + (0.0027 if o.optimizer == "fsdp2" else 0)
+        )
+        assert floor == pytest.approx(per, rel=1e-9)
+        assert before.parts["host_bound"] == 0  # no floor known: the device model alone
+        # the tiny model's micro-batch is far below its floor: the step is the floor per micro-batch + the update
+        update = after.parts["optimizer"] + after.parts["offload"]
+        assert after.step_s == pytest.approx(o.num_microbatches * per + update, rel=1e-9)
+        assert after.parts["host_bound"] > 0 and sum(after.parts.values()) == pytest.approx(after.step_s)
+    # a GPU-bound micro-batch (a long sequence) keeps its device time: the floor does not add to it
+    big_plan = resolve(spec, 8, ParallelConfig(ep=8), seq_len=8192)
+    o = TrainingOptions(seq_len=8192, num_microbatches=2)
+    b, a = predict(spec, big_plan, o, hardware=hw), predict(spec, big_plan, o, hardware=replace(hw, **fields))
+    assert a.parts["host_bound"] == 0 and a.step_s == b.step_s

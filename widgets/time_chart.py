@@ -9,7 +9,14 @@ from mlite.time.view import summary, time_rows
 
 from ._common import esc
 
-COLORS = {"compute": "#4C72B0", "comm": "#C44E52", "bubble": "#EDC948", "optimizer": "#55A868", "offload": "#B07AA1"}
+COLORS = {
+    "compute": "#4C72B0",
+    "comm": "#C44E52",
+    "bubble": "#EDC948",
+    "host": "#8C8C8C",
+    "optimizer": "#55A868",
+    "offload": "#B07AA1",
+}
 """Bar colour by :data:`mlite.time.view.KIND`."""
 
 

@@ -25,6 +25,10 @@ from .registry import Registry
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 """Bytes per element of a storage dtype."""
 
+UPDATE_CHUNK = 1 << 20
+"""Elements per chunk of the lite runtime's optimizer update (its torch-op chunks, and the least span of its
+host kernel on an offloaded group; the time model prices the last span's copy back with it)."""
+
 Rule = Callable[[Any], None]
 """A rule: reads the settings (Megatron-Core names) and raises :class:`~mlite.errors.MliteError` when it refuses."""
 

@@ -19,6 +19,11 @@ Adam) synchronise once at the end. What is measured:
   host AdamW of ``offload_fraction`` (:func:`host_adam_rate`, :func:`mlite.runtime.optim.host.update_chunk` chunk by
   chunk, as :meth:`mlite.runtime.optim.optimizer.ShardedAdamW._update_staged` runs it).
 
+* The lite runtime itself, on the model cut to 1 and 3 layers (:func:`cut_model_seconds`): the layer anchor at 4096
+  tokens per recompute mode and on fsdp2 (:func:`anchor_fit`), the optimizer anchor (:func:`optimizer_anchor_fit`),
+  and the host floor at a few tokens (:func:`host_floor_fit`): what issuing a layer costs the host when the GPU
+  waits on it, which sets a launch-bound model's step (a small MoE's is).
+
 The vendor figures a single process cannot measure (peak FLOP/s, NVLink, network, GPUs per node, memory sizes,
 collective efficiency and latency) stay the base profile's.
 """
@@ -58,6 +63,11 @@ MEASURED_FIELDS = (
     "optimizer_step_host_s",
     "fsdp_optimizer_layer_host_s",
     "fsdp_optimizer_step_host_s",
+    "host_floor_layer_s",
+    "host_floor_microbatch_s",
+    "host_floor_selective_s",
+    "host_floor_full_s",
+    "host_floor_fsdp_layer_s",
 )
 """The profile fields :func:`calibrate` may replace (the others are the base's vendor figures)."""
 
@@ -92,11 +102,14 @@ class Sizes:
     adam_model_numel: int = 0
     """Cap of the elements of the host AdamW measured at the model's size (:func:`_part_host_adam`: the whole
     model's parameters, what ``offload_fraction=1`` updates on one GPU; 0: only ``adam_numel``)."""
+    floor_tokens: int = 64
+    """Tokens of the micro-batch of the host-floor anchor (:func:`host_floor_fit`): few enough that the GPU work is
+    negligible next to the host's issuing of it."""
 
 
 FULL = Sizes((1024, 4096, 16384), (4096, 8192), 32768, 4096, 16384, 1 << 30, 5000, 1 << 28, 1 << 26, 5, 4096, 1 << 31)
 """Sizes of a full calibrate on a GPU (sized for well under a minute on an H200: an estimate, not yet timed there)."""
-QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 19, 3, 64, 1 << 21)
+QUICK = Sizes((64, 256), (128, 256), 512, 128, 256, 1 << 22, 500, 1 << 20, 1 << 19, 3, 64, 1 << 21, 16)
 """Sizes of ``--quick`` and of every CPU run (seconds on a 2-core CPU)."""
 
 
@@ -726,10 +739,21 @@ def runtime_layer_seconds(
 ) -> float:
     """Wall seconds of one decoder layer's forward + backward as the lite runtime runs it: ``forward_backward`` of
     one packed micro-batch of ``tokens`` tokens on ``spec`` cut to 3 layers, less the same on 1 layer, halved
-    (``optimizer``'s backend on one rank, bf16; the median of ``repeats`` synchronised calls after two warm-ups;
-    a process group it starts is destroyed again). ``opt_out``: also time the runtime's ``optimizer_step`` +
-    ``zero_grad`` on each cut model (a whole step less its ``forward_backward``) and append their seconds, fewer
-    layers first (the optimizer anchor, :func:`optimizer_anchor_fit`)."""
+    (:func:`cut_model_seconds`). ``opt_out``: also time the runtime's ``optimizer_step`` + ``zero_grad`` on each
+    cut model (a whole step less its ``forward_backward``) and append their seconds, fewer layers first (the
+    optimizer anchor, :func:`optimizer_anchor_fit`)."""
+    out = cut_model_seconds(device, spec, tokens, recompute, optimizer, repeats, opt_out)
+    lo, hi = _anchor_layers(spec)
+    return max(0.0, (out[1] - out[0]) / (hi - lo))
+
+
+def cut_model_seconds(
+    device, spec, tokens: int, recompute: str, optimizer: str, repeats: int = 3, opt_out: list | None = None
+) -> list[float]:
+    """``forward_backward`` seconds of ``spec`` cut to each of :data:`ANCHOR_LAYERS`, fewer layers first: one packed
+    micro-batch of ``tokens`` tokens, ``optimizer``'s backend on one rank, bf16, the median of ``repeats``
+    synchronised calls after two warm-ups; a process group it starts is destroyed again (``opt_out``: see
+    :func:`runtime_layer_seconds`)."""
     import os
 
     import torch.distributed as dist
@@ -752,8 +776,7 @@ def runtime_layer_seconds(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    lo, hi = _anchor_layers(spec)
-    return max(0.0, (out[1] - out[0]) / (hi - lo))
+    return out
 
 
 def _anchor_runs(
@@ -892,6 +915,38 @@ def optimizer_anchor_fit(hw: HardwareProfile, spec, seconds: dict) -> tuple[dict
     return fields, fit
 
 
+FLOOR_RUNS = (("none", "dist_opt"), ("selective", "dist_opt"), ("full", "dist_opt"), ("none", "fsdp2"))
+"""(recompute, optimizer) of the host-floor anchor's runs."""
+
+
+def host_floor_fit(spec, seconds: dict) -> tuple[dict, dict]:
+    """Host-floor fields from ``seconds`` = (recompute, optimizer) -> ``[s at lo layers, s at hi layers]`` of
+    :func:`cut_model_seconds` at a few tokens, where the step only waits on the host issuing its kernels: the
+    per-layer slope of (none, dist_opt) is ``host_floor_layer_s``, its intercept ``host_floor_microbatch_s``; the
+    other runs' slopes less that one are what selective / full recompute and fsdp2's hooks add per layer.
+    Returns ``(fields, what was fitted)``."""
+    lo, hi = _anchor_layers(spec)
+    fit: dict = {"layers": [lo, hi], "measured_s": {f"{r}/{o}": list(v) for (r, o), v in seconds.items()}}
+    if hi <= lo or ("none", "dist_opt") not in seconds:
+        return {}, fit
+
+    def slope(key):
+        a, b = seconds[key]
+        return (b - a) / (hi - lo)
+
+    base = slope(("none", "dist_opt"))
+    fields = {
+        "host_floor_layer_s": max(0.0, base),
+        "host_floor_microbatch_s": max(0.0, seconds[("none", "dist_opt")][0] - lo * base),
+    }
+    extra = {("selective", "dist_opt"): "host_floor_selective_s", ("full", "dist_opt"): "host_floor_full_s"}
+    extra[("none", "fsdp2")] = "host_floor_fsdp_layer_s"
+    for key, name in extra.items():
+        if key in seconds:
+            fields[name] = max(0.0, slope(key) - base)
+    return fields, fit
+
+
 def _part_layers(device, spec, sz: Sizes, hw: HardwareProfile) -> Part:
     if spec.num_layers < 2:
         return {}, {}, {"layer_anchor": f"not measured: {spec.name} has one layer (the anchor differences two)"}
@@ -907,6 +962,9 @@ def _part_layers(device, spec, sz: Sizes, hw: HardwareProfile) -> Part:
     )
     fields, fit = anchor_fit(hw, spec, sz.anchor_tokens, secs)
     o_fields, o_fit = optimizer_anchor_fit(hw, spec, opt)
+    floor = {k: cut_model_seconds(device, spec, sz.floor_tokens, *k, repeats=sz.repeats) for k in FLOOR_RUNS}
+    f_fields, f_fit = host_floor_fit(spec, floor)
+    f_fit["tokens"] = sz.floor_tokens
     lo, hi = _anchor_layers(spec)
     what = (
         f"one {fit['layer']} layer of {spec.name} in the lite runtime, {sz.anchor_tokens} tokens ({hi} - {lo} layers)"
@@ -917,7 +975,16 @@ def _part_layers(device, spec, sz: Sizes, hw: HardwareProfile) -> Part:
         "update's HBM bytes"
         for k in o_fields
     }
-    return fields | o_fields, sources, {"layer_anchor": fit, "optimizer_anchor": o_fit}
+    sources |= {
+        k: f"{_BY}forward_backward of {spec.name} cut to {lo} and {hi} layers at {sz.floor_tokens} tokens (the host "
+        "floor), fitted slope / intercept"
+        for k in f_fields
+    }
+    return (
+        fields | o_fields | f_fields,
+        sources,
+        {"layer_anchor": fit, "optimizer_anchor": o_fit, "host_floor_anchor": f_fit},
+    )
 
 
 def calibrate(device="cuda", spec=None, base=None, quick: bool = False) -> HardwareProfile:

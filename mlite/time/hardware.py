@@ -79,6 +79,20 @@ class HardwareProfile:
     """fsdp2: seconds per decoder layer and step of the optimizer step + ``zero_grad`` beyond the update's bytes."""
     fsdp_optimizer_step_host_s: float = 0.0
     """fsdp2: the same once per step."""
+    host_floor_layer_s: float = 0.0
+    """Host seconds one decoder layer's forward + backward takes to issue in the lite runtime (dist_opt, no
+    recompute), measured where the GPU work is negligible (``mlite calibrate``'s host-floor anchor at a few tokens):
+    a micro-batch is never faster than its host floor, however little the GPU does (0: none known). It is the
+    calibrated model's layer kind."""
+    host_floor_microbatch_s: float = 0.0
+    """Host seconds per micro-batch outside the decoder layers (embedding, head, loss, the runtime's own work), the
+    same anchor's intercept."""
+    host_floor_selective_s: float = 0.0
+    """Host-floor seconds per layer that selective recompute adds (the same anchor with ``recompute=selective``)."""
+    host_floor_full_s: float = 0.0
+    """Host-floor seconds per layer that full recompute adds."""
+    host_floor_fsdp_layer_s: float = 0.0
+    """Host-floor seconds per layer that fsdp2's hooks add over dist_opt (the anchor on ``optimizer=fsdp2``)."""
     gdn_efficiency: float = 0.0
     """Share of the bf16 peak the chunked Gated DeltaNet kernel (fla ``chunk_gated_delta_rule``) reaches, its forward
     FLOPs :func:`mlite.models.flops.attention_flops`'s and its backward twice those (0: not known, the flash-attention
@@ -100,6 +114,11 @@ OPTIONAL = (
     "optimizer_step_host_s",
     "fsdp_optimizer_layer_host_s",
     "fsdp_optimizer_step_host_s",
+    "host_floor_layer_s",
+    "host_floor_microbatch_s",
+    "host_floor_selective_s",
+    "host_floor_full_s",
+    "host_floor_fsdp_layer_s",
     "gdn_efficiency",
 )
 """Fields a profile may leave out (their default: nothing known)."""

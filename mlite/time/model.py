@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..models.flops import flops_per_token
-from ..options.optimizers import DTYPE_BYTES
+from ..options.optimizers import DTYPE_BYTES, UPDATE_CHUNK
 from .comm import all_to_all_s, p2p_s, ranks_per_node, ring_s, spans_nodes
 from .compute import Cost, Shard, embedding_cost, head_cost, layer_backward, layer_forward
 from .hardware import HardwareProfile, load_hardware
@@ -41,6 +41,7 @@ PARTS = (
     "pp_p2p",
     "pp_bubble",
     "dp_comm",
+    "host_bound",
     "optimizer",
     "offload",
 )
@@ -157,6 +158,24 @@ def recompute_host_s(hw, o) -> float:
     if o.recompute == "selective" or o.recompute_modules:
         return hw.recompute_selective_host_s
     return 0.0
+
+
+def host_floor_s(hw, o, layers: int) -> float:
+    """Host seconds one micro-batch takes to issue on a rank with ``layers`` decoder layers (the profile's host floor,
+    :func:`mlite.time.calibrate.host_floor_fit`: per layer, plus the recompute mode's and fsdp2's additions, plus
+    the per-micro-batch intercept); 0 where the profile has none."""
+    from ..options.optimizers import BACKENDS
+
+    if not hw.host_floor_layer_s:
+        return 0.0
+    per = hw.host_floor_layer_s
+    if o.recompute == "full":
+        per += hw.host_floor_full_s
+    elif o.recompute == "selective" or o.recompute_modules:
+        per += hw.host_floor_selective_s
+    if BACKENDS.entry(o.optimizer).shards_params:
+        per += hw.host_floor_fsdp_layer_s
+    return hw.host_floor_microbatch_s + layers * per
 
 
 def _shard(spec, plan, o, k: Knobs | None = None) -> Shard:
@@ -445,10 +464,12 @@ def _update_time(hw, plan, o, st) -> tuple[float, float, str]:
     off = 0.0
     if f > 0:
         g = DTYPE_BYTES[o.main_grads_dtype] if be.grad_buffer else 4
-        # the runtime stages gradients down and parameters back shard by shard while the host updates the chunks
-        # that have landed (mlite/runtime/optim/optimizer.py _stage_in / _update_staged): the slower of the link
-        # and the host sets the time
-        off = max(f * n * (g + 2) / hw.pcie_bytes_per_s, f * n / hw.host_adam_params_per_s)
+        # serial, as the runtime runs it (mlite/runtime/optim/optimizer.py): step_async queues every gradient
+        # copy to the host before its scale.tolist() (global-norm clipping needs them all), so the host update
+        # starts only after the last lands; _update_staged_c then copies each span's new parameters back while
+        # it updates the next, so only the last span's copy (at least UPDATE_CHUNK elements) is exposed
+        span = min(f * n, float(UPDATE_CHUNK))
+        off = f * n * g / hw.pcie_bytes_per_s + f * n / hw.host_adam_params_per_s + span * 2 / hw.pcie_bytes_per_s
     return device, off, formula
 
 
@@ -489,6 +510,10 @@ def predict(
         "optimizer": opt_s,
         "offload": off_s,
     }
+    # a micro-batch is never faster than the host issuing it: the GPU waits on the launches of a launch-bound model
+    floor = host_floor_s(hw, o, r.n_layers)
+    device_mb = sum(v for n, v in parts.items() if n not in ("pp_bubble", "optimizer", "offload")) / m
+    parts["host_bound"] = m * max(0.0, floor - device_mb)
     comm_total = {k: m * r.comm.get(k, 0.0) for k in COMM_PARTS if k != "dp_comm"}
     comm_total["dp_comm"] = dp_total
     step = sum(parts.values())
@@ -509,9 +534,14 @@ def predict(
         *notes,
         f"optimizer step: {formula} bytes per local parameter at the copy rate {hw.hbm_bytes_per_s:.3g} B/s, plus "
         f"{optimizer_host_s(hw, o, st.layers):.3g} s of the runtime's host work (the profile's optimizer anchor)",
-        "offloaded update: gradients to the host and parameters back over PCIe, overlapped with the host Adam at "
-        f"{hw.host_adam_params_per_s:.3g} params/s (the slower of the two sets the time), after the device part"
+        "offloaded update, serial after the device part: every offloaded gradient to the host over PCIe (clipping "
+        f"needs them all), then the host Adam at {hw.host_adam_params_per_s:.3g} params/s, then the last span's "
+        f"parameters back (earlier spans' copies hide behind the next span's update; a span is >= {UPDATE_CHUNK} elements)"
         if o.offload_fraction
+        else None,
+        f"host floor {floor:.3g} s per micro-batch (the profile's host-floor anchor): host_bound is what the "
+        "micro-batch waits on the host beyond its modelled device time"
+        if floor
         else None,
         "attention at the flash kernel's rate (the profile's attention efficiencies)",
         "no data loading or logging; host time only as kernel launches and the profile's measured host costs "

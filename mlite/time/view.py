@@ -11,6 +11,7 @@ KIND = {
     **{k: "compute" for k in ("forward", "backward", "recompute")},
     **{k: "comm" for k in COMM_PARTS},
     "pp_bubble": "bubble",
+    "host_bound": "host",
     "optimizer": "optimizer",
     "offload": "offload",
 }
