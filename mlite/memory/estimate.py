@@ -49,7 +49,7 @@ from .chunked import ChunkedOffload, chunked_offload, largest_shard
 from .fp8 import check_shapes, fp8_param_bytes, fp8_stage
 from .muon import muon_share, ns_workspace_bytes
 from .ngram import ngram_bytes, stage_tables
-from .optimizer import DTYPE_BYTES, mfsdp_bytes, mfsdp_offloaded, state_bytes
+from .optimizer import DTYPE_BYTES, mfsdp_bytes, mfsdp_offloaded, mfsdp_split_sizes, state_bytes
 from .params import StageParams, stage_params
 
 _FP32 = SimpleNamespace(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32")
@@ -423,6 +423,8 @@ def estimate(
     d_dense = plan.dp * p.cp if sb.shard_optimizer else 1
     d_exp = plan.edp if sb.shard_optimizer else 1
     f = float(o.offload_fraction)
+    if lite_model and backend.fp32_main_buffers and 0.0 < f < 1.0:
+        f = lite_mfsdp_share(spec, f)  # the runtime offloads whole tensors: O is their share, not f x N
     dims = _act_dims(spec, plan, o)
     cache = _layer_cache(spec, dims)
     vocab_local = plan.padded_vocab / p.tp
@@ -512,6 +514,20 @@ def estimate(
     if explain:
         est.formulas = _formulas(est, stages, sb, d_dense, d_exp, f, dims)
     return est
+
+
+def lite_mfsdp_share(spec, fraction: float) -> float:
+    """The share of the lite runtime's parameter elements its mfsdp backend offloads at ``offload_fraction =
+    fraction``: :func:`~mlite.memory.optimizer.mfsdp_split_sizes` (the rule the runtime's
+    :func:`mlite.runtime.optim.mfsdp.mfsdp_split` calls) over :func:`~mlite.memory.lite.lite_tensors`, so that the
+    estimate's O, G = N - O, host 12O + staging are the runtime's to the byte (one GPU; FSDP2 shards each tensor
+    over DP, whose rounding per tensor this share does not follow)."""
+    from .lite import lite_tensors
+
+    t = lite_tensors(spec)
+    flags = mfsdp_split_sizes([n for n, _ in t], [d for _, d in t], fraction)
+    total = sum(n for n, _ in t)
+    return sum(n for (n, _), x in zip(t, flags) if x) / total if total else 0.0
 
 
 def runtime_offload(o: TrainingOptions, backend, host: dict, idle: float, params, grads, state, stuck) -> float:

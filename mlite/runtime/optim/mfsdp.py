@@ -57,6 +57,7 @@ from typing import Any
 import torch
 
 from ...errors import MliteError
+from ...memory.optimizer import mfsdp_split_sizes
 from ..config import OptimizerConfig
 from . import fused
 from .adamw import AdamWHyper, adamw_inplace, scratch, step_scalars
@@ -69,24 +70,9 @@ HOST_KEYS = ("master", "exp_avg", "exp_avg_sq")
 
 
 def mfsdp_split(named: list[tuple[str, torch.Tensor]], fraction: float) -> list[bool]:
-    """Which parameters are offloaded for ``offload_fraction = fraction`` (the fork's
-    ``_split_param_groups_by_fraction``: decay group first, whole tensors, a tensor goes to the host while the
-    count already sent is below ``int(fraction x total)``), in ``named`` order."""
-    if fraction <= 0.0:
-        return [False] * len(named)
-    if fraction >= 1.0:
-        return [True] * len(named)
-    total = sum(p.numel() for _, p in named)
-    target = int(total * fraction)
-    order = [i for i, (n, p) in enumerate(named) if _decay(n, p)] + [
-        i for i, (n, p) in enumerate(named) if not _decay(n, p)
-    ]
-    out, sent = [False] * len(named), 0
-    for i in order:
-        if sent < target:
-            out[i] = True
-            sent += named[i][1].numel()
-    return out
+    """Which parameters are offloaded for ``offload_fraction = fraction``, in ``named`` order: the fork's whole-tensor
+    rule, :func:`mlite.memory.optimizer.mfsdp_split_sizes` (the estimator calls the same function)."""
+    return mfsdp_split_sizes([p.numel() for _, p in named], [_decay(n, p) for n, p in named], fraction)
 
 
 def _decay(name: str, p: torch.Tensor) -> bool:
