@@ -47,7 +47,7 @@ from .activations import (
 )
 from .chunked import ChunkedOffload, chunked_offload, largest_shard
 from .fp8 import check_shapes, fp8_param_bytes, fp8_stage
-from .muon import muon_share, ns_workspace_bytes
+from .muon import lite_step_bytes, muon_share, ns_workspace_bytes
 from .ngram import ngram_bytes, stage_tables
 from .optimizer import DTYPE_BYTES, mfsdp_bytes, mfsdp_offloaded, mfsdp_split_sizes, state_bytes
 from .params import StageParams, stage_params
@@ -473,7 +473,11 @@ def estimate(
             )
         if mu is not None:  # the AdamW part's temporaries, then one matrix's Newton-Schulz at a time
             rest = algo.step_bytes * mu["adamw_params"] if backend.step_temporaries and not lite_model else 0
-            transients["optimizer_step"] = max(rest, mu["newton_schulz"])
+            one = mu["newton_schulz"]
+            if lite_model and share.largest[0]:  # the lite runtime's step: NS, chunked round_bf16, chunked count
+                bf16 = o.param_dtype != "fp32"
+                one = lite_step_bytes(sp, o.muon_fp32_matmul_prec, bf16, o.lite_device == "cuda")
+            transients["optimizer_step"] = max(rest, one)
         other = {"framework": o.framework_overhead_gib * GIB}
         pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
         if pad:

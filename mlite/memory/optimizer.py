@@ -64,8 +64,13 @@ from types import SimpleNamespace
 from ..options.optimizers import ALGORITHMS, BACKENDS, DTYPE_BYTES
 from ..options.precision import profile
 
+UPDATE_CHUNK = 1 << 20
+"""Elements per chunk of the lite runtime's chunked update loops (``mlite.runtime.optim.optimizer.CHUNK`` is this
+constant): a loop over a tensor in chunks holds its temporaries for one chunk at a time."""
+
 __all__ = [
     "DTYPE_BYTES",
+    "UPDATE_CHUNK",
     "MfsdpBytes",
     "StateBytes",
     "mfsdp_bytes",

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from ...errors import MliteError
+from ...memory.optimizer import UPDATE_CHUNK
 from ..config import OptimizerConfig
 from . import fused, host, host_fused
 from .adamw import AdamWHyper, StepScalars, step_scalars
@@ -59,7 +60,7 @@ from .offload import offload_split
 
 STATE_ALIGN = 8
 """Elements a GPU state group aligns each shard's start to (16 bytes of fp32 state)."""
-CHUNK = 1 << 20
+CHUNK = UPDATE_CHUNK
 """Elements per chunk of the torch-op update (4 MiB per fp32 work buffer)."""
 
 STATE_KEYS = ("master", "remainder", "exp_avg", "exp_avg_sq")
