@@ -677,7 +677,10 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
             "use activation_model='megatron' for a mesh"
         )
     tokens = o.seq_len * o.micro_batch_size
-    ab = sb.param
+    backend = BACKENDS.entry(o.optimizer)
+    # activations are in the compute dtype: mfsdp holds an fp32 shard below f = 1 but FSDP2 gathers (and the model
+    # computes) in param_dtype (MixedPrecisionPolicy(param_dtype=...), mlite.runtime.optim.mfsdp)
+    ab = DTYPE_BYTES[o.param_dtype] if backend.fp32_main_buffers else sb.param
     dims = lite.LiteDims(tokens=tokens, recompute=o.recompute, device=o.lite_device, act_bytes=ab)
     acts: dict[str, float] = {}
     full_layer = 0.0
@@ -696,7 +699,6 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
         "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation
         "loss_backward": root_t["loss_backward"],
     }
-    backend = BACKENDS.entry(o.optimizer)
     if backend.unit_gather:  # the gathered copies are in the compute dtype (mfsdp keeps an fp32 shard under it)
         transients["root_params_unsharded"] = root_numel * DTYPE_BYTES[o.param_dtype]
         shared = experts_share_block_unit(plan.ranks())  # the runtime's unit rule (mlite.mesh.fsdp_units)
