@@ -43,8 +43,14 @@ lose the fp32 accumulation M-FSDP keeps). What FSDP2 does not give, and this bac
   mfsdp`), and checkpoints (M-FSDP's ``{"gpu", "cpu"}`` envelope is not written).
 
 The split of ``0 < f < 1`` is the fork's ``_split_param_groups_by_fraction`` (whole tensors in parameter order, the
-decay group first, a tensor goes to the host while the count already sent is below ``int(f x total)``), over global
-tensor sizes so that every rank picks the same tensors. Under ``--device cpu`` the "device" is the CPU: the
+decay group first, a tensor goes to the host while the count already sent is below ``int(f x total)``; the real
+Megatron-FSDP offloads whole tensors, not an element share), over global tensor sizes so that every rank picks the
+same tensors; the rule is :func:`mlite.memory.optimizer.mfsdp_split_sizes`, which the lite estimate calls as well.
+
+CUDA allocations of the step beyond the steady state: none (the optimizer-only peak is the steady state). Each
+unit's fp32 reduce-scatter output is dropped once the unit's last gradient is in ``main_grad`` (not held until the
+next unit's hook: the root unit's, the embedding's fp32 gradient, would stay from the end of backward into the step);
+the device part's zero count is inside its fused kernel, the host part's runs over the staged host copy. Under ``--device cpu`` the "device" is the CPU: the
 device-role tensors are the ones above (parameters, ``main_grad``, device moments), the host-role tensors the master,
 moments and staging of the offloaded part; :meth:`MfsdpAdamW.memory` reports them by role.
 """
