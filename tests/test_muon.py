@@ -364,3 +364,34 @@ def test_the_memory_view_has_the_muon_knobs_only_under_muon_and_they_reach_the_e
     want = _estimate(sp, _resolve(sp, 8, _PC(), seq_len=o.seq_len), o).to_dict()["muon"]["newton_schulz_bytes"]
     assert view.estimate.to_dict()["muon"]["newton_schulz_bytes"] == want > bf16  # fp32 iterations: a larger workspace
     assert "--muon-matmul-prec high" in view.command()
+
+
+@pytest.mark.parametrize("model", MEMORY_MODELS)
+@pytest.mark.parametrize("pd,prec", [("fp32", "medium"), ("fp32", "high"), ("bf16", "medium")])
+def test_the_steps_measured_transient_is_the_estimates_to_the_byte(model, pd, prec):
+    """The live bytes the third Muon step allocates (tests/live_bytes.py: every storage its ops create, on the CPU)
+    peak at the estimate's ``transients["optimizer_step"]``, which is ``cuda_peaks`` optimizer_only - steady: one
+    tensor's Newton-Schulz (a stack of experts at once) with fp32 parameters, the chunked round_bf16 with bf16 ones
+    (no fp32 gradient copy, no earlier matrix's result left alive)."""
+    from live_bytes import LiveBytes
+
+    from mlite.memory import TrainingOptions, estimate
+    from mlite.models import from_hf_config
+    from mlite.runtime.runtime import create_runtime
+
+    rt = create_runtime(_cfg(model, param_dtype=pd, muon_fp32_matmul_prec=prec))
+    h = rt.build_model()
+    for k in range(3):
+        rt.forward_backward(h, synthetic_microbatches(k, 0))
+        if k < 2:
+            assert rt.optimizer_step(h)[0]
+            rt.zero_grad(h)
+    with LiveBytes() as live:
+        assert rt.optimizer_step(h)[0]
+        left = live.live
+    o = TrainingOptions(optimizer="dist_opt", optimizer_algorithm="muon", param_dtype=pd, activation_model="lite",
+                        lite_device="cpu", seq_len=64, muon_fp32_matmul_prec=prec)  # fmt: skip
+    d = estimate(from_hf_config(model), ParallelConfig(), o, ngpu=1).to_dict()
+    assert live.peak == d["transients"]["optimizer_step"] > 0, live.sizes_at_peak
+    assert d["cuda_peaks"]["optimizer_only"] - d["cuda_peaks"]["steady"] == live.peak
+    assert left == 0  # nothing the step made stays alive

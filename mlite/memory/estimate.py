@@ -47,9 +47,9 @@ from .activations import (
 )
 from .chunked import ChunkedOffload, chunked_offload, largest_shard
 from .fp8 import check_shapes, fp8_param_bytes, fp8_stage
-from .muon import muon_share, ns_workspace_bytes
+from .muon import lite_step_bytes, muon_share, ns_workspace_bytes
 from .ngram import ngram_bytes, stage_tables
-from .optimizer import DTYPE_BYTES, mfsdp_bytes, mfsdp_offloaded, state_bytes
+from .optimizer import DTYPE_BYTES, mfsdp_bytes, mfsdp_offloaded, mfsdp_split_sizes, state_bytes
 from .params import StageParams, stage_params
 
 _FP32 = SimpleNamespace(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32")
@@ -423,6 +423,8 @@ def estimate(
     d_dense = plan.dp * p.cp if sb.shard_optimizer else 1
     d_exp = plan.edp if sb.shard_optimizer else 1
     f = float(o.offload_fraction)
+    if lite_model and backend.fp32_main_buffers and 0.0 < f < 1.0:
+        f = lite_mfsdp_share(spec, f)  # the runtime offloads whole tensors: O is their share, not f x N
     dims = _act_dims(spec, plan, o)
     cache = _layer_cache(spec, dims)
     vocab_local = plan.padded_vocab / p.tp
@@ -471,7 +473,11 @@ def estimate(
             )
         if mu is not None:  # the AdamW part's temporaries, then one matrix's Newton-Schulz at a time
             rest = algo.step_bytes * mu["adamw_params"] if backend.step_temporaries and not lite_model else 0
-            transients["optimizer_step"] = max(rest, mu["newton_schulz"])
+            one = mu["newton_schulz"]
+            if lite_model and share.largest[0]:  # the lite runtime's step: NS, chunked round_bf16, chunked count
+                bf16 = o.param_dtype != "fp32"
+                one = lite_step_bytes(sp, o.muon_fp32_matmul_prec, bf16, o.lite_device == "cuda")
+            transients["optimizer_step"] = max(rest, one)
         other = {"framework": o.framework_overhead_gib * GIB}
         pad = _padding(sp, spec, plan, o, sb.param, sb.grad)
         if pad:
@@ -512,6 +518,20 @@ def estimate(
     if explain:
         est.formulas = _formulas(est, stages, sb, d_dense, d_exp, f, dims)
     return est
+
+
+def lite_mfsdp_share(spec, fraction: float) -> float:
+    """The share of the lite runtime's parameter elements its mfsdp backend offloads at ``offload_fraction =
+    fraction``: :func:`~mlite.memory.optimizer.mfsdp_split_sizes` (the rule the runtime's
+    :func:`mlite.runtime.optim.mfsdp.mfsdp_split` calls) over :func:`~mlite.memory.lite.lite_tensors`, so that the
+    estimate's O, G = N - O, host 12O + staging are the runtime's to the byte (one GPU; FSDP2 shards each tensor
+    over DP, whose rounding per tensor this share does not follow)."""
+    from .lite import lite_tensors
+
+    t = lite_tensors(spec)
+    flags = mfsdp_split_sizes([n for n, _ in t], [d for _, d in t], fraction)
+    total = sum(n for n, _ in t)
+    return sum(n for (n, _), x in zip(t, flags) if x) / total if total else 0.0
 
 
 def runtime_offload(o: TrainingOptions, backend, host: dict, idle: float, params, grads, state, stuck) -> float:
@@ -657,7 +677,10 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
             "use activation_model='megatron' for a mesh"
         )
     tokens = o.seq_len * o.micro_batch_size
-    ab = sb.param
+    backend = BACKENDS.entry(o.optimizer)
+    # activations are in the compute dtype: mfsdp holds an fp32 shard below f = 1 but FSDP2 gathers (and the model
+    # computes) in param_dtype (MixedPrecisionPolicy(param_dtype=...), mlite.runtime.optim.mfsdp)
+    ab = DTYPE_BYTES[o.param_dtype] if backend.fp32_main_buffers else sb.param
     dims = lite.LiteDims(tokens=tokens, recompute=o.recompute, device=o.lite_device, act_bytes=ab)
     acts: dict[str, float] = {}
     full_layer = 0.0
@@ -676,7 +699,6 @@ def _lite_parts(spec, sp, o, plan, sb, d_dense, held) -> tuple[dict[str, float],
         "ce_forward": root_t["ce_forward"] - dw,  # the saved d-weight is already an activation
         "loss_backward": root_t["loss_backward"],
     }
-    backend = BACKENDS.entry(o.optimizer)
     if backend.unit_gather:  # the gathered copies are in the compute dtype (mfsdp keeps an fp32 shard under it)
         transients["root_params_unsharded"] = root_numel * DTYPE_BYTES[o.param_dtype]
         shared = experts_share_block_unit(plan.ranks())  # the runtime's unit rule (mlite.mesh.fsdp_units)

@@ -147,3 +147,30 @@ def root_parts(spec, dims: LiteDims) -> tuple[dict, dict]:
 def unit_transient(unit_params: float, shard: int) -> float:
     """FSDP2 bytes for the unit being processed: gathered params (current + prefetched), its grads, fp32 RS."""
     return 4 * unit_params + 2 * unit_params + 4 * unit_params + 4 * unit_params / max(1, shard)
+
+
+_BLOCK_ORDER = ("input_layernorm", "self_attn", "linear_attn", "post_attention_layernorm", "mlp")
+"""The lite decoder block's submodules in registration order (``named_parameters`` walks them so)."""
+
+
+def lite_tensors(spec) -> list[tuple[int, bool]]:
+    """``(numel, decay)`` of every trainable tensor of the lite runtime's model, in its ``named_parameters`` order
+    (embedding, each block's input norm, attention, post-attention norm, MLP, the final norm, an untied lm_head);
+    ``decay``: the tensor has two or more dimensions (the runtime's ``_decay``: not a bias, not 1-D). The spec
+    describes no shape for the embedding, the lm_head or the norms: the first two are matrices, the others 1-D.
+    :func:`mlite.memory.optimizer.mfsdp_split_sizes` reads it (the whole-tensor offload split)."""
+
+    def one(g) -> tuple[int, bool]:
+        matrix = len(g.shape) >= 2 or g.component in ("embedding", "lm_head")
+        return g.numel, matrix and not g.name.endswith(".bias")
+
+    def rank(g) -> int:
+        head = g.name.split(".", 1)[0]
+        return _BLOCK_ORDER.index(head) if head in _BLOCK_ORDER else len(_BLOCK_ORDER)
+
+    pre = [g for g in spec.pre if not g.checkpoint_only]
+    post = [g for g in spec.post if not g.checkpoint_only]
+    out = [one(g) for g in pre]
+    for layer in spec.main_layers:
+        out += [one(g) for g in sorted((g for g in layer.groups if not g.checkpoint_only), key=rank)]
+    return out + [one(g) for g in post]

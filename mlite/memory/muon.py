@@ -25,11 +25,27 @@ lite runtime's update (:mod:`mlite.runtime.optim.muon`, which follows Emerging-O
 
 So 4kl + max(4kl + 2kl, 2ekl + 2ek², 4kl + ekl) in bf16 (e = 2), 4kl + max(4kl, 8kl + 8k²) in fp32 (e = 4: the
 casts are no-ops, the normalised copy is the iterate).
+
+The lite runtime's whole step (:meth:`mlite.runtime.optim.muon.DistributedMuon.step_async`, one matrix at a time,
+:func:`lite_step_bytes`): the zero count, :data:`UPDATE_CHUNK` elements at a time (on CUDA ``count_nonzero``'s bool
+mask and int64 copy, 9 bytes per element); G, into which the scaled gradient, the momentum and the update are written
+in place (no fp32 gradient copy); Newton-Schulz (the workspace above, G included); G freed, the master updated from
+the result, the result freed; the bf16 parameter written as ``round_bf16`` of the master :data:`UPDATE_CHUNK`
+elements at a time (:data:`ROUND_BF16_BYTES` of integer temporaries per element). No two phases overlap.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .optimizer import UPDATE_CHUNK
+
+ROUND_BF16_BYTES = 23
+"""Temporaries per element of :func:`mlite.runtime.optim.master.split_fp32` (``round_bf16``) alive at once, at its
+``torch.where``: ``low``, ``up``, ``hi``, ``hi - 0x10000`` and the result (int32, 4 each), ``rem`` (int16, 2) and
+the ``hi > 0x7FFF`` mask (bool, 1); measured by tests/test_muon.py on the lite runtime's step."""
+COUNT_ZEROS_BYTES = 9
+"""CUDA ``torch.count_nonzero`` temporaries per element: the ``!= 0`` bool mask and its int64 copy for the sum."""
 
 EMBEDDING_COMPONENTS = ("embedding", "lm_head")
 """Components Muon leaves to AdamW although their tensors are 2-D (``is_embedding_or_output_parameter``)."""
@@ -88,3 +104,27 @@ def muon_share(sp, plan) -> MuonShare:
             if r * c > largest[0] * largest[1]:
                 largest = (r, c)
     return MuonShare(dense, expert, largest)
+
+
+def lite_step_bytes(sp, prec: str = "medium", bf16_params: bool = True, cuda: bool = True) -> int:
+    """Peak transient bytes of the lite runtime's Muon step over the matrices of stage ``sp`` (one GPU: the lite
+    runtime has no TP or EP), the module docstring's phases, none overlapping, per Muon tensor as the runtime
+    processes it -- a stack of routed experts ``(experts, rows, cols)`` is one batched Newton-Schulz, so its
+    workspace is ``experts x`` :func:`ns_workspace_bytes` -- the largest of: Newton-Schulz; the chunked
+    ``round_bf16`` of bf16 parameters (``ROUND_BF16_BYTES x min(UPDATE_CHUNK, numel)``: the loop over
+    ``range(0, n, CHUNK)`` at the end of ``DistributedMuon.step_async``); on CUDA the chunked zero count
+    (``COUNT_ZEROS_BYTES x min(UPDATE_CHUNK, numel)``, :func:`mlite.runtime.optim.muon.count_zeros`)."""
+    out = 0
+    for layer, _ in sp.layer_kinds:
+        for g in layer.groups:
+            if g.checkpoint_only or not g.matrix:
+                continue
+            rows, cols = g.shape[-2], g.shape[-1]
+            chunk = min(UPDATE_CHUNK, g.numel)
+            out = max(
+                out,
+                g.numel // (rows * cols) * ns_workspace_bytes(rows, cols, prec),
+                ROUND_BF16_BYTES * chunk if bf16_params else 0,
+                COUNT_ZEROS_BYTES * chunk if cuda else 0,
+            )
+    return out

@@ -43,8 +43,14 @@ lose the fp32 accumulation M-FSDP keeps). What FSDP2 does not give, and this bac
   mfsdp`), and checkpoints (M-FSDP's ``{"gpu", "cpu"}`` envelope is not written).
 
 The split of ``0 < f < 1`` is the fork's ``_split_param_groups_by_fraction`` (whole tensors in parameter order, the
-decay group first, a tensor goes to the host while the count already sent is below ``int(f x total)``), over global
-tensor sizes so that every rank picks the same tensors. Under ``--device cpu`` the "device" is the CPU: the
+decay group first, a tensor goes to the host while the count already sent is below ``int(f x total)``; the real
+Megatron-FSDP offloads whole tensors, not an element share), over global tensor sizes so that every rank picks the
+same tensors; the rule is :func:`mlite.memory.optimizer.mfsdp_split_sizes`, which the lite estimate calls as well.
+
+CUDA allocations of the step beyond the steady state: none (the optimizer-only peak is the steady state). Each
+unit's fp32 reduce-scatter output is dropped once the unit's last gradient is in ``main_grad`` (not held until the
+next unit's hook: the root unit's, the embedding's fp32 gradient, would stay from the end of backward into the step);
+the device part's zero count is inside its fused kernel, the host part's runs over the staged host copy. Under ``--device cpu`` the "device" is the CPU: the
 device-role tensors are the ones above (parameters, ``main_grad``, device moments), the host-role tensors the master,
 moments and staging of the offloaded part; :meth:`MfsdpAdamW.memory` reports them by role.
 """
@@ -57,6 +63,7 @@ from typing import Any
 import torch
 
 from ...errors import MliteError
+from ...memory.optimizer import mfsdp_split_sizes
 from ..config import OptimizerConfig
 from . import fused
 from .adamw import AdamWHyper, adamw_inplace, scratch, step_scalars
@@ -69,24 +76,9 @@ HOST_KEYS = ("master", "exp_avg", "exp_avg_sq")
 
 
 def mfsdp_split(named: list[tuple[str, torch.Tensor]], fraction: float) -> list[bool]:
-    """Which parameters are offloaded for ``offload_fraction = fraction`` (the fork's
-    ``_split_param_groups_by_fraction``: decay group first, whole tensors, a tensor goes to the host while the
-    count already sent is below ``int(fraction x total)``), in ``named`` order."""
-    if fraction <= 0.0:
-        return [False] * len(named)
-    if fraction >= 1.0:
-        return [True] * len(named)
-    total = sum(p.numel() for _, p in named)
-    target = int(total * fraction)
-    order = [i for i, (n, p) in enumerate(named) if _decay(n, p)] + [
-        i for i, (n, p) in enumerate(named) if not _decay(n, p)
-    ]
-    out, sent = [False] * len(named), 0
-    for i in order:
-        if sent < target:
-            out[i] = True
-            sent += named[i][1].numel()
-    return out
+    """Which parameters are offloaded for ``offload_fraction = fraction``, in ``named`` order: the fork's whole-tensor
+    rule, :func:`mlite.memory.optimizer.mfsdp_split_sizes` (the estimator calls the same function)."""
+    return mfsdp_split_sizes([p.numel() for _, p in named], [_decay(n, p) for n, p in named], fraction)
 
 
 def _decay(name: str, p: torch.Tensor) -> bool:
@@ -154,25 +146,42 @@ class MfsdpAdamW:
         self.step_count = 0
         self.last_zeros: tuple[int, int] = (0, 0)
         self._reduced: torch.Tensor | None = None
+        self._pending = 0
+        """Gradients of the unit whose reduce-scatter output is ``_reduced`` not yet added into ``main_grad``."""
 
     # ------------------------------------------------------------------ gradients
     def install_grad_hooks(self, model: torch.nn.Module) -> None:
         """Route every FSDP2 gradient into the fp32 ``main_grad`` shards (see the module docstring)."""
         from torch.distributed.fsdp import FSDPModule
 
-        for m in model.modules():
-            if isinstance(m, FSDPModule):
-                m.set_all_reduce_hook(self._keep_reduced)
+        trainable = {id(s.param) for s in self.slots}
+        units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        for m in units:
+            inner = {id(p) for u in m.modules() if u is not m and isinstance(u, FSDPModule) for p in u.parameters()}
+            own = len({id(p) for p in m.parameters() if id(p) in trainable and id(p) not in inner})
+            m.set_all_reduce_hook(self._reduced_hook(own))
         for s in self.slots:
             s.param.register_post_accumulate_grad_hook(self._make_accumulate(s.name))
 
-    def _keep_reduced(self, reduce_output: torch.Tensor) -> None:
-        """FSDP2's all-reduce hook: the unit's fp32 reduce-scatter output (divided in place before the views)."""
+    def _reduced_hook(self, params: int):
+        """FSDP2's all-reduce hook of a unit of ``params`` trainable parameters (see :meth:`_keep_reduced`)."""
+
+        def hook(reduce_output: torch.Tensor) -> None:
+            self._keep_reduced(reduce_output, params)
+
+        return hook
+
+    def _keep_reduced(self, reduce_output: torch.Tensor, params: int) -> None:
+        """Keep the unit's fp32 reduce-scatter output (divided in place before the views) until the ``params``
+        gradients of the unit have been added into ``main_grad``; the last one drops it, so it is freed as soon as
+        it is consumed (kept until the next unit's hook, the root unit's -- the embedding's fp32 gradient -- would
+        stay allocated from the end of backward into the optimizer step)."""
         if reduce_output.dtype != torch.float32:
             raise RuntimeError(f"mfsdp: FSDP2 reduced the gradients in {reduce_output.dtype}, expected float32")
         if reduce_output.is_cuda:  # read on this (FSDP2's post-reduce) stream: its block is not reused before that
             reduce_output.record_stream(torch.cuda.current_stream())
         self._reduced = reduce_output
+        self._pending = params
 
     def _make_accumulate(self, name: str):
         main = self.main_grad[name]
@@ -192,6 +201,9 @@ class MfsdpAdamW:
                 raise RuntimeError(f"mfsdp: gradient of {name} has {n} elements, its shard {main.numel()}")
             main.add_(src)
             p.grad = None
+            self._pending -= 1
+            if self._pending == 0:  # the unit's last gradient: its reduce-scatter output is consumed
+                self._reduced = None
 
         return accumulate
 
@@ -256,17 +268,9 @@ class MfsdpAdamW:
             dense, expert = self.device_opt.step_async(lr, scale)
         if not self.host_slots:
             return dense, expert
-        for s in self.host_slots:  # zero counts where the gradients are
-            g = self.main_grad[s.name]
-            z = g.numel() - torch.count_nonzero(g)
-            if s.expert:
-                expert = expert + z
-            else:
-                dense = dense + z
         clip, finite = scale.tolist()
-        if finite != 0.0:
-            self._host_update(lr, clip)
-        return dense, expert
+        zeros = self._host_update(lr, clip, apply=finite != 0.0)
+        return dense + zeros[False], expert + zeros[True]
 
     def cancel_step(self) -> None:
         self.step_count -= 1
@@ -281,7 +285,12 @@ class MfsdpAdamW:
             if lo < hi:
                 yield s, off, lo, hi
 
-    def _host_update(self, lr: float, clip: float) -> None:
+    def _host_update(self, lr: float, clip: float, apply: bool = True) -> dict[bool, int]:
+        """The host part, slice by slice of one staging slot (the module docstring); returns the zero-gradient
+        counts ``{expert: count}``, counted on the host in the staged copy (on CUDA ``torch.count_nonzero`` of a
+        device tensor builds a bool mask and an int64 copy of it, 9 bytes per element of the largest offloaded
+        tensor: the H200 row's f = 0.5 and f = 1 optimizer peaks). ``apply=False`` (an inf/nan norm): stage and
+        count only."""
         c = self.cfg
         cuda = any(local(s.param).is_cuda for s in self.host_slots)
         cap = self.staging[0].numel()
@@ -303,6 +312,7 @@ class MfsdpAdamW:
         work = scratch(min(CHUNK, cap), "cpu")
         i16 = torch.empty(min(CHUNK, cap), dtype=torch.int16)
         released: list[Any] = [None] * len(self.staging)  # per slot: the event of its last write-back
+        zeros = {False: 0, True: 0}
         st = self.host_state
         for k, a in enumerate(range(0, self.offloaded, cap)):
             b = min(a + cap, self.offloaded)
@@ -314,6 +324,10 @@ class MfsdpAdamW:
                 slot[lo - a : hi - a].copy_(self.main_grad[s.name][lo - off : hi - off], non_blocking=True)
             if cuda:
                 torch.cuda.current_stream().synchronize()
+            for s, _off, lo, hi in self._pieces(a, b):
+                zeros[s.expert] += (hi - lo) - int(torch.count_nonzero(slot[lo - a : hi - a]))
+            if not apply:
+                continue
             bf16 = slot.view(torch.bfloat16)  # the slot's bytes hold the written-back bf16 once its grad is used
             for s, off, lo, hi in self._pieces(a, b):
                 sc = hyper[s.decay]
@@ -341,6 +355,7 @@ class MfsdpAdamW:
                 released[j] = ev
         if cuda:
             torch.cuda.current_stream().synchronize()  # every write-back is visible before the step returns
+        return zeros
 
     # ------------------------------------------------------------------ introspection
     def master_weight(self, s: ParamSlot) -> torch.Tensor:

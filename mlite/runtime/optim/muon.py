@@ -20,8 +20,12 @@ The update of one matrix (Emerging-Optimizers ``OrthogonalizedOptimizer.step`` @
 
 ``muon_match_adamw_update_rms`` sets ``extra_scale = sqrt((1 - beta1) / (1 + beta1))`` with AdamW's ``betas[0]``
 (ISEEKYAN/Megatron-LM ``experimental/lite/examples/muon/README.md`` @ 045fc78a). Matrices are processed one at a
-time, in buffer order (the same on every rank), so the step's extra memory is one matrix's workspace
-(:func:`mlite.memory.muon.ns_workspace_bytes`). State per shard element: Muon matrices ``exp_avg`` (the momentum)
+time, in buffer order (the same on every rank); the scaled gradient, the momentum and the update are written in
+place into the matrix's range of its zero fp32 full matrix, which is freed after Newton-Schulz, the result after the
+master's update, and the zero count and ``round_bf16`` run :data:`~mlite.runtime.optim.optimizer.CHUNK` elements at a
+time, so the step's extra memory is one tensor's Newton-Schulz workspace (:func:`mlite.memory.muon.ns_workspace_bytes`,
+x the experts of a stack) or one chunk's rounding temporaries, whichever is larger
+(:func:`mlite.memory.muon.lite_step_bytes`, which the estimate takes). State per shard element: Muon matrices ``exp_avg`` (the momentum)
 + ``master``; the rest AdamW's. TP > 1 is refused (the TP block would need its own gather).
 """
 
@@ -36,6 +40,7 @@ from ..config import OptimizerConfig
 from .distributed import DistributedAdamW
 from .master import round_bf16
 from .newton_schulz import newton_schulz, spectral_scale
+from .optimizer import CHUNK
 
 EMBEDDING_OR_OUTPUT = ("embed.weight", "lm_head.weight")
 """The lite model's embedding and output-layer parameters (``is_embedding_or_output_parameter``)."""
@@ -120,20 +125,24 @@ class DistributedMuon(DistributedAdamW):
             shape = tuple(_local(p).shape)
             full: torch.Tensor | None = None
             if s is not None:
-                g = self.grads[name]
-                zeros[s.expert] = zeros[s.expert] + (g.numel() - torch.count_nonzero(g))
+                zeros[s.expert] = zeros[s.expert] + count_zeros(self.grads[name])
             if not finite:
                 continue
             if s is not None or b.distributed:
                 full = torch.zeros(_local(p).numel(), dtype=torch.float32, device=b.grad_data.device)
             if s is not None:
-                g = self.grads[name].float() * clip
-                m = s.state["exp_avg"]
-                m.lerp_(g, 1.0 - c.muon_momentum)
-                u = g.lerp(m, c.muon_momentum) if c.muon_nesterov else m
-                off = self.offsets[name]
                 assert full is not None
-                full[off : off + u.numel()] = u
+                off = self.offsets[name]
+                u = full[off : off + s.param.numel()]  # g, then the update, built in place in the matrix's range
+                u.copy_(self.grads[name])
+                u.mul_(clip)
+                m = s.state["exp_avg"]
+                m.lerp_(u, 1.0 - c.muon_momentum)
+                if c.muon_nesterov:
+                    u.lerp_(m, c.muon_momentum)
+                else:
+                    u.copy_(m)
+                del u
             if b.distributed and b.size > 1:
                 dist.all_reduce(full, group=b.group)
             if s is None or full is None:
@@ -146,6 +155,22 @@ class DistributedMuon(DistributedAdamW):
                 w.mul_(1.0 - lr * c.weight_decay) if s.mode == "master" else w.add_(w, alpha=-lr * c.weight_decay)
             step = spectral_scale(shape[-2], shape[-1], self.extra_scale)
             w.add_(o.reshape(-1)[off : off + n], alpha=-lr * step)
+            del o
             if s.mode == "master":
-                s.param.copy_(round_bf16(w))
+                for x in range(0, n, CHUNK):  # round_bf16's integer temporaries for one chunk at a time
+                    y = min(x + CHUNK, n)
+                    s.param[x:y].copy_(round_bf16(w[x:y]))
         return zeros[False], zeros[True]
+
+
+def count_zeros(g: torch.Tensor) -> torch.Tensor | int:
+    """Elements of ``g`` equal to zero, counted :data:`~mlite.runtime.optim.optimizer.CHUNK` elements at a time:
+    on CUDA ``torch.count_nonzero`` builds a bool mask and an int64 copy of it (9 bytes per element: the H200 row's
+    mfsdp offload arms showed 9 x the embedding's 67,108,864 elements over the steady state), so a whole matrix at
+    once would cost 9 bytes per element of the largest one."""
+    flat = g.reshape(-1)
+    z: torch.Tensor | int = 0
+    for x in range(0, flat.numel(), CHUNK):
+        part = flat[x : x + CHUNK]
+        z = z + (part.numel() - torch.count_nonzero(part))
+    return z
