@@ -342,11 +342,11 @@ def test_the_host_floor_anchor_recovers_what_made_its_seconds_and_floors_the_mic
         TrainingOptions(optimizer="dist_opt", seq_len=256, num_microbatches=1),
     ):
         before, after = predict(small, plan, o, hardware=hw), predict(small, plan, o, hardware=replace(hw, **fields))
-        floor = host_floor_s(replace(hw, **fields), o, small.num_layers)
-        per = fixed + small.num_layers * (
-            layer + (0.002 if o.recompute == "full" else 0) + (0.0027 if o.optimizer == "fsdp2" else 0)
-        )
-        assert floor == pytest.approx(per, rel=1e-9)
+        rec = small.num_layers * (0.002 if o.recompute == "full" else 0)
+        both = fixed + small.num_layers * (layer + (0.0027 if o.optimizer == "fsdp2" else 0))
+        floor_f, floor_b = host_floor_s(replace(hw, **fields), o, small.num_layers, 0.25)
+        assert (floor_f, floor_b) == pytest.approx((both / 4, both * 3 / 4 + rec), rel=1e-9)  # recompute: backward
+        per = both + rec
         assert before.parts["host_bound"] == 0  # no floor known: the device model alone
         # the tiny model's micro-batch is far below its floor: the step is the floor per micro-batch + the update
         update = after.parts["optimizer"] + after.parts["offload"]
@@ -357,3 +357,30 @@ def test_the_host_floor_anchor_recovers_what_made_its_seconds_and_floors_the_mic
     o = TrainingOptions(seq_len=8192, num_microbatches=2)
     b, a = predict(spec, big_plan, o, hardware=hw), predict(spec, big_plan, o, hardware=replace(hw, **fields))
     assert a.parts["host_bound"] == 0 and a.step_s == b.step_s
+
+
+def test_the_forward_host_floor_does_not_hide_behind_the_backwards_gpu_time():
+    """A micro-batch whose whole host floor is below its device time still waits on the host in the forward when
+    the forward alone issues slower than its GPU runs (the backward cannot start before the forward's loss): a long sequence, whose flash backward is 2.5 x its
+    forward."""
+    from dataclasses import replace
+
+    from mlite.mesh import ParallelConfig, resolve
+    from mlite.options import TrainingOptions
+    from mlite.time import predict
+    from mlite.time.model import host_floor_s
+
+    spec = from_hf_config("tiny-dense")
+    plan = resolve(spec, 1, ParallelConfig(), seq_len=32768)
+    o = TrainingOptions(seq_len=32768, num_microbatches=2, optimizer="dist_opt")
+    hw = load_hardware("H200")
+    base = predict(spec, plan, o, hardware=hw)
+    device_mb = sum(v for k, v in base.parts.items() if k not in ("optimizer", "offload", "pp_bubble")) / 2
+    fwd_mb = base.parts["forward"] / 2
+    # a floor of 0.95 x the device time, its forward third above the forward's device time
+    floored = replace(hw, host_floor_layer_s=0.95 * device_mb / spec.num_layers)
+    floor_f, floor_b = host_floor_s(floored, o, spec.num_layers, 1 / 3)
+    assert floor_f + floor_b < device_mb and floor_f > fwd_mb
+    t = predict(spec, plan, o, hardware=floored)
+    assert t.parts["host_bound"] > 0
+    assert t.step_s > base.step_s

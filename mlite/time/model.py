@@ -160,22 +160,26 @@ def recompute_host_s(hw, o) -> float:
     return 0.0
 
 
-def host_floor_s(hw, o, layers: int) -> float:
-    """Host seconds one micro-batch takes to issue on a rank with ``layers`` decoder layers (the profile's host floor,
-    :func:`mlite.time.calibrate.host_floor_fit`: per layer, plus the recompute mode's and fsdp2's additions, plus
-    the per-micro-batch intercept); 0 where the profile has none."""
+def host_floor_s(hw, o, layers: int, forward_share: float = 1 / 3) -> tuple[float, float]:
+    """(forward, backward) host seconds one micro-batch takes to issue on a rank with ``layers`` decoder layers:
+    the profile's host floor (:func:`mlite.time.calibrate.host_floor_fit`: per layer, plus fsdp2's hooks, plus the
+    per-micro-batch intercept) split between the two phases by ``forward_share`` (the forward's share of the
+    kernels the phases launch), and the recompute mode's addition in the backward, where it runs; (0, 0) where the
+    profile has none."""
     from ..options.optimizers import BACKENDS
 
     if not hw.host_floor_layer_s:
-        return 0.0
+        return 0.0, 0.0
     per = hw.host_floor_layer_s
-    if o.recompute == "full":
-        per += hw.host_floor_full_s
-    elif o.recompute == "selective" or o.recompute_modules:
-        per += hw.host_floor_selective_s
     if BACKENDS.entry(o.optimizer).shards_params:
         per += hw.host_floor_fsdp_layer_s
-    return hw.host_floor_microbatch_s + layers * per
+    both = hw.host_floor_microbatch_s + layers * per
+    rec = 0.0
+    if o.recompute == "full":
+        rec = layers * hw.host_floor_full_s
+    elif o.recompute == "selective" or o.recompute_modules:
+        rec = layers * hw.host_floor_selective_s
+    return both * forward_share, both * (1 - forward_share) + rec
 
 
 def _shard(spec, plan, o, k: Knobs | None = None) -> Shard:
@@ -510,10 +514,16 @@ def predict(
         "optimizer": opt_s,
         "offload": off_s,
     }
-    # a micro-batch is never faster than the host issuing it: the GPU waits on the launches of a launch-bound model
-    floor = host_floor_s(hw, o, r.n_layers)
+    # neither phase of a micro-batch is faster than the host issuing it: the GPU waits on the launches of a
+    # launch-bound model; the forward's issue cannot hide behind the backward's GPU work (the backward starts from
+    # the forward's loss), so each phase takes the slower of its host floor and its device time
+    share = r.fwd.kernels / (r.fwd.kernels + r.bwd.kernels + r.rec.kernels) if r.fwd.kernels else 1 / 3
+    floor_f, floor_b = host_floor_s(hw, o, r.n_layers, share)
+    floor = floor_f + floor_b
     device_mb = sum(v for n, v in parts.items() if n not in ("pp_bubble", "optimizer", "offload")) / m
-    parts["host_bound"] = m * max(0.0, floor - device_mb)
+    device_f = r.fwd.seconds(hw) + sum(r.fwd_exposed.values())
+    device_b = device_mb - device_f
+    parts["host_bound"] = m * (max(0.0, floor_f - device_f) + max(0.0, floor_b - device_b))
     comm_total = {k: m * r.comm.get(k, 0.0) for k in COMM_PARTS if k != "dp_comm"}
     comm_total["dp_comm"] = dp_total
     step = sum(parts.values())
@@ -539,8 +549,9 @@ def predict(
         f"parameters back (earlier spans' copies hide behind the next span's update; a span is >= {UPDATE_CHUNK} elements)"
         if o.offload_fraction
         else None,
-        f"host floor {floor:.3g} s per micro-batch (the profile's host-floor anchor): host_bound is what the "
-        "micro-batch waits on the host beyond its modelled device time"
+        f"host floor {floor_f:.3g} s forward + {floor_b:.3g} s backward per micro-batch (the profile's host-floor "
+        "anchor, split by the phases' kernels): host_bound is what each phase waits on the host beyond its device "
+        "time"
         if floor
         else None,
         "attention at the flash kernel's rate (the profile's attention efficiencies)",
