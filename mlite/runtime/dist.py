@@ -88,7 +88,8 @@ def init_distributed(device: str | None = "auto", timeout_s: float = DEFAULT_TIM
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     dev = resolve_device(device, local_rank)
-    if world == 1 and "MASTER_PORT" not in os.environ:
+    own_port = world == 1 and "MASTER_PORT" not in os.environ
+    if own_port:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(free_port())
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -98,14 +99,23 @@ def init_distributed(device: str | None = "auto", timeout_s: float = DEFAULT_TIM
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     kwargs = {"device_id": dev} if dev.type == "cuda" else {}
-    dist.init_process_group(
-        backend=backend,
-        rank=rank,
-        world_size=world,
-        init_method="env://",
-        timeout=datetime.timedelta(seconds=timeout_s),
-        **kwargs,
-    )
+    for attempt in range(3):
+        try:
+            dist.init_process_group(
+                backend=backend,
+                rank=rank,
+                world_size=world,
+                init_method="env://",
+                timeout=datetime.timedelta(seconds=timeout_s),
+                **kwargs,
+            )
+            break
+        except dist.DistNetworkError as e:
+            # the port free_port saw free was taken before the store bound it (EADDRINUSE): a one-process group
+            # whose port we chose picks another; a port the user gave is theirs to fix
+            if not own_port or attempt == 2 or "EADDRINUSE" not in str(e):
+                raise
+            os.environ["MASTER_PORT"] = str(free_port())
     return DistInfo(rank, world, local_rank, dev, backend)
 
 

@@ -63,7 +63,7 @@ from typing import Any
 import torch
 
 from ...errors import MliteError
-from ...memory.optimizer import mfsdp_split_sizes
+from ...options.optimizers import mfsdp_split_sizes
 from ..config import OptimizerConfig
 from . import fused
 from .adamw import AdamWHyper, adamw_inplace, scratch, step_scalars
