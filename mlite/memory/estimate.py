@@ -522,7 +522,7 @@ def estimate(
 
 def lite_mfsdp_share(spec, fraction: float) -> float:
     """The share of the lite runtime's parameter elements its mfsdp backend offloads at ``offload_fraction =
-    fraction``: :func:`~mlite.memory.optimizer.mfsdp_split_sizes` (the rule the runtime's
+    fraction``: :func:`~mlite.options.optimizers.mfsdp_split_sizes` (the rule the runtime's
     :func:`mlite.runtime.optim.mfsdp.mfsdp_split` calls) over :func:`~mlite.memory.lite.lite_tensors`, so that the
     estimate's O, G = N - O, host 12O + staging are the runtime's to the byte (one GPU; FSDP2 shards each tensor
     over DP, whose rounding per tensor this share does not follow)."""

@@ -158,7 +158,7 @@ def lite_tensors(spec) -> list[tuple[int, bool]]:
     (embedding, each block's input norm, attention, post-attention norm, MLP, the final norm, an untied lm_head);
     ``decay``: the tensor has two or more dimensions (the runtime's ``_decay``: not a bias, not 1-D). The spec
     describes no shape for the embedding, the lm_head or the norms: the first two are matrices, the others 1-D.
-    :func:`mlite.memory.optimizer.mfsdp_split_sizes` reads it (the whole-tensor offload split)."""
+    :func:`mlite.options.optimizers.mfsdp_split_sizes` reads it (the whole-tensor offload split)."""
 
     def one(g) -> tuple[int, bool]:
         matrix = len(g.shape) >= 2 or g.component in ("embedding", "lm_head")

@@ -332,17 +332,14 @@ def load_plugins() -> None:
             raise MliteError(f"{PLUGINS_ENV}: cannot import {name} ({e}); fix the module name or PYTHONPATH") from e
 
 
-load_plugins()
-
-
 def mfsdp_split_sizes(numels: Sequence[int], decay: Sequence[bool], fraction: float) -> list[bool]:
     """Which tensors (in parameter order, sizes ``numels``, ``decay``: in the weight-decay group) M-FSDP offloads
     for ``offload_fraction = fraction``: the decay group first, then the rest, each in parameter order; whole tensors;
     a tensor goes to the host while the count already sent is below ``int(fraction x total)`` (so the last one may
     overshoot). This is the fork's ``_split_param_groups_by_fraction`` (ISEEKYAN/Megatron-LM ``experimental/lite/
     megatron/lite/primitive/optimizers/mfsdp/``, called by ``build_mfsdp_stack``; its fraction-0.5 test: "The greedy
-    split assigns whole params"), not an element split: the real Megatron-FSDP offloads whole tensors. The one rule: the lite runtime's
-    :func:`mlite.runtime.optim.mfsdp.mfsdp_split` and the estimator (:func:`mlite.memory.estimate.estimate` with
+    split assigns whole params"), not an element split: the real Megatron-FSDP offloads whole tensors. The one
+    rule: the lite runtime's :func:`mlite.runtime.optim.mfsdp.mfsdp_split` and the estimator (:func:`mlite.memory.estimate.estimate` with
     ``activation_model="lite"``, over :func:`mlite.memory.lite.lite_tensors`) both call it."""
     if fraction <= 0.0:
         return [False] * len(numels)
@@ -356,3 +353,6 @@ def mfsdp_split_sizes(numels: Sequence[int], decay: Sequence[bool], fraction: fl
             out[i] = True
             sent += numels[i]
     return out
+
+
+load_plugins()

@@ -151,16 +151,23 @@ def grad_accumulate_bytes(o) -> int:
     return 2 + 2 * g
 
 
+def _host_recompute(o) -> str | None:
+    """Which of the profile's recompute host costs a step pays: ``full``, ``selective`` (also for named
+    ``recompute_modules``) or None."""
+    if o.recompute == "full":
+        return "full"
+    if o.recompute == "selective" or o.recompute_modules:
+        return "selective"
+    return None
+
+
 def recompute_host_s(hw, o) -> float:
     """Host seconds per layer and micro-batch the recompute mode costs beyond its GPU work (the profile's)."""
-    if o.recompute == "full":
-        return hw.recompute_full_host_s
-    if o.recompute == "selective" or o.recompute_modules:
-        return hw.recompute_selective_host_s
-    return 0.0
+    mode = _host_recompute(o)
+    return getattr(hw, f"recompute_{mode}_host_s") if mode else 0.0
 
 
-def host_floor_s(hw, o, layers: int, forward_share: float = 1 / 3) -> tuple[float, float]:
+def host_floor_s(hw, o, layers: int, forward_share: float) -> tuple[float, float]:
     """(forward, backward) host seconds one micro-batch takes to issue on a rank with ``layers`` decoder layers:
     the profile's host floor (:func:`mlite.time.calibrate.host_floor_fit`: per layer, plus fsdp2's hooks, plus the
     per-micro-batch intercept) split between the two phases by ``forward_share`` (the forward's share of the
@@ -174,11 +181,8 @@ def host_floor_s(hw, o, layers: int, forward_share: float = 1 / 3) -> tuple[floa
     if BACKENDS.entry(o.optimizer).shards_params:
         per += hw.host_floor_fsdp_layer_s
     both = hw.host_floor_microbatch_s + layers * per
-    rec = 0.0
-    if o.recompute == "full":
-        rec = layers * hw.host_floor_full_s
-    elif o.recompute == "selective" or o.recompute_modules:
-        rec = layers * hw.host_floor_selective_s
+    mode = _host_recompute(o)
+    rec = layers * getattr(hw, f"host_floor_{mode}_s") if mode else 0.0
     return both * forward_share, both * (1 - forward_share) + rec
 
 

@@ -45,7 +45,7 @@ lose the fp32 accumulation M-FSDP keeps). What FSDP2 does not give, and this bac
 The split of ``0 < f < 1`` is the fork's ``_split_param_groups_by_fraction`` (whole tensors in parameter order, the
 decay group first, a tensor goes to the host while the count already sent is below ``int(f x total)``; the real
 Megatron-FSDP offloads whole tensors, not an element share), over global tensor sizes so that every rank picks the
-same tensors; the rule is :func:`mlite.memory.optimizer.mfsdp_split_sizes`, which the lite estimate calls as well.
+same tensors; the rule is :func:`mlite.options.optimizers.mfsdp_split_sizes`, which the lite estimate calls as well.
 
 CUDA allocations of the step beyond the steady state: none (the optimizer-only peak is the steady state). Each
 unit's fp32 reduce-scatter output is dropped once the unit's last gradient is in ``main_grad`` (not held until the
@@ -77,7 +77,7 @@ HOST_KEYS = ("master", "exp_avg", "exp_avg_sq")
 
 def mfsdp_split(named: list[tuple[str, torch.Tensor]], fraction: float) -> list[bool]:
     """Which parameters are offloaded for ``offload_fraction = fraction``, in ``named`` order: the fork's whole-tensor
-    rule, :func:`mlite.memory.optimizer.mfsdp_split_sizes` (the estimator calls the same function)."""
+    rule, :func:`mlite.options.optimizers.mfsdp_split_sizes` (the estimator calls the same function)."""
     return mfsdp_split_sizes([p.numel() for _, p in named], [_decay(n, p) for n, p in named], fraction)
 
 
