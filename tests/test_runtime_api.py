@@ -84,6 +84,41 @@ def test_invalid_dist_opt_settings_and_unavailable_devices_are_refused_clearly()
     assert resolve_device("cpu") == torch.device("cpu") and 0 < free_port() < 65536
 
 
+ONE_PROCESS_GROUP = r"""
+import os
+import torch, torch.distributed as dist
+from mlite.errors import MliteError
+from mlite.runtime.dist import destroy_distributed, init_distributed
+for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+    os.environ.pop(k, None)
+info = init_distributed("cpu")
+x = torch.ones(2)
+dist.all_reduce(x)
+store = dist.distributed_c10d._get_default_store()
+print(info.world_size, x.tolist(), "MASTER_PORT" in os.environ, type(store.underlying_store).__name__)
+destroy_distributed()
+os.environ["WORLD_SIZE"] = "2"
+try:
+    init_distributed("cpu")
+except MliteError as e:
+    print(e)
+"""
+
+
+def test_a_one_process_group_binds_no_port_and_a_multi_process_one_needs_master_port():
+    """Without torchrun the group lives on an in-process store: no TCPStore listens on a port chosen beforehand, so no
+    other program can take it between choosing and binding (CI lost that race as EADDRINUSE). A multi-process run without
+    ``MASTER_PORT`` is refused in one line."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", ONE_PROCESS_GROUP], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    first, second = res.stdout.strip().splitlines()
+    assert first == "1 [1.0, 1.0] False HashStore"
+    assert second.startswith("MASTER_PORT is not set for a multi-process run")
+
+
 # ---------------------------------------------------------------------------------------------- runtime in 2 procs
 def _api_worker(rank, world, tmp):
     from mlite.runtime.optim.optimizer import local

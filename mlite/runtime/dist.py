@@ -1,8 +1,9 @@
 """Process-group plumbing for the lite runtime: device selection, init/teardown, and a local multi-process runner.
 
 * :func:`init_distributed` joins (or creates) the default process group: under ``torchrun`` it reads ``RANK``,
-  ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``; without them it starts a one-process group on a
-  free local port, so a runtime also works in a plain script or a test. Backend: ``nccl`` on CUDA, ``gloo`` on CPU.
+  ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``; without them it starts a one-process group on an
+  in-process store (no port, so no race with other programs for one), so a runtime also works in a plain script or a
+  test. Backend: ``nccl`` on CUDA, ``gloo`` on CPU.
   Every collective has a timeout (default 300 s), so a lost peer ends a run with an error instead of a hang.
 * :func:`destroy_distributed` barriers, then destroys the group (gloo needs the barrier or the peer that exits first
   may leave the other blocked in a pending collective).
@@ -88,34 +89,26 @@ def init_distributed(device: str | None = "auto", timeout_s: float = DEFAULT_TIM
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     dev = resolve_device(device, local_rank)
-    own_port = world == 1 and "MASTER_PORT" not in os.environ
-    if own_port:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(free_port())
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if "MASTER_PORT" not in os.environ:
-        raise MliteError("MASTER_PORT is not set for a multi-process run; start the workers with torchrun")
     backend = "nccl" if dev.type == "cuda" else "gloo"
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    kwargs = {"device_id": dev} if dev.type == "cuda" else {}
-    for attempt in range(3):
-        try:
-            dist.init_process_group(
-                backend=backend,
-                rank=rank,
-                world_size=world,
-                init_method="env://",
-                timeout=datetime.timedelta(seconds=timeout_s),
-                **kwargs,
-            )
-            break
-        except dist.DistNetworkError as e:
-            # the port free_port saw free was taken before the store bound it (EADDRINUSE): a one-process group
-            # whose port we chose picks another; a port the user gave is theirs to fix
-            if not own_port or attempt == 2 or "EADDRINUSE" not in str(e):
-                raise
-            os.environ["MASTER_PORT"] = str(free_port())
+    kwargs: dict[str, Any] = {"device_id": dev} if dev.type == "cuda" else {}
+    if world == 1 and "MASTER_PORT" not in os.environ:
+        # one process and no rendezvous given: a store in this process. A port picked free and bound a moment later
+        # can be taken in between by another program (CI lost that race as EADDRINUSE); a HashStore binds nothing.
+        kwargs["store"] = dist.HashStore()
+    else:
+        if "MASTER_PORT" not in os.environ:
+            raise MliteError("MASTER_PORT is not set for a multi-process run; start the workers with torchrun")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        kwargs["init_method"] = "env://"
+    dist.init_process_group(
+        backend=backend,
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        **kwargs,
+    )
     return DistInfo(rank, world, local_rank, dev, backend)
 
 

@@ -764,7 +764,7 @@ def cut_model_seconds(
     out: list[float] = []
     had_group = dist.is_available() and dist.is_initialized()
     saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
-    if not had_group:  # a one-process group of its own, on a free port (not one an outer process holds)
+    if not had_group:  # a one-process group of its own, on an in-process store (not a port an outer process holds)
         os.environ.pop("MASTER_PORT", None)
     try:
         _anchor_runs(device, dev, spec, tokens, recompute, repeats, optimizer, out, opt_out)

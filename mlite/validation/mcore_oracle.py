@@ -28,7 +28,6 @@ Megatron is imported only inside these functions: ``import mlite`` never needs i
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 
 ROOT_PARTS = ("embedding", "rope", "final_norm", "logits")
@@ -180,9 +179,9 @@ def init_single_process(tp: int = 1) -> None:
     if not dist.is_initialized():
         if tp != 1:
             raise RuntimeError(f"mcore oracle: tp={tp} needs a process group of {tp} processes (tp_saved_bytes)")
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 2000))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=0, world_size=1)
+        # an in-process store: no port to race other programs for
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(tp, 1)
         if torch.cuda.is_available():
