@@ -293,37 +293,51 @@ def test_cli_bad_usage(args, needle):
 
 
 @pytest.mark.slow
-def test_build_device_mesh_on_cpu(tmp_path):
-    import torch.multiprocessing as mp
+def test_build_device_mesh_on_cpu():
+    """The groups follow Megatron-Core's rank order; a second runtime on the same layout gets the same meshes (no new
+    process groups, no new threads), another layout its own, and a new default group new meshes."""
+    from mlite.runtime.dist import run_local
 
-    mp.spawn(_device_mesh_worker, args=(4, str(tmp_path)), nprocs=4, join=True)
-    import json
-
-    for r in range(4):
-        d = json.loads((tmp_path / f"{r}.json").read_text())
-        lay = RankLayout(tp=2, cp=1, dp=2, pp=1, ep=2, etp=1, edp=2)
+    lay = RankLayout(tp=2, cp=1, dp=2, pp=1, ep=2, etp=1, edp=2)
+    for r, d in enumerate(run_local(_device_mesh_worker, 4)):
         assert d["tp"] == lay.group("tp", r) and d["dp_cp"] == lay.group("dp_cp", r)
         assert d["ep"] == lay.group("ep", r) and d["edp"] == lay.group("edp", r)
+        assert d["same_layout_same_meshes"] and d["other_layout_other_meshes"]
+        assert d["threads_after_10_more"] == d["threads_after_first"]
+        assert d["new_default_group_new_meshes"] and d["new_groups_work"] == 4.0
 
 
-def _device_mesh_worker(rank, world, out):
-    import json
+def _device_mesh_worker(rank, world):
     import os
 
+    import torch
     import torch.distributed as dist
 
     from mlite.mesh import build_device_mesh
+    from mlite.runtime.dist import destroy_distributed, free_port, init_distributed
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29400 + os.getppid() % 500))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     m = build_device_mesh(ParallelConfig(tp=2, ep=2), world, "cpu")
-    groups = {
+    out = {
         "tp": dist.get_process_group_ranks(m.dense["tp"].get_group()),
         "dp_cp": dist.get_process_group_ranks(m.dense["dp_cp"].get_group()),
         "ep": dist.get_process_group_ranks(m.expert["ep"].get_group()),
         "edp": dist.get_process_group_ranks(m.expert["edp"].get_group()),
     }
-    with open(f"{out}/{rank}.json", "w") as f:
-        json.dump({k: sorted(v) for k, v in groups.items()}, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    out = {k: sorted(v) for k, v in out.items()}
+    out["threads_after_first"] = len(os.listdir("/proc/self/task"))
+    again = [build_device_mesh(ParallelConfig(tp=2, ep=2), world, "cpu") for _ in range(10)]
+    out["threads_after_10_more"] = len(os.listdir("/proc/self/task"))
+    out["same_layout_same_meshes"] = all(a is m for a in again)
+    out["other_layout_other_meshes"] = build_device_mesh(ParallelConfig(ep=4), world, "cpu") is not m
+    port = [free_port() if rank == 0 else 0]  # rank 0's store of the next group: a port free now, known to all
+    dist.broadcast_object_list(port, src=0)
+    destroy_distributed()
+    os.environ["MASTER_PORT"] = str(port[0])
+    init_distributed("cpu")
+    fresh = build_device_mesh(ParallelConfig(tp=2, ep=2), world, "cpu")
+    out["new_default_group_new_meshes"] = fresh is not m
+    x = torch.ones(1)
+    dist.all_reduce(x, group=fresh.dense["dp_cp"].get_group())
+    dist.all_reduce(x, group=fresh.dense["tp"].get_group())
+    out["new_groups_work"] = x.item()
+    return out
