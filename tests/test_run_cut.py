@@ -174,10 +174,11 @@ def test_run_from_hf_checkpoint_first_loss_equals_transformers(tmp_path, capsys,
 
 # ------------------------------------------------------------------ a real family cut to size trains (CI: the smallest)
 @pytest.mark.slow
-def test_real_family_cut_to_size_runs_3_steps(tmp_path, capsys):
+def test_real_family_cut_to_size_runs_2_steps(tmp_path, capsys):
     """Qwen3.5-35B-A3B (hidden 2048): the smallest real family the lite runtime builds; the 4096-wide dense ones
     (Llama-3.1-8B, Qwen3-8B) take minutes on two cores at two layers, Mixtral-8x7B's eight 14336-wide experts do
-    not fit this machine's memory at two layers."""
+    not fit this machine's memory at two layers. Two steps (an update and the forward after it) of 4 experts: 23 s
+    on two cores, most of it FSDP2's gloo traffic of the 109 M fp32 parameters (3 steps of 8 experts took 40 s)."""
     out = tmp_path / "run"
     rc, stdout, _ = _run(
         [
@@ -186,11 +187,11 @@ def test_real_family_cut_to_size_runs_3_steps(tmp_path, capsys):
             "--layers",
             "2",
             "--experts",
-            "8",
+            "4",
             "--vocab",
             "4096",
             "--steps",
-            "3",
+            "2",
             "--nproc",
             "2",
             "--device",
@@ -204,9 +205,9 @@ def test_real_family_cut_to_size_runs_3_steps(tmp_path, capsys):
     )
     assert rc == 0, (out / "train.log").read_text()
     assert "model cut: layers 40 -> 2 (original layers 0, 3)" in stdout
-    assert "routed experts 256 -> 8" in stdout and "vocab_size 248320 -> 4096" in stdout
+    assert "routed experts 256 -> 4" in stdout and "vocab_size 248320 -> 4096" in stdout
     lines = (out / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == 3
+    assert len(lines) == 2
 
 
 # ------------------------------------------------------------------ mlite run --from-plan (the plan mlite export wrote)
