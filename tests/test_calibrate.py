@@ -361,8 +361,8 @@ def test_the_host_floor_anchor_recovers_what_made_its_seconds_and_floors_the_mic
 
 def test_the_forward_host_floor_does_not_hide_behind_the_backwards_gpu_time():
     """A micro-batch whose whole host floor is below its device time still waits on the host in the forward when
-    the forward alone issues slower than its GPU runs (the backward cannot start before the forward's loss): a long sequence, whose flash backward is 2.5 x its
-    forward."""
+    the forward alone issues slower than its GPU runs (the backward cannot start before the forward's loss): a long
+    sequence, whose flash backward is 2.5 x its forward."""
     from dataclasses import replace
 
     from mlite.mesh import ParallelConfig, resolve

@@ -107,8 +107,8 @@ except MliteError as e:
 
 def test_a_one_process_group_binds_no_port_and_a_multi_process_one_needs_master_port():
     """Without torchrun the group lives on an in-process store: no TCPStore listens on a port chosen beforehand, so no
-    other program can take it between choosing and binding (CI lost that race as EADDRINUSE). A multi-process run without
-    ``MASTER_PORT`` is refused in one line."""
+    other program can take it between choosing and binding (CI lost that race as EADDRINUSE). A multi-process run
+    without ``MASTER_PORT`` is refused in one line."""
     import subprocess
     import sys
 

@@ -339,8 +339,9 @@ def mfsdp_split_sizes(numels: Sequence[int], decay: Sequence[bool], fraction: fl
     overshoot). This is the fork's ``_split_param_groups_by_fraction`` (ISEEKYAN/Megatron-LM ``experimental/lite/
     megatron/lite/primitive/optimizers/mfsdp/``, called by ``build_mfsdp_stack``; its fraction-0.5 test: "The greedy
     split assigns whole params"), not an element split: the real Megatron-FSDP offloads whole tensors. The one
-    rule: the lite runtime's :func:`mlite.runtime.optim.mfsdp.mfsdp_split` and the estimator (:func:`mlite.memory.estimate.estimate` with
-    ``activation_model="lite"``, over :func:`mlite.memory.lite.lite_tensors`) both call it."""
+    rule: the lite runtime's :func:`mlite.runtime.optim.mfsdp.mfsdp_split` and the estimator
+    (:func:`mlite.memory.estimate.estimate` with ``activation_model="lite"``, over
+    :func:`mlite.memory.lite.lite_tensors`) both call it."""
     if fraction <= 0.0:
         return [False] * len(numels)
     if fraction >= 1.0:

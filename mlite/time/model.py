@@ -550,7 +550,8 @@ def predict(
         f"{optimizer_host_s(hw, o, st.layers):.3g} s of the runtime's host work (the profile's optimizer anchor)",
         "offloaded update, serial after the device part: every offloaded gradient to the host over PCIe (clipping "
         f"needs them all), then the host Adam at {hw.host_adam_params_per_s:.3g} params/s, then the last span's "
-        f"parameters back (earlier spans' copies hide behind the next span's update; a span is >= {UPDATE_CHUNK} elements)"
+        "parameters back (earlier spans' copies hide behind the next span's update; a span is >= "
+        f"{UPDATE_CHUNK} elements)"
         if o.offload_fraction
         else None,
         f"host floor {floor_f:.3g} s forward + {floor_b:.3g} s backward per micro-batch (the profile's host-floor "

@@ -50,9 +50,11 @@ same tensors; the rule is :func:`mlite.options.optimizers.mfsdp_split_sizes`, wh
 CUDA allocations of the step beyond the steady state: none (the optimizer-only peak is the steady state). Each
 unit's fp32 reduce-scatter output is dropped once the unit's last gradient is in ``main_grad`` (not held until the
 next unit's hook: the root unit's, the embedding's fp32 gradient, would stay from the end of backward into the step);
-the device part's zero count is inside its fused kernel, the host part's runs over the staged host copy. Under ``--device cpu`` the "device" is the CPU: the
-device-role tensors are the ones above (parameters, ``main_grad``, device moments), the host-role tensors the master,
-moments and staging of the offloaded part; :meth:`MfsdpAdamW.memory` reports them by role.
+the device part's zero count is inside its fused kernel, the host part's runs over the staged host copy.
+
+Under ``--device cpu`` the "device" is the CPU: the device-role tensors are the ones above (parameters,
+``main_grad``, device moments), the host-role tensors the master, moments and staging of the offloaded part;
+:meth:`MfsdpAdamW.memory` reports them by role.
 """
 
 from __future__ import annotations

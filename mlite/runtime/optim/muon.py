@@ -23,10 +23,11 @@ The update of one matrix (Emerging-Optimizers ``OrthogonalizedOptimizer.step`` @
 time, in buffer order (the same on every rank); the scaled gradient, the momentum and the update are written in
 place into the matrix's range of its zero fp32 full matrix, which is freed after Newton-Schulz, the result after the
 master's update, and the zero count and ``round_bf16`` run :data:`~mlite.runtime.optim.optimizer.CHUNK` elements at a
-time, so the step's extra memory is one tensor's Newton-Schulz workspace (:func:`mlite.memory.muon.ns_workspace_bytes`,
-x the experts of a stack) or one chunk's rounding temporaries, whichever is larger
-(:func:`mlite.memory.muon.lite_step_bytes`, which the estimate takes). State per shard element: Muon matrices ``exp_avg`` (the momentum)
-+ ``master``; the rest AdamW's. TP > 1 is refused (the TP block would need its own gather).
+time, so the step's extra memory is one tensor's Newton-Schulz workspace
+(:func:`mlite.memory.muon.ns_workspace_bytes`, x the experts of a stack) or one chunk's rounding temporaries,
+whichever is larger (:func:`mlite.memory.muon.lite_step_bytes`, which the estimate takes). State per shard element:
+Muon matrices ``exp_avg`` (the momentum) + ``master``; the rest AdamW's. TP > 1 is refused (the TP block would
+need its own gather).
 """
 
 from __future__ import annotations
